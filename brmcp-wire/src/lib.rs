@@ -1,0 +1,77 @@
+//! The brmcp envelope: MCP messages carried in Bison Relay private messages.
+//!
+//! This crate is a pure function of (bytes, now, entropy, limits): it has no clock, no
+//! random number generator, no allocator and no I/O. It parses PM bodies into borrowed
+//! [`Part`]s, encodes parts into caller buffers, and splits payloads into [`Chunks`].
+//! The byte-level format is specified in `WIRE.md` at the root of the repository.
+//!
+//! # Guarantees
+//!
+//! - `#![no_std]` without `alloc`: nothing here allocates.
+//! - No I/O, clock or randomness: time and entropy are arguments.
+//! - Every bound is a named constant in [`limits`], overridable through [`Limits`].
+//! - No panics on any input, backed by fuzzing; no `unsafe` code in this crate.
+//! - The default parser accepts exactly what the Go implementation accepts; a canonical
+//!   mode accepts only what the encoder emits.
+//!
+//! # Architecture
+//!
+//! - [`parse`] / [`parse_with`]: PM text to [`Part`] (header plus undecoded body);
+//!   [`Part::decode_body`] decodes the base64 body into a caller buffer.
+//! - [`encode_part`] / [`Header::encoded_len`]: a header and a chunk to PM text.
+//! - [`Chunks`]: a payload to the headers and chunks of its parts.
+//! - [`SessionId`] / [`MessageId`]: inline hex identifiers, from entropy.
+//! - [`UnixTime`]: whole seconds; a part expires strictly after its `exp` second.
+//!
+//! # Example
+//!
+//! ```
+//! use brmcp_wire::{Chunks, MessageId, SessionId, encode_part, parse};
+//!
+//! let sid = SessionId::from_entropy([1, 2, 3, 4, 5, 6, 7, 8]);
+//! let mid = MessageId::from_entropy([8, 7, 6, 5, 4, 3, 2, 1]);
+//! let payload = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+//!
+//! let mut pm = [0u8; 256];
+//! let mut back = [0u8; 64];
+//! let mut got = 0;
+//! for (header, chunk) in Chunks::new(sid, mid, 0, payload, 16)? {
+//!     let n = encode_part(&header, chunk, &mut pm)?;
+//!     let text = core::str::from_utf8(&pm[..n]).unwrap();
+//!     let part = parse(text)?;
+//!     assert_eq!(part.header(), &header);
+//!     got += part.decode_body(&mut back[got..])?;
+//! }
+//! assert_eq!(&back[..got], &payload[..]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Minimum supported Rust version
+//!
+//! The `rust-version` in `Cargo.toml`; raising it is a minor-version change.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(test(attr(deny(warnings))))]
+#![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
+
+#[cfg(test)]
+extern crate std;
+
+mod body;
+mod encode;
+mod envelope;
+mod error;
+mod id;
+pub mod limits;
+mod parse;
+mod time;
+
+pub use encode::{Chunks, encode_part};
+pub use envelope::{Header, Part};
+pub use error::{BodyError, EncodeError, Field, ParseError};
+pub use id::{IdError, MessageId, SessionId};
+pub use limits::{DEFAULT_CHUNK_LEN, Limits, MAX_ID_LEN, MAX_PARTS, MAX_PM_LEN, VERSION};
+pub use parse::{Mode, parse, parse_bytes, parse_canonical, parse_with};
+pub use time::{UnixTime, is_expired};

@@ -1,0 +1,313 @@
+//! Parsing a PM body into a [`Part`].
+//!
+//! Parsing reads the header and checks the body's length; it never copies. The base64
+//! symbols themselves are checked when the body is decoded ([`Part::decode_body`]), so a
+//! part is valid when both `parse` and `decode_body` succeed. This keeps the body to one
+//! pass over its bytes.
+//!
+//! Two modes: [`Mode::Compatible`] accepts exactly what the Go implementation accepts
+//! (WIRE.md §7); [`Mode::Canonical`] accepts only what the encoder emits.
+
+use crate::envelope::{Header, Part};
+use crate::error::{BodyError, Field, ParseError};
+use crate::id::{MessageId, SessionId};
+use crate::limits::MAX_PARTS;
+
+/// Which language of envelopes the parser accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The Go implementation's language, quirks included (WIRE.md §7).
+    #[default]
+    Compatible,
+    /// Only the encoder's form: no surrounding whitespace, fields `v,sid,mid,seq,exp` once
+    /// each in that order, numbers without signs or leading zeros, canonical base64 with
+    /// no whitespace (WIRE.md §7).
+    Canonical,
+}
+
+/// Parses one PM body in [`Mode::Compatible`].
+///
+/// # Errors
+/// [`ParseError`] says why the text is not a part; [`ParseError::is_foreign`] separates
+/// ordinary chat from malformed envelopes.
+pub fn parse(text: &str) -> Result<Part<'_>, ParseError> {
+    parse_with(text.as_bytes(), Mode::Compatible)
+}
+
+/// Parses one PM body given as bytes, in [`Mode::Compatible`].
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_bytes(bytes: &[u8]) -> Result<Part<'_>, ParseError> {
+    parse_with(bytes, Mode::Compatible)
+}
+
+/// Parses one PM body in [`Mode::Canonical`].
+///
+/// # Errors
+/// As [`parse`], plus the canonical-form refusals.
+pub fn parse_canonical(text: &str) -> Result<Part<'_>, ParseError> {
+    parse_with(text.as_bytes(), Mode::Canonical)
+}
+
+/// Parses one PM body in the given mode.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_with(bytes: &[u8], mode: Mode) -> Result<Part<'_>, ParseError> {
+    let canonical = mode == Mode::Canonical;
+    let trimmed = grammar::trim_space(bytes);
+    let Some((params, body)) = grammar::envelope(trimmed)? else {
+        return Err(ParseError::NotEnvelope);
+    };
+    if canonical && trimmed.len() != bytes.len() {
+        return Err(ParseError::SurroundingWhitespace);
+    }
+    let header = header(params, canonical)?;
+    if body.is_empty() {
+        return Err(ParseError::Body(BodyError::Empty));
+    }
+    Ok(Part {
+        header,
+        body,
+        canonical,
+    })
+}
+
+/// The header fields in the order the encoder writes them.
+const CANONICAL_ORDER: [Field; 5] = [
+    Field::Version,
+    Field::Sid,
+    Field::Mid,
+    Field::Seq,
+    Field::Exp,
+];
+
+fn header(params: &[u8], canonical: bool) -> Result<Header, ParseError> {
+    let mut version = None;
+    let mut sid = None;
+    let mut mid = None;
+    let mut seq = None;
+    let mut exp = 0i64;
+    let mut seen = 0u8;
+    for (index, item) in params.split(|&b| b == b',').enumerate() {
+        let Some(eq) = item.iter().position(|&b| b == b'=') else {
+            return Err(ParseError::MissingEquals { index });
+        };
+        let (key, value) = (&item[..eq], &item[eq + 1..]);
+        let field = match key {
+            b"v" => Field::Version,
+            b"sid" => Field::Sid,
+            b"mid" => Field::Mid,
+            b"seq" => Field::Seq,
+            b"exp" => Field::Exp,
+            // Unknown keys are ignored for forward compatibility (compatible mode).
+            _ if canonical => return Err(ParseError::UnknownField),
+            _ => continue,
+        };
+        if canonical {
+            let bit = 1u8 << (field as u8);
+            if seen & bit != 0 {
+                return Err(ParseError::DuplicateField(field));
+            }
+            seen |= bit;
+            if CANONICAL_ORDER.get(index) != Some(&field) {
+                return Err(ParseError::FieldOrder(field));
+            }
+        }
+        // Duplicates in compatible mode: each must be valid, the last one wins.
+        match field {
+            Field::Version => version = Some(number(value, field, canonical)?),
+            Field::Sid => {
+                sid = Some(SessionId::from_bytes(value).map_err(|_| ParseError::BadId(field))?);
+            }
+            Field::Mid => {
+                mid = Some(MessageId::from_bytes(value).map_err(|_| ParseError::BadId(field))?);
+            }
+            Field::Seq => {
+                let slash = value
+                    .iter()
+                    .position(|&b| b == b'/')
+                    .ok_or(ParseError::BadSeq)?;
+                let n = number(&value[..slash], field, canonical)?;
+                let total = number(&value[slash + 1..], field, canonical)?;
+                seq = Some((n, total));
+            }
+            Field::Exp => exp = number(value, field, canonical)?,
+        }
+    }
+    let version = version.ok_or(ParseError::MissingField(Field::Version))?;
+    if version != i64::from(crate::VERSION) {
+        return Err(ParseError::UnsupportedVersion(version));
+    }
+    let sid = sid.ok_or(ParseError::MissingField(Field::Sid))?;
+    let mid = mid.ok_or(ParseError::MissingField(Field::Mid))?;
+    let (seq, total) = seq.ok_or(ParseError::MissingField(Field::Seq))?;
+    if canonical && seen & (1 << (Field::Exp as u8)) == 0 {
+        return Err(ParseError::MissingField(Field::Exp));
+    }
+    if seq < 1 || seq > total || total > i64::from(MAX_PARTS) {
+        return Err(ParseError::BadSeq);
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 1..=64
+    Ok(Header {
+        sid,
+        mid,
+        seq: seq as u16,
+        total: total as u16,
+        exp,
+    })
+}
+
+fn number(value: &[u8], field: Field, canonical: bool) -> Result<i64, ParseError> {
+    let n = grammar::decimal(value).ok_or(ParseError::BadNumber(field))?;
+    if canonical && !grammar::is_canonical_decimal(value, field == Field::Exp) {
+        return Err(ParseError::NonCanonicalNumber(field));
+    }
+    Ok(n)
+}
+
+/// The envelope grammar (WIRE.md §3), on nom combinators kept private to this module.
+mod grammar {
+    use nom::Parser;
+    use nom::bytes::complete::{tag, take_till};
+    use nom::character::complete::{digit0, digit1, one_of};
+    use nom::combinator::{all_consuming, opt, recognize};
+    use nom::sequence::pair;
+
+    use crate::error::ParseError;
+
+    type Res<'a, T> = nom::IResult<&'a [u8], T, nom::error::Error<&'a [u8]>>;
+
+    /// Splits `--mcp[<params>]--<body>` into params and body.
+    ///
+    /// `Ok(None)`: not an envelope at all (no `--mcp[` prefix).
+    pub(super) fn envelope(text: &[u8]) -> Result<Option<(&[u8], &[u8])>, ParseError> {
+        let prefix: Res<'_, &[u8]> = tag(&b"--mcp["[..]).parse(text);
+        let Ok((rest, _)) = prefix else {
+            return Ok(None);
+        };
+        // Params run to the first `]`, which must open the `]--` separator.
+        let tail: Res<'_, (&[u8], &[u8])> =
+            pair(take_till(|b| b == b']'), tag(&b"]--"[..])).parse(rest);
+        match tail {
+            Ok((body, (params, _))) => Ok(Some((params, body))),
+            Err(_) => Err(ParseError::UnterminatedTag),
+        }
+    }
+
+    /// A decimal integer as Go's `strconv.ParseInt(s, 10, 64)`: an optional sign, one or
+    /// more ASCII digits (leading zeros allowed), within `i64`.
+    pub(super) fn decimal(value: &[u8]) -> Option<i64> {
+        let parsed: Res<'_, (Option<char>, &[u8])> =
+            all_consuming(pair(opt(one_of("+-")), digit1)).parse(value);
+        let (_, (sign, digits)) = parsed.ok()?;
+        let mut magnitude: u64 = 0;
+        for &d in digits {
+            magnitude = magnitude
+                .checked_mul(10)?
+                .checked_add(u64::from(d - b'0'))?;
+        }
+        if sign == Some('-') {
+            0i64.checked_sub_unsigned(magnitude)
+        } else {
+            i64::try_from(magnitude).ok()
+        }
+    }
+
+    /// The encoder's form: `0`, or a non-zero digit then digits; `-` allowed before a
+    /// non-zero magnitude when `signed`.
+    pub(super) fn is_canonical_decimal(value: &[u8], signed: bool) -> bool {
+        let body = if signed {
+            value
+                .strip_prefix(b"-")
+                .filter(|rest| rest != b"0")
+                .unwrap_or(value)
+        } else {
+            value
+        };
+        let parsed: Res<'_, &[u8]> = all_consuming(nom::branch::alt((
+            tag(&b"0"[..]),
+            recognize(pair(one_of("123456789"), digit0)),
+        )))
+        .parse(body);
+        parsed.is_ok()
+    }
+
+    /// Strips leading and trailing Unicode `White_Space`, as Go's `strings.TrimSpace`.
+    pub(super) fn trim_space(mut text: &[u8]) -> &[u8] {
+        loop {
+            let n = match text {
+                [0x09..=0x0d | 0x20, ..] => 1,
+                [0xc2, 0x85 | 0xa0, ..] => 2,
+                [0xe1, 0x9a, 0x80, ..]
+                | [0xe2, 0x80, 0x80..=0x8a | 0xa8 | 0xa9 | 0xaf, ..]
+                | [0xe2, 0x81, 0x9f, ..]
+                | [0xe3, 0x80, 0x80, ..] => 3,
+                _ => break,
+            };
+            text = &text[n..];
+        }
+        loop {
+            let n = match text {
+                [.., 0x09..=0x0d | 0x20] => 1,
+                [.., 0xc2, 0x85 | 0xa0] => 2,
+                [.., 0xe1, 0x9a, 0x80]
+                | [.., 0xe2, 0x80, 0x80..=0x8a | 0xa8 | 0xa9 | 0xaf]
+                | [.., 0xe2, 0x81, 0x9f]
+                | [.., 0xe3, 0x80, 0x80] => 3,
+                _ => break,
+            };
+            text = &text[..text.len() - n];
+        }
+        text
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn decimal_matches_go_parse_int() {
+            assert_eq!(decimal(b"1"), Some(1));
+            assert_eq!(decimal(b"+1"), Some(1));
+            assert_eq!(decimal(b"0001"), Some(1));
+            assert_eq!(decimal(b"-0"), Some(0));
+            assert_eq!(decimal(b"-9223372036854775808"), Some(i64::MIN));
+            assert_eq!(decimal(b"9223372036854775807"), Some(i64::MAX));
+            assert_eq!(decimal(b"9223372036854775808"), None);
+            assert_eq!(decimal(b""), None);
+            assert_eq!(decimal(b"+"), None);
+            assert_eq!(decimal(b"+-1"), None);
+            assert_eq!(decimal(b"1_0"), None);
+            assert_eq!(decimal(b" 1"), None);
+            assert_eq!(decimal(b"1 "), None);
+            assert_eq!(decimal("١".as_bytes()), None);
+        }
+
+        #[test]
+        fn canonical_decimals() {
+            assert!(is_canonical_decimal(b"0", false));
+            assert!(is_canonical_decimal(b"10", false));
+            assert!(!is_canonical_decimal(b"01", false));
+            assert!(!is_canonical_decimal(b"+1", false));
+            assert!(!is_canonical_decimal(b"-1", false));
+            assert!(is_canonical_decimal(b"-1", true));
+            assert!(!is_canonical_decimal(b"-0", true));
+            assert!(!is_canonical_decimal(b"-01", true));
+        }
+
+        #[test]
+        fn trim_matches_go_trim_space() {
+            assert_eq!(trim_space(" \t\n\x0b\x0c\rx\r\n".as_bytes()), b"x");
+            assert_eq!(
+                trim_space("\u{85}\u{a0}\u{1680}\u{2000}\u{200a}\u{2028}\u{2029}\u{202f}\u{205f}\u{3000}x\u{3000}".as_bytes()),
+                b"x"
+            );
+            // Zero-width space and BOM are not White_Space.
+            assert_eq!(trim_space("\u{200b}x".as_bytes()), "\u{200b}x".as_bytes());
+            assert_eq!(trim_space("\u{feff}x".as_bytes()), "\u{feff}x".as_bytes());
+            assert_eq!(trim_space(b"   "), b"");
+        }
+    }
+}

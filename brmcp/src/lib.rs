@@ -1,0 +1,3 @@
+//! MCP over Bison Relay: the serving harness, the client bridge and the command line.
+
+pub use brmcp_adapters as adapters;
