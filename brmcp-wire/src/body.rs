@@ -97,6 +97,13 @@ pub(crate) fn decoded_len_max(body: &[u8]) -> usize {
     (body.len().div_ceil(4) * 3).saturating_sub(pads)
 }
 
+/// The decoded length of a valid body, from its symbols alone: symbols / 4 * 3 less the
+/// padding. For an invalid body it is still a well-defined number, which the reassembler
+/// uses to order its checks (WIRE.md §6). Scans the body: used off the hot path only.
+pub(crate) fn decoded_len_exact(body: &[u8]) -> usize {
+    exact_decoded_len(body)
+}
+
 /// The ASCII whitespace WIRE.md allows inside a body (RE2's `\s`; not vertical tab).
 #[inline]
 pub(crate) const fn is_body_space(b: u8) -> bool {

@@ -145,6 +145,14 @@ impl<'a> Part<'a> {
         body::decoded_len_max(self.body)
     }
 
+    /// The exact decoded length of a valid body (symbols / 4 * 3 less padding).
+    ///
+    /// Scans the body once; prefer [`decoded_len_max`](Self::decoded_len_max) for sizing
+    /// buffers on hot paths.
+    pub fn decoded_len(&self) -> usize {
+        body::decoded_len_exact(self.body)
+    }
+
     /// Decodes the body into `out` and returns the number of bytes written.
     ///
     /// Skips the ASCII whitespace WIRE.md §3 allows (compatible mode only). `out` may be

@@ -201,3 +201,69 @@ impl fmt::Display for EncodeError {
 }
 
 impl core::error::Error for EncodeError {}
+
+/// Why a part was not taken into reassembly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AssembleError {
+    /// The part's own deadline has passed; nothing was stored.
+    Expired,
+    /// The peer already has [`Limits::max_pending_per_peer`](crate::Limits) partial messages.
+    PeerPending,
+    /// The message would take the peer over [`Limits::max_peer_bytes`](crate::Limits).
+    PeerBytes,
+    /// The message would take the reserved bytes over
+    /// [`Limits::max_total_bytes`](crate::Limits) or the arena.
+    TotalBytes,
+    /// Every slot holds a partial message.
+    SlotsFull,
+    /// The message exceeds [`Limits::max_message_bytes`](crate::Limits) (or, for a
+    /// single-part message, the scratch buffer).
+    MessageTooLarge,
+    /// The part's `total` differs from its message's.
+    InconsistentTotal,
+    /// The part's length contradicts the message's: all parts but the last are equally
+    /// long, and the last is not longer.
+    Geometry,
+    /// The part's body is not valid base64.
+    Body(BodyError),
+}
+
+impl AssembleError {
+    /// `true` when the error comes from a bound a busy but honest peer can hit, rather
+    /// than from a malformed or stale part.
+    pub const fn is_bound(&self) -> bool {
+        matches!(
+            self,
+            Self::PeerPending
+                | Self::PeerBytes
+                | Self::TotalBytes
+                | Self::SlotsFull
+                | Self::MessageTooLarge
+        )
+    }
+}
+
+impl fmt::Display for AssembleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Expired => f.write_str("part deadline passed"),
+            Self::PeerPending => f.write_str("too many pending messages from peer"),
+            Self::PeerBytes => f.write_str("peer byte budget exceeded"),
+            Self::TotalBytes => f.write_str("reassembly storage full"),
+            Self::SlotsFull => f.write_str("no free reassembly slot"),
+            Self::MessageTooLarge => f.write_str("message exceeds size bound"),
+            Self::InconsistentTotal => f.write_str("inconsistent part count"),
+            Self::Geometry => f.write_str("part length contradicts message"),
+            Self::Body(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl core::error::Error for AssembleError {}
+
+impl From<BodyError> for AssembleError {
+    fn from(e: BodyError) -> Self {
+        Self::Body(e)
+    }
+}

@@ -63,15 +63,19 @@ mod body;
 mod encode;
 mod envelope;
 mod error;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 mod id;
 pub mod limits;
 mod parse;
+mod reassembly;
 mod time;
 
 pub use encode::{Chunks, encode_part};
 pub use envelope::{Header, Part};
-pub use error::{BodyError, EncodeError, Field, ParseError};
+pub use error::{AssembleError, BodyError, EncodeError, Field, ParseError};
 pub use id::{IdError, MessageId, SessionId};
 pub use limits::{DEFAULT_CHUNK_LEN, Limits, MAX_ID_LEN, MAX_PARTS, MAX_PM_LEN, VERSION};
 pub use parse::{Mode, parse, parse_bytes, parse_canonical, parse_with};
+pub use reassembly::{Accepted, Assembler, Stats};
 pub use time::{UnixTime, is_expired};

@@ -179,10 +179,13 @@ mod grammar {
 
     type Res<'a, T> = nom::IResult<&'a [u8], T, nom::error::Error<&'a [u8]>>;
 
+    /// The header params and the body of an envelope.
+    pub(super) type Split<'a> = (&'a [u8], &'a [u8]);
+
     /// Splits `--mcp[<params>]--<body>` into params and body.
     ///
     /// `Ok(None)`: not an envelope at all (no `--mcp[` prefix).
-    pub(super) fn envelope(text: &[u8]) -> Result<Option<(&[u8], &[u8])>, ParseError> {
+    pub(super) fn envelope(text: &[u8]) -> Result<Option<Split<'_>>, ParseError> {
         let prefix: Res<'_, &[u8]> = tag(&b"--mcp["[..]).parse(text);
         let Ok((rest, _)) = prefix else {
             return Ok(None);
