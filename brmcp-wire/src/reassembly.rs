@@ -8,8 +8,8 @@
 //!
 //! # Order of checks in [`Assembler::add`]
 //!
-//! 1. the part's own deadline ([`AssembleError::Expired`], no state touched);
-//! 2. partial messages whose deadline or timeout passed are dropped (as [`Assembler::expire`]);
+//! 1. partial messages whose deadline or timeout passed are dropped (as [`Assembler::expire`]);
+//! 2. the part's own deadline ([`AssembleError::Expired`]; its message is not touched);
 //! 3. single-part: size bound, then body; done;
 //! 4. the message's slot: per-peer pending bound, free slot, then the part count must
 //!    match the message's (else the message is dropped), then duplicates are ignored;
@@ -171,10 +171,10 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
         part: &Part<'_>,
         now: UnixTime,
     ) -> Result<Accepted<'_>, AssembleError> {
+        self.expire(now);
         if part.header().is_expired(now) {
             return Err(AssembleError::Expired);
         }
-        self.expire(now);
         if part.total() == 1 {
             return self.add_single(part);
         }
