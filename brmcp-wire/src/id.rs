@@ -74,6 +74,14 @@ macro_rules! id_type {
                 Ok(Self { len: bytes.len() as u8, buf })
             }
 
+            /// Builds an id from bytes the caller has already checked with `check_id`.
+            pub(crate) fn from_checked(bytes: &[u8]) -> Self {
+                let mut buf = [0u8; MAX_ID_LEN];
+                buf[..bytes.len()].copy_from_slice(bytes);
+                #[allow(clippy::cast_possible_truncation)] // checked: len <= MAX_ID_LEN
+                Self { len: bytes.len() as u8, buf }
+            }
+
             /// 16 lowercase hex characters from 8 bytes of caller-supplied entropy.
             pub const fn from_entropy(entropy: [u8; 8]) -> Self {
                 let mut buf = [0u8; MAX_ID_LEN];
