@@ -18,7 +18,9 @@
 //!    allows), the peer's byte budget, the total byte budget (on reserved bytes);
 //! 6. the body itself.
 //!
-//! Any error at step 4 (part count) or later drops the message.
+//! Any error at step 4 (part count) or later drops the message, except an invalid body:
+//! that refuses only its part, and the message stays as it was (a receiver that decodes
+//! while parsing, as the Go implementation, would never have let the part reach it).
 
 use heapless::Vec;
 
@@ -200,7 +202,11 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             }
             Ok(false) => Ok(Accepted::Pending),
             Err(e) => {
-                self.drop_slot(index);
+                // A bad body refuses only its part, as a receiver that decodes while
+                // parsing would; a message it would have opened is not kept.
+                if !matches!(e, AssembleError::Body(_)) || self.slots[index].received == 0 {
+                    self.drop_slot(index);
+                }
                 Err(e)
             }
         }
@@ -248,17 +254,17 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
     fn store(&mut self, index: &mut usize, part: &Part<'_>) -> Result<bool, AssembleError> {
         let seq = part.seq();
         let i = *index;
-        let slot = self.slots[i];
-        let is_last = seq == slot.total;
-        if slot.chunk_len != 0 {
+        let old = self.slots[i];
+        let is_last = seq == old.total;
+        if old.chunk_len != 0 {
             // Geometry known: the part's place is fixed, so decode first and check after.
-            let start = usize::from(seq - 1) * slot.chunk_len;
+            let start = usize::from(seq - 1) * old.chunk_len;
             let room = if is_last {
-                slot.size - start
+                old.size - start
             } else {
-                slot.chunk_len
+                old.chunk_len
             };
-            let decoded = part.decode_body(&mut self.arena[slot.offset + start..][..room]);
+            let decoded = part.decode_body(&mut self.arena[old.offset + start..][..room]);
             let len = match decoded {
                 Ok(n) => n,
                 Err(e) => {
@@ -279,7 +285,10 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             } else {
                 usize::from(seq - 1) * slot.chunk_len
             };
-            part.decode_body(&mut self.arena[slot.offset + start..][..len])?;
+            if let Err(e) = part.decode_body(&mut self.arena[slot.offset + start..][..len]) {
+                self.revert(*index, &old);
+                return Err(e.into());
+            }
         }
         let slot = &mut self.slots[*index];
         slot.received |= 1u64 << (seq - 1);
@@ -357,6 +366,21 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             self.arena.copy_within(from..from + plan.last_len, to);
         }
         index
+    }
+
+    /// Undoes [`commit`](Self::commit) for a part whose body proved invalid: the message's
+    /// layout is as it was before, its region possibly moved.
+    fn revert(&mut self, index: usize, old: &Slot<P>) {
+        let slot = &mut self.slots[index];
+        if old.chunk_len == 0 && old.last_len != 0 && slot.chunk_len != 0 {
+            // The last part had moved to the region's end; put it back at the start.
+            let from = slot.offset + slot.size - old.last_len;
+            self.arena
+                .copy_within(from..from + old.last_len, slot.offset);
+        }
+        slot.size = old.size;
+        slot.chunk_len = old.chunk_len;
+        slot.last_len = old.last_len;
     }
 
     /// Grows slot `index`'s region to `size` bytes, moving regions if needed; returns its

@@ -178,8 +178,11 @@ impl Model {
             );
         }
         let outcome = self.store(key, h, len, decoded);
-        if let Outcome::Failed(_) = outcome {
-            self.msgs.remove(&key);
+        if let Outcome::Failed(why) = &outcome {
+            // A bad body refuses its part only; a message it opened is not kept.
+            if why != "body" || self.msgs[&key].parts.is_empty() {
+                self.msgs.remove(&key);
+            }
         }
         outcome
     }

@@ -400,3 +400,32 @@ fn whitespace_bodies_reassemble() {
     assert_eq!(add(&mut a, 1, &spaced[0], T0), Ok(None));
     assert_eq!(add(&mut a, 1, &spaced[1], T0), Ok(Some(payload)));
 }
+
+#[test]
+fn bad_body_refuses_only_its_part() {
+    let payload: Vec<u8> = (0..100u8).collect();
+    let p = parts(mid(1), 0, &payload, 40);
+    let broken = |s: &str| s.replacen("]--", "]--!", 1);
+    let mut f = Fixture::new(4096);
+    let mut a = f.assembler(Limits::default());
+    // A bad first part opens nothing.
+    assert!(matches!(
+        add(&mut a, 1, &broken(&p[0]), T0),
+        Err(AssembleError::Body(_))
+    ));
+    assert_eq!(a.stats().messages, 0);
+    // Tail first, then a bad part that would have fixed the geometry: the tail survives.
+    assert_eq!(add(&mut a, 1, &p[2], T0), Ok(None));
+    assert!(matches!(
+        add(&mut a, 1, &broken(&p[0]), T0),
+        Err(AssembleError::Body(_))
+    ));
+    assert_eq!(a.stats().bytes, 20, "only the tail is reserved again");
+    assert_eq!(add(&mut a, 1, &p[0], T0), Ok(None));
+    // Geometry known: a bad part leaves the message as it was; a good copy completes it.
+    assert!(matches!(
+        add(&mut a, 1, &broken(&p[1]), T0),
+        Err(AssembleError::Body(_))
+    ));
+    assert_eq!(add(&mut a, 1, &p[1], T0), Ok(Some(payload)));
+}
