@@ -1,4 +1,85 @@
-//! Adapters between the brmcp envelope core and real hosts: router, sessions, and the
-//! rmcp transport.
+//! MCP sessions over Bison Relay private messages, on the official Rust SDK (rmcp).
+//!
+//! Any Bison Relay host that can send a PM ([`PmSender`]) and hands every PM it receives
+//! to [`Router::handle_pm`] gets MCP sessions in both roles:
+//!
+//! ```text
+//! host PM in -> Router::handle_pm -> parse -> allow -> reassemble -> JSON-RPC decode
+//!            -> session (peer, sid) -> BrTransport::receive -> rmcp service
+//! rmcp service -> BrTransport::send -> session writer: chunk, stamp exp -> PmSender
+//! ```
+//!
+//! - [`Router`]: one per Bison Relay identity; [`Router::accept`] / [`Router::serve`] for
+//!   the server role, [`Router::dial`] for the client role.
+//! - [`BrTransport`]: one session as an [`rmcp::transport::Transport`] for
+//!   [`RoleClient`](rmcp::RoleClient) and [`RoleServer`](rmcp::RoleServer). Both
+//!   lifecycles rmcp speaks work: legacy `initialize` sessions and the stateless
+//!   2026-07-28 protocol.
+//! - `mem` (feature `test-util`): an in-memory PM fabric with seeded fault injection.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use brmcp_adapters::{PeerId, PmSender, Router, RouterConfig};
+//! use rmcp::{ServerHandler, ServiceExt};
+//!
+//! /// The host: here it would hand the PM to brclient.
+//! struct Host;
+//!
+//! impl PmSender for Host {
+//!     type Error = std::io::Error;
+//!     async fn send_pm(&self, to: &PeerId, body: String) -> Result<(), Self::Error> {
+//!         let _ = (to, body);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[derive(Clone)]
+//! struct MyServer;
+//! impl ServerHandler for MyServer {}
+//!
+//! async fn serve() {
+//!     let router = Router::new(Host, RouterConfig::server());
+//!     // The host calls `router.handle_pm(from, text)` for every PM it receives.
+//!     router.serve(|_peer: &PeerId| MyServer);
+//! }
+//!
+//! async fn call(server: PeerId) -> Result<(), Box<dyn std::error::Error>> {
+//!     let router = Router::new(Host, RouterConfig::client());
+//!     let client = ().serve(router.dial(server)?).await?;
+//!     let tools = client.list_all_tools().await?;
+//!     println!("{} tools", tools.len());
+//!     Ok(())
+//! }
+//! # fn main() { let _ = (serve, call); }
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(test(attr(deny(warnings))))]
+
+mod clock;
+mod config;
+mod error;
+mod host;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod mem;
+mod peer;
+mod router;
+mod session;
+mod stats;
+mod transport;
 
 pub use brmcp_wire as wire;
+pub use clock::{Clock, SystemClock, TokioClock};
+pub use config::{
+    ASSEMBLER_SLOTS, DEFAULT_ACCEPT_BACKLOG, DEFAULT_INBOUND_QUEUE, DEFAULT_INBOX_CAPACITY,
+    DEFAULT_MAX_SESSIONS_PER_PEER, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_IDLE_TIMEOUT,
+    DEFAULT_TTL, RouterConfig,
+};
+pub use error::{AdapterError, BoxError};
+pub use host::{AllowAll, Authorizer, PmSender};
+pub use peer::{PeerId, PeerIdError};
+pub use router::Router;
+pub use stats::RouterStats;
+pub use transport::{BrTransport, REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS};

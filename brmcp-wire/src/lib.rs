@@ -17,32 +17,51 @@
 //! # Architecture
 //!
 //! - [`parse`] / [`parse_with`]: PM text to [`Part`] (header plus undecoded body);
-//!   [`Part::decode_body`] decodes the base64 body into a caller buffer.
+//!   [`Part::decode_body`] decodes the base64 body into a caller buffer. A part is valid
+//!   when both succeed: the body's symbols are checked while decoding, so they are read
+//!   once.
 //! - [`encode_part`] / [`Header::encoded_len`]: a header and a chunk to PM text.
 //! - [`Chunks`]: a payload to the headers and chunks of its parts.
+//! - [`Assembler`]: parts back to messages, over caller storage, with every bound of
+//!   [`Limits`]; [`Assembler::expire`] and [`Assembler::next_deadline`] drive clean-up.
 //! - [`SessionId`] / [`MessageId`]: inline hex identifiers, from entropy.
 //! - [`UnixTime`]: whole seconds; a part expires strictly after its `exp` second.
 //!
 //! # Example
 //!
+//! Split a message, send its parts out of order, and put it back together:
+//!
 //! ```
-//! use brmcp_wire::{Chunks, MessageId, SessionId, encode_part, parse};
+//! use brmcp_wire::{Accepted, Assembler, Chunks, Limits, MessageId, SessionId, UnixTime};
+//! use brmcp_wire::{encode_part, parse};
 //!
 //! let sid = SessionId::from_entropy([1, 2, 3, 4, 5, 6, 7, 8]);
 //! let mid = MessageId::from_entropy([8, 7, 6, 5, 4, 3, 2, 1]);
 //! let payload = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
 //!
-//! let mut pm = [0u8; 256];
-//! let mut back = [0u8; 64];
-//! let mut got = 0;
+//! // Sender: one PM per part.
+//! let mut pms: Vec<String> = Vec::new();
+//! let mut buf = [0u8; 256];
 //! for (header, chunk) in Chunks::new(sid, mid, 0, payload, 16)? {
-//!     let n = encode_part(&header, chunk, &mut pm)?;
-//!     let text = core::str::from_utf8(&pm[..n]).unwrap();
-//!     let part = parse(text)?;
-//!     assert_eq!(part.header(), &header);
-//!     got += part.decode_body(&mut back[got..])?;
+//!     let n = encode_part(&header, chunk, &mut buf)?;
+//!     pms.push(String::from_utf8(buf[..n].to_vec())?);
 //! }
-//! assert_eq!(&back[..got], &payload[..]);
+//! assert_eq!(pms.len(), 3);
+//! pms.swap(0, 2);
+//!
+//! // Receiver: storage is the caller's; the peer key is any small Copy value.
+//! let (mut arena, mut scratch) = ([0u8; 1024], [0u8; 1024]);
+//! let mut assembler: Assembler<'_, u32, 8> =
+//!     Assembler::new(&mut arena, &mut scratch, Limits::default());
+//! let now = UnixTime(1_767_225_600);
+//! let mut delivered = None;
+//! for pm in &pms {
+//!     let part = parse(pm)?;
+//!     if let Accepted::Complete(message) = assembler.add(7, &part, now)? {
+//!         delivered = Some(message.to_vec());
+//!     }
+//! }
+//! assert_eq!(delivered.as_deref(), Some(&payload[..]));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -1,0 +1,144 @@
+//! Router settings. Every bound has a default and a reason.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brmcp_wire::{DEFAULT_CHUNK_LEN, Limits};
+
+use crate::clock::{Clock, SystemClock};
+use crate::host::{AllowAll, Authorizer};
+
+/// Default capacity of a session's inbound queue: 128 decoded messages, as the Go router.
+pub const DEFAULT_INBOX_CAPACITY: usize = 128;
+
+/// Default cap on sessions one peer may open with us: 8, as the Go router.
+pub const DEFAULT_MAX_SESSIONS_PER_PEER: usize = 8;
+
+/// Default idle timeout of sessions a peer opened with us: 10 minutes, as the Go router.
+pub const DEFAULT_SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Default lifetime stamped on outbound parts (`exp = now + ttl`): 10 minutes.
+///
+/// Matches the reassembler's partial-message timeout, so a message is never kept longer
+/// than the request it carries is valid.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
+
+/// Default time a client request waits for its answer: 10 minutes, the part TTL.
+///
+/// Past it the request has expired at the peer anyway, so the answer cannot come.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Default depth of the queue between [`Router::handle_pm`](crate::Router::handle_pm)
+/// and the router task; a full queue makes `handle_pm` wait (backpressure on the host).
+pub const DEFAULT_INBOUND_QUEUE: usize = 1024;
+
+/// Default number of accepted sessions waiting for
+/// [`Router::accept`](crate::Router::accept); beyond it new sessions are refused.
+pub const DEFAULT_ACCEPT_BACKLOG: usize = 128;
+
+/// Concurrent partial messages the reassembler tracks (its slot count).
+pub const ASSEMBLER_SLOTS: usize = 256;
+
+/// Settings of one [`Router`](crate::Router).
+///
+/// [`RouterConfig::server`] and [`RouterConfig::client`] give the defaults for each role;
+/// one router may do both (accept and dial).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct RouterConfig {
+    /// Accept sessions opened by peers (the server role). Off: parts for unknown
+    /// sessions are dropped.
+    pub accept_inbound: bool,
+    /// Decoded messages queued per session before the session is closed for overflow.
+    pub inbox_capacity: usize,
+    /// Sessions one peer may have open with us; sessions we dialed do not count.
+    pub max_sessions_per_peer: usize,
+    /// Idle time after which a session a peer opened is closed; `None`: never.
+    pub server_idle_timeout: Option<Duration>,
+    /// Idle time after which a session we dialed is closed; `None`: never.
+    pub client_idle_timeout: Option<Duration>,
+    /// Raw payload bytes per part.
+    pub chunk_len: usize,
+    /// Lifetime stamped on outbound parts.
+    pub ttl: Duration,
+    /// Time a request on a dialed session waits for its answer before failing.
+    pub request_timeout: Option<Duration>,
+    /// Reassembly bounds; `max_total_bytes` also sizes the reassembly storage.
+    pub limits: Limits,
+    /// Depth of the inbound PM queue.
+    pub inbound_queue: usize,
+    /// Accepted sessions waiting for `accept`.
+    pub accept_backlog: usize,
+    /// Which peers may talk to us (checked before any state is allocated).
+    pub authorizer: Arc<dyn Authorizer>,
+    /// Source of unix time for part deadlines.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl RouterConfig {
+    /// Defaults for a router that accepts sessions (and may also dial).
+    pub fn server() -> Self {
+        Self {
+            accept_inbound: true,
+            inbox_capacity: DEFAULT_INBOX_CAPACITY,
+            max_sessions_per_peer: DEFAULT_MAX_SESSIONS_PER_PEER,
+            server_idle_timeout: Some(DEFAULT_SERVER_IDLE_TIMEOUT),
+            client_idle_timeout: None,
+            chunk_len: DEFAULT_CHUNK_LEN,
+            ttl: DEFAULT_TTL,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            limits: Limits::default(),
+            inbound_queue: DEFAULT_INBOUND_QUEUE,
+            accept_backlog: DEFAULT_ACCEPT_BACKLOG,
+            authorizer: Arc::new(AllowAll),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Defaults for a router that only dials: parts for unknown sessions are dropped.
+    pub fn client() -> Self {
+        Self {
+            accept_inbound: false,
+            ..Self::server()
+        }
+    }
+
+    /// Sets the authorizer.
+    #[must_use]
+    pub fn with_authorizer(mut self, authorizer: impl Authorizer) -> Self {
+        self.authorizer = Arc::new(authorizer);
+        self
+    }
+
+    /// Sets the clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        Self::server()
+    }
+}
+
+impl fmt::Debug for RouterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RouterConfig")
+            .field("accept_inbound", &self.accept_inbound)
+            .field("inbox_capacity", &self.inbox_capacity)
+            .field("max_sessions_per_peer", &self.max_sessions_per_peer)
+            .field("server_idle_timeout", &self.server_idle_timeout)
+            .field("client_idle_timeout", &self.client_idle_timeout)
+            .field("chunk_len", &self.chunk_len)
+            .field("ttl", &self.ttl)
+            .field("request_timeout", &self.request_timeout)
+            .field("limits", &self.limits)
+            .field("inbound_queue", &self.inbound_queue)
+            .field("accept_backlog", &self.accept_backlog)
+            .finish_non_exhaustive()
+    }
+}

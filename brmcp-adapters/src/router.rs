@@ -1,0 +1,738 @@
+//! The router: one per Bison Relay identity. It turns inbound PMs into JSON-RPC
+//! messages of sessions keyed by (peer, sid), opens sessions peers start, and closes
+//! idle ones.
+//!
+//! One task (the driver) owns all mutable routing state: the reassembler and its
+//! storage, the session map, and the timers. [`Router::handle_pm`] queues PMs to it.
+//! Per PM it runs, in order:
+//!
+//! 1. parse: chat and other versions are ignored silently; malformed envelopes are
+//!    counted and logged at debug;
+//! 2. the allow gate, before any state exists for the part (replies on sessions we
+//!    dialed pass it);
+//! 3. reassembly (duplicates of messages already delivered are dropped first);
+//! 4. JSON-RPC decode (failures are counted and dropped);
+//! 5. the session (peer, sid): its bounded inbox, or a new session from an allowed
+//!    peer handed to [`Router::accept`].
+//!
+//! The driver sleeps until the earlier of the reassembler's next deadline and the next
+//! possible idle expiry.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use brmcp_wire::{Accepted, AssembleError, Assembler, MAX_PM_LEN, MessageId, SessionId, parse};
+use rmcp::ServiceExt;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, GetMeta,
+    JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::service::{RoleClient, RoleServer, Service};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
+
+use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
+use crate::error::AdapterError;
+use crate::host::PmSender;
+use crate::peer::PeerId;
+use crate::session::{Outlet, SessionShared, spawn_writer};
+use crate::stats::{Counters, RouterStats};
+use crate::transport::{BrTransport, SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
+
+/// Completed message ids remembered per session, to drop duplicates of them.
+const RECENT_MIDS: usize = 64;
+
+/// Router-level replies (errors for sessions that could not be opened) queued at most.
+const REPLY_QUEUE: usize = 64;
+
+/// Commands to the driver from routers and sessions.
+pub(crate) enum Ctl {
+    /// A session we dialed; replies on it are routed to `inbox`.
+    Dialed {
+        shared: Arc<SessionShared>,
+        inbox: mpsc::Sender<ServerJsonRpcMessage>,
+    },
+    /// A session's transport closed or was dropped.
+    Close {
+        peer: PeerId,
+        sid: SessionId,
+        id: u64,
+    },
+    /// From now on, hand new sessions to this callback instead of the accept queue.
+    Acceptor(Acceptor),
+    /// Close every session and stop.
+    Shutdown,
+}
+
+/// Takes each new inbound session; runs on the router task, so it must not block.
+type Acceptor = Box<dyn FnMut(BrTransport<RoleServer>) + Send>;
+
+/// One inbound PM as the host handed it over.
+struct InboundPm {
+    from: PeerId,
+    body: String,
+}
+
+/// Routes brmcp PMs of one Bison Relay identity to MCP sessions, in both roles.
+///
+/// Cheap to clone; every clone drives the same router. The router task runs until
+/// [`close`](Self::close) or until every clone and every session is dropped.
+#[derive(Clone)]
+pub struct Router {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pm_tx: mpsc::Sender<InboundPm>,
+    ctl_tx: mpsc::UnboundedSender<Ctl>,
+    counters: Arc<Counters>,
+    accept_rx: Mutex<mpsc::Receiver<BrTransport<RoleServer>>>,
+    outlet: Arc<Outlet>,
+    next_id: Arc<AtomicU64>,
+    epoch: Instant,
+    inbox_capacity: usize,
+    request_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Router {
+    /// A router sending through `sender`, with its task spawned on the current tokio
+    /// runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn new(sender: impl PmSender, config: RouterConfig) -> Self {
+        let counters = Arc::new(Counters::default());
+        let outlet = Arc::new(Outlet {
+            sender: Arc::new(sender),
+            clock: config.clock.clone(),
+            counters: counters.clone(),
+            chunk_len: config.chunk_len,
+            ttl: config.ttl,
+        });
+        let (pm_tx, pm_rx) = mpsc::channel(config.inbound_queue.max(1));
+        let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+        let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
+        let (reply_tx, reply_rx) = mpsc::channel(REPLY_QUEUE);
+        let next_id = Arc::new(AtomicU64::new(1));
+        let epoch = Instant::now();
+        tokio::spawn(reply_writer(outlet.clone(), reply_rx));
+        let driver = Driver {
+            next_idle_check: None,
+            sessions: HashMap::new(),
+            inbound_per_peer: HashMap::new(),
+            counters: counters.clone(),
+            outlet: outlet.clone(),
+            ctl_weak: ctl_tx.downgrade(),
+            accept_tx,
+            acceptor: None,
+            reply_tx,
+            next_id: next_id.clone(),
+            epoch,
+            config: config.clone(),
+        };
+        tokio::spawn(driver.run(pm_rx, ctl_rx));
+        Self {
+            inner: Arc::new(Inner {
+                pm_tx,
+                ctl_tx,
+                counters,
+                accept_rx: Mutex::new(accept_rx),
+                outlet,
+                next_id,
+                epoch,
+                inbox_capacity: config.inbox_capacity.max(1),
+                request_timeout: config.request_timeout,
+            }),
+        }
+    }
+
+    /// Hands the router one PM the host received from `from`, chat included. Waits
+    /// while the router's inbound queue is full.
+    ///
+    /// # Errors
+    /// [`AdapterError::RouterClosed`] once the router has stopped.
+    pub async fn handle_pm(
+        &self,
+        from: PeerId,
+        body: impl Into<String>,
+    ) -> Result<(), AdapterError> {
+        let pm = InboundPm {
+            from,
+            body: body.into(),
+        };
+        self.inner
+            .pm_tx
+            .send(pm)
+            .await
+            .map_err(|_| AdapterError::RouterClosed)
+    }
+
+    /// Opens a client session to `peer` with a fresh random session id. Nothing is sent
+    /// until the MCP client sends its first message.
+    ///
+    /// # Errors
+    /// [`AdapterError::RouterClosed`], or [`AdapterError::Entropy`] if no random id can
+    /// be drawn.
+    pub fn dial(&self, peer: PeerId) -> Result<BrTransport<RoleClient>, AdapterError> {
+        let sid = SessionId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?;
+        let id = self.inner.next_id.fetch_add(1, Relaxed);
+        let shared = Arc::new(SessionShared::new(peer, sid, id, self.inner.epoch));
+        let (inbox_tx, inbox_rx) = mpsc::channel(self.inner.inbox_capacity);
+        // Registered before the first PM can leave, so the first reply finds it.
+        self.inner
+            .ctl_tx
+            .send(Ctl::Dialed {
+                shared: shared.clone(),
+                inbox: inbox_tx,
+            })
+            .map_err(|_| AdapterError::RouterClosed)?;
+        let outbox = spawn_writer(self.inner.outlet.clone(), shared.clone());
+        Ok(BrTransport::new(
+            shared,
+            outbox,
+            inbox_rx,
+            self.inner.ctl_tx.clone(),
+            self.inner.request_timeout,
+        ))
+    }
+
+    /// The next session a peer opened with us; `None` once the router has stopped.
+    ///
+    /// The session's first message is already queued in it.
+    pub async fn accept(&self) -> Option<BrTransport<RoleServer>> {
+        self.inner.accept_rx.lock().await.recv().await
+    }
+
+    /// Hands every session peers open from now on to `acceptor` instead of
+    /// [`accept`](Self::accept). It runs on the router task: it must return quickly
+    /// (spawn work, do not wait on it).
+    pub fn set_acceptor(&self, acceptor: impl FnMut(BrTransport<RoleServer>) + Send + 'static) {
+        let _ = self.inner.ctl_tx.send(Ctl::Acceptor(Box::new(acceptor)));
+    }
+
+    /// Serves every session peers open from now on with an rmcp service from `factory`
+    /// (called with the peer), each in its own task.
+    ///
+    /// Must be called within a tokio runtime; the services run on it.
+    pub fn serve<S, F>(&self, factory: F)
+    where
+        S: Service<RoleServer>,
+        F: Fn(&PeerId) -> S + Send + 'static,
+    {
+        let runtime = tokio::runtime::Handle::current();
+        self.set_acceptor(move |transport: BrTransport<RoleServer>| {
+            let service = factory(&transport.peer());
+            // Not awaited inline: under the stateless lifecycle `serve` returns only at
+            // the first real request.
+            runtime.spawn(async move {
+                match service.serve(transport).await {
+                    Ok(running) => {
+                        let _ = running.waiting().await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "session did not start"),
+                }
+            });
+        });
+    }
+
+    /// A snapshot of the router's counters.
+    pub fn stats(&self) -> RouterStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Closes every session and stops the router task.
+    pub fn close(&self) {
+        let _ = self.inner.ctl_tx.send(Ctl::Shutdown);
+    }
+
+    #[cfg(feature = "test-util")]
+    pub(crate) fn downgrade(&self) -> WeakRouter {
+        WeakRouter {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+}
+
+/// A router handle that does not keep the router alive.
+#[cfg(feature = "test-util")]
+#[derive(Clone)]
+pub(crate) struct WeakRouter {
+    inner: std::sync::Weak<Inner>,
+}
+
+#[cfg(feature = "test-util")]
+impl WeakRouter {
+    pub(crate) fn upgrade(&self) -> Option<Router> {
+        self.inner.upgrade().map(|inner| Router { inner })
+    }
+}
+
+/// Sends router-level replies, one after another.
+async fn reply_writer(outlet: Arc<Outlet>, mut rx: mpsc::Receiver<(PeerId, SessionId, Vec<u8>)>) {
+    while let Some((peer, sid, payload)) = rx.recv().await {
+        if let Err(e) = outlet.send_message(&peer, sid, &payload).await {
+            tracing::debug!(%peer, error = %e, "reply not sent");
+        }
+    }
+}
+
+/// Where a session's decoded inbound messages go, by the local role.
+enum Inbox {
+    /// We serve: the peer sends client messages.
+    Server(mpsc::Sender<ClientJsonRpcMessage>),
+    /// We dialed: the peer sends server messages.
+    Client(mpsc::Sender<ServerJsonRpcMessage>),
+}
+
+struct Entry {
+    inbox: Inbox,
+    shared: Arc<SessionShared>,
+    /// Opened by the peer (counts against its cap).
+    inbound: bool,
+    idle: Option<Duration>,
+    recent: VecDeque<MessageId>,
+}
+
+/// Why the driver closes a session.
+#[derive(Debug, Clone, Copy)]
+enum CloseReason {
+    Transport,
+    Idle,
+    Overflow,
+    Shutdown,
+}
+
+struct Driver {
+    config: RouterConfig,
+    counters: Arc<Counters>,
+    outlet: Arc<Outlet>,
+    /// Weak, so the driver stops once no router handle or session is left.
+    ctl_weak: mpsc::WeakUnboundedSender<Ctl>,
+    accept_tx: mpsc::Sender<BrTransport<RoleServer>>,
+    acceptor: Option<Acceptor>,
+    reply_tx: mpsc::Sender<(PeerId, SessionId, Vec<u8>)>,
+    sessions: HashMap<(PeerId, SessionId), Entry>,
+    inbound_per_peer: HashMap<PeerId, usize>,
+    /// No session can be idle before this instant.
+    next_idle_check: Option<Instant>,
+    next_id: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+type PeerKey = [u8; 32];
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut pm_rx: mpsc::Receiver<InboundPm>,
+        mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
+    ) {
+        // The reassembler borrows its storage, so both live in this task's frame. The
+        // arena is zeroed by the allocator lazily: untouched pages cost no memory.
+        let limits = self.config.limits;
+        let mut arena = vec![0u8; limits.max_total_bytes].into_boxed_slice();
+        let mut scratch =
+            vec![0u8; limits.max_message_bytes.min(MAX_PM_LEN / 4 * 3)].into_boxed_slice();
+        let mut assembler: Assembler<'_, PeerKey, ASSEMBLER_SLOTS> =
+            Assembler::new(&mut arena, &mut scratch, limits);
+        let mut pms_open = true;
+
+        loop {
+            let wake = self.next_wake(&assembler);
+            tokio::select! {
+                biased;
+                ctl = ctl_rx.recv() => match ctl {
+                    None | Some(Ctl::Shutdown) => break,
+                    Some(ctl) => self.on_ctl(ctl),
+                },
+                pm = pm_rx.recv(), if pms_open => match pm {
+                    Some(pm) => self.on_pm(&mut assembler, pm),
+                    None => pms_open = false,
+                },
+                () = sleep_until_opt(wake) => self.on_timer(&mut assembler),
+            }
+        }
+        let keys: Vec<_> = self.sessions.keys().copied().collect();
+        for key in keys {
+            self.close(key, CloseReason::Shutdown);
+        }
+    }
+
+    fn next_wake(&self, assembler: &Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) -> Option<Instant> {
+        let reassembly = assembler.next_deadline().map(|deadline| {
+            let secs = deadline.0.saturating_sub(self.config.clock.now().0).max(0);
+            Instant::now() + Duration::from_secs(secs.unsigned_abs())
+        });
+        match (reassembly, self.next_idle_check) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_timer(&mut self, assembler: &mut Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) {
+        let expired = assembler.expire(self.config.clock.now());
+        self.counters
+            .partials_expired
+            .fetch_add(expired as u64, Relaxed);
+        self.update_buffered(assembler);
+
+        let now = Instant::now();
+        if self.next_idle_check.is_some_and(|at| at <= now) {
+            let mut next: Option<Instant> = None;
+            let mut idle = Vec::new();
+            for (key, entry) in &self.sessions {
+                let Some(timeout) = entry.idle else { continue };
+                // A session still handling a request is busy, not idle.
+                let due = if entry.shared.is_busy() {
+                    now + timeout
+                } else {
+                    entry.shared.last_active() + timeout
+                };
+                if due <= now {
+                    idle.push(*key);
+                } else {
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+            for key in idle {
+                self.close(key, CloseReason::Idle);
+            }
+            self.next_idle_check = next;
+        }
+    }
+
+    fn schedule_idle(&mut self, timeout: Option<Duration>) {
+        if let Some(timeout) = timeout {
+            let due = Instant::now() + timeout;
+            self.next_idle_check = Some(self.next_idle_check.map_or(due, |n| n.min(due)));
+        }
+    }
+
+    fn update_buffered(&self, assembler: &Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) {
+        let stats = assembler.stats();
+        self.counters
+            .bytes_buffered
+            .store(stats.bytes as u64, Relaxed);
+        self.counters
+            .messages_buffered
+            .store(stats.messages as u64, Relaxed);
+    }
+
+    fn on_ctl(&mut self, ctl: Ctl) {
+        match ctl {
+            Ctl::Dialed { shared, inbox } => {
+                let key = (shared.peer, shared.sid);
+                let idle = self.config.client_idle_timeout;
+                let entry = Entry {
+                    inbox: Inbox::Client(inbox),
+                    shared,
+                    inbound: false,
+                    idle,
+                    recent: VecDeque::new(),
+                };
+                if let Some(old) = self.sessions.insert(key, entry) {
+                    // A 64-bit random sid collided with a live session: keep the new one.
+                    self.forget(key, &old);
+                }
+                Counters::bump(&self.counters.sessions_dialed);
+                self.counters.sessions_open.fetch_add(1, Relaxed);
+                self.schedule_idle(idle);
+            }
+            Ctl::Close { peer, sid, id } => {
+                let key = (peer, sid);
+                if self.sessions.get(&key).is_some_and(|e| e.shared.id == id) {
+                    self.close(key, CloseReason::Transport);
+                }
+            }
+            Ctl::Acceptor(acceptor) => self.acceptor = Some(acceptor),
+            Ctl::Shutdown => {}
+        }
+    }
+
+    /// Bookkeeping for an entry leaving the map.
+    fn forget(&mut self, key: (PeerId, SessionId), entry: &Entry) {
+        entry.shared.mark_closed();
+        if entry.inbound
+            && let Some(n) = self.inbound_per_peer.get_mut(&key.0)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.inbound_per_peer.remove(&key.0);
+            }
+        }
+        Counters::bump(&self.counters.sessions_closed);
+        self.counters.sessions_open.fetch_sub(1, Relaxed);
+    }
+
+    /// Removes a session; dropping its inbox sender ends its transport's `receive`.
+    fn close(&mut self, key: (PeerId, SessionId), reason: CloseReason) {
+        if let Some(entry) = self.sessions.remove(&key) {
+            tracing::debug!(peer = %key.0, sid = %key.1, ?reason, "session closed");
+            match reason {
+                CloseReason::Idle => Counters::bump(&self.counters.sessions_expired),
+                CloseReason::Overflow => Counters::bump(&self.counters.sessions_overflowed),
+                CloseReason::Transport | CloseReason::Shutdown => {}
+            }
+            self.forget(key, &entry);
+        }
+    }
+
+    fn on_pm(&mut self, assembler: &mut Assembler<'_, PeerKey, ASSEMBLER_SLOTS>, pm: InboundPm) {
+        Counters::bump(&self.counters.pms_received);
+        let part = match parse(&pm.body) {
+            Ok(part) => part,
+            Err(e) if e.is_foreign() => {
+                Counters::bump(&self.counters.dropped_foreign);
+                return;
+            }
+            Err(e) => {
+                Counters::bump(&self.counters.dropped_malformed);
+                tracing::debug!(peer = %pm.from, error = %e, "malformed part");
+                return;
+            }
+        };
+        let peer = pm.from;
+        let key = (peer, *part.sid());
+        let session = self.sessions.get(&key);
+        // Replies on sessions we dialed pass: dialing the peer authorized it.
+        let dialed = session.is_some_and(|e| !e.inbound);
+        if !dialed && !self.config.authorizer.allow(&peer) {
+            Counters::bump(&self.counters.dropped_disallowed);
+            tracing::debug!(%peer, "part from a peer not allowed");
+            return;
+        }
+        Counters::bump(&self.counters.parts_received);
+        match session {
+            Some(entry) if entry.recent.contains(part.mid()) => {
+                Counters::bump(&self.counters.dropped_duplicate);
+                return;
+            }
+            Some(_) => {}
+            None if !self.config.accept_inbound => {
+                Counters::bump(&self.counters.dropped_unknown_session);
+                return;
+            }
+            // A capped peer gets no reassembly storage for new sessions.
+            None if part.total() > 1 && self.at_cap(&peer) => {
+                Counters::bump(&self.counters.dropped_session_cap);
+                return;
+            }
+            None => {}
+        }
+        let mid = *part.mid();
+        let now = self.config.clock.now();
+        match assembler.add(*peer.as_bytes(), &part, now) {
+            Ok(Accepted::Complete(payload)) => self.on_message(peer, key.1, mid, payload),
+            Ok(Accepted::Pending) => {}
+            Ok(Accepted::Duplicate) => Counters::bump(&self.counters.dropped_duplicate),
+            Err(AssembleError::Expired) => {
+                Counters::bump(&self.counters.dropped_expired);
+                tracing::debug!(%peer, "part past its deadline");
+            }
+            Err(e @ AssembleError::Body(_)) => {
+                Counters::bump(&self.counters.dropped_malformed);
+                tracing::debug!(%peer, error = %e, "malformed part body");
+            }
+            Err(e) => {
+                Counters::bump(&self.counters.dropped_reassembly);
+                tracing::debug!(%peer, error = %e, "part refused by reassembly");
+            }
+        }
+        self.update_buffered(assembler);
+    }
+
+    fn at_cap(&self, peer: &PeerId) -> bool {
+        self.inbound_per_peer.get(peer).copied().unwrap_or(0) >= self.config.max_sessions_per_peer
+    }
+
+    fn on_message(&mut self, peer: PeerId, sid: SessionId, mid: MessageId, payload: &[u8]) {
+        let key = (peer, sid);
+        let Some(entry) = self.sessions.get_mut(&key) else {
+            self.open(peer, sid, mid, payload);
+            return;
+        };
+        if entry.recent.len() == RECENT_MIDS {
+            entry.recent.pop_front();
+        }
+        entry.recent.push_back(mid);
+        let result = match &entry.inbox {
+            Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
+                Ok(message) => {
+                    track_request(&entry.shared, &message);
+                    deliver(tx, message)
+                }
+                Err(e) => Delivery::Invalid(e),
+            },
+            Inbox::Client(tx) => match serde_json::from_slice::<ServerJsonRpcMessage>(payload) {
+                Ok(message) => deliver(tx, message),
+                Err(e) => Delivery::Invalid(e),
+            },
+        };
+        match result {
+            Delivery::Queued => {
+                entry.shared.touch();
+                Counters::bump(&self.counters.messages_delivered);
+            }
+            Delivery::Invalid(e) => {
+                Counters::bump(&self.counters.dropped_json);
+                tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+            }
+            Delivery::Full => {
+                tracing::debug!(%peer, %sid, "inbox overflow");
+                self.close(key, CloseReason::Overflow);
+            }
+            Delivery::Gone => self.close(key, CloseReason::Transport),
+        }
+    }
+
+    /// A message for a session we do not have: open a server session if it may.
+    fn open(&mut self, peer: PeerId, sid: SessionId, mid: MessageId, payload: &[u8]) {
+        let message = match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
+            Ok(message) => message,
+            Err(e) => {
+                Counters::bump(&self.counters.dropped_json);
+                tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+                return;
+            }
+        };
+        let JsonRpcMessage::Request(request) = &message else {
+            // A late notification or answer for a session that is gone.
+            Counters::bump(&self.counters.dropped_unknown_session);
+            return;
+        };
+        if !opens_session(&request.request) {
+            // The session expired here (or never existed): say so, so the client can
+            // re-establish it instead of talking to an uninitialized session.
+            Counters::bump(&self.counters.dropped_unknown_session);
+            self.reply_error(
+                peer,
+                sid,
+                request.id.clone(),
+                SESSION_NOT_FOUND,
+                "session not found",
+            );
+            return;
+        }
+        if self.at_cap(&peer) {
+            Counters::bump(&self.counters.dropped_session_cap);
+            self.reply_error(
+                peer,
+                sid,
+                request.id.clone(),
+                TOO_MANY_SESSIONS,
+                "too many sessions",
+            );
+            return;
+        }
+        let request_id = request.id.clone();
+        let Some(ctl) = self.ctl_weak.upgrade() else {
+            return;
+        };
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let shared = Arc::new(SessionShared::new(peer, sid, id, self.epoch));
+        track_request(&shared, &message);
+        let (inbox_tx, inbox_rx) = mpsc::channel(self.config.inbox_capacity.max(1));
+        if inbox_tx.try_send(message).is_err() {
+            return;
+        }
+        let outbox = spawn_writer(self.outlet.clone(), shared.clone());
+        let transport = BrTransport::new(shared.clone(), outbox, inbox_rx, ctl, None);
+        if let Some(acceptor) = &mut self.acceptor {
+            acceptor(transport);
+        } else if self.accept_tx.try_send(transport).is_err() {
+            Counters::bump(&self.counters.dropped_accept_backlog);
+            self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "server busy");
+            return;
+        }
+        let idle = self.config.server_idle_timeout;
+        let mut recent = VecDeque::new();
+        recent.push_back(mid);
+        self.sessions.insert(
+            (peer, sid),
+            Entry {
+                inbox: Inbox::Server(inbox_tx),
+                shared,
+                inbound: true,
+                idle,
+                recent,
+            },
+        );
+        *self.inbound_per_peer.entry(peer).or_default() += 1;
+        Counters::bump(&self.counters.sessions_accepted);
+        Counters::bump(&self.counters.messages_delivered);
+        self.counters.sessions_open.fetch_add(1, Relaxed);
+        self.schedule_idle(idle);
+    }
+
+    fn reply_error(
+        &self,
+        peer: PeerId,
+        sid: SessionId,
+        id: RequestId,
+        code: ErrorCode,
+        message: &'static str,
+    ) {
+        let reply = ServerJsonRpcMessage::error(ErrorData::new(code, message, None), Some(id));
+        if let Ok(payload) = serde_json::to_vec(&reply) {
+            // A full queue drops the reply: the client's request timeout covers it.
+            let _ = self.reply_tx.try_send((peer, sid, payload));
+        }
+    }
+}
+
+/// Keeps a server session's set of unanswered requests up to date.
+fn track_request(session: &SessionShared, message: &ClientJsonRpcMessage) {
+    match message {
+        JsonRpcMessage::Request(r) => session.request_started(r.id.clone()),
+        JsonRpcMessage::Notification(n) => {
+            if let ClientNotification::CancelledNotification(c) = &n.notification
+                && let Some(id) = &c.params.request_id
+            {
+                session.request_ended(id);
+            }
+        }
+        JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
+    }
+}
+
+/// Whether a request may open a server session: the legacy handshake, discovery, or a
+/// request carrying the stateless protocol's inline metadata.
+fn opens_session(request: &ClientRequest) -> bool {
+    matches!(
+        request,
+        ClientRequest::InitializeRequest(_) | ClientRequest::DiscoverRequest(_)
+    ) || request.get_meta().protocol_version().is_some()
+}
+
+enum Delivery {
+    Queued,
+    Invalid(serde_json::Error),
+    Full,
+    Gone,
+}
+
+fn deliver<T>(tx: &mpsc::Sender<T>, message: T) -> Delivery {
+    match tx.try_send(message) {
+        Ok(()) => Delivery::Queued,
+        Err(TrySendError::Full(_)) => Delivery::Full,
+        Err(TrySendError::Closed(_)) => Delivery::Gone,
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

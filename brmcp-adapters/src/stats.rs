@@ -1,0 +1,84 @@
+//! Counters an operator or a test can read: what the router received, dropped and why,
+//! and what happened to sessions.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident, )*) => {
+        /// A snapshot of a router's counters. Counts are totals since the router started,
+        /// except the gauges `sessions_open`, `bytes_buffered` and `messages_buffered`.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct RouterStats {
+            $( $(#[$doc])* pub $name: u64, )*
+        }
+
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $( pub(crate) $name: AtomicU64, )*
+        }
+
+        impl Counters {
+            pub(crate) fn snapshot(&self) -> RouterStats {
+                RouterStats { $( $name: self.$name.load(Relaxed), )* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// PMs handed to `handle_pm`, chat included.
+    pms_received,
+    /// PMs that parsed as brmcp parts.
+    parts_received,
+    /// PMs that are not brmcp traffic (chat, other versions), ignored silently.
+    dropped_foreign,
+    /// PMs that looked like an envelope but did not parse.
+    dropped_malformed,
+    /// Parts from peers the authorizer refused.
+    dropped_disallowed,
+    /// Parts past their deadline.
+    dropped_expired,
+    /// Parts and messages seen before.
+    dropped_duplicate,
+    /// Parts the reassembler refused for its bounds or inconsistency.
+    dropped_reassembly,
+    /// Complete messages that were not valid JSON-RPC.
+    dropped_json,
+    /// Messages for a session that does not exist and may not be opened by them.
+    dropped_unknown_session,
+    /// New sessions refused because the peer is at its session cap.
+    dropped_session_cap,
+    /// New sessions refused because nobody is accepting them fast enough.
+    dropped_accept_backlog,
+    /// Messages handed to sessions.
+    messages_delivered,
+    /// Partial messages abandoned by the reassembler's expiry.
+    partials_expired,
+    /// Sessions peers opened that were handed to `accept`.
+    sessions_accepted,
+    /// Sessions dialed locally.
+    sessions_dialed,
+    /// Sessions closed for being idle.
+    sessions_expired,
+    /// Sessions closed because their inbound queue overflowed.
+    sessions_overflowed,
+    /// Sessions closed, for any reason.
+    sessions_closed,
+    /// Sessions open now.
+    sessions_open,
+    /// PMs sent.
+    pms_sent,
+    /// PM sends the host refused.
+    send_errors,
+    /// Bytes of partial messages held by the reassembler now.
+    bytes_buffered,
+    /// Partial messages held by the reassembler now.
+    messages_buffered,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+}

@@ -1,0 +1,440 @@
+//! [`BrTransport`]: one brmcp session as an [`rmcp::transport::Transport`], in either role.
+//!
+//! `send` serializes the message and queues it for the session's writer before it
+//! returns its future, so PMs leave in the order rmcp called `send` (rmcp polls send
+//! futures concurrently; a progress notification must not overtake its response).
+//! `receive` is a channel receive and so cancellation-safe.
+//!
+//! On a dialed (client) session the transport also
+//! - fails a request that gets no answer within the configured timeout with a JSON-RPC
+//!   error [`REQUEST_TIMEOUT`] (and tells the peer it is cancelled), and
+//! - recovers from a server that forgot the session (idle expiry): when a request is
+//!   answered with [`SESSION_NOT_FOUND`], it replays the session's `initialize` and
+//!   `notifications/initialized`, swallows the replayed handshake's answer, and sends
+//!   the request again, once. rmcp sees only the request's real answer.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brmcp_wire::SessionId;
+use rmcp::model::{
+    CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification,
+    ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::service::{RoleClient, RoleServer, RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::error::AdapterError;
+use crate::peer::PeerId;
+use crate::router::Ctl;
+use crate::session::{Outbound, SessionShared};
+
+/// JSON-RPC error code a router answers with when a request arrives for a session it
+/// does not have and the request cannot open one (not `initialize`, no inline
+/// protocol metadata). A dialed session recovers from it transparently.
+pub const SESSION_NOT_FOUND: ErrorCode = ErrorCode(-32003);
+
+/// JSON-RPC error code of a request that got no answer in time (the TypeScript SDK's
+/// `RequestTimeout` code).
+pub const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
+
+/// JSON-RPC error code a router answers with when a peer is at its session cap.
+pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32004);
+
+/// One brmcp session (peer, sid) as an rmcp transport.
+///
+/// Made by [`Router::dial`](crate::Router::dial) (`RoleClient`) or handed out by
+/// [`Router::accept`](crate::Router::accept) (`RoleServer`). Dropping it closes the
+/// session; messages already queued are still sent.
+pub struct BrTransport<R: ServiceRole> {
+    session: Arc<SessionShared>,
+    outbox: mpsc::UnboundedSender<Outbound>,
+    inbox: mpsc::Receiver<RxJsonRpcMessage<R>>,
+    ctl: mpsc::UnboundedSender<Ctl>,
+    client: ClientState,
+    _role: PhantomData<fn() -> R>,
+}
+
+impl<R: ServiceRole> std::fmt::Debug for BrTransport<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrTransport")
+            .field("peer", &self.session.peer)
+            .field("sid", &self.session.sid)
+            .field("role", &std::any::type_name::<R>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: ServiceRole> BrTransport<R> {
+    pub(crate) fn new(
+        session: Arc<SessionShared>,
+        outbox: mpsc::UnboundedSender<Outbound>,
+        inbox: mpsc::Receiver<RxJsonRpcMessage<R>>,
+        ctl: mpsc::UnboundedSender<Ctl>,
+        request_timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            session,
+            outbox,
+            inbox,
+            ctl,
+            client: ClientState::new(request_timeout),
+            _role: PhantomData,
+        }
+    }
+
+    /// The peer at the other end.
+    pub fn peer(&self) -> PeerId {
+        self.session.peer
+    }
+
+    /// The session id.
+    pub fn sid(&self) -> SessionId {
+        self.session.sid
+    }
+
+    /// Queues an already serialized message; the receiver tells when its PMs are sent.
+    fn enqueue(
+        &self,
+        payload: Arc<Vec<u8>>,
+    ) -> Result<oneshot::Receiver<Result<(), AdapterError>>, AdapterError> {
+        let (ack, done) = oneshot::channel();
+        self.outbox
+            .send(Outbound {
+                payload,
+                ack: Some(ack),
+            })
+            .map_err(|_| AdapterError::Closed)?;
+        Ok(done)
+    }
+
+    /// Queues a message nobody waits for (recovery and cancellation traffic).
+    fn enqueue_quiet(&self, payload: Arc<Vec<u8>>) {
+        let _ = self.outbox.send(Outbound { payload, ack: None });
+    }
+
+    fn close_session(&mut self) {
+        if self.session.mark_closed() {
+            let _ = self.ctl.send(Ctl::Close {
+                peer: self.session.peer,
+                sid: self.session.sid,
+                id: self.session.id,
+            });
+        }
+        self.inbox.close();
+    }
+}
+
+impl<R: ServiceRole> Drop for BrTransport<R> {
+    fn drop(&mut self) {
+        self.close_session();
+    }
+}
+
+/// The future `send` returns: it waits for the writer's acknowledgement only.
+async fn acked(
+    queued: Result<oneshot::Receiver<Result<(), AdapterError>>, AdapterError>,
+) -> Result<(), AdapterError> {
+    queued?.await.unwrap_or(Err(AdapterError::Closed))
+}
+
+impl Transport<RoleServer> for BrTransport<RoleServer> {
+    type Error = AdapterError;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        match &item {
+            JsonRpcMessage::Response(r) => self.session.request_ended(&r.id),
+            JsonRpcMessage::Error(e) => {
+                if let Some(id) = &e.id {
+                    self.session.request_ended(id);
+                }
+            }
+            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {}
+        }
+        let queued = serde_json::to_vec(&item)
+            .map_err(AdapterError::from)
+            .and_then(|payload| self.enqueue(Arc::new(payload)));
+        acked(queued)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        self.inbox.recv()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.close_session();
+        Ok(())
+    }
+}
+
+impl Transport<RoleClient> for BrTransport<RoleClient> {
+    type Error = AdapterError;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let queued = serde_json::to_vec(&item)
+            .map_err(AdapterError::from)
+            .and_then(|payload| {
+                let payload = Arc::new(payload);
+                self.client.on_send(&item, &payload);
+                self.enqueue(payload)
+            });
+        acked(queued)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        enum Event {
+            Message(Option<Box<ServerJsonRpcMessage>>),
+            Deadline,
+        }
+        loop {
+            if let Some(message) = self.client.ready.pop_front() {
+                return Some(message);
+            }
+            // Both branches are cancellation-safe; state changes only after one completes.
+            let event = match self.client.next_deadline() {
+                Some(deadline) => tokio::select! {
+                    m = self.inbox.recv() => Event::Message(m.map(Box::new)),
+                    () = tokio::time::sleep_until(deadline) => Event::Deadline,
+                },
+                None => Event::Message(self.inbox.recv().await.map(Box::new)),
+            };
+            match event {
+                Event::Deadline => {
+                    let peer = self.session.peer;
+                    for payload in self.client.on_deadline(Instant::now(), &peer) {
+                        self.enqueue_quiet(payload);
+                    }
+                }
+                Event::Message(None) => return None,
+                Event::Message(Some(message)) => {
+                    let (deliver, resend) = self.client.on_receive(*message);
+                    for payload in resend {
+                        self.enqueue_quiet(payload);
+                    }
+                    if let Some(message) = deliver {
+                        return Some(message);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.close_session();
+        Ok(())
+    }
+}
+
+/// A request sent on a dialed session and not answered yet.
+struct Inflight {
+    payload: Arc<Vec<u8>>,
+    /// `None` while it waits for the session to be re-established.
+    deadline: Option<Instant>,
+    replayed: bool,
+}
+
+/// A re-establishment in progress: the replayed `initialize` and who waits for it.
+struct Reinit {
+    deadline: Option<Instant>,
+    /// Requests to send again once the session is back, with the error to deliver if
+    /// it does not come back.
+    waiting: Vec<(RequestId, ServerJsonRpcMessage)>,
+}
+
+/// What a dialed session tracks to time requests out and to recover a lost session.
+struct ClientState {
+    timeout: Option<Duration>,
+    inflight: HashMap<RequestId, Inflight>,
+    /// The session's `initialize` request as sent, and its id.
+    init: Option<(RequestId, Arc<Vec<u8>>)>,
+    initialized: Option<Arc<Vec<u8>>>,
+    reinit: Option<Reinit>,
+    /// Messages made up locally (timeouts, failed recoveries) for rmcp to receive.
+    ready: VecDeque<ServerJsonRpcMessage>,
+}
+
+impl ClientState {
+    fn new(timeout: Option<Duration>) -> Self {
+        Self {
+            timeout,
+            inflight: HashMap::new(),
+            init: None,
+            initialized: None,
+            reinit: None,
+            ready: VecDeque::new(),
+        }
+    }
+
+    fn deadline_from(&self, now: Instant) -> Option<Instant> {
+        self.timeout.map(|t| now + t)
+    }
+
+    fn on_send(&mut self, item: &ClientJsonRpcMessage, payload: &Arc<Vec<u8>>) {
+        match item {
+            JsonRpcMessage::Request(request) => {
+                if matches!(request.request, ClientRequest::InitializeRequest(_)) {
+                    self.init = Some((request.id.clone(), payload.clone()));
+                }
+                let deadline = self.deadline_from(Instant::now());
+                self.inflight.insert(
+                    request.id.clone(),
+                    Inflight {
+                        payload: payload.clone(),
+                        deadline,
+                        replayed: false,
+                    },
+                );
+            }
+            JsonRpcMessage::Notification(n) => match &n.notification {
+                ClientNotification::InitializedNotification(_) => {
+                    self.initialized = Some(payload.clone());
+                }
+                // A cancelled request gets no answer; stop timing it.
+                ClientNotification::CancelledNotification(c) => {
+                    if let Some(id) = &c.params.request_id {
+                        self.inflight.remove(id);
+                    }
+                }
+                _ => {}
+            },
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let requests = self.inflight.values().filter_map(|r| r.deadline);
+        let reinit = self.reinit.as_ref().and_then(|r| r.deadline);
+        requests.chain(reinit).min()
+    }
+
+    /// Times out what is due at `now`; returns cancellation notices to send.
+    fn on_deadline(&mut self, now: Instant, peer: &PeerId) -> Vec<Arc<Vec<u8>>> {
+        let mut cancels = Vec::new();
+        if self
+            .reinit
+            .as_ref()
+            .is_some_and(|r| r.deadline.is_some_and(|d| d <= now))
+            && let Some(reinit) = self.reinit.take()
+        {
+            for (id, error) in reinit.waiting {
+                self.inflight.remove(&id);
+                self.ready.push_back(error);
+            }
+        }
+        let due: Vec<RequestId> = self
+            .inflight
+            .iter()
+            .filter(|(_, r)| r.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let timeout = self.timeout.unwrap_or_default();
+        for id in due {
+            self.inflight.remove(&id);
+            let message = format!("no answer from {peer} within {timeout:?}");
+            self.ready.push_back(ServerJsonRpcMessage::error(
+                ErrorData::new(REQUEST_TIMEOUT, message, None),
+                Some(id.clone()),
+            ));
+            let cancel = ClientJsonRpcMessage::notification(
+                ClientNotification::CancelledNotification(CancelledNotification::new(
+                    CancelledNotificationParam::new(Some(id), Some("request timed out".into())),
+                )),
+            );
+            if let Ok(payload) = serde_json::to_vec(&cancel) {
+                cancels.push(Arc::new(payload));
+            }
+        }
+        cancels
+    }
+
+    /// Handles one message from the peer: what to hand to rmcp, and what to send.
+    fn on_receive(
+        &mut self,
+        message: ServerJsonRpcMessage,
+    ) -> (Option<ServerJsonRpcMessage>, Vec<Arc<Vec<u8>>>) {
+        let id = match &message {
+            JsonRpcMessage::Response(r) => r.id.clone(),
+            JsonRpcMessage::Error(e) => match &e.id {
+                Some(id) => id.clone(),
+                None => return (Some(message), Vec::new()),
+            },
+            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {
+                return (Some(message), Vec::new());
+            }
+        };
+        let init_id = self.init.as_ref().map(|(id, _)| id.clone());
+
+        // The answer to a replayed initialize: the session is back (or is not).
+        if self.reinit.is_some() && init_id.as_ref() == Some(&id) {
+            let Some(reinit) = self.reinit.take() else {
+                return (None, Vec::new());
+            };
+            let mut resend = Vec::new();
+            if matches!(message, JsonRpcMessage::Response(_)) {
+                resend.extend(self.initialized.clone());
+                let deadline = self.deadline_from(Instant::now());
+                for (waiting, _) in reinit.waiting {
+                    if let Some(request) = self.inflight.get_mut(&waiting) {
+                        request.deadline = deadline;
+                        request.replayed = true;
+                        resend.push(request.payload.clone());
+                    }
+                }
+            } else {
+                for (waiting, error) in reinit.waiting {
+                    self.inflight.remove(&waiting);
+                    self.ready.push_back(error);
+                }
+            }
+            return (None, resend);
+        }
+
+        // A duplicate of an answer we already hold for a replay.
+        if self
+            .reinit
+            .as_ref()
+            .is_some_and(|r| r.waiting.iter().any(|(waiting, _)| *waiting == id))
+        {
+            return (None, Vec::new());
+        }
+        let lost_session =
+            matches!(&message, JsonRpcMessage::Error(e) if e.error.code == SESSION_NOT_FOUND);
+        let replayable = self
+            .inflight
+            .get(&id)
+            .is_some_and(|r| !r.replayed && Some(&id) != init_id.as_ref());
+        if lost_session
+            && replayable
+            && let Some((_, init)) = &self.init
+        {
+            let mut resend = Vec::new();
+            let deadline = self.deadline_from(Instant::now());
+            let reinit = self.reinit.get_or_insert_with(|| {
+                resend.push(init.clone());
+                Reinit {
+                    deadline,
+                    waiting: Vec::new(),
+                }
+            });
+            reinit.waiting.push((id.clone(), message));
+            if let Some(request) = self.inflight.get_mut(&id) {
+                request.deadline = None;
+            }
+            tracing::debug!(%id, "session lost at the server; re-establishing");
+            return (None, resend);
+        }
+        self.inflight.remove(&id);
+        (Some(message), Vec::new())
+    }
+}
