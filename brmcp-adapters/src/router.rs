@@ -23,7 +23,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use brmcp_wire::{Accepted, AssembleError, Assembler, MAX_PM_LEN, MessageId, SessionId, parse};
+use brmcp_wire::{
+    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, parse,
+};
 use rmcp::ServiceExt;
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, GetMeta,
@@ -343,7 +345,7 @@ impl Driver {
         let limits = self.config.limits;
         let mut arena = vec![0u8; limits.max_total_bytes].into_boxed_slice();
         let mut scratch =
-            vec![0u8; limits.max_message_bytes.min(MAX_PM_LEN / 4 * 3)].into_boxed_slice();
+            vec![0u8; limits.max_message_bytes.min(MAX_PM_PAYLOAD_LEN)].into_boxed_slice();
         let mut assembler: Assembler<'_, PeerKey, ASSEMBLER_SLOTS> =
             Assembler::new(&mut arena, &mut scratch, limits);
         let mut pms_open = true;
@@ -540,7 +542,7 @@ impl Driver {
                 Counters::bump(&self.counters.dropped_expired);
                 tracing::debug!(%peer, "part past its deadline");
             }
-            Err(e @ AssembleError::Body(_)) => {
+            Err(e) if e.is_malformed() => {
                 Counters::bump(&self.counters.dropped_malformed);
                 tracing::debug!(%peer, error = %e, "malformed part body");
             }

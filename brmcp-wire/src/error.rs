@@ -244,6 +244,17 @@ impl AssembleError {
     }
 }
 
+impl AssembleError {
+    /// `true` when the part itself is bad (a broken body, a part count or length that
+    /// contradicts its message): the sender is faulty or hostile.
+    pub const fn is_malformed(&self) -> bool {
+        matches!(
+            self,
+            Self::Body(_) | Self::Geometry | Self::InconsistentTotal
+        )
+    }
+}
+
 impl fmt::Display for AssembleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -94,7 +94,9 @@ pub use encode::{Chunks, encode_part};
 pub use envelope::{Header, Part};
 pub use error::{AssembleError, BodyError, EncodeError, Field, ParseError};
 pub use id::{IdError, MessageId, SessionId};
-pub use limits::{DEFAULT_CHUNK_LEN, Limits, MAX_ID_LEN, MAX_PARTS, MAX_PM_LEN, VERSION};
+pub use limits::{
+    DEFAULT_CHUNK_LEN, Limits, MAX_ID_LEN, MAX_PARTS, MAX_PM_LEN, MAX_PM_PAYLOAD_LEN, VERSION,
+};
 pub use parse::{Mode, parse, parse_bytes, parse_canonical, parse_with};
 pub use reassembly::{Accepted, Assembler, Stats};
 pub use time::{UnixTime, is_expired};

@@ -28,6 +28,12 @@ pub const DEFAULT_CHUNK_LEN: usize = 200 * 1024;
 /// refused by the relay, so the encoder refuses a chunk length that would need one.
 pub const MAX_PM_LEN: usize = 1024 * 1024;
 
+/// Raw bytes the base64 body of a [`MAX_PM_LEN`] PM can carry at most (WIRE.md §5).
+///
+/// A receiver that decodes single-part messages into a buffer of this size never refuses
+/// a part an honest encoder produced.
+pub const MAX_PM_PAYLOAD_LEN: usize = MAX_PM_LEN / 4 * 3;
+
 /// Default for [`Limits::max_pending_per_peer`] (WIRE.md §6).
 ///
 /// Eight concurrent multi-part messages per peer, as the Go implementation.
