@@ -47,7 +47,11 @@ fn run(chunk_len: usize, message: &[u8]) -> Result<(), Box<dyn std::error::Error
     let chunks = Chunks::new(sid, mid, exp, message, chunk_len)?;
     let mut buf = vec![0u8; chunks.max_pm_len()];
     let mut pms = Vec::new();
-    println!("{} bytes -> {} part(s) of up to {chunk_len} bytes:", message.len(), chunks.total());
+    println!(
+        "{} bytes -> {} part(s) of up to {chunk_len} bytes:",
+        message.len(),
+        chunks.total()
+    );
     for (header, chunk) in chunks {
         let n = encode_part(&header, chunk, &mut buf)?;
         let pm = String::from_utf8(buf[..n].to_vec())?;
@@ -64,7 +68,10 @@ fn run(chunk_len: usize, message: &[u8]) -> Result<(), Box<dyn std::error::Error
     for pm in &pms {
         let part = parse(pm)?;
         if let Accepted::Complete(back) = assembler.add(1, &part, now)? {
-            println!("reassembled in reverse order: {}", String::from_utf8_lossy(back));
+            println!(
+                "reassembled in reverse order: {}",
+                String::from_utf8_lossy(back)
+            );
             if back != message {
                 return Err("reassembled message differs".into());
             }

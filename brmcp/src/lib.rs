@@ -1,3 +1,5 @@
 //! MCP over Bison Relay: the serving harness, the client bridge and the command line.
 
 pub use brmcp_adapters as adapters;
+
+pub mod server;

@@ -1,0 +1,185 @@
+//! Memory per idle session: not a timing.
+//!
+//! Opens N = 1000 sessions over the in-memory PM fabric (legacy `initialize`, no calls
+//! in flight) between one client router and one server router, and reports the live
+//! heap they hold, counted by a global allocator (deterministic), and the growth of the
+//! resident set (noisy: the allocator keeps freed pages and grows in steps).
+//!
+//! Both ends live in this process, so the first figure is client plus server. Closing
+//! the clients does not tell the server (a Bison Relay session ends at the server by
+//! idle expiry), so the heap still live after they close is the server's share.
+//!
+//! Run: `cargo bench -p brmcp-benches --bench session_memory`.
+
+use std::alloc::System;
+use std::time::Duration;
+
+use brmcp_adapters::mem::{Faults, Pair};
+use brmcp_adapters::{PeerId, RouterConfig};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{ServerCapabilities, ServerConfig};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Sessions measured.
+const N: usize = 1000;
+
+/// Sessions opened (and kept) before the baseline, so one-time setup is not counted.
+const WARM_UP: usize = 8;
+
+/// Arguments of `echo`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct EchoArgs {
+    /// The text to send back.
+    text: String,
+}
+
+/// Arguments of `blob`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct BlobArgs {
+    /// Bytes of text to return.
+    len: usize,
+}
+
+/// The same server as the `roundtrip` bench: `echo` and `blob`.
+#[derive(Debug, Clone)]
+struct BenchServer {
+    tool_router: ToolRouter<Self>,
+}
+
+impl BenchServer {
+    fn new() -> Self {
+        Self {
+            tool_router: Self::tool_router(),
+        }
+    }
+}
+
+#[tool_router]
+impl BenchServer {
+    #[tool(description = "Echo the text back")]
+    fn echo(&self, Parameters(EchoArgs { text }): Parameters<EchoArgs>) -> String {
+        text
+    }
+
+    #[tool(description = "Return `len` bytes of text")]
+    fn blob(&self, Parameters(BlobArgs { len }): Parameters<BlobArgs>) -> String {
+        let mut text = "abcdefghijklmnopqrstuvwxyz".repeat(len / 26 + 1);
+        text.truncate(len);
+        text
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for BenchServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+/// Bytes currently allocated on the heap, per the counting allocator.
+fn live_heap() -> i128 {
+    let s = GLOBAL.stats();
+    s.bytes_allocated as i128 + s.bytes_reallocated as i128 - s.bytes_deallocated as i128
+}
+
+/// Resident set size in bytes (`VmRSS` of `/proc/self/status`), if readable.
+fn rss() -> Option<i128> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: i128 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Lets queued PMs, notifications and task exits settle.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+async fn open(pair: &Pair) -> Client {
+    let transport = pair.client.dial(pair.server_id).expect("dial");
+    ().serve(transport)
+        .await
+        .expect("initialize over the fabric")
+}
+
+fn per_session(bytes: i128) -> i128 {
+    bytes / N as i128
+}
+
+async fn measure() {
+    let mut server = RouterConfig::server();
+    server.max_sessions_per_peer = N + WARM_UP;
+    let pair = Pair::with_configs(1, Faults::none(), server, RouterConfig::client());
+    pair.server.serve(|_peer: &PeerId| BenchServer::new());
+
+    let mut warm = Vec::with_capacity(WARM_UP);
+    for _ in 0..WARM_UP {
+        warm.push(open(&pair).await);
+    }
+    let mut clients = Vec::with_capacity(N);
+    settle().await;
+
+    // What the handler alone holds per session (its tool router), for reference.
+    let handler_before = live_heap();
+    let handler = BenchServer::new();
+    let handler_bytes = live_heap() - handler_before;
+    drop(handler);
+
+    let heap_before = live_heap();
+    let rss_before = rss();
+    for _ in 0..N {
+        clients.push(open(&pair).await);
+    }
+    settle().await;
+    let heap_open = live_heap();
+    let rss_open = rss();
+
+    let stats = pair.server.stats();
+    assert_eq!(stats.sessions_open as usize, N + WARM_UP, "{stats:?}");
+
+    for client in clients.drain(..) {
+        let _ = client.cancel().await;
+    }
+    settle().await;
+    let heap_server_only = live_heap();
+    let stats = pair.server.stats();
+    assert_eq!(stats.sessions_open as usize, N + WARM_UP, "{stats:?}");
+
+    let both = per_session(heap_open - heap_before);
+    let server_side = per_session(heap_server_only - heap_before);
+    println!("idle_session_memory: {both} bytes/session (N={N}, live heap, client + server ends)");
+    println!("  server end: {server_side} bytes/session (live heap after the clients closed)");
+    println!("  client end: {} bytes/session", both - server_side);
+    println!(
+        "  of the server end, the handler (BenchServer and its tool router): {handler_bytes} bytes"
+    );
+    match (rss_before, rss_open) {
+        (Some(before), Some(after)) => println!(
+            "idle_session_memory_rss: {} bytes/session (N={N}, VmRSS growth, both ends)",
+            per_session(after - before)
+        ),
+        _ => println!("idle_session_memory_rss: unavailable (no /proc/self/status)"),
+    }
+
+    for client in warm {
+        let _ = client.cancel().await;
+    }
+    pair.client.close();
+    pair.server.close();
+}
+
+fn main() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(measure());
+}

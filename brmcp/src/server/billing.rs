@@ -1,0 +1,196 @@
+//! The money interface the serving harness calls: [`Billing`] and its values.
+//!
+//! One paid call goes through it like this:
+//!
+//! ```text
+//! charge(request) -> Run(id)             handler runs -> complete(id, outcome)
+//!                                        handler fails -> refund(id, reason, Some(outcome))
+//!                                        harness gives up -> refund(id, reason, None)
+//!                 -> Insufficient(s)     answer s.payment_required_json(tool)
+//!                 -> Replay(outcome)     answer the stored outcome; nothing runs or pays
+//!                 -> InProgress / OutcomeNotRetained / KeyConflict(_)   refuse
+//! ```
+//!
+//! A tip goes through [`Billing::record_tip`] once per delivery; redeliveries are
+//! recognised by the tip's sequence id.
+
+use std::fmt;
+
+use brmcp_adapters::PeerId;
+use brmcp_adapters::wire::UnixTime;
+
+use super::call_key::{ArgsHash, CallKey};
+use super::ledger::LedgerError;
+use super::money::Shortfall;
+
+/// A store of balances, tips and the paid-call journal.
+///
+/// [`Ledger`](super::Ledger) (SQLite) is the default; an operator may plug in another.
+///
+/// The trait is synchronous. Every method is one short transaction, and rusqlite is
+/// blocking, so an async trait would only move the blocking elsewhere. The harness
+/// (tokio) runs these calls on `spawn_blocking`, so a slow store never stalls the
+/// reactor, and a sync trait stays usable as `Arc<dyn Billing>` without boxed futures.
+///
+/// Contract, which [`Ledger`](super::Ledger) keeps and another store must keep too:
+/// - a debit and its journal entry commit together, and so do a tip's credit and its
+///   sequence id: no crash loses or duplicates money;
+/// - per (caller, key) at most one [`Charge::Run`] while the key is remembered;
+/// - on start, every call still pending (the process died mid-call) is refunded once;
+/// - `now` is the only clock.
+pub trait Billing: Send + Sync {
+    /// Charge for one call, or say why it must not run.
+    ///
+    /// On [`Charge::Run`] the price is debited and the call is journaled as pending;
+    /// the harness must then [`complete`](Self::complete) or [`refund`](Self::refund) it.
+    /// Every other outcome changes nothing a caller can see.
+    ///
+    /// # Errors
+    ///
+    /// A store failure; the call must not run.
+    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError>;
+
+    /// Record that a charged call finished, with its result (the JSON of the tool
+    /// result, opaque here), kept for replay when the call is keyed.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownCall`], [`LedgerError::NotPending`], or a store failure.
+    fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError>;
+
+    /// Give a charged call's price back and close it with `reason`.
+    ///
+    /// With `outcome`, a keyed call keeps its key and replays that outcome, as
+    /// [`complete`](Self::complete) would (a handler error is the call's answer: it must
+    /// not run again). Without, the key is released and a retry runs afresh.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownCall`], [`LedgerError::NotPending`], or a store failure.
+    fn refund(
+        &self,
+        call: CallId,
+        reason: &str,
+        outcome: Option<&str>,
+        now: UnixTime,
+    ) -> Result<(), LedgerError>;
+
+    /// Record a received tip and credit it if `allowed` (the tipper is on the
+    /// allowlist) and its sequence id was never seen.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::AmountOutOfRange`] or a store failure; the tip is then not
+    /// recorded, so do not acknowledge it: its redelivery is tried again.
+    fn record_tip(
+        &self,
+        tip: &Tip,
+        allowed: bool,
+        now: UnixTime,
+    ) -> Result<TipOutcome, LedgerError>;
+
+    /// A caller's balance in milliatoms (0 for a caller never seen).
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError>;
+}
+
+/// One `tools/call` about to run.
+#[derive(Debug, Clone, Copy)]
+pub struct CallRequest<'a> {
+    /// Who calls (and pays).
+    pub caller: PeerId,
+    /// The tool's name.
+    pub tool: &'a str,
+    /// This call's price in atoms; 0 for a free tool.
+    pub price_atoms: u64,
+    /// The call key and arguments, for a keyed call.
+    pub keyed: Option<Keyed<'a>>,
+}
+
+/// The key of a keyed call and what it is bound to besides the tool.
+#[derive(Debug, Clone, Copy)]
+pub struct Keyed<'a> {
+    /// The caller's key.
+    pub key: &'a CallKey,
+    /// The hash of the call's arguments.
+    pub args: ArgsHash,
+}
+
+/// The id of one journal entry: one charged call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId(i64);
+
+impl CallId {
+    /// The id `id` (stores choose their ids; the ledger's are positive).
+    pub const fn new(id: i64) -> Self {
+        Self(id)
+    }
+
+    /// The id's value.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// What [`Billing::charge`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Charge {
+    /// Charged and journaled as pending: run the handler, then complete or refund `0`.
+    Run(CallId),
+    /// The balance does not cover the price; nothing changed, the key is not consumed.
+    Insufficient(Shortfall),
+    /// The key's call already finished: answer with this outcome, run and charge nothing.
+    Replay(String),
+    /// The key's call finished, but its outcome was over
+    /// [`MAX_OUTCOME_BYTES`](super::MAX_OUTCOME_BYTES) and not kept; refuse, do not run.
+    OutcomeNotRetained,
+    /// The key's call is still running (or its process died and the ledger was not
+    /// yet reopened); refuse or wait, do not run.
+    InProgress,
+    /// The key was used for a different call; refuse with a clear error.
+    KeyConflict(KeyConflict),
+}
+
+/// How a reused call key differs from its first call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyConflict {
+    /// The key was first used to call another tool.
+    #[error("call key already used for another tool")]
+    OtherTool,
+    /// The key was first used with other arguments.
+    #[error("call key already used with other arguments")]
+    OtherArguments,
+}
+
+/// A Bison Relay tip as received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tip {
+    /// The tip's sequence id; a redelivery carries the same one.
+    pub seq: u64,
+    /// Who tipped.
+    pub caller: PeerId,
+    /// The amount in milliatoms.
+    pub matoms: u64,
+}
+
+/// What [`Billing::record_tip`] did, so a hook can be told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TipOutcome {
+    /// New tip from an allowed caller: recorded and credited.
+    Credited,
+    /// New tip from a caller not allowed: recorded, not credited.
+    NotCredited,
+    /// The sequence id was seen before: nothing changed (acknowledge it again).
+    Duplicate,
+}

@@ -1,0 +1,57 @@
+-- The brmcp ledger, schema version 1 (`PRAGMA user_version`).
+-- Amounts: `matoms` milliatoms, `*_atoms` atoms. Times: unix seconds. Callers: a
+-- Bison Relay uid as 64 lowercase hex characters. Tables are STRICT so a wrong type is an
+-- error, not a silent conversion.
+
+-- One row per caller ever credited.
+CREATE TABLE balances (
+    caller TEXT PRIMARY KEY NOT NULL,
+    matoms INTEGER NOT NULL CHECK (matoms >= 0)
+) STRICT, WITHOUT ROWID;
+
+-- Every tip ever received, credited or not. Never pruned: a redelivery, however old,
+-- must find its sequence id here.
+CREATE TABLE tips (
+    -- The u64 sequence id stored bit for bit as a signed integer (ids above
+    -- 2^63 - 1 read as negative in the sqlite3 shell but round-trip exactly).
+    seq INTEGER PRIMARY KEY NOT NULL,
+    caller TEXT NOT NULL,
+    matoms INTEGER NOT NULL CHECK (matoms >= 0),
+    credited INTEGER NOT NULL CHECK (credited IN (0, 1)),
+    received_at INTEGER NOT NULL
+) STRICT;
+
+-- The paid-call journal: one row per charge.
+CREATE TABLE calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, -- AUTOINCREMENT: an id is never reused
+    caller TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    price_atoms INTEGER NOT NULL CHECK (price_atoms >= 0),
+    state TEXT NOT NULL CHECK (state IN ('pending', 'completed', 'refunded')),
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    reason TEXT,                -- why it was refunded
+    call_key TEXT,              -- NULL for an unkeyed call; kept for the record
+    args_hash BLOB,             -- SHA-256 of the canonical arguments of a keyed call
+    -- 1 while the key blocks another run: pending, or finished and replayable.
+    key_held INTEGER NOT NULL DEFAULT 0 CHECK (key_held IN (0, 1)),
+    outcome TEXT,               -- the tool result JSON replayed for the key
+    replay_until INTEGER,       -- the key is released at this time
+    CHECK (key_held = 0 OR call_key IS NOT NULL)
+) STRICT;
+
+CREATE UNIQUE INDEX calls_by_key ON calls (caller, call_key) WHERE key_held = 1;
+CREATE INDEX calls_by_caller ON calls (caller, id);
+CREATE INDEX calls_pending ON calls (id) WHERE state = 'pending';
+CREATE INDEX calls_replay_until ON calls (replay_until) WHERE key_held = 1;
+
+-- Operator actions on money.
+CREATE TABLE audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    caller TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('credit', 'refund')),
+    matoms INTEGER NOT NULL CHECK (matoms >= 0),
+    call_id INTEGER REFERENCES calls (id), -- the call a refund returned
+    reason TEXT NOT NULL
+) STRICT;

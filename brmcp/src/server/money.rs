@@ -1,0 +1,120 @@
+//! Units of money and the `payment_required` refusal (WIRE.md §10).
+//!
+//! Balances are kept in milliatoms, because Bison Relay tips arrive in milliatoms and a
+//! remainder below one atom must not be lost; prices and everything on the wire are in
+//! whole atoms.
+
+/// Milliatoms in one atom. Bison Relay tips are counted in milliatoms.
+pub const MATOMS_PER_ATOM: u64 = 1000;
+
+/// Atoms in one DCR.
+pub const ATOMS_PER_DCR: u64 = 100_000_000;
+
+/// The most milliatoms one balance, tip or price may hold.
+///
+/// SQLite integers are signed 64-bit. The whole DCR supply (21e6 DCR = 2.1e18 matoms)
+/// fits with room to spare, so an amount above this is a bug or an attack, not money.
+pub const MAX_MATOMS: u64 = i64::MAX as u64;
+
+/// `atoms` in milliatoms, or `None` above [`MAX_MATOMS`].
+pub const fn atoms_to_matoms(atoms: u64) -> Option<u64> {
+    match atoms.checked_mul(MATOMS_PER_ATOM) {
+        Some(matoms) if matoms <= MAX_MATOMS => Some(matoms),
+        _ => None,
+    }
+}
+
+/// Why a call was refused for money: the numbers of the `payment_required` result.
+///
+/// All three are whole atoms, as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shortfall {
+    /// The price of the refused call.
+    pub price_atoms: u64,
+    /// The caller's balance, rounded down to whole atoms.
+    pub balance_atoms: u64,
+    /// `price_atoms - balance_atoms`, never below zero.
+    pub shortfall_atoms: u64,
+}
+
+impl Shortfall {
+    /// The shortfall of a caller holding `balance_matoms` against `price_atoms`.
+    ///
+    /// The balance is floored to whole atoms, so a caller with 1999 matoms facing a
+    /// 2-atom price is 1 atom short (a tip of 1 atom covers it, as 2999 matoms >= 2000).
+    pub const fn new(price_atoms: u64, balance_matoms: u64) -> Self {
+        let balance_atoms = balance_matoms / MATOMS_PER_ATOM;
+        Self {
+            price_atoms,
+            balance_atoms,
+            shortfall_atoms: price_atoms.saturating_sub(balance_atoms),
+        }
+    }
+
+    /// The `payment_required` body for a call of `tool`: compact JSON, fields in the
+    /// order WIRE.md §10 fixes.
+    ///
+    /// The harness sends it as the only text content of an `isError` result.
+    pub fn payment_required_json(&self, tool: &str) -> String {
+        // Written by hand: the field order is part of the contract, and a derive would
+        // tie it to struct layout and serde's map handling.
+        format!(
+            r#"{{"error":"payment_required","tool":{},"priceAtoms":{},"balanceAtoms":{},"shortfallAtoms":{},"acceptedRails":["tip"]}}"#,
+            serde_json::Value::from(tool),
+            self.price_atoms,
+            self.balance_atoms,
+            self.shortfall_atoms,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payment_required_bytes_match_wire_md() {
+        // WIRE.md §10's example: 10000 atoms against 2500.5 atoms.
+        let body = Shortfall::new(10_000, 2_500_500).payment_required_json("fortune");
+        assert_eq!(
+            body,
+            r#"{"error":"payment_required","tool":"fortune","priceAtoms":10000,"balanceAtoms":2500,"shortfallAtoms":7500,"acceptedRails":["tip"]}"#
+        );
+    }
+
+    #[test]
+    fn payment_required_escapes_the_tool_name() {
+        let body = Shortfall::new(1, 0).payment_required_json("a\"b\\c\n");
+        assert_eq!(
+            body,
+            r#"{"error":"payment_required","tool":"a\"b\\c\n","priceAtoms":1,"balanceAtoms":0,"shortfallAtoms":1,"acceptedRails":["tip"]}"#
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(parsed["tool"], "a\"b\\c\n");
+    }
+
+    #[test]
+    fn shortfall_floors_the_balance_and_never_goes_negative() {
+        assert_eq!(
+            Shortfall::new(2, 1_999),
+            Shortfall {
+                price_atoms: 2,
+                balance_atoms: 1,
+                shortfall_atoms: 1
+            }
+        );
+        assert_eq!(Shortfall::new(2, 5_000).shortfall_atoms, 0);
+        assert_eq!(Shortfall::new(0, 0).shortfall_atoms, 0);
+    }
+
+    #[test]
+    fn atoms_to_matoms_refuses_overflow() {
+        assert_eq!(atoms_to_matoms(3), Some(3_000));
+        assert_eq!(
+            atoms_to_matoms(MAX_MATOMS / 1000),
+            Some(MAX_MATOMS / 1000 * 1000)
+        );
+        assert_eq!(atoms_to_matoms(MAX_MATOMS / 1000 + 1), None);
+        assert_eq!(atoms_to_matoms(u64::MAX), None);
+    }
+}
