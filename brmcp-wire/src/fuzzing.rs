@@ -404,6 +404,158 @@ pub fn body_decode(data: &[u8]) {
     }
 }
 
+/// Bytes one fuzz input is read from, one at a time; zeros once exhausted.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn next(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Drives an [`Assembler`](crate::Assembler) with arbitrary operations and checks its
+/// bounds after each one.
+///
+/// The first bytes choose the limits and the storage sizes; then each operation is an
+/// `Add` (peer, sid, mid, seq, total, chunk length, deadline, with the body either an
+/// honest encoding or raw fuzz bytes), a `Tick` (the clock moves forward) or an `Expire`.
+///
+/// - Bytes reserved never exceed the storage or `max_total_bytes`; per peer, never more
+///   than `max_peer_bytes` and `max_pending_per_peer` messages.
+/// - After an `Add` or an `Expire`, `next_deadline()` is `None` or later than now.
+/// - A completed message equals the chunks accepted for it, joined in `seq` order.
+pub fn assembler_ops(data: &[u8]) {
+    use std::collections::BTreeMap;
+
+    use crate::limits::Limits;
+    use crate::reassembly::{Accepted, Assembler};
+    use crate::time::UnixTime;
+
+    const SLOTS: usize = 4;
+    const PEERS: u8 = 3;
+    let mut input = Bytes(data);
+    let limits = Limits {
+        max_pending_per_peer: usize::from(input.next() % 4) + 1,
+        max_message_bytes: usize::from(input.next()) * 8 + 1,
+        max_peer_bytes: usize::from(input.next()) * 8 + 1,
+        max_total_bytes: usize::from(input.next()) * 16 + 1,
+        partial_timeout_secs: u64::from(input.next() % 16),
+    };
+    let mut arena = vec![0u8; usize::from(input.next()) * 16];
+    let mut scratch = vec![0u8; usize::from(input.next()) * 4];
+    let (arena_len, scratch_len) = (arena.len(), scratch.len());
+    let mut assembler: Assembler<'_, u8, SLOTS> = Assembler::new(&mut arena, &mut scratch, limits);
+    // The chunk last accepted for each (peer, sid, mid, seq).
+    let mut accepted: BTreeMap<(u8, u8, u8, u16), Vec<u8>> = BTreeMap::new();
+    let mut now = 1_000_000i64;
+    let mut text = Vec::new();
+
+    while !input.is_empty() {
+        match input.next() % 8 {
+            5 => now += i64::from(input.next() % 32),
+            6 => {
+                let _ = assembler.expire(UnixTime(now));
+                let deadline = assembler.next_deadline();
+                assert!(
+                    deadline.is_none_or(|d| d.secs() > now),
+                    "deadline {deadline:?} at {now}"
+                );
+            }
+            tag => {
+                let peer = input.next() % PEERS;
+                let (s, m) = (input.next() % 2, input.next() % 3);
+                let total = u16::from(input.next() % 5) + 1;
+                let seq = u16::from(input.next()) % total + 1;
+                let len = usize::from(input.next() % 64) + 1;
+                let exp = match input.next() % 4 {
+                    0 => 0,
+                    1 => now + i64::from(input.next() % 32),
+                    2 => now - i64::from(input.next() % 4),
+                    _ => -1,
+                };
+                let sid = SessionId::from_entropy([s; 8]);
+                let mid = MessageId::from_entropy([m; 8]);
+                let Ok(header) = Header::new(sid, mid, seq, total, exp) else {
+                    continue;
+                };
+                let chunk: Vec<u8> = (0..len).map(|i| input.next() ^ (i as u8)).collect();
+                text.clear();
+                text.resize(header.encoded_len(len), 0);
+                let Ok(n) = encode_part(&header, &chunk, &mut text) else {
+                    panic!("encode refused a valid header");
+                };
+                text.truncate(n);
+                if tag == 7 {
+                    // Replace the body with raw fuzz bytes.
+                    let at = text.iter().position(|&b| b == b']').map_or(0, |i| i + 3);
+                    text.truncate(at);
+                    text.extend((0..len).map(|_| input.next()));
+                }
+                let Ok(part) = parse_bytes(&text) else {
+                    continue;
+                };
+                let chunk = if tag == 7 {
+                    // What the raw body decodes to, if it is valid at all.
+                    let mut raw = vec![0u8; part.decoded_len_max()];
+                    let n = part.decode_body(&mut raw).unwrap_or(0);
+                    raw.truncate(n);
+                    raw
+                } else {
+                    chunk
+                };
+                let key = (peer, s, m, part.seq());
+                match assembler.add(peer, &part, UnixTime(now)) {
+                    Ok(Accepted::Complete(message)) => {
+                        let mut want = Vec::new();
+                        for q in 1..=part.total() {
+                            if q == part.seq() {
+                                want.extend_from_slice(&chunk);
+                            } else {
+                                want.extend_from_slice(&accepted[&(peer, s, m, q)]);
+                            }
+                        }
+                        assert_eq!(message, &want[..], "completed message differs");
+                        assert!(message.len() <= limits.max_message_bytes);
+                        if part.total() == 1 {
+                            assert!(message.len() <= scratch_len);
+                        }
+                    }
+                    Ok(Accepted::Pending) => {
+                        accepted.insert(key, chunk);
+                    }
+                    Ok(Accepted::Duplicate) | Err(_) => {}
+                }
+                let deadline = assembler.next_deadline();
+                assert!(
+                    deadline.is_none_or(|d| d.secs() > now),
+                    "deadline {deadline:?} at {now}"
+                );
+            }
+        }
+        let stats = assembler.stats();
+        assert!(
+            stats.bytes <= arena_len.min(limits.max_total_bytes),
+            "{stats:?}"
+        );
+        assert!(stats.messages <= SLOTS);
+        for p in 0..PEERS {
+            let s = assembler.peer_stats(&p);
+            assert!(s.bytes <= limits.max_peer_bytes, "peer {p}: {s:?}");
+            assert!(s.messages <= limits.max_pending_per_peer, "peer {p}: {s:?}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs;
@@ -451,6 +603,11 @@ mod tests {
     }
 
     #[test]
+    fn assembler_ops_corpus_passes() {
+        replay("assembler_ops", super::assembler_ops);
+    }
+
+    #[test]
     fn body_decode_corpus_passes() {
         replay("body_decode", super::body_decode);
     }
@@ -469,6 +626,7 @@ mod tests {
             super::parse_part(data);
             super::roundtrip(data);
             super::body_decode(data);
+            super::assembler_ops(data);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The crate's zero-allocation guarantee, checked with a counting global allocator.
 //!
-//! Inputs are built first (that allocates); then parse, decode, encode and chunking run
-//! over all of them, in both modes, inside one counted region that must see no
+//! Inputs are built first (that allocates); then parse, decode, encode, chunking and
+//! reassembly (add, completion, expiry) run over all of them, in both modes, inside one
+//! counted region that must see no
 //! allocation, reallocation or deallocation at all. The file holds a single test so no
 //! other test of this binary runs while the region is open.
 
@@ -10,8 +11,8 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 
 use brmcp_wire::{
-    Chunks, DEFAULT_CHUNK_LEN, Header, MAX_PM_LEN, MessageId, Mode, SessionId, encode_part,
-    parse_with,
+    Accepted, Assembler, Chunks, DEFAULT_CHUNK_LEN, Header, Limits, MAX_PM_LEN, MessageId, Mode,
+    SessionId, UnixTime, encode_part, parse_with,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -192,10 +193,14 @@ struct Tally {
     parts: usize,
     chunk_errors: usize,
     bytes: usize,
+    completed: usize,
+    pending: usize,
+    assemble_errors: usize,
+    expired: usize,
 }
 
 #[test]
-fn parse_decode_encode_and_chunks_never_allocate() {
+fn codec_and_reassembly_never_allocate() {
     let (sid, mid) = ids();
     let payload = Rng(7).bytes(*SIZES.iter().max().expect("sizes"));
     let inputs = inputs(&payload);
@@ -207,8 +212,42 @@ fn parse_decode_encode_and_chunks_never_allocate() {
         len: 0,
     };
     let mut t = Tally::default();
+    let reassembly = reassembly_inputs(&payload);
+    let mut arena = vec![0u8; 4 << 20];
+    let mut scratch = vec![0u8; MAX_PM_LEN];
+    let limits = Limits {
+        max_pending_per_peer: 3,
+        partial_timeout_secs: 60,
+        ..Limits::default()
+    };
+    let mut assembler: Assembler<'_, [u8; 32], 8> =
+        Assembler::new(&mut arena, &mut scratch, limits);
+    let now = UnixTime(T_NOW);
 
     let region = Region::new(GLOBAL);
+    for (peer, text) in &reassembly {
+        let Ok(part) = parse_with(text, Mode::Compatible) else {
+            continue;
+        };
+        match assembler.add([*peer; 32], &part, now) {
+            Ok(Accepted::Complete(message)) => {
+                t.completed += 1;
+                t.bytes += black_box(message).len();
+            }
+            Ok(Accepted::Pending | Accepted::Duplicate) => t.pending += 1,
+            Err(e) => {
+                t.assemble_errors += 1;
+                sink.len = 0;
+                let _ = write!(sink, "{e}");
+            }
+        }
+    }
+    t.expired += assembler.expire(UnixTime(T_NOW + 61));
+    black_box((
+        assembler.next_deadline(),
+        assembler.stats(),
+        assembler.peer_stats(&[1; 32]),
+    ));
     for text in &inputs {
         for (m, mode) in [Mode::Compatible, Mode::Canonical].into_iter().enumerate() {
             let part = match parse_with(text, mode) {
@@ -296,4 +335,48 @@ fn parse_decode_encode_and_chunks_never_allocate() {
     assert_eq!(t.reencoded, t.decoded[0] + t.decoded[1], "{t:?}");
     assert!(t.parts > 0 && t.chunk_errors >= 3, "{t:?}");
     assert!(t.bytes > 0, "{t:?}");
+    assert!(t.completed >= 4 && t.pending > 0, "{t:?}");
+    assert!(t.assemble_errors >= 2 && t.expired >= 1, "{t:?}");
+}
+
+/// The clock of the reassembly pass.
+const T_NOW: i64 = 1_767_225_600;
+
+/// (peer, PM) pairs for the reassembly pass: multi-part messages shuffled with duplicates
+/// and whitespace, single parts, an expired part, an over-budget peer, and a message left
+/// incomplete for `expire` to drop.
+fn reassembly_inputs(payload: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let sid = SessionId::from_entropy([9; 8]);
+    let mut rng = Rng(11);
+    let mut out = Vec::new();
+    for (m, (len, chunk_len)) in [(200_000, 40_000), (3000, 100), (64, 1), (1000, 333)]
+        .into_iter()
+        .enumerate()
+    {
+        let mid = MessageId::from_entropy([m as u8; 8]);
+        let mut texts: Vec<Vec<u8>> = Chunks::new(sid, mid, 0, &payload[..len], chunk_len)
+            .expect("plan")
+            .map(|(h, c)| encode(&h, c))
+            .collect();
+        let dup = texts[0].clone();
+        texts.insert(texts.len() - 1, dup);
+        let last = texts.len() - 1;
+        for i in (1..last).rev() {
+            texts.swap(i, rng.below(i + 1));
+        }
+        texts[0] = with_whitespace(&texts[0], 7);
+        out.extend(texts.into_iter().map(|t| (1, t)));
+    }
+    let single = Header::new(sid, MessageId::from_entropy([40; 8]), 1, 1, 0).expect("header");
+    out.push((2, encode(&single, &payload[..5000])));
+    let stale =
+        Header::new(sid, MessageId::from_entropy([41; 8]), 1, 2, T_NOW - 1).expect("header");
+    out.push((2, encode(&stale, &payload[..10])));
+    let left = Header::new(sid, MessageId::from_entropy([42; 8]), 1, 3, 0).expect("header");
+    out.push((3, encode(&left, &payload[..10])));
+    for k in 0..4u8 {
+        let h = Header::new(sid, MessageId::from_entropy([50 + k; 8]), 1, 2, 0).expect("header");
+        out.push((4, encode(&h, &payload[..10])));
+    }
+    out
 }
