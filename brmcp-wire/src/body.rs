@@ -107,7 +107,9 @@ pub(crate) fn decoded_len_exact(body: &[u8]) -> usize {
 /// The ASCII whitespace WIRE.md allows inside a body (RE2's `\s`; not vertical tab).
 #[inline]
 pub(crate) const fn is_body_space(b: u8) -> bool {
-    matches!(b, b'\t' | b'\n' | 0x0c | b'\r' | b' ')
+    // One shift and mask instead of five compares: counting loops over bodies vectorize.
+    const SPACES: u64 = 1 << b'\t' | 1 << b'\n' | 1 << 0x0c | 1 << b'\r' | 1 << b' ';
+    b < 64 && SPACES & (1 << b) != 0
 }
 
 /// Bytes gathered per block on the whitespace path: a multiple of 4 so every block but

@@ -276,18 +276,43 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             let plan = self.plan(i, seq, len)?;
             *index = self.commit(i, plan);
         } else {
-            let len = part.decoded_len();
-            let plan = self.plan(i, seq, len)?;
-            *index = self.commit(i, plan);
-            let slot = self.slots[*index];
-            let start = if is_last {
-                slot.size - len
-            } else {
-                usize::from(seq - 1) * slot.chunk_len
-            };
-            if let Err(e) = part.decode_body(&mut self.arena[slot.offset + start..][..len]) {
-                self.revert(*index, &old);
-                return Err(e.into());
+            // The part sets the geometry, so its length must be known before it is placed.
+            // Without whitespace the body's length gives it exactly; a body with
+            // whitespace decodes shorter, and is placed again with its true length.
+            let claimed = part.decoded_len_max();
+            let mut len = claimed;
+            loop {
+                let plan = match self.plan(*index, seq, len) {
+                    Ok(plan) => plan,
+                    Err(_) if len == claimed && part.decoded_len() != claimed => {
+                        len = part.decoded_len();
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                *index = self.commit(*index, plan);
+                let slot = self.slots[*index];
+                let start = if is_last {
+                    slot.size - len
+                } else {
+                    usize::from(seq - 1) * slot.chunk_len
+                };
+                match part.decode_body(&mut self.arena[slot.offset + start..][..len]) {
+                    Ok(n) if n == len => break,
+                    Ok(n) => {
+                        self.revert(*index, &old);
+                        len = n;
+                    }
+                    Err(e) => {
+                        self.revert(*index, &old);
+                        // Report the first failing check in the documented order.
+                        let exact = part.decoded_len();
+                        if exact != len {
+                            self.plan(*index, seq, exact)?;
+                        }
+                        return Err(e.into());
+                    }
+                }
             }
         }
         let slot = &mut self.slots[*index];
