@@ -2,4 +2,6 @@
 
 pub use brmcp_adapters as adapters;
 
+pub mod bridge;
+pub mod devnet;
 pub mod server;

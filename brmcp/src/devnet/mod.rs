@@ -1,0 +1,1 @@
+//! A local Bison Relay simulator: a relay and nodes speaking real clientrpc.
