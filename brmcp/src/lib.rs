@@ -3,5 +3,6 @@
 pub use brmcp_adapters as adapters;
 
 pub mod bridge;
+pub mod cli;
 pub mod devnet;
 pub mod server;
