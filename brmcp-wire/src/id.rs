@@ -32,6 +32,21 @@ impl fmt::Display for IdError {
 
 impl core::error::Error for IdError {}
 
+/// The operating system's entropy source failed (feature `getrandom`).
+#[cfg(feature = "getrandom")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntropyError(getrandom::Error);
+
+#[cfg(feature = "getrandom")]
+impl fmt::Display for EntropyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "entropy source failed: {}", self.0)
+    }
+}
+
+#[cfg(feature = "getrandom")]
+impl core::error::Error for EntropyError {}
+
 /// Checks the id syntax of WIRE.md §4: `1*32(DIGIT / %x61-66)`.
 pub(crate) const fn check_id(bytes: &[u8]) -> Result<(), IdError> {
     if bytes.is_empty() {
@@ -97,11 +112,11 @@ macro_rules! id_type {
             /// A fresh 16-hex identifier from the operating system's entropy source.
             ///
             /// # Errors
-            /// The entropy source failed.
+            /// [`EntropyError`] when the entropy source failed.
             #[cfg(feature = "getrandom")]
-            pub fn random() -> Result<Self, getrandom::Error> {
+            pub fn random() -> Result<Self, EntropyError> {
                 let mut entropy = [0u8; 8];
-                getrandom::fill(&mut entropy)?;
+                getrandom::fill(&mut entropy).map_err(EntropyError)?;
                 Ok(Self::from_entropy(entropy))
             }
 

@@ -11,6 +11,8 @@
 //! - No I/O, clock or randomness: time and entropy are arguments.
 //! - Every bound is a named constant in [`limits`], overridable through [`Limits`].
 //! - No panics on any input, backed by fuzzing; no `unsafe` code in this crate.
+//!   (The `std` feature turns on base64's runtime-detected SIMD engine, whose `unsafe`
+//!   lives in base64; without it the scalar engine, free of `unsafe`, is used.)
 //! - The default parser accepts exactly what the Go implementation accepts; a canonical
 //!   mode accepts only what the encoder emits.
 //!
@@ -93,6 +95,8 @@ mod time;
 pub use encode::{Chunks, encode_part};
 pub use envelope::{Header, Part};
 pub use error::{AssembleError, BodyError, EncodeError, Field, ParseError};
+#[cfg(feature = "getrandom")]
+pub use id::EntropyError;
 pub use id::{IdError, MessageId, SessionId};
 pub use limits::{
     DEFAULT_CHUNK_LEN, Limits, MAX_ID_LEN, MAX_PARTS, MAX_PM_LEN, MAX_PM_PAYLOAD_LEN, VERSION,

@@ -32,6 +32,8 @@ use crate::limits::Limits;
 use crate::time::{UnixTime, is_expired};
 
 /// What [`Assembler::add`] did with a part.
+///
+/// Exhaustive on purpose, like httparse's `Status`: callers match every outcome.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Accepted<'a> {
     /// The part completed its message: the whole payload, in seq order. Valid until the
@@ -268,8 +270,12 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             let len = match decoded {
                 Ok(n) => n,
                 Err(e) => {
-                    // Report the first failing check in the documented order.
-                    self.plan(i, seq, part.decoded_len())?;
+                    // Report the first failing check in the documented order; a body
+                    // without symbols has no length to check.
+                    let exact = part.decoded_len();
+                    if exact != 0 {
+                        self.plan(i, seq, exact)?;
+                    }
                     return Err(e.into());
                 }
             };
@@ -286,6 +292,11 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
                     Ok(plan) => plan,
                     Err(_) if len == claimed && part.decoded_len() != claimed => {
                         len = part.decoded_len();
+                        if len == 0 {
+                            // No symbols to measure: the body itself is what is wrong.
+                            let e = part.decode_body(&mut []).err();
+                            return Err(e.unwrap_or(BodyError::Empty).into());
+                        }
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -307,7 +318,7 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
                         self.revert(*index, &old);
                         // Report the first failing check in the documented order.
                         let exact = part.decoded_len();
-                        if exact != len {
+                        if exact != len && exact != 0 {
                             self.plan(*index, seq, exact)?;
                         }
                         return Err(e.into());
@@ -427,8 +438,20 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             let _ = self.slots.insert(at, slot);
             return at;
         }
-        // Pack every region at the start, then rotate this one to the end of the packed
-        // bytes so it can grow into the free space after it.
+        // A free gap elsewhere that holds the grown region: move this region's bytes
+        // there (a copy of its own size only).
+        if let Some(offset) = self.first_fit(size) {
+            self.slots.remove(index);
+            self.arena
+                .copy_within(slot.offset..slot.offset + slot.size, offset);
+            let at = self.slots.partition_point(|s| s.offset < offset);
+            let mut slot = slot;
+            slot.offset = offset;
+            let _ = self.slots.insert(at, slot);
+            return at;
+        }
+        // Last resort: pack every region at the start, then rotate this one to the end of
+        // the packed bytes so it can grow into the free space after it.
         self.compact();
         let slot = self.slots.remove(index);
         let used = self.used_end_of_others(slot.offset + slot.size);

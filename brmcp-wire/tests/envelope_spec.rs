@@ -78,6 +78,7 @@ fn run(bytes: &[u8], text: Option<&str>, mode: Mode) -> Result<(Header, Vec<u8>)
             );
         }
         (Mode::Canonical, None) => {}
+        (other, _) => panic!("no entry point check for mode {other:?}"),
     }
     let part = part?;
     let mut chunk = vec![0u8; part.decoded_len_max()];

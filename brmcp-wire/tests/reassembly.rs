@@ -1,8 +1,8 @@
 //! The Go Assembler's behaviours, with the same numbers, plus the bounds it lacks.
 
 use brmcp_wire::{
-    Accepted, AssembleError, Assembler, Chunks, Header, Limits, MessageId, SessionId, UnixTime,
-    encode_part, parse,
+    Accepted, AssembleError, Assembler, BodyError, Chunks, Header, Limits, MessageId, SessionId,
+    UnixTime, encode_part, parse,
 };
 
 type Peer = u8;
@@ -428,4 +428,48 @@ fn bad_body_refuses_only_its_part() {
         Err(AssembleError::Body(_))
     ));
     assert_eq!(add(&mut a, 1, &p[1], T0), Ok(Some(payload)));
+}
+
+#[test]
+fn symbol_less_bodies_report_the_body_error() {
+    let mut f = Fixture::new(4096);
+    let mut a = f.assembler(Limits::default());
+    let h = |seq, total| Header::new(sid(), mid(1), seq, total, 0).expect("header");
+    let short = |seq, total| {
+        let text = pm(&h(seq, total), b"abc");
+        format!("{}Q", &text[..text.find("]--").expect("tag") + 3])
+    };
+    // Unknown geometry: part 1 of 2 whose body is a lone symbol.
+    assert!(matches!(
+        add(&mut a, 1, &short(1, 2), T0),
+        Err(AssembleError::Body(BodyError::Invalid { .. }))
+    ));
+    // Known geometry.
+    assert_eq!(add(&mut a, 1, &pm(&h(1, 3), b"abc"), T0), Ok(None));
+    assert!(matches!(
+        add(&mut a, 1, &short(2, 3), T0),
+        Err(AssembleError::Body(BodyError::Invalid { .. }))
+    ));
+    assert_eq!(a.stats().messages, 1, "the message survives a bad body");
+}
+
+#[test]
+fn growing_region_moves_only_itself_when_a_gap_fits() {
+    // Tail first, then a region after it; the growing message fits in the free space at
+    // the end, so the other message's bytes stay where they are and both complete.
+    let mut f = Fixture::new(1000);
+    let limits = Limits {
+        max_pending_per_peer: 16,
+        ..Limits::default()
+    };
+    let mut a = f.assembler(limits);
+    let a_payload: Vec<u8> = (0..250u8).collect();
+    let b_payload: Vec<u8> = (0..100u8).rev().collect();
+    let pa = parts(mid(1), 0, &a_payload, 100);
+    let pb = parts(mid(2), 0, &b_payload, 50);
+    assert_eq!(add(&mut a, 1, &pa[2], T0), Ok(None));
+    assert_eq!(add(&mut a, 1, &pb[0], T0), Ok(None));
+    assert_eq!(add(&mut a, 1, &pa[0], T0), Ok(None));
+    assert_eq!(add(&mut a, 1, &pa[1], T0), Ok(Some(a_payload)));
+    assert_eq!(add(&mut a, 1, &pb[1], T0), Ok(Some(b_payload)));
 }
