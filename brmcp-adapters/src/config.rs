@@ -26,8 +26,14 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 
 /// Default time a client request waits for its answer: 10 minutes, the part TTL.
 ///
-/// Past it the request has expired at the peer anyway, so the answer cannot come.
+/// Past it the request's parts have expired at the peer, so a request still in transit
+/// will never run; a call that did start and runs longer is answered too late.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Default bound on the bytes a session's outbound queue holds before the session is
+/// closed: 64 MiB, four maximal messages. Bounds what a peer can make us buffer by
+/// sending requests faster than their answers can leave.
+pub const DEFAULT_MAX_OUTBOUND_BYTES: usize = 64 << 20;
 
 /// Default depth of the queue between [`Router::handle_pm`](crate::Router::handle_pm)
 /// and the router task; a full queue makes `handle_pm` wait (backpressure on the host).
@@ -64,6 +70,8 @@ pub struct RouterConfig {
     pub ttl: Duration,
     /// Time a request on a dialed session waits for its answer before failing.
     pub request_timeout: Option<Duration>,
+    /// Bytes a session's outbound queue may hold; past it the session is closed.
+    pub max_outbound_bytes: usize,
     /// Reassembly bounds; `max_total_bytes` also sizes the reassembly storage.
     pub limits: Limits,
     /// Depth of the inbound PM queue.
@@ -78,6 +86,10 @@ pub struct RouterConfig {
 
 impl RouterConfig {
     /// Defaults for a router that accepts sessions (and may also dial).
+    ///
+    /// Every peer is allowed until an authorizer is set
+    /// ([`with_authorizer`](Self::with_authorizer)); a serving harness installs its
+    /// allowlist there.
     pub fn server() -> Self {
         Self {
             accept_inbound: true,
@@ -88,6 +100,7 @@ impl RouterConfig {
             chunk_len: DEFAULT_CHUNK_LEN,
             ttl: DEFAULT_TTL,
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            max_outbound_bytes: DEFAULT_MAX_OUTBOUND_BYTES,
             limits: Limits::default(),
             inbound_queue: DEFAULT_INBOUND_QUEUE,
             accept_backlog: DEFAULT_ACCEPT_BACKLOG,
@@ -119,9 +132,10 @@ impl RouterConfig {
     }
 }
 
+/// The client defaults: a router that accepts nothing unless asked to.
 impl Default for RouterConfig {
     fn default() -> Self {
-        Self::server()
+        Self::client()
     }
 }
 
@@ -136,6 +150,7 @@ impl fmt::Debug for RouterConfig {
             .field("chunk_len", &self.chunk_len)
             .field("ttl", &self.ttl)
             .field("request_timeout", &self.request_timeout)
+            .field("max_outbound_bytes", &self.max_outbound_bytes)
             .field("limits", &self.limits)
             .field("inbound_queue", &self.inbound_queue)
             .field("accept_backlog", &self.accept_backlog)

@@ -30,6 +30,9 @@ pub enum AdapterError {
     /// The session is closed.
     #[error("session closed")]
     Closed,
+    /// The session's outbound queue exceeded its byte bound; the session was closed.
+    #[error("outbound queue over {0} bytes; session closed")]
+    OutboundFull(usize),
     /// The router is shut down.
     #[error("router closed")]
     RouterClosed,

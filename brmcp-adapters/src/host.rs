@@ -26,7 +26,8 @@ pub trait PmSender: Send + Sync + 'static {
 
 /// Decides whether a peer may talk to this router at all.
 ///
-/// Called for every brmcp part before any reassembly or session state exists for it.
+/// Called for every brmcp part before any reassembly or session state exists for it,
+/// except parts on sessions this router dialed: dialing a peer authorizes its replies.
 pub trait Authorizer: Send + Sync + 'static {
     /// `true` if `peer` may talk to us.
     fn allow(&self, peer: &PeerId) -> bool;

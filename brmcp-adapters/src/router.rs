@@ -18,7 +18,7 @@
 //! The driver sleeps until the earlier of the reassembler's next deadline and the next
 //! possible idle expiry.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -49,6 +49,11 @@ const RECENT_MIDS: usize = 64;
 
 /// Router-level replies (errors for sessions that could not be opened) queued at most.
 const REPLY_QUEUE: usize = 64;
+
+/// (peer, sid) keys remembered as refused, so each gets one refusal until a session opens
+/// there: a peer cannot make us answer every PM it sends. Cleared when full (the worst
+/// case is a few more replies).
+const REFUSED_KEYS: usize = 4096;
 
 /// Commands to the driver from routers and sessions.
 pub(crate) enum Ctl {
@@ -81,7 +86,8 @@ struct InboundPm {
 /// Routes brmcp PMs of one Bison Relay identity to MCP sessions, in both roles.
 ///
 /// Cheap to clone; every clone drives the same router. The router task runs until
-/// [`close`](Self::close) or until every clone and every session is dropped.
+/// [`close`](Self::close) or until every clone is dropped; either way it then closes
+/// every session (no PM could reach them any more).
 #[derive(Clone)]
 pub struct Router {
     inner: Arc<Inner>,
@@ -97,6 +103,7 @@ struct Inner {
     epoch: Instant,
     inbox_capacity: usize,
     request_timeout: Option<Duration>,
+    max_outbound_bytes: usize,
 }
 
 impl std::fmt::Debug for Router {
@@ -133,6 +140,7 @@ impl Router {
             next_idle_check: None,
             sessions: HashMap::new(),
             inbound_per_peer: HashMap::new(),
+            refused: HashSet::new(),
             counters: counters.clone(),
             outlet: outlet.clone(),
             ctl_weak: ctl_tx.downgrade(),
@@ -155,6 +163,7 @@ impl Router {
                 epoch,
                 inbox_capacity: config.inbox_capacity.max(1),
                 request_timeout: config.request_timeout,
+                max_outbound_bytes: config.max_outbound_bytes,
             }),
         }
     }
@@ -206,6 +215,7 @@ impl Router {
             inbox_rx,
             self.inner.ctl_tx.clone(),
             self.inner.request_timeout,
+            self.inner.max_outbound_bytes,
         ))
     }
 
@@ -283,7 +293,7 @@ impl WeakRouter {
 /// Sends router-level replies, one after another.
 async fn reply_writer(outlet: Arc<Outlet>, mut rx: mpsc::Receiver<(PeerId, SessionId, Vec<u8>)>) {
     while let Some((peer, sid, payload)) = rx.recv().await {
-        if let Err(e) = outlet.send_message(&peer, sid, &payload).await {
+        if let Err(e) = outlet.send_message(&peer, sid, None, &payload).await {
             tracing::debug!(%peer, error = %e, "reply not sent");
         }
     }
@@ -326,6 +336,8 @@ struct Driver {
     reply_tx: mpsc::Sender<(PeerId, SessionId, Vec<u8>)>,
     sessions: HashMap<(PeerId, SessionId), Entry>,
     inbound_per_peer: HashMap<PeerId, usize>,
+    /// Keys already answered with a refusal (see [`REFUSED_KEYS`]).
+    refused: HashSet<(PeerId, SessionId)>,
     /// No session can be idle before this instant.
     next_idle_check: Option<Instant>,
     next_id: Arc<AtomicU64>,
@@ -348,19 +360,25 @@ impl Driver {
             vec![0u8; limits.max_message_bytes.min(MAX_PM_PAYLOAD_LEN)].into_boxed_slice();
         let mut assembler: Assembler<'_, PeerKey, ASSEMBLER_SLOTS> =
             Assembler::new(&mut arena, &mut scratch, limits);
-        let mut pms_open = true;
-
         loop {
             let wake = self.next_wake(&assembler);
+            // Due timers first: a steady stream of PMs must not starve idle expiry and
+            // reassembly clean-up.
+            if wake.is_some_and(|at| at <= Instant::now()) {
+                self.on_timer(&mut assembler);
+                continue;
+            }
             tokio::select! {
                 biased;
                 ctl = ctl_rx.recv() => match ctl {
                     None | Some(Ctl::Shutdown) => break,
                     Some(ctl) => self.on_ctl(ctl),
                 },
-                pm = pm_rx.recv(), if pms_open => match pm {
+                pm = pm_rx.recv() => match pm {
                     Some(pm) => self.on_pm(&mut assembler, pm),
-                    None => pms_open = false,
+                    // Every router handle is gone: no PM can arrive, so no session
+                    // can make progress. Close them all and stop.
+                    None => break,
                 },
                 () = sleep_until_opt(wake) => self.on_timer(&mut assembler),
             }
@@ -372,9 +390,9 @@ impl Driver {
     }
 
     fn next_wake(&self, assembler: &Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) -> Option<Instant> {
-        let reassembly = assembler.next_deadline().map(|deadline| {
+        let reassembly = assembler.next_deadline().and_then(|deadline| {
             let secs = deadline.0.saturating_sub(self.config.clock.now().0).max(0);
-            Instant::now() + Duration::from_secs(secs.unsigned_abs())
+            Instant::now().checked_add(Duration::from_secs(secs.unsigned_abs()))
         });
         match (reassembly, self.next_idle_check) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -395,11 +413,15 @@ impl Driver {
             let mut idle = Vec::new();
             for (key, entry) in &self.sessions {
                 let Some(timeout) = entry.idle else { continue };
-                // A session still handling a request is busy, not idle.
-                let due = if entry.shared.is_busy() {
-                    now + timeout
+                // A session with a request in progress is busy, not idle. A timeout too
+                // large to add means never.
+                let base = if entry.shared.is_busy() {
+                    now
                 } else {
-                    entry.shared.last_active() + timeout
+                    entry.shared.last_active()
+                };
+                let Some(due) = base.checked_add(timeout) else {
+                    continue;
                 };
                 if due <= now {
                     idle.push(*key);
@@ -415,8 +437,7 @@ impl Driver {
     }
 
     fn schedule_idle(&mut self, timeout: Option<Duration>) {
-        if let Some(timeout) = timeout {
-            let due = Instant::now() + timeout;
+        if let Some(due) = timeout.and_then(|t| Instant::now().checked_add(t)) {
             self.next_idle_check = Some(self.next_idle_check.map_or(due, |n| n.min(due)));
         }
     }
@@ -649,7 +670,14 @@ impl Driver {
             return;
         }
         let outbox = spawn_writer(self.outlet.clone(), shared.clone());
-        let transport = BrTransport::new(shared.clone(), outbox, inbox_rx, ctl, None);
+        let transport = BrTransport::new(
+            shared.clone(),
+            outbox,
+            inbox_rx,
+            ctl,
+            None,
+            self.config.max_outbound_bytes,
+        );
         if let Some(acceptor) = &mut self.acceptor {
             acceptor(transport);
         } else if self.accept_tx.try_send(transport).is_err() {
@@ -671,6 +699,7 @@ impl Driver {
             },
         );
         *self.inbound_per_peer.entry(peer).or_default() += 1;
+        self.refused.remove(&(peer, sid));
         Counters::bump(&self.counters.sessions_accepted);
         Counters::bump(&self.counters.messages_delivered);
         self.counters.sessions_open.fetch_add(1, Relaxed);
@@ -678,13 +707,20 @@ impl Driver {
     }
 
     fn reply_error(
-        &self,
+        &mut self,
         peer: PeerId,
         sid: SessionId,
         id: RequestId,
         code: ErrorCode,
         message: &'static str,
     ) {
+        if self.refused.len() >= REFUSED_KEYS {
+            self.refused.clear();
+        }
+        if !self.refused.insert((peer, sid)) {
+            // Already refused: a duplicate, or a peer repeating itself.
+            return;
+        }
         let reply = ServerJsonRpcMessage::error(ErrorData::new(code, message, None), Some(id));
         if let Ok(payload) = serde_json::to_vec(&reply) {
             // A full queue drops the reply: the client's request timeout covers it.

@@ -2,7 +2,7 @@
 //! deadline and sends its PMs in order; and the state a session shares with the router.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -27,15 +27,20 @@ pub(crate) struct Outlet {
 }
 
 impl Outlet {
-    /// Sends one serialized message to `peer` in session `sid`: one `String` per PM, the
-    /// parts in order, stopping at the first failed send.
+    /// Sends one serialized message to `peer` in session `sid` as message `mid` (a fresh
+    /// one when `None`): one `String` per PM, the parts in order, stopping at the first
+    /// failed send.
     pub(crate) async fn send_message(
         &self,
         peer: &PeerId,
         sid: SessionId,
+        mid: Option<MessageId>,
         payload: &[u8],
     ) -> Result<(), AdapterError> {
-        let mid = MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?;
+        let mid = match mid {
+            Some(mid) => mid,
+            None => MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?,
+        };
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
         let exp = self.clock.now().0.saturating_add(ttl).max(1);
         let chunks = Chunks::new(sid, mid, exp, payload, self.chunk_len)?;
@@ -72,9 +77,11 @@ pub(crate) struct SessionShared {
     /// Milliseconds since `epoch` of the last inbound or outbound message.
     last_active: AtomicU64,
     closed: AtomicBool,
-    /// Requests the peer sent that we have not answered (server role): a session
-    /// running a long call is not idle.
+    /// Requests not answered yet: the peer's (server role) or ours (client role). A
+    /// session with a call in progress is not idle.
     unanswered: Mutex<HashSet<RequestId>>,
+    /// Bytes of serialized messages queued for the writer and not yet sent.
+    queued: AtomicUsize,
 }
 
 impl SessionShared {
@@ -87,6 +94,7 @@ impl SessionShared {
             last_active: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
+            queued: AtomicUsize::new(0),
         };
         this.touch();
         this
@@ -107,19 +115,35 @@ impl SessionShared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A request from the peer is being handled.
+    /// A request is in progress (the peer's, or one we sent).
     pub(crate) fn request_started(&self, id: RequestId) {
         self.unanswered().insert(id);
     }
 
-    /// A request from the peer was answered or cancelled.
+    /// A request was answered, failed or cancelled.
     pub(crate) fn request_ended(&self, id: &RequestId) {
         self.unanswered().remove(id);
     }
 
-    /// Whether a request from the peer is still being handled.
+    /// Whether a request is still in progress on the session.
     pub(crate) fn is_busy(&self) -> bool {
         !self.unanswered().is_empty()
+    }
+
+    /// Returns `len` bytes reserved for a message that was not queued after all.
+    pub(crate) fn release_outbound(&self, len: usize) {
+        self.queued.fetch_sub(len, Ordering::AcqRel);
+    }
+
+    /// Reserves `len` bytes of the outbound queue; `false` (nothing reserved) when that
+    /// would exceed `max`.
+    pub(crate) fn reserve_outbound(&self, len: usize, max: usize) -> bool {
+        let before = self.queued.fetch_add(len, Ordering::AcqRel);
+        if before.saturating_add(len) > max {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     /// Marks the session closed; `true` the first time.
@@ -131,6 +155,9 @@ impl SessionShared {
 /// One message queued for the writer.
 pub(crate) struct Outbound {
     pub(crate) payload: Arc<Vec<u8>>,
+    /// The message id to send it under; a fresh one when `None`. A replayed request
+    /// keeps its first id, so the peer drops whichever copy arrives second.
+    pub(crate) mid: Option<MessageId>,
     /// Told the outcome once every part is sent (or the first send failed).
     pub(crate) ack: Option<oneshot::Sender<Result<(), AdapterError>>>,
 }
@@ -144,11 +171,12 @@ pub(crate) fn spawn_writer(
 ) -> mpsc::UnboundedSender<Outbound> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Outbound>();
     tokio::spawn(async move {
-        while let Some(Outbound { payload, ack }) = rx.recv().await {
+        while let Some(Outbound { payload, mid, ack }) = rx.recv().await {
             session.touch();
             let result = outlet
-                .send_message(&session.peer, session.sid, &payload)
+                .send_message(&session.peer, session.sid, mid, &payload)
                 .await;
+            session.queued.fetch_sub(payload.len(), Ordering::AcqRel);
             if let Err(e) = &result {
                 tracing::debug!(peer = %session.peer, sid = %session.sid, error = %e, "send failed");
             }

@@ -29,11 +29,12 @@ macro_rules! counters {
 counters! {
     /// PMs handed to `handle_pm`, chat included.
     pms_received,
-    /// PMs that parsed as brmcp parts.
+    /// Parts from allowed peers that parsed (parts from refused peers are not counted).
     parts_received,
     /// PMs that are not brmcp traffic (chat, other versions), ignored silently.
     dropped_foreign,
-    /// PMs that looked like an envelope but did not parse.
+    /// Envelopes that did not parse, and parts the reassembler refused as malformed
+    /// (bad body, geometry or part count).
     dropped_malformed,
     /// Parts from peers the authorizer refused.
     dropped_disallowed,
@@ -41,11 +42,11 @@ counters! {
     dropped_expired,
     /// Parts and messages seen before.
     dropped_duplicate,
-    /// Parts the reassembler refused for its bounds or inconsistency.
+    /// Parts the reassembler refused for one of its bounds.
     dropped_reassembly,
     /// Complete messages that were not valid JSON-RPC.
     dropped_json,
-    /// Messages for a session that does not exist and may not be opened by them.
+    /// Parts or messages for a session that does not exist and that may not open one.
     dropped_unknown_session,
     /// New sessions refused because the peer is at its session cap.
     dropped_session_cap,

@@ -19,7 +19,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_wire::SessionId;
+use brmcp_wire::{MessageId, SessionId};
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification,
     ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
@@ -57,6 +57,8 @@ pub struct BrTransport<R: ServiceRole> {
     inbox: mpsc::Receiver<RxJsonRpcMessage<R>>,
     ctl: mpsc::UnboundedSender<Ctl>,
     client: ClientState,
+    /// Bytes the outbound queue may hold before the session is closed.
+    max_outbound: usize,
     _role: PhantomData<fn() -> R>,
 }
 
@@ -77,6 +79,7 @@ impl<R: ServiceRole> BrTransport<R> {
         inbox: mpsc::Receiver<RxJsonRpcMessage<R>>,
         ctl: mpsc::UnboundedSender<Ctl>,
         request_timeout: Option<Duration>,
+        max_outbound: usize,
     ) -> Self {
         Self {
             session,
@@ -84,6 +87,7 @@ impl<R: ServiceRole> BrTransport<R> {
             inbox,
             ctl,
             client: ClientState::new(request_timeout),
+            max_outbound,
             _role: PhantomData,
         }
     }
@@ -98,24 +102,45 @@ impl<R: ServiceRole> BrTransport<R> {
         self.session.sid
     }
 
-    /// Queues an already serialized message; the receiver tells when its PMs are sent.
+    /// Queues an already serialized message as `mid` (fresh when `None`); the receiver
+    /// tells when its PMs are sent. A queue over its byte bound closes the session, as
+    /// an inbox overflow does: a peer cannot make us buffer without limit.
     fn enqueue(
-        &self,
+        &mut self,
         payload: Arc<Vec<u8>>,
+        mid: Option<MessageId>,
     ) -> Result<oneshot::Receiver<Result<(), AdapterError>>, AdapterError> {
         let (ack, done) = oneshot::channel();
-        self.outbox
-            .send(Outbound {
-                payload,
-                ack: Some(ack),
-            })
-            .map_err(|_| AdapterError::Closed)?;
+        self.enqueue_with(payload, mid, Some(ack))?;
         Ok(done)
     }
 
     /// Queues a message nobody waits for (recovery and cancellation traffic).
-    fn enqueue_quiet(&self, payload: Arc<Vec<u8>>) {
-        let _ = self.outbox.send(Outbound { payload, ack: None });
+    fn enqueue_quiet(&mut self, payload: Arc<Vec<u8>>, mid: Option<MessageId>) {
+        let _ = self.enqueue_with(payload, mid, None);
+    }
+
+    fn enqueue_with(
+        &mut self,
+        payload: Arc<Vec<u8>>,
+        mid: Option<MessageId>,
+        ack: Option<oneshot::Sender<Result<(), AdapterError>>>,
+    ) -> Result<(), AdapterError> {
+        if !self
+            .session
+            .reserve_outbound(payload.len(), self.max_outbound)
+        {
+            tracing::debug!(peer = %self.session.peer, sid = %self.session.sid, "outbound queue full; closing the session");
+            self.close_session();
+            return Err(AdapterError::OutboundFull(self.max_outbound));
+        }
+        let len = payload.len();
+        self.outbox
+            .send(Outbound { payload, mid, ack })
+            .map_err(|_| {
+                self.session.release_outbound(len);
+                AdapterError::Closed
+            })
     }
 
     fn close_session(&mut self) {
@@ -161,7 +186,7 @@ impl Transport<RoleServer> for BrTransport<RoleServer> {
         }
         let queued = serde_json::to_vec(&item)
             .map_err(AdapterError::from)
-            .and_then(|payload| self.enqueue(Arc::new(payload)));
+            .and_then(|payload| self.enqueue(Arc::new(payload), None));
         acked(queued)
     }
 
@@ -186,8 +211,16 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
             .map_err(AdapterError::from)
             .and_then(|payload| {
                 let payload = Arc::new(payload);
-                self.client.on_send(&item, &payload);
-                self.enqueue(payload)
+                // A request keeps its message id for a replay (see `ClientState`).
+                let mid = match &item {
+                    JsonRpcMessage::Request(r) => {
+                        self.session.request_started(r.id.clone());
+                        Some(MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?)
+                    }
+                    _ => None,
+                };
+                self.client.on_send(&item, &payload, mid);
+                self.enqueue(payload, mid)
             });
         acked(queued)
     }
@@ -199,6 +232,7 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
         }
         loop {
             if let Some(message) = self.client.ready.pop_front() {
+                self.answered(&message);
                 return Some(message);
             }
             // Both branches are cancellation-safe; state changes only after one completes.
@@ -213,16 +247,17 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                 Event::Deadline => {
                     let peer = self.session.peer;
                     for payload in self.client.on_deadline(Instant::now(), &peer) {
-                        self.enqueue_quiet(payload);
+                        self.enqueue_quiet(payload, None);
                     }
                 }
                 Event::Message(None) => return None,
                 Event::Message(Some(message)) => {
                     let (deliver, resend) = self.client.on_receive(*message);
-                    for payload in resend {
-                        self.enqueue_quiet(payload);
+                    for (payload, mid) in resend {
+                        self.enqueue_quiet(payload, mid);
                     }
                     if let Some(message) = deliver {
+                        self.answered(&message);
                         return Some(message);
                     }
                 }
@@ -236,9 +271,30 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
     }
 }
 
+impl BrTransport<RoleClient> {
+    /// A request of ours got its answer (or its local failure): no longer in progress.
+    fn answered(&self, message: &ServerJsonRpcMessage) {
+        match message {
+            JsonRpcMessage::Response(r) => self.session.request_ended(&r.id),
+            JsonRpcMessage::Error(e) => {
+                if let Some(id) = &e.id {
+                    self.session.request_ended(id);
+                }
+            }
+            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {}
+        }
+    }
+}
+
+/// A message to send again, under the message id it first had (if any).
+type Resend = (Arc<Vec<u8>>, Option<MessageId>);
+
 /// A request sent on a dialed session and not answered yet.
 struct Inflight {
     payload: Arc<Vec<u8>>,
+    /// The message id it was sent under; a replay reuses it, so the server drops a late
+    /// copy of the first send instead of running the request twice.
+    mid: Option<MessageId>,
     /// `None` while it waits for the session to be re-established.
     deadline: Option<Instant>,
     replayed: bool,
@@ -277,10 +333,16 @@ impl ClientState {
     }
 
     fn deadline_from(&self, now: Instant) -> Option<Instant> {
-        self.timeout.map(|t| now + t)
+        // A timeout too large to add is no timeout.
+        self.timeout.and_then(|t| now.checked_add(t))
     }
 
-    fn on_send(&mut self, item: &ClientJsonRpcMessage, payload: &Arc<Vec<u8>>) {
+    fn on_send(
+        &mut self,
+        item: &ClientJsonRpcMessage,
+        payload: &Arc<Vec<u8>>,
+        mid: Option<MessageId>,
+    ) {
         match item {
             JsonRpcMessage::Request(request) => {
                 if matches!(request.request, ClientRequest::InitializeRequest(_)) {
@@ -291,6 +353,7 @@ impl ClientState {
                     request.id.clone(),
                     Inflight {
                         payload: payload.clone(),
+                        mid,
                         deadline,
                         replayed: false,
                     },
@@ -362,7 +425,7 @@ impl ClientState {
     fn on_receive(
         &mut self,
         message: ServerJsonRpcMessage,
-    ) -> (Option<ServerJsonRpcMessage>, Vec<Arc<Vec<u8>>>) {
+    ) -> (Option<ServerJsonRpcMessage>, Vec<Resend>) {
         let id = match &message {
             JsonRpcMessage::Response(r) => r.id.clone(),
             JsonRpcMessage::Error(e) => match &e.id {
@@ -382,13 +445,13 @@ impl ClientState {
             };
             let mut resend = Vec::new();
             if matches!(message, JsonRpcMessage::Response(_)) {
-                resend.extend(self.initialized.clone());
+                resend.extend(self.initialized.clone().map(|n| (n, None)));
                 let deadline = self.deadline_from(Instant::now());
                 for (waiting, _) in reinit.waiting {
                     if let Some(request) = self.inflight.get_mut(&waiting) {
                         request.deadline = deadline;
                         request.replayed = true;
-                        resend.push(request.payload.clone());
+                        resend.push((request.payload.clone(), request.mid));
                     }
                 }
             } else {
@@ -410,6 +473,11 @@ impl ClientState {
         }
         let lost_session =
             matches!(&message, JsonRpcMessage::Error(e) if e.error.code == SESSION_NOT_FOUND);
+        // A late refusal of a request already replayed (the first send was duplicated on
+        // the way): the replay's answer is what counts.
+        if lost_session && self.inflight.get(&id).is_some_and(|r| r.replayed) {
+            return (None, Vec::new());
+        }
         let replayable = self
             .inflight
             .get(&id)
@@ -421,7 +489,7 @@ impl ClientState {
             let mut resend = Vec::new();
             let deadline = self.deadline_from(Instant::now());
             let reinit = self.reinit.get_or_insert_with(|| {
-                resend.push(init.clone());
+                resend.push((init.clone(), None));
                 Reinit {
                     deadline,
                     waiting: Vec::new(),
