@@ -1,0 +1,62 @@
+//! The Bison Relay host for a running brclient or brclientd: a native client of its
+//! `clientrpc` interface (JSON-RPC over a TLS websocket at `wss://host:port/ws`).
+//!
+//! - [`ClientRpcHost`] implements [`PmSender`](crate::PmSender) with `ChatService.PM`
+//!   (PMs to one peer leave one at a time, in order), hands every PM received to a
+//!   [`PmHandler`] ([`Router`](crate::Router) is one), every tip received to a
+//!   [`TipHandler`], and pays tips ([`ClientRpcHost::tip`]), matching each to its
+//!   terminal TipProgress event.
+//! - Streams are consumed in the order process → record ([`AckStore`]) → acknowledge,
+//!   reopened after every reconnect from the last acknowledged item, with redeliveries
+//!   recognised by sequence id ([`streams`](self#streams)).
+//! - [`ClientRpcConfig`] says where the server is and which certificates to use; it can
+//!   come from a bisonbotkit `.conf` file ([`BotConfig`]). The server's `rpc.cert` is
+//!   pinned by DER equality (brclient's is a self-signed CA-flagged Ed25519
+//!   certificate that stock verifiers refuse); a chain to a configured CA is accepted
+//!   too (brclientd).
+//! - [`proto`]: the messages, with protojson's encoding rules.
+//!
+//! The connection: one reader task reads without pause and demultiplexes responses by
+//! id and stream items by method; one writer task sends. At most [`MAX_IN_FLIGHT`]
+//! requests are in flight per connection, open streams included. Websocket pings go
+//! out every [`ping_interval`](ClientRpcConfig::ping_interval); a missing pong drops the
+//! connection. Reconnects back off from [`DEFAULT_BACKOFF_INITIAL`] doubling to
+//! [`DEFAULT_BACKOFF_MAX`] (both configurable).
+//!
+//! # Streams
+//!
+//! See [`StreamKind`] and [`AckStore`]: each item is processed, then its sequence id is
+//! recorded durably, then it is acknowledged. A reconnect reopens every stream after
+//! the last acknowledgement the server confirmed; whatever it redelivers that was
+//! processed already (recorded before the start, or processed since) is acknowledged
+//! again without being processed.
+//!
+//! Crypto: rustls with the ring provider.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+mod config;
+mod conn;
+mod error;
+mod host;
+pub mod proto;
+mod streams;
+mod tls;
+
+pub use config::{
+    BasicAuth, BotConfig, ClientRpcConfig, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_TIP_MAX_ATTEMPTS, DEFAULT_TIP_TIMEOUT, DEFAULT_URL,
+    MAX_IN_FLIGHT, PemSource,
+};
+pub use error::ClientRpcError;
+pub use host::{
+    ClientRpcHost, HostStatus, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler, TipOutcome,
+};
+pub use streams::{AckStore, FileAckStore, MemoryAckStore, SEEN_IDS, StreamKind};
+
+/// Locks a std mutex, ignoring poisoning: no critical section here leaves its data
+/// half-updated.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
