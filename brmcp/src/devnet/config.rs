@@ -1,0 +1,114 @@
+//! The bisonbotkit-format config file a node writes for its clients
+//! (clientrpc.md §4.3): plain `key=value` lines, in the order `LoadBotConfig` writes
+//! its defaults, pointing at the node's URL and certificate files.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::certs::{CertPaths, write_file};
+use super::{DevnetError, random_bytes};
+
+/// The file name, as `brmcp-serve` names it in its data directory.
+pub(crate) const CONFIG_FILE: &str = "brmcp-serve.conf";
+
+/// `len` random characters from `[A-Za-z0-9]`, as the kit's random user and password.
+pub(crate) fn random_token(len: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let bytes: [u8; 32] = random_bytes();
+    bytes
+        .iter()
+        .take(len)
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect()
+}
+
+/// The file's text.
+pub(crate) fn render(
+    datadir: &Path,
+    url: &str,
+    certs: &CertPaths,
+    user: &str,
+    pass: &str,
+) -> String {
+    let mut s = String::new();
+    let lines = [
+        ("datadir", datadir.display().to_string()),
+        ("brrpcurl", url.to_owned()),
+        ("servercertpath", certs.server_cert.display().to_string()),
+        ("clientcertpath", certs.client_cert.display().to_string()),
+        ("clientkeypath", certs.client_key.display().to_string()),
+        ("rpcuser", user.to_owned()),
+        ("rpcpass", pass.to_owned()),
+        ("debug", "info".to_owned()),
+        (
+            "logfile",
+            datadir
+                .join("logs")
+                .join("brmcp-serve.log")
+                .display()
+                .to_string(),
+        ),
+        ("maxlogfiles", "5".to_owned()),
+        ("maxbufferlines", "1000".to_owned()),
+    ];
+    for (k, v) in lines {
+        let _ = writeln!(s, "{k}={v}");
+    }
+    s
+}
+
+/// Writes `<dir>/brmcp-serve.conf` and returns its path.
+pub(crate) fn write(
+    dir: &Path,
+    url: &str,
+    certs: &CertPaths,
+    user: &str,
+    pass: &str,
+) -> Result<std::path::PathBuf, DevnetError> {
+    let path = dir.join(CONFIG_FILE);
+    // It holds rpcpass.
+    write_file(&path, render(dir, url, certs, user, pass).as_bytes(), true)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_value_lines_in_kit_order() {
+        let dir = Path::new("node");
+        let certs = CertPaths {
+            server_cert: dir.join("rpc.cert"),
+            server_key: dir.join("rpc.key"),
+            ca_cert: dir.join("rpc-ca.cert"),
+            ca_key: None,
+            client_cert: dir.join("rpc-client.cert"),
+            client_key: dir.join("rpc-client.key"),
+        };
+        let text = render(dir, "wss://127.0.0.1:1234/ws", &certs, "u", "p");
+        let keys: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "datadir",
+                "brrpcurl",
+                "servercertpath",
+                "clientcertpath",
+                "clientkeypath",
+                "rpcuser",
+                "rpcpass",
+                "debug",
+                "logfile",
+                "maxlogfiles",
+                "maxbufferlines"
+            ]
+        );
+        assert!(text.contains("brrpcurl=wss://127.0.0.1:1234/ws\n"));
+        assert!(text.contains(&format!("servercertpath={}\n", certs.server_cert.display())));
+        assert_eq!(random_token(16).len(), 16);
+    }
+}

@@ -1,0 +1,562 @@
+//! JSON-RPC framing and dispatch, as brclient's `clientrpc/jsonrpc` peer does it.
+//!
+//! * [`classify`] reads the first JSON value of a WebSocket message and sorts it the
+//!   way Go's `readLoop` does: a decode error or `jsonrpc` other than `"2.0"` closes
+//!   the connection; id + method is a request; anything else is logged and ignored.
+//! * [`handle_request`] strips the stream suffix with `(\w+\.\w+)\[(\d+)\]`, routes
+//!   `Service.Method` (unknown service or method: -32603), decodes params with
+//!   protojson (-32602 "unable to decode params: ..."), applies injected faults, then
+//!   runs a unary handler (reply: its result, or -32603 with its error text) or a
+//!   stream (no reply; items are notifications carrying the suffixed method).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+
+use super::Net;
+use super::node::{MESSAGE_MODES, StreamKind, Sub};
+use super::protojson::{
+    Decoded, Field, Kind, Obj, decode, error_line, field, go_reencode, notification_line,
+    response_line,
+};
+use super::relay;
+
+/// JSON-RPC "internal error": every handler error, and unknown service or method.
+pub(crate) const ERR_INTERNAL: i64 = -32603;
+/// JSON-RPC "invalid params": protojson refused the params.
+pub(crate) const ERR_INVALID_PARAMS: i64 = -32602;
+
+/// Requests in flight per connection, streams included (Go `maxConcurrentRequests`).
+pub(crate) const MAX_IN_FLIGHT: usize = 16;
+
+/// The services brclient binds; a method of one of these that the devnet does not
+/// implement is an "unknown method", any other service an "unknown service".
+const SERVICES: &[&str] = &[
+    "VersionService",
+    "ChatService",
+    "GCService",
+    "PostsService",
+    "PaymentsService",
+    "ResourcesService",
+    "ContentService",
+];
+
+/// A message read from the socket.
+#[derive(Debug)]
+pub(crate) enum Inbound {
+    /// Undecodable or wrong version: close the connection, no reply.
+    Close,
+    /// A notification, a response, or something unrecognised: ignored.
+    Ignore {
+        method: Option<String>,
+        id: Option<Value>,
+    },
+    /// A request.
+    Request(Request),
+}
+
+/// A request to dispatch.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The id as Go re-encodes it in the reply.
+    pub(crate) id_json: String,
+    pub(crate) id: Value,
+    /// The method as sent, suffix included.
+    pub(crate) method: String,
+    pub(crate) params: Option<Value>,
+}
+
+/// Sorts one WebSocket message (see the module docs).
+pub(crate) fn classify(data: &[u8]) -> Inbound {
+    let mut values = serde_json::Deserializer::from_slice(data).into_iter::<Value>();
+    let Some(Ok(Value::Object(obj))) = values.next() else {
+        return Inbound::Close;
+    };
+    // Go decodes into a struct: a field of the wrong type is a decode error.
+    match obj.get("jsonrpc") {
+        Some(Value::String(v)) if v == "2.0" => {}
+        _ => return Inbound::Close,
+    }
+    let method = match obj.get("method") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(_) => return Inbound::Close,
+    };
+    let has_error = match obj.get("error") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(e)) => {
+            let code_ok = e.get("code").is_none_or(|c| c.is_null() || c.is_i64());
+            let msg_ok = e
+                .get("message")
+                .is_none_or(|m| m.is_null() || m.is_string());
+            if !(code_ok && msg_ok) {
+                return Inbound::Close;
+            }
+            true
+        }
+        Some(_) => return Inbound::Close,
+    };
+    // json.RawMessage fields: present (even as null) means non-nil.
+    let has_result = obj.contains_key("result");
+    let id = obj.get("id").filter(|v| !v.is_null()).cloned();
+    match (id, method) {
+        (Some(id), Some(method)) if !has_error && !has_result => Inbound::Request(Request {
+            id_json: go_reencode(&id),
+            id,
+            method,
+            params: obj.get("params").cloned(),
+        }),
+        (id, method) => Inbound::Ignore { method, id },
+    }
+}
+
+/// The `Service.Method` part of a method with a stream suffix, as Go's unanchored
+/// `(\w+\.\w+)\[(\d+)\]`; the method itself when nothing matches.
+pub(crate) fn strip_stream_suffix(method: &str) -> &str {
+    let b = method.as_bytes();
+    (0..b.len())
+        .find_map(|start| suffix_match_at(b, start).map(|end| &method[start..end]))
+        .unwrap_or(method)
+}
+
+/// Whether `\w+\.\w+\[\d+\]` matches at `start`; the end of the first group if so.
+fn suffix_match_at(b: &[u8], start: usize) -> Option<usize> {
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let run = |mut i: usize, pred: &dyn Fn(u8) -> bool| {
+        while i < b.len() && pred(b[i]) {
+            i += 1;
+        }
+        i
+    };
+    let i = run(start, &word);
+    if i == start || b.get(i) != Some(&b'.') {
+        return None;
+    }
+    let j = run(i + 1, &word);
+    if j == i + 1 || b.get(j) != Some(&b'[') {
+        return None;
+    }
+    let k = run(j + 1, &|c: u8| c.is_ascii_digit());
+    if k == j + 1 || b.get(k) != Some(&b']') {
+        return None;
+    }
+    Some(j)
+}
+
+/// The methods the devnet implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Method {
+    Version,
+    Keepalive,
+    UserPublicIdentity,
+    UserNick,
+    Pm,
+    PmStream,
+    AckPm,
+    KxStream,
+    AckKx,
+    TipUser,
+    TipProgress,
+    AckTipProgress,
+    TipStream,
+    AckTipReceived,
+}
+
+const NONE: &[Field] = &[];
+const ACK: &[Field] = &[field("sequence_id", "sequenceId", Kind::U64)];
+const STREAM: &[Field] = &[field("unacked_from", "unackedFrom", Kind::U64)];
+const KEEPALIVE: &[Field] = &[field("interval", "interval", Kind::I64)];
+const USER_NICK: &[Field] = &[
+    field("uid", "uid", Kind::Bytes),
+    field("hex_uid", "hexUid", Kind::Str),
+];
+const RM_PRIVATE_MESSAGE: &[Field] = &[
+    field("message", "message", Kind::Str),
+    field("mode", "mode", Kind::Enum(MESSAGE_MODES)),
+];
+const PM: &[Field] = &[
+    field("user", "user", Kind::Str),
+    field("msg", "msg", Kind::Msg(RM_PRIVATE_MESSAGE)),
+];
+const TIP_USER: &[Field] = &[
+    field("user", "user", Kind::Str),
+    field("dcr_amount", "dcrAmount", Kind::Double),
+    field("max_attempts", "maxAttempts", Kind::I32),
+];
+
+impl Method {
+    /// Routes `Service.Method` like `ServersMap.SvcForMethod`.
+    fn lookup(method: &str) -> Result<Self, &'static str> {
+        let Some((svc, name)) = method.split_once('.') else {
+            return Err("method is not Service.Method");
+        };
+        if !SERVICES.contains(&svc) {
+            return Err("unknown service");
+        }
+        Ok(match (svc, name) {
+            ("VersionService", "Version") => Self::Version,
+            ("VersionService", "KeepaliveStream") => Self::Keepalive,
+            ("ChatService", "UserPublicIdentity") => Self::UserPublicIdentity,
+            ("ChatService", "UserNick") => Self::UserNick,
+            ("ChatService", "PM") => Self::Pm,
+            ("ChatService", "PMStream") => Self::PmStream,
+            ("ChatService", "AckReceivedPM") => Self::AckPm,
+            ("ChatService", "KXStream") => Self::KxStream,
+            ("ChatService", "AckKXCompleted") => Self::AckKx,
+            ("PaymentsService", "TipUser") => Self::TipUser,
+            ("PaymentsService", "TipProgress") => Self::TipProgress,
+            ("PaymentsService", "AckTipProgress") => Self::AckTipProgress,
+            ("PaymentsService", "TipStream") => Self::TipStream,
+            ("PaymentsService", "AckTipReceived") => Self::AckTipReceived,
+            _ => return Err("unknown method"),
+        })
+    }
+
+    fn fields(self) -> &'static [Field] {
+        match self {
+            Self::Version | Self::UserPublicIdentity => NONE,
+            Self::Keepalive => KEEPALIVE,
+            Self::UserNick => USER_NICK,
+            Self::Pm => PM,
+            Self::PmStream | Self::KxStream | Self::TipProgress | Self::TipStream => STREAM,
+            Self::AckPm | Self::AckKx | Self::AckTipProgress | Self::AckTipReceived => ACK,
+            Self::TipUser => TIP_USER,
+        }
+    }
+
+    /// The replay log behind a stream or an ack.
+    fn kind(self) -> Option<StreamKind> {
+        match self {
+            Self::PmStream | Self::AckPm => Some(StreamKind::Pm),
+            Self::KxStream | Self::AckKx => Some(StreamKind::Kx),
+            Self::TipProgress | Self::AckTipProgress => Some(StreamKind::TipProgress),
+            Self::TipStream | Self::AckTipReceived => Some(StreamKind::TipReceived),
+            _ => None,
+        }
+    }
+}
+
+/// A connection as handlers see it.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnCtx {
+    pub(crate) id: u64,
+    pub(crate) out: mpsc::UnboundedSender<String>,
+    pub(crate) closed: watch::Receiver<bool>,
+}
+
+impl ConnCtx {
+    fn send(&self, line: String) {
+        // A closed connection drops replies, as Go's queueResponse does.
+        let _ = self.out.send(line);
+    }
+
+    async fn wait_closed(&mut self) {
+        let _ = self.closed.wait_for(|c| *c).await;
+    }
+}
+
+/// Handles one request to its end; `_permit` is its in-flight slot.
+pub(crate) async fn handle_request(
+    net: Arc<Net>,
+    node: usize,
+    mut conn: ConnCtx,
+    req: Request,
+    _permit: OwnedSemaphorePermit,
+) {
+    let base = strip_stream_suffix(&req.method).to_owned();
+    let method = match Method::lookup(&base) {
+        Ok(m) => m,
+        Err(e) => return conn.send(error_line(&req.id_json, ERR_INTERNAL, e)),
+    };
+    let params = match decode(method.fields(), req.params.as_ref()) {
+        Ok(p) => p,
+        Err(e) => {
+            let msg = format!("unable to decode params: {e}");
+            return conn.send(error_line(&req.id_json, ERR_INVALID_PARAMS, &msg));
+        }
+    };
+    let (delay, failure) = {
+        let mut st = net.lock();
+        let faults = &mut st.nodes[node].faults;
+        let delay = faults.delays.get(&base).copied();
+        let failure = match faults.fail_next.get_mut(&base) {
+            Some((left, text)) if *left > 0 => {
+                *left -= 1;
+                Some(text.clone())
+            }
+            _ => None,
+        };
+        (delay, failure)
+    };
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
+    if let Some(text) = failure {
+        return conn.send(error_line(&req.id_json, ERR_INTERNAL, &text));
+    }
+    match method {
+        Method::Keepalive => keepalive(&net, &mut conn, &req.method, &params).await,
+        Method::PmStream | Method::KxStream | Method::TipProgress | Method::TipStream => {
+            let Some(kind) = method.kind() else { return };
+            let sub = Sub {
+                conn: conn.id,
+                kind,
+                method: req.method.clone(),
+                out: conn.out.clone(),
+            };
+            net.lock().nodes[node].open_stream(params.u64("unacked_from"), sub);
+            // A stream lives until its connection closes; no reply follows.
+            conn.wait_closed().await;
+        }
+        _ => {
+            let line = match unary(&net, node, method, &params).await {
+                Ok(result) => response_line(&req.id_json, &result),
+                Err(text) => error_line(&req.id_json, ERR_INTERNAL, &text),
+            };
+            conn.send(line);
+        }
+    }
+}
+
+/// `VersionService.KeepaliveStream`: an event every max(interval, floor).
+async fn keepalive(net: &Net, conn: &mut ConnCtx, method: &str, params: &Decoded) {
+    let ms = u64::try_from(params.i64("interval")).unwrap_or(0);
+    let interval = Duration::from_millis(ms).max(net.cfg.keepalive_floor);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = conn.wait_closed() => return,
+        }
+        let ts = net.clock.now_ms().div_euclid(1000);
+        let event = Obj::new().i64("timestamp", ts).finish();
+        if conn.out.send(notification_line(method, &event)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs a unary method: its protojson result, or brclient's error text.
+async fn unary(net: &Arc<Net>, node: usize, method: Method, p: &Decoded) -> Result<String, String> {
+    match method {
+        Method::Version => {
+            let app_name = net.lock().nodes[node].app_name;
+            Ok(Obj::new()
+                .str(
+                    "appVersion",
+                    concat!("brmcp-devnet ", env!("CARGO_PKG_VERSION")),
+                )
+                .str("goRuntime", "devnet")
+                .str("appName", app_name)
+                .finish())
+        }
+        Method::UserPublicIdentity => {
+            let st = net.lock();
+            let n = &st.nodes[node];
+            Ok(Obj::new()
+                .str("name", &n.nick)
+                .str("nick", &n.nick)
+                .bytes("sigKey", &n.sig_key)
+                .bytes("identity", &n.uid)
+                .finish())
+        }
+        Method::UserNick => {
+            let uid: [u8; 32] = if p.str("hex_uid").is_empty() {
+                let raw = p.bytes("uid");
+                raw.try_into()
+                    .map_err(|_| format!("invalid user id length {}", raw.len()))?
+            } else {
+                let mut uid = [0u8; 32];
+                hex::decode_to_slice(p.str("hex_uid"), &mut uid)
+                    .map_err(|e| format!("encoding/hex: {e}"))?;
+                uid
+            };
+            let st = net.lock();
+            st.nodes[node]
+                .contact(&uid)
+                .map(|c| Obj::new().str("nick", &c.nick).finish())
+                .ok_or_else(|| format!("user {} not found", hex::encode(uid)))
+        }
+        Method::Pm => pm(net, node, p).await,
+        Method::TipUser => tip_user(net, node, p).await,
+        Method::AckPm | Method::AckKx | Method::AckTipProgress | Method::AckTipReceived => {
+            if let Some(kind) = method.kind() {
+                net.lock().nodes[node].logs[kind.index()].ack(p.u64("sequence_id"));
+            }
+            Ok("{}".to_owned())
+        }
+        Method::Keepalive
+        | Method::PmStream
+        | Method::KxStream
+        | Method::TipProgress
+        | Method::TipStream => Err("unknown method".to_owned()),
+    }
+}
+
+/// Per-PM bytes besides the text in brclient's signed RM blob (header and payload
+/// JSON) before base64; with the 512 of `EstimateRoutedRMWireSize`.
+const RM_OVERHEAD: u64 = 128;
+
+/// `ChatService.PM`.
+async fn pm(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> {
+    let Some(msg) = p.msg("msg") else {
+        return Err("msg is nil".to_owned());
+    };
+    let text = msg.str("message");
+    if text.is_empty() {
+        return Err("msg is empty".to_owned());
+    }
+    let to = {
+        let st = net.lock();
+        let contact = st.nodes[node]
+            .resolve(p.str("user"))
+            .ok_or_else(|| format!("user {} not found", p.str("user")))?;
+        contact.uid
+    };
+    // Uncompressed: exact for incompressible text, pessimistic for prose.
+    let escaped = super::protojson::json_string(text).len() as u64;
+    let estimate = (escaped + RM_OVERHEAD).div_ceil(3) * 4 + 512;
+    let max = net.cfg.max_msg_size;
+    if estimate > max {
+        return Err(format!(
+            "cannot enqueue message rpc.RMPrivateMessage estimated as larger than max \
+             message size {estimate} > {max}: RM is too large"
+        ));
+    }
+    relay::send_pm(net, node, to, text.to_owned()).await;
+    Ok("{}".to_owned())
+}
+
+/// `PaymentsService.TipUser`, in the order brclient checks: user, gating, amount,
+/// attempts, start-up wait, amount conversion. Replies once the tip is scheduled.
+async fn tip_user(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> {
+    let dcr = p.f64("dcr_amount");
+    let max_attempts = p.i32("max_attempts");
+    let (payee, gate, started) = {
+        let st = net.lock();
+        let n = &st.nodes[node];
+        let c = n
+            .resolve(p.str("user"))
+            .ok_or_else(|| format!("user {} not found", p.str("user")))?;
+        (c.uid, n.tip_gate, n.started_at)
+    };
+    if !gate.allow {
+        return Err("remote tip sending not allowed".to_owned());
+    }
+    if gate.max_dcr > 0.0 && dcr > gate.max_dcr {
+        return Err(format!("tip exceeds max limit: {}", gate.max_dcr));
+    }
+    if dcr <= 0.0 {
+        return Err(format!("cannot pay user {dcr:.6} <= 0"));
+    }
+    if max_attempts <= 0 {
+        return Err(format!("maxAttempts {max_attempts} <= 0"));
+    }
+    let ready = started + net.cfg.tip_warmup;
+    tokio::time::sleep_until(ready.into()).await;
+    if net.is_shut_down() {
+        return Err("client is quitting".to_owned());
+    }
+    if !dcr.is_finite() {
+        return Err("invalid coin amount".to_owned());
+    }
+    // dcrutil.NewAmount: round half up to atoms; then milliatoms.
+    #[expect(clippy::cast_possible_truncation, reason = "saturating, as intended")]
+    let atoms = (dcr * 1e8 + 0.5) as i64;
+    let matoms = atoms.saturating_mul(1000);
+    net.spawn(relay::run_tip(
+        net.clone(),
+        node,
+        payee,
+        matoms,
+        max_attempts,
+    ));
+    Ok("{}".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_suffix_rule() {
+        assert_eq!(
+            strip_stream_suffix("ChatService.PMStream[1]"),
+            "ChatService.PMStream"
+        );
+        assert_eq!(
+            strip_stream_suffix("ChatService.PMStream[12345]"),
+            "ChatService.PMStream"
+        );
+        // Go's `%.8x` suffix with a hex letter does not match.
+        assert_eq!(
+            strip_stream_suffix("ChatService.PMStream[0000000a]"),
+            "ChatService.PMStream[0000000a]"
+        );
+        assert_eq!(
+            strip_stream_suffix("ChatService.PMStream[]"),
+            "ChatService.PMStream[]"
+        );
+        assert_eq!(strip_stream_suffix("ChatService.PM"), "ChatService.PM");
+        // Unanchored, as Go's FindStringSubmatch.
+        assert_eq!(strip_stream_suffix("x y.z[3] tail"), "y.z");
+    }
+
+    #[test]
+    fn routing_errors() {
+        assert_eq!(Method::lookup("ChatService.PM"), Ok(Method::Pm));
+        assert_eq!(Method::lookup("NoService.PM"), Err("unknown service"));
+        assert_eq!(Method::lookup("GCService.List"), Err("unknown method"));
+        assert_eq!(
+            Method::lookup("ChatService.PMStream[0000000a]"),
+            Err("unknown method")
+        );
+        assert_eq!(
+            Method::lookup("Version"),
+            Err("method is not Service.Method")
+        );
+    }
+
+    #[test]
+    fn classification() {
+        assert!(matches!(classify(b"not json"), Inbound::Close));
+        assert!(matches!(classify(b"[1]"), Inbound::Close));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"1.0","id":1,"method":"a.b"}"#),
+            Inbound::Close
+        ));
+        assert!(matches!(
+            classify(br#"{"id":1,"method":"a.b"}"#),
+            Inbound::Close
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":1,"method":5}"#),
+            Inbound::Close
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","method":"a.b","params":{}}"#),
+            Inbound::Ignore {
+                method: Some(_),
+                id: None
+            }
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":null,"method":"a.b"}"#),
+            Inbound::Ignore { .. }
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Inbound::Ignore { .. }
+        ));
+        // Only the first JSON value counts; trailing garbage is ignored.
+        let Inbound::Request(r) =
+            classify(b"{\"jsonrpc\":\"2.0\",\"id\":4294967297,\"method\":\"a.b\"} junk")
+        else {
+            panic!("expected a request");
+        };
+        assert_eq!(r.id_json, "4294967297");
+        assert_eq!(r.method, "a.b");
+        assert!(r.params.is_none());
+    }
+}
