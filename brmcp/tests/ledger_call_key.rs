@@ -217,3 +217,53 @@ fn purge_expired_drops_outcomes_past_the_window() {
     let journal = ledger.journal(None, 10).unwrap();
     assert!(journal.iter().all(|e| !e.outcome_kept && !e.key_held));
 }
+
+#[test]
+fn held_answers_like_charge_without_charging() {
+    let (_dir, ledger) = funded();
+    let key = CallKey::new("held-key-01").unwrap();
+    let call = request(ALICE, "fortune", &key, json!({"n": 1}));
+    let keyed = call.keyed.unwrap();
+    // A free key holds nothing.
+    assert_eq!(ledger.held(&ALICE, "fortune", keyed, NOW).unwrap(), None);
+
+    let id = run(ledger.charge(&call, NOW).unwrap());
+    assert_eq!(
+        ledger.held(&ALICE, "fortune", keyed, NOW).unwrap(),
+        Some(Charge::InProgress)
+    );
+    ledger.complete(id, OUTCOME, at(10)).unwrap();
+    assert_eq!(
+        ledger.held(&ALICE, "fortune", keyed, at(10)).unwrap(),
+        Some(Charge::Replay(OUTCOME.into()))
+    );
+    let other = request(ALICE, "fortune", &key, json!({"n": 2}));
+    assert_eq!(
+        ledger
+            .held(&ALICE, "fortune", other.keyed.unwrap(), at(10))
+            .unwrap(),
+        Some(Charge::KeyConflict(KeyConflict::OtherArguments))
+    );
+    assert_eq!(
+        ledger.held(&ALICE, "weather", keyed, at(10)).unwrap(),
+        Some(Charge::KeyConflict(KeyConflict::OtherTool))
+    );
+    // Bob's identical key is free.
+    assert_eq!(ledger.held(&BOB, "fortune", keyed, at(10)).unwrap(), None);
+    // The window closes 30 minutes after completion, before any purge runs.
+    assert_eq!(
+        ledger
+            .held(&ALICE, "fortune", keyed, at(10 + OUTCOME_TTL_SECS - 1))
+            .unwrap(),
+        Some(Charge::Replay(OUTCOME.into()))
+    );
+    assert_eq!(
+        ledger
+            .held(&ALICE, "fortune", keyed, at(10 + OUTCOME_TTL_SECS))
+            .unwrap(),
+        None
+    );
+    // Asking changed nothing: one charge, and the key still held in the journal.
+    assert_eq!(ledger.balance_matoms(&ALICE).unwrap(), 90_000);
+    assert!(ledger.journal_entry(id).unwrap().unwrap().key_held);
+}

@@ -1,2 +1,439 @@
 //! The client bridge: local MCP endpoints for any agent, proxying to Bison Relay bots
 //! under the user's spending policy.
+//!
+//! ```text
+//! agent ── streamable HTTP /mcp/<bot uid> + bearer ──┐
+//! agent ── stdio (one bot) ──────────────────────────┤
+//!                                       ProxyServer (one per agent session)
+//!                                                    │ tools/call: fresh brmcp/callKey,
+//!                                                    │ payment_required → Policy → Payer
+//!                                       BotLink (one per bot): rmcp client over BR
+//!                                                    │ Router::dial
+//!                                                  the bot
+//! ```
+//!
+//! - [`Bridge`]: the engine a host embeds. It owns the settings
+//!   ([`SETTINGS_FILE`]), the spend log ([`SPEND_FILE`]), one link per bot, the approval
+//!   queue, and the owned HTTP listener, which follows the settings live.
+//! - The proxy forwards everything an MCP server offers: tools (names, schemas and
+//!   `_meta` verbatim), resources and templates, prompts, completions, logging, progress
+//!   (tokens mapped), cancellation both ways, and the bot's requests to the client
+//!   (sampling, elicitation, roots) to an agent that declared them. Results keep
+//!   `content`, `structuredContent` and `isError` as the bot sent them, and carry
+//!   `resultType` for agents on the 2026-07-28 protocol.
+//! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10); a
+//!   transport retry and the reissue after payment reuse it, so the bot runs and charges
+//!   one logical call at most once. A refused payment appends
+//!   `<name>: payment not made: <reason>` to the bot's `payment_required` result.
+//! - [`serve_stdio`] serves one bot over stdio for hosts that spawn MCP servers.
+//!
+//! # Limits of the shared link
+//!
+//! All agents of one bot share one Bison Relay session to it. A request the bot sends
+//! to the client carries no link to the call that caused it, so it goes to the newest
+//! forwarded request of an agent that declared the capability (else to the newest such
+//! agent session); agents on the 2026-07-28 lifecycle cannot take such requests at all
+//! (rmcp refuses server-to-client requests there), so the bot gets an error. A bot
+//! keeps one prepaid balance per caller: two concurrent paid calls may spend each
+//! other's credit, so one of them can end with the bot's `payment_required` after
+//! polling although the bridge paid; the payments never exceed the caps and each buys
+//! exactly one run.
+
+mod http;
+mod link;
+mod policy;
+mod proxy;
+mod settings;
+mod spend;
+mod stdio;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
+
+pub use link::LinkError;
+pub use policy::{Payer, PendingPayment};
+pub use settings::{
+    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, Mode, NamedBot,
+    SETTINGS_FILE, Settings, SettingsError,
+};
+pub use spend::{
+    DAY_SECS, KEEP_SECS, OverDailyCap, SPEND_FILE, SpendEntry, SpendError, SpendLog, SpendStatus,
+};
+pub use stdio::serve_stdio;
+
+use link::BotLink;
+use policy::Policy;
+
+/// Default listen address: loopback, port 8891 (the Go bridge's).
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8891);
+
+/// Default bound on establishing a bot session (handshake plus tool listing) before an
+/// endpoint answers 503: 30 s. Bison Relay delivers in seconds when the bot is online;
+/// a bot that is not answers never, and the agent should hear so promptly.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default time a failed connection attempt is remembered, answering 503 at once: 5 s.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Default wait between reissues of a paid call whose credit is still in flight: 3 s.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
+
+/// Default number of such reissues: 5, as the Go bridge (15 s of credit latency).
+pub const DEFAULT_POLL_ATTEMPTS: u32 = 5;
+
+/// How the bridge is set up. The policy itself lives in [`Settings`].
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Where `mcpclient.json` and the spend log live.
+    pub data_dir: PathBuf,
+    /// The bridge's name in refusal notes and in its client info toward bots.
+    pub name: String,
+    /// Where the owned HTTP listener binds (see [`Bridge::start`]).
+    pub listen: SocketAddr,
+    /// Allow a non-loopback `listen` address. Off by default; never without a token.
+    pub allow_remote: bool,
+    /// Host names (optionally `host:port`) accepted in the `Host` header besides the
+    /// loopback names; needed for a non-loopback bind.
+    pub allowed_hosts: Vec<String>,
+    /// Bound on establishing a bot session.
+    pub connect_timeout: Duration,
+    /// How long a failed attempt is remembered.
+    pub retry_after: Duration,
+    /// Wait between reissues of a paid call whose credit is in flight.
+    pub poll_interval: Duration,
+    /// Number of such reissues.
+    pub poll_attempts: u32,
+    /// Unix time for the spend log's rolling window.
+    pub clock: Arc<dyn Clock>,
+    /// Require the bearer token (the default). `false` is a test mode for suites that
+    /// cannot send headers (the MCP conformance suite): it is honoured only while the
+    /// listen address is loopback.
+    pub require_token: bool,
+}
+
+impl Config {
+    /// Defaults with the data directory `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            name: "brmcp-bridge".into(),
+            listen: DEFAULT_LISTEN,
+            allow_remote: false,
+            allowed_hosts: Vec::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            retry_after: DEFAULT_RETRY_AFTER,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            poll_attempts: DEFAULT_POLL_ATTEMPTS,
+            clock: Arc::new(SystemClock),
+            require_token: true,
+        }
+    }
+
+    /// Sets the listen address.
+    #[must_use]
+    pub fn with_listen(mut self, listen: SocketAddr) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Sets the clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("data_dir", &self.data_dir)
+            .field("name", &self.name)
+            .field("listen", &self.listen)
+            .field("allow_remote", &self.allow_remote)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("poll_interval", &self.poll_interval)
+            .field("poll_attempts", &self.poll_attempts)
+            .field("require_token", &self.require_token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the bridge could not start or apply something.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BridgeError {
+    /// The settings were refused or could not be read or written.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The spend log could not be opened.
+    #[error(transparent)]
+    Spend(#[from] SpendError),
+    /// The listener could not bind.
+    #[error("listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A non-loopback listen address without [`Config::allow_remote`].
+    #[error("refusing to listen on non-loopback {0} (set allow_remote to mean it)")]
+    RemoteRefused(SocketAddr),
+    /// The bot is not an allowed bot.
+    #[error("bot {0} is not allowed")]
+    NotAllowed(String),
+    /// The bot could not be reached.
+    #[error("bot unavailable: {0}")]
+    Unavailable(#[from] LinkError),
+    /// Serving failed.
+    #[error("serve: {0}")]
+    Serve(String),
+}
+
+/// The client bridge. Cheap to clone; every clone is the same bridge.
+#[derive(Clone)]
+pub struct Bridge {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    router: Router,
+    settings: Mutex<Settings>,
+    pub(crate) policy: Policy,
+    links: Mutex<HashMap<PeerId, Arc<BotLink>>>,
+    pub(crate) http: http::HttpState,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `N` random bytes as lowercase hex.
+pub(crate) fn random_hex<const N: usize>() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl Bridge {
+    /// A bridge dialing bots through `router` (a client-role router of the host's
+    /// Bison Relay identity) and paying through `payer`. Loads the settings (fail
+    /// closed) and opens the spend log. Opens no socket: see [`start`](Self::start).
+    ///
+    /// # Errors
+    /// [`BridgeError::Settings`], [`BridgeError::Spend`].
+    pub fn new(config: Config, router: Router, payer: impl Payer) -> Result<Self, BridgeError> {
+        let settings = Settings::load(&config.data_dir.join(SETTINGS_FILE))?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| SettingsError::Io {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let spend = SpendLog::open(&config.data_dir, config.clock.now())?;
+        let policy = Policy::new(Arc::new(payer), spend, config.clock.clone());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http: http::HttpState::new(),
+                config,
+                router,
+                settings: Mutex::new(settings),
+                policy,
+                links: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The live settings (with the token, which hosts display).
+    pub fn settings(&self) -> Settings {
+        self.inner.settings()
+    }
+
+    /// Validates, applies and persists `settings`, then brings the endpoints in line:
+    /// the owned listener starts, stops, or restarts on a token change (severing the
+    /// old token's streams), and sessions of bots no longer allowed close. Enabling
+    /// with an empty token mints one. Returns the settings as applied.
+    ///
+    /// # Errors
+    /// A refused or unwritable settings file changes nothing. A listener that cannot
+    /// bind is reported after the settings were applied.
+    pub async fn apply_settings(&self, settings: Settings) -> Result<Settings, BridgeError> {
+        let mut settings = settings.normalized()?;
+        if settings.enabled && settings.token.is_empty() {
+            settings.token = random_hex::<16>().map_err(|e| BridgeError::Serve(e.to_string()))?;
+        }
+        let old = {
+            let mut current = lock(&self.inner.settings);
+            settings.save(&self.inner.config.data_dir.join(SETTINGS_FILE))?;
+            std::mem::replace(&mut *current, settings.clone())
+        };
+        let gone: Vec<Arc<BotLink>> = {
+            let mut links = lock(&self.inner.links);
+            let gone_ids: Vec<PeerId> = links
+                .keys()
+                .filter(|b| !settings.allows(b))
+                .copied()
+                .collect();
+            gone_ids.iter().filter_map(|b| links.remove(b)).collect()
+        };
+        for link in gone {
+            self.inner.http.drop_bot(&link.bot).await;
+            link.close();
+        }
+        http::reconcile(&self.inner, &old, &settings).await?;
+        Ok(settings)
+    }
+
+    /// Adds (or renames) a named bot and allows it.
+    ///
+    /// # Errors
+    /// As [`apply_settings`](Self::apply_settings), and a bad or taken name.
+    pub async fn add_bot(&self, name: &str, uid: PeerId) -> Result<Settings, BridgeError> {
+        let settings = self.settings().with_bot(name, uid)?;
+        self.apply_settings(settings).await
+    }
+
+    /// Removes a bot by name or uid; its sessions close.
+    ///
+    /// # Errors
+    /// As [`apply_settings`](Self::apply_settings), and an unknown bot.
+    pub async fn remove_bot(&self, name_or_uid: &str) -> Result<Settings, BridgeError> {
+        let settings = self.settings().without_bot(name_or_uid)?;
+        self.apply_settings(settings).await
+    }
+
+    /// The allowed bots with their names.
+    pub fn bots(&self) -> Vec<NamedBot> {
+        self.settings().bots()
+    }
+
+    /// Starts the owned HTTP listener if the settings enable it. Later
+    /// [`apply_settings`](Self::apply_settings) calls start, stop and restart it.
+    ///
+    /// # Errors
+    /// [`BridgeError::Bind`], [`BridgeError::RemoteRefused`].
+    pub async fn start(&self) -> Result<(), BridgeError> {
+        http::start(&self.inner).await
+    }
+
+    /// The owned listener's bound address, while it runs.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.inner.http.addr()
+    }
+
+    /// The HTTP endpoints as an axum router, for a host that runs its own server. The
+    /// settings' `enabled` switch and token apply per request.
+    pub fn http_router(&self) -> axum::Router {
+        http::app(self.inner.clone())
+    }
+
+    /// Stops the listener and ends every bot session.
+    pub async fn close(&self) {
+        http::stop(&self.inner).await;
+        let links: Vec<_> = lock(&self.inner.links).drain().map(|(_, l)| l).collect();
+        for link in links {
+            link.close();
+        }
+    }
+
+    /// Payments waiting for the user's decision (approval mode), oldest first.
+    pub fn pending_payments(&self) -> Vec<PendingPayment> {
+        self.inner.policy.pending()
+    }
+
+    /// Each payment parked for a decision from now on.
+    pub fn subscribe_payments(&self) -> tokio::sync::broadcast::Receiver<PendingPayment> {
+        self.inner.policy.subscribe()
+    }
+
+    /// Approves or denies a parked payment; `false` if no payment has this id.
+    pub fn resolve_payment(&self, id: &str, approve: bool) -> bool {
+        self.inner.policy.decide(id, approve)
+    }
+
+    /// The spend log, oldest first, and the total of the last 24 hours.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn spend_log(&self) -> Result<(Vec<SpendEntry>, u64), SpendError> {
+        let spend = &self.inner.policy.spend;
+        Ok((
+            spend.entries()?,
+            spend.spent_today(self.inner.config.clock.now())?,
+        ))
+    }
+
+    /// Settles the oldest pending payment to `bot` of `atoms` from a tip-progress
+    /// event the host received after the bridge stopped waiting: `Ok(())` paid,
+    /// `Err(reason)` failed. `false` if none matches.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn resolve_spend(
+        &self,
+        bot: &PeerId,
+        atoms: u64,
+        outcome: Result<(), &str>,
+    ) -> Result<bool, SpendError> {
+        self.inner.policy.spend.resolve(bot, atoms, outcome)
+    }
+
+    /// Establishes (or reuses) the session to `bot` within the connect timeout.
+    ///
+    /// # Errors
+    /// [`BridgeError::NotAllowed`], [`BridgeError::Unavailable`].
+    pub async fn connect(&self, bot: &PeerId) -> Result<(), BridgeError> {
+        let link = self
+            .inner
+            .link(bot)
+            .ok_or_else(|| BridgeError::NotAllowed(bot.to_string()))?;
+        link.ensure().await?;
+        Ok(())
+    }
+}
+
+impl Inner {
+    pub(crate) fn settings(&self) -> Settings {
+        lock(&self.settings).clone()
+    }
+
+    /// The link of an allowed bot, made on first use.
+    pub(crate) fn link(&self, bot: &PeerId) -> Option<Arc<BotLink>> {
+        let allowed = lock(&self.settings).allows(bot);
+        if !allowed {
+            return None;
+        }
+        let mut links = lock(&self.links);
+        Some(
+            links
+                .entry(*bot)
+                .or_insert_with(|| {
+                    BotLink::new(
+                        *bot,
+                        self.router.clone(),
+                        self.config.name.clone(),
+                        self.config.connect_timeout,
+                        self.config.retry_after,
+                    )
+                })
+                .clone(),
+        )
+    }
+}

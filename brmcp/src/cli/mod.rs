@@ -7,6 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bridge;
+mod demo;
+mod devnet;
+mod serve;
 mod wire;
 
 /// MCP over Bison Relay private messages.
@@ -19,6 +23,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the example tools (echo, free; fortune, paid) over a Bison Relay client.
+    Serve(serve::ServeArgs),
+    /// Serve Bison Relay bots to local MCP agents (HTTP or stdio), paying them with tips.
+    Bridge(bridge::BridgeArgs),
+    /// Run a local Bison Relay simulator (relay and clients) until interrupted.
+    Devnet(devnet::DevnetArgs),
+    /// Show the whole thing working: a simulated network, a bot with a paid tool, a
+    /// bridge in autopay mode, and an MCP client calling through it.
+    Demo(demo::DemoArgs),
     /// Inspect and produce envelope parts (the wire format of WIRE.md).
     #[command(subcommand)]
     Wire(wire::WireCommand),
@@ -39,6 +52,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Wire(cmd) => wire::run(cmd),
+        Command::Serve(args) => serve::run(args),
+        Command::Devnet(args) => devnet::run(args),
+        Command::Bridge(args) => bridge::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(code) => code,
@@ -47,4 +64,28 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The runtime long-running commands use.
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError(format!("cannot start the async runtime: {e}")))
+}
+
+/// Waits for Ctrl-C (or SIGTERM on Unix).
+async fn wait_for_interrupt() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -11,6 +11,9 @@
 //!                 -> InProgress / OutcomeNotRetained / KeyConflict(_)   refuse
 //! ```
 //!
+//! A keyed call asks [`Billing::held`] first: a key that already answers is answered
+//! before the call spends a rate-limit token.
+//!
 //! A tip goes through [`Billing::record_tip`] once per delivery; redeliveries are
 //! recognised by the tip's sequence id.
 
@@ -49,6 +52,26 @@ pub trait Billing: Send + Sync {
     ///
     /// A store failure; the call must not run.
     fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError>;
+
+    /// What a keyed call's key already answers, without charging or changing anything:
+    /// `None` while the key is free (never used, released, or its replay window closed),
+    /// else what [`charge`](Self::charge) would answer for it: [`Charge::Replay`],
+    /// [`Charge::OutcomeNotRetained`], [`Charge::InProgress`] or [`Charge::KeyConflict`].
+    ///
+    /// The harness asks before rate limiting and pricing, so a duplicate of a finished
+    /// call is answered without spending a rate-limit token or running the price
+    /// function. [`charge`](Self::charge) checks the key again, atomically with the debit.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    fn held(
+        &self,
+        caller: &PeerId,
+        tool: &str,
+        keyed: Keyed<'_>,
+        now: UnixTime,
+    ) -> Result<Option<Charge>, LedgerError>;
 
     /// Record that a charged call finished, with its result (the JSON of the tool
     /// result, opaque here), kept for replay when the call is keyed.

@@ -21,7 +21,7 @@ use brmcp_adapters::{BoxError, PeerId};
 use rusqlite::types::Type;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior, params};
 
-use super::billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Tip, TipOutcome};
+use super::billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Keyed, Tip, TipOutcome};
 use super::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
 use super::money::{MAX_MATOMS, Shortfall, atoms_to_matoms};
 
@@ -537,36 +537,12 @@ impl Billing for Ledger {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         release_expired(&tx, now)?;
 
-        if let Some(keyed) = request.keyed {
-            let held = tx
-                .query_row(
-                    "SELECT tool, args_hash, state, outcome FROM calls \
-                     WHERE caller = ?1 AND call_key = ?2 AND key_held = 1",
-                    params![caller, keyed.key.as_str()],
-                    |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, Vec<u8>>(1)?,
-                            CallState::from_sql(row, 2)?,
-                            row.get::<_, Option<String>>(3)?,
-                        ))
-                    },
-                )
-                .optional()?;
-            if let Some((tool, args, state, outcome)) = held {
-                let answer = if tool != request.tool {
-                    Charge::KeyConflict(KeyConflict::OtherTool)
-                } else if args != keyed.args.as_bytes() {
-                    Charge::KeyConflict(KeyConflict::OtherArguments)
-                } else if state == CallState::Pending {
-                    Charge::InProgress
-                } else {
-                    outcome.map_or(Charge::OutcomeNotRetained, Charge::Replay)
-                };
-                // Keeps the expired keys released above.
-                tx.commit()?;
-                return Ok(answer);
-            }
+        if let Some(keyed) = request.keyed
+            && let Some(answer) = key_answer(&tx, &caller, request.tool, keyed, now)?
+        {
+            // Keeps the expired keys released above.
+            tx.commit()?;
+            return Ok(answer);
         }
 
         let balance = balance(&tx, &caller)?;
@@ -597,6 +573,16 @@ impl Billing for Ledger {
         let call = CallId::new(tx.last_insert_rowid());
         tx.commit()?;
         Ok(Charge::Run(call))
+    }
+
+    fn held(
+        &self,
+        caller: &PeerId,
+        tool: &str,
+        keyed: Keyed<'_>,
+        now: UnixTime,
+    ) -> Result<Option<Charge>, LedgerError> {
+        key_answer(&self.conn(), &caller.to_string(), tool, keyed, now)
     }
 
     fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
@@ -833,6 +819,45 @@ fn release_expired(conn: &Connection, now: UnixTime) -> Result<usize, LedgerErro
          WHERE key_held = 1 AND state != 'pending' AND replay_until <= ?1",
         [now.secs()],
     )?)
+}
+
+/// What a held key answers for a call of `tool` with `keyed`'s arguments, or `None`
+/// if the key is free. A finished call whose replay window has closed at `now` no longer
+/// holds its key, whether or not [`release_expired`] has run.
+fn key_answer(
+    conn: &Connection,
+    caller: &str,
+    tool: &str,
+    keyed: Keyed<'_>,
+    now: UnixTime,
+) -> Result<Option<Charge>, LedgerError> {
+    let held = conn
+        .query_row(
+            "SELECT tool, args_hash, state, outcome FROM calls \
+             WHERE caller = ?1 AND call_key = ?2 AND key_held = 1 \
+             AND (state = 'pending' OR replay_until > ?3)",
+            params![caller, keyed.key.as_str(), now.secs()],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    CallState::from_sql(row, 2)?,
+                    row.get::<_, Option<String>>(3)?,
+                ))
+            },
+        )
+        .optional()?;
+    Ok(held.map(|(held_tool, args, state, outcome)| {
+        if held_tool != tool {
+            Charge::KeyConflict(KeyConflict::OtherTool)
+        } else if args != keyed.args.as_bytes() {
+            Charge::KeyConflict(KeyConflict::OtherArguments)
+        } else if state == CallState::Pending {
+            Charge::InProgress
+        } else {
+            outcome.map_or(Charge::OutcomeNotRetained, Charge::Replay)
+        }
+    }))
 }
 
 /// A journal entry as the money paths need it.

@@ -1,28 +1,82 @@
-//! The serving harness's money: balances, tips, the paid-call journal and call keys.
+//! The serving harness: MCP tools published over Bison Relay, paid per call with tips.
 //!
+//! - [`Harness`] / [`HarnessBuilder`]: the operator's tools ([`ToolSpec`], each free,
+//!   fixed-price or dynamically priced, see [`Price`]) served to the callers an
+//!   [`AllowGate`] admits, rate limited per caller, charged per call from their balance
+//!   and idempotent per call key. Runs with any host: a [`PmSender`](brmcp_adapters::PmSender)
+//!   plus [`Harness::handle_pm`] for every PM and [`Harness::record_tip`] for every tip.
+//! - [`ServeConfig`]: the operator's `brmcp.json` (Go field names), read fail-closed.
 //! - [`Billing`]: what the harness calls for every paid (or keyed) tool call and every
-//!   tip; synchronous, meant to run on `spawn_blocking`.
+//!   tip; synchronous, run on `spawn_blocking`.
 //! - [`Ledger`]: the default [`Billing`], one crash-safe SQLite file per data
 //!   directory ([`FILE_NAME`]), plus the operator's calls (balances, manual credit and
 //!   refund with an audit trail, the journal).
 //! - [`Shortfall`]: the numbers of a `payment_required` refusal and its exact JSON.
 //! - [`CallKey`], [`ArgsHash`]: what makes a retried call run and pay at most once.
+//! - [`Clock`]: the one source of time (rate limits, replay windows, the chat
+//!   throttle); [`ManualClock`] for tests.
 //!
-//! Balances are milliatoms (tips arrive in milliatoms); prices are atoms. Time is always
-//! passed in as `now`.
+//! Balances are milliatoms (tips arrive in milliatoms); prices are atoms.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use brmcp::server::{CallContext, Harness, NoArgs, ServeConfig, ToolError, ToolSpec};
+//!
+//! async fn fortune(call: CallContext, _: NoArgs) -> Result<String, ToolError> {
+//!     Ok(format!("{} will be lucky", call.caller()))
+//! }
+//!
+//! async fn serve(host: impl brmcp::adapters::PmSender) -> Result<(), Box<dyn std::error::Error>> {
+//!     let config = ServeConfig::load("brmcp.json".as_ref())?;
+//!     let harness = Harness::builder()
+//!         .data_dir("data")
+//!         .config(&config)
+//!         .tool(ToolSpec::fixed("fortune", "A fortune for 10000 atoms", 10_000, fortune))
+//!         .build()?;
+//!     harness.start(host)?;
+//!     // The host now calls `harness.handle_pm(from, text)` for every PM and
+//!     // `harness.record_tip(tip)` for every tip, acknowledging it once that returns.
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
 
 mod billing;
 mod call_key;
+mod calls;
+mod chat;
+mod clock;
+mod config;
+mod harness;
 mod ledger;
 mod money;
+mod rate_limit;
+mod tools;
 
 pub use billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Keyed, Tip, TipOutcome};
 pub use call_key::{
     ArgsHash, CALL_KEY_META, CallKey, CallKeyError, MAX_CALL_KEY_LEN, MAX_OUTCOME_BYTES,
     MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS,
 };
+pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_THROTTLED_SENDERS};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{CONFIG_FILE, CONFIG_TEMPLATE, ConfigError, ServeConfig};
+pub use harness::{
+    AllowGate, ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook,
+    Visibility,
+};
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
     JournalEntry, Ledger, LedgerError, Opened, SCHEMA_VERSION, TipRecord,
 };
 pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
+pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, PRUNE_AT, RATE_LIMITED, RateLimiter};
+/// The JSON-schema crate tool input types derive `JsonSchema` from (rmcp's): with
+/// `use brmcp::server::schemars;` in scope, `#[derive(schemars::JsonSchema)]` works
+/// without a direct dependency.
+pub use rmcp::schemars;
+pub use tools::{
+    CallContext, DYNAMIC_PRICING, IntoToolResult, NoArgs, PRICE_META, PRICING_META, Price, PriceFn,
+    ToolError, ToolSpec,
+};

@@ -1,0 +1,231 @@
+//! The spending policy: caps, approval, payment through the host's [`Payer`], and the
+//! spend log.
+//!
+//! [`Policy::settle`] runs, for one `payment_required` answer:
+//! 1. the amount: the bot's shortfall, or the price if it gave none;
+//! 2. the per-call cap (0: never pay);
+//! 3. a first look at the daily cap, so the user is not asked for a payment that
+//!    cannot be made;
+//! 4. in approval mode, the user's decision, with a timeout;
+//! 5. the daily cap again, reserving the amount in the spend log in the same
+//!    transaction ([`SpendLog::reserve`]): this is the check that binds;
+//! 6. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an
+//!    error marks it failed, a timeout leaves it pending (still counted; a late tip
+//!    event resolves it through [`Bridge::resolve_spend`](super::Bridge::resolve_spend)).
+//!
+//! Caps bind in both modes; approving cannot override them.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use brmcp_adapters::wire::UnixTime;
+use brmcp_adapters::{BoxError, Clock, PeerId};
+use tokio::sync::{broadcast, oneshot};
+
+use super::settings::{Mode, Settings};
+use super::spend::SpendLog;
+
+/// How a payment reaches a bot: the host's payment rail (Bison Relay tips).
+pub trait Payer: Send + Sync + 'static {
+    /// Pays `atoms` to `bot`. Resolves `Ok` only once the payment is confirmed; an
+    /// error's text reaches the agent verbatim.
+    fn pay(&self, bot: PeerId, atoms: u64) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
+
+/// Object-safe form of [`Payer`].
+pub(crate) trait DynPayer: Send + Sync + 'static {
+    fn pay_dyn(&self, bot: PeerId, atoms: u64) -> PayFuture<'_>;
+}
+
+impl<P: Payer> DynPayer for P {
+    fn pay_dyn(&self, bot: PeerId, atoms: u64) -> PayFuture<'_> {
+        Box::pin(self.pay(bot, atoms))
+    }
+}
+
+/// A payment waiting for the user's decision (approval mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PendingPayment {
+    /// Its id, for [`Bridge::resolve_payment`](super::Bridge::resolve_payment).
+    pub id: String,
+    /// The bot to be paid.
+    pub bot: PeerId,
+    /// The tool the payment is for.
+    pub tool: String,
+    /// The amount, in atoms.
+    pub atoms: u64,
+    /// When it was asked for.
+    pub created: UnixTime,
+}
+
+/// The decision's channel and what the user sees.
+struct Parked {
+    info: PendingPayment,
+    decide: oneshot::Sender<bool>,
+}
+
+/// The payment-deciding half of the bridge.
+pub(crate) struct Policy {
+    pub(crate) payer: Arc<dyn DynPayer>,
+    pub(crate) spend: SpendLog,
+    pub(crate) clock: Arc<dyn Clock>,
+    parked: Mutex<HashMap<String, Parked>>,
+    announce: broadcast::Sender<PendingPayment>,
+}
+
+/// A refusal: the reason, as the agent will read it after "payment not made: ".
+pub(crate) type Refusal = String;
+
+impl Policy {
+    pub(crate) fn new(payer: Arc<dyn DynPayer>, spend: SpendLog, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            payer,
+            spend,
+            clock,
+            parked: Mutex::new(HashMap::new()),
+            announce: broadcast::channel(64).0,
+        }
+    }
+
+    fn parked(&self) -> MutexGuard<'_, HashMap<String, Parked>> {
+        self.parked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn pending(&self) -> Vec<PendingPayment> {
+        let mut list: Vec<_> = self.parked().values().map(|p| p.info.clone()).collect();
+        list.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        list
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<PendingPayment> {
+        self.announce.subscribe()
+    }
+
+    pub(crate) fn decide(&self, id: &str, approve: bool) -> bool {
+        match self.parked().remove(id) {
+            Some(parked) => parked.decide.send(approve).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Decides and makes one payment of `shortfall` (or `price`) to `bot` for `tool`.
+    pub(crate) async fn settle(
+        &self,
+        settings: &Settings,
+        bot: &PeerId,
+        tool: &str,
+        price: i64,
+        shortfall: i64,
+    ) -> Result<u64, Refusal> {
+        let amount = if shortfall > 0 { shortfall } else { price };
+        let Ok(amount) = u64::try_from(amount) else {
+            return Err("bot requested a nonpositive amount".into());
+        };
+        if amount == 0 {
+            return Err("bot requested a nonpositive amount".into());
+        }
+        let cap = settings.per_call_cap_atoms;
+        if cap == 0 || amount > cap {
+            return Err(format!("{amount} atoms exceeds the per-call cap ({cap})"));
+        }
+        let daily = settings.per_day_cap_atoms;
+        let over_daily = |spent: u64| {
+            format!("{amount} atoms would exceed the daily cap ({spent} spent of {daily})")
+        };
+        let spent = self
+            .spend
+            .spent_today(self.clock.now())
+            .map_err(|e| e.to_string())?;
+        if daily == 0 || spent.saturating_add(amount) > daily {
+            return Err(over_daily(spent));
+        }
+        if settings.mode == Mode::Approval {
+            self.approve(settings, bot, tool, amount).await?;
+        }
+        let id = match self
+            .spend
+            .reserve(self.clock.now(), bot, tool, amount, daily)
+            .map_err(|e| e.to_string())?
+        {
+            Ok(id) => id,
+            Err(over) => return Err(over_daily(over.spent)),
+        };
+        let wait = Duration::from_secs(settings.tip_wait_secs);
+        match tokio::time::timeout(wait, self.payer.pay_dyn(*bot, amount)).await {
+            Ok(Ok(())) => {
+                if let Err(e) = self.spend.settle(id, Ok(())) {
+                    tracing::warn!(error = %e, "paid, but the spend log was not updated");
+                }
+                tracing::info!(%bot, tool, amount, "paid");
+                Ok(amount)
+            }
+            Ok(Err(e)) => {
+                let reason = e.to_string();
+                if let Err(e) = self.spend.settle(id, Err(&reason)) {
+                    tracing::warn!(error = %e, "spend log not updated");
+                }
+                Err(reason)
+            }
+            // Still pending: the tip may yet go through, so it keeps counting.
+            Err(_) => Err(format!(
+                "tip not confirmed within {}s",
+                settings.tip_wait_secs
+            )),
+        }
+    }
+
+    /// Parks the payment for the user; `Ok` once approved.
+    async fn approve(
+        &self,
+        settings: &Settings,
+        bot: &PeerId,
+        tool: &str,
+        atoms: u64,
+    ) -> Result<(), Refusal> {
+        let id = super::random_hex::<8>().map_err(|e| e.to_string())?;
+        let info = PendingPayment {
+            id: id.clone(),
+            bot: *bot,
+            tool: tool.to_owned(),
+            atoms,
+            created: self.clock.now(),
+        };
+        let (decide, decision) = oneshot::channel();
+        self.parked().insert(
+            id.clone(),
+            Parked {
+                info: info.clone(),
+                decide,
+            },
+        );
+        let _ = self.announce.send(info);
+        // Removed from the queue however this ends, cancellation included.
+        let _unpark = Unpark { policy: self, id };
+        let wait = Duration::from_secs(settings.approval_timeout_secs);
+        match tokio::time::timeout(wait, decision).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false) | Err(_)) => Err("payment denied by the user".into()),
+            Err(_) => Err(format!(
+                "approval timed out after {}s",
+                settings.approval_timeout_secs
+            )),
+        }
+    }
+}
+
+struct Unpark<'a> {
+    policy: &'a Policy,
+    id: String,
+}
+
+impl Drop for Unpark<'_> {
+    fn drop(&mut self) {
+        self.policy.parked().remove(&self.id);
+    }
+}

@@ -1,0 +1,565 @@
+//! The agent-facing MCP server of one bot: every request forwarded to the bot's link,
+//! every answer returned as the bot gave it, and the paid-call loop around `tools/call`.
+
+#![allow(deprecated)] // sampling, roots, logging and resources/subscribe are SEP-2577-deprecated
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientNotification,
+    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, ContentBlock,
+    CustomRequest, CustomResult, DiscoverResult, ErrorCode, ErrorData, GetPromptRequest,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InitializeRequestParams,
+    InitializeResult, ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
+    ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, ListToolsRequest,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, RequestMetaObject, ResultType,
+    RootsListChangedNotification, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest,
+    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceError};
+use serde_json::Value;
+
+use brmcp_adapters::{REQUEST_TIMEOUT, SESSION_NOT_FOUND};
+
+use super::Inner;
+use super::link::{AgentSession, BotLink, Conn};
+use crate::server::CALL_KEY_META;
+
+/// The `_meta` key prefix of the protocol's own per-request fields, which describe the
+/// agent's request to the bridge, not the bridge's to the bot.
+const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";
+
+/// The agent-facing server of one bot: one per agent session (legacy lifecycle) or
+/// per request (stateless lifecycle).
+#[derive(Clone)]
+pub(crate) struct ProxyServer {
+    bridge: Arc<Inner>,
+    link: Arc<BotLink>,
+    session: Arc<OnceLock<Arc<AgentSession>>>,
+}
+
+/// Why a forwarded request got no answer from the bot.
+enum Failure {
+    /// The bot answered with a JSON-RPC error: passed on as is.
+    Rpc(ErrorData),
+    /// The session to the bot failed; worth one retry on a fresh session.
+    Transport(String),
+    /// The agent cancelled.
+    Cancelled,
+}
+
+impl From<Failure> for ErrorData {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Rpc(e) => e,
+            Failure::Transport(e) => Self::internal_error(format!("bot unavailable: {e}"), None),
+            Failure::Cancelled => Self::new(ErrorCode::INTERNAL_ERROR, "request cancelled", None),
+        }
+    }
+}
+
+/// A `payment_required` answer's numbers (WIRE.md §10).
+#[derive(Debug, Clone, Copy)]
+struct PaymentRequired {
+    price: i64,
+    shortfall: i64,
+}
+
+/// The `payment_required` object in an `isError` result's text content, if any.
+fn payment_required(result: &CallToolResult) -> Option<PaymentRequired> {
+    if result.is_error != Some(true) {
+        return None;
+    }
+    result.content.iter().find_map(|c| {
+        let text = c.as_text()?;
+        let Ok(Value::Object(body)) = serde_json::from_str::<Value>(&text.text) else {
+            return None;
+        };
+        if body.get("error")?.as_str()? != "payment_required" {
+            return None;
+        }
+        let number = |k: &str| body.get(k).and_then(Value::as_i64).unwrap_or(0);
+        Some(PaymentRequired {
+            price: number("priceAtoms"),
+            shortfall: number("shortfallAtoms"),
+        })
+    })
+}
+
+/// The agent's `_meta` without its progress token and protocol fields.
+fn forwarded_meta(meta: &RequestMetaObject) -> RequestMetaObject {
+    let mut out = RequestMetaObject::new();
+    for (k, v) in meta.iter() {
+        if k == "progressToken" || k.starts_with(PROTOCOL_META_PREFIX) {
+            continue;
+        }
+        out.insert(k.clone(), v.clone());
+    }
+    out
+}
+
+/// Converts a result to the type the method answers with. The bot's answer arrives as
+/// an untagged union; going through JSON lands it in the expected type whichever
+/// variant it was read as.
+fn expect<T: serde::de::DeserializeOwned>(result: ServerResult) -> Result<T, ErrorData> {
+    serde_json::to_value(result)
+        .and_then(serde_json::from_value)
+        .map_err(|e| ErrorData::internal_error(format!("bot's answer: {e}"), None))
+}
+
+/// `resultType: "complete"` where the bot (on an older protocol) left it out; rmcp
+/// strips it again for agents on older protocols.
+fn complete(result_type: &mut Option<ResultType>) {
+    result_type.get_or_insert(ResultType::COMPLETE);
+}
+
+impl ProxyServer {
+    pub(crate) fn new(bridge: Arc<Inner>, link: Arc<BotLink>) -> Self {
+        Self {
+            bridge,
+            link,
+            session: Arc::new(OnceLock::new()),
+        }
+    }
+
+    async fn conn(&self) -> Result<Arc<Conn>, Failure> {
+        self.link
+            .ensure()
+            .await
+            .map_err(|e| Failure::Transport(e.to_string()))
+    }
+
+    /// Sends one request to the bot and waits for its answer, relaying progress and
+    /// the agent's cancellation.
+    async fn forward_once(
+        &self,
+        conn: &Arc<Conn>,
+        request: ClientRequest,
+        meta: RequestMetaObject,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, Failure> {
+        let hub = &self.link.hub;
+        let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none());
+        let options = PeerRequestOptions::no_options().with_meta(meta);
+        let handle = conn
+            .peer()
+            .send_request_with_option(request, options)
+            .await
+            .map_err(|e| Failure::Transport(e.to_string()))?;
+        let upstream_token = handle.progress_token.clone();
+        let route = ctx
+            .meta
+            .get_progress_token()
+            .map(|token| hub.route_progress(upstream_token.clone(), ctx.peer.clone(), token));
+        let id = handle.id.clone();
+        let answer = tokio::select! {
+            answer = handle.rx => Some(answer),
+            () = ctx.ct.cancelled() => None,
+        };
+        match &route {
+            Some(route) => hub.finish_progress(&upstream_token, route).await,
+            None => hub.drop_progress(&upstream_token),
+        }
+        tracked.flush().await;
+        match answer {
+            None => {
+                let _ = conn
+                    .peer()
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("cancelled by the agent".into()),
+                    ))
+                    .await;
+                Err(Failure::Cancelled)
+            }
+            Some(Ok(Ok(result))) => Ok(result),
+            // No answer in time, or the bot forgot the session: whether the call ran
+            // is unknown, which is what the call key is for.
+            Some(Ok(Err(ServiceError::McpError(e))))
+                if e.code == REQUEST_TIMEOUT || e.code == SESSION_NOT_FOUND =>
+            {
+                Err(Failure::Transport(e.message.to_string()))
+            }
+            Some(Ok(Err(ServiceError::McpError(e)))) => Err(Failure::Rpc(e)),
+            Some(Ok(Err(e))) => Err(Failure::Transport(e.to_string())),
+            Some(Err(_)) => Err(Failure::Transport("session to the bot closed".into())),
+        }
+    }
+
+    /// Forwards a request, retrying once on a fresh session if the session failed.
+    async fn forward(
+        &self,
+        request: ClientRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, Failure> {
+        let meta = forwarded_meta(&ctx.meta);
+        let mut retried = false;
+        loop {
+            let conn = self.conn().await?;
+            match self
+                .forward_once(&conn, request.clone(), meta.clone(), ctx)
+                .await
+            {
+                Err(Failure::Transport(e)) if !retried => {
+                    tracing::debug!(bot = %self.link.bot, error = %e, "retrying on a fresh session");
+                    retried = true;
+                    self.link.reset(&conn);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        params: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let key = super::random_hex::<16>()
+            .map_err(|e| ErrorData::internal_error(format!("call key: {e}"), None))?;
+        let mut meta = forwarded_meta(&ctx.meta);
+        meta.insert(CALL_KEY_META.into(), Value::String(key));
+        let tool = params.name.to_string();
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let config = &self.bridge.config;
+        let (mut retried, mut paid, mut polls) = (false, false, 0);
+        loop {
+            let conn = self.conn().await?;
+            let result = match self
+                .forward_once(&conn, request.clone(), meta.clone(), ctx)
+                .await
+            {
+                Err(Failure::Transport(e)) if !retried => {
+                    // Same key: if the first attempt ran, the bot replays its outcome.
+                    tracing::debug!(bot = %self.link.bot, error = %e, "retrying on a fresh session");
+                    retried = true;
+                    self.link.reset(&conn);
+                    continue;
+                }
+                Err(failure) => return Err(failure.into()),
+                Ok(result) => result,
+            };
+            let mut result = match result {
+                ServerResult::CallToolResult(r) => r,
+                ServerResult::InputRequiredResult(r) => {
+                    return Ok(CallToolResponse::InputRequired(r));
+                }
+                ServerResult::CreateTaskResult(r) => return Ok(CallToolResponse::Task(r)),
+                other => expect::<CallToolResult>(other)?,
+            };
+            complete(&mut result.result_type);
+            let Some(required) = payment_required(&result) else {
+                return Ok(CallToolResponse::Complete(result));
+            };
+            if !paid {
+                let settings = self.bridge.settings();
+                let settled = tokio::select! {
+                    s = self.bridge.policy.settle(&settings, &self.link.bot, &tool, required.price, required.shortfall) => s,
+                    () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                };
+                match settled {
+                    Ok(_) => {
+                        paid = true;
+                        continue;
+                    }
+                    Err(reason) => {
+                        result.content.push(ContentBlock::text(format!(
+                            "{}: payment not made: {reason}",
+                            config.name
+                        )));
+                        return Ok(CallToolResponse::Complete(result));
+                    }
+                }
+            }
+            // Paid, but the credit has not reached the bot yet.
+            if polls >= config.poll_attempts {
+                return Ok(CallToolResponse::Complete(result));
+            }
+            polls += 1;
+            tokio::select! {
+                () = tokio::time::sleep(config.poll_interval) => {}
+                () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+            }
+        }
+    }
+
+    fn mirrored_info(&self) -> ServerConfig {
+        let Some(conn) = self.link.live() else {
+            return ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        };
+        let upstream = &conn.info;
+        let mut capabilities = upstream.capabilities.clone();
+        // Extensions (tasks, skills) and experimental features are not proxied.
+        capabilities.extensions = None;
+        capabilities.experimental = None;
+        let mut info = ServerConfig::new(capabilities);
+        if let Some(server_info) = &upstream.server_info {
+            info = info.with_server_info(server_info.clone());
+        }
+        info.instructions.clone_from(&upstream.instructions);
+        info
+    }
+
+    fn session(&self) -> Option<&Arc<AgentSession>> {
+        self.session.get()
+    }
+}
+
+impl ServerHandler for ProxyServer {
+    fn get_info(&self) -> ServerConfig {
+        self.mirrored_info()
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.link
+            .ensure()
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("bot unavailable: {e}"), None))?;
+        context.peer.set_peer_info(request.clone());
+        let session = Arc::new(AgentSession {
+            peer: context.peer.clone(),
+            subscriptions: Mutex::default(),
+        });
+        self.link.hub.add_session(&session);
+        let _ = self.session.set(session);
+        self.negotiate_initialize(&request)
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        self.link
+            .ensure()
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("bot unavailable: {e}"), None))?;
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let r = self
+            .forward(
+                ClientRequest::CompleteRequest(CompleteRequest::new(request)),
+                &context,
+            )
+            .await?;
+        let mut r: CompleteResult = expect(r)?;
+        complete(&mut r.result_type);
+        Ok(r)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.forward(
+            ClientRequest::SetLevelRequest(SetLevelRequest::new(request)),
+            &context,
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        match self
+            .forward(
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(request)),
+                &context,
+            )
+            .await?
+        {
+            ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
+            other => {
+                let mut r: GetPromptResult = expect(other)?;
+                complete(&mut r.result_type);
+                Ok(GetPromptResponse::Complete(r))
+            }
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let request = ListPromptsRequest {
+            method: Default::default(),
+            params: request,
+            extensions: Default::default(),
+        };
+        let r = self
+            .forward(ClientRequest::ListPromptsRequest(request), &context)
+            .await?;
+        let mut r: ListPromptsResult = expect(r)?;
+        complete(&mut r.result_type);
+        Ok(r)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let request = ListResourcesRequest {
+            method: Default::default(),
+            params: request,
+            extensions: Default::default(),
+        };
+        let r = self
+            .forward(ClientRequest::ListResourcesRequest(request), &context)
+            .await?;
+        let mut r: ListResourcesResult = expect(r)?;
+        complete(&mut r.result_type);
+        Ok(r)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let request = ListResourceTemplatesRequest {
+            method: Default::default(),
+            params: request,
+            extensions: Default::default(),
+        };
+        let r = self
+            .forward(
+                ClientRequest::ListResourceTemplatesRequest(request),
+                &context,
+            )
+            .await?;
+        let mut r: ListResourceTemplatesResult = expect(r)?;
+        complete(&mut r.result_type);
+        Ok(r)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        match self
+            .forward(
+                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request)),
+                &context,
+            )
+            .await?
+        {
+            ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
+            other => {
+                let mut r: ReadResourceResult = expect(other)?;
+                complete(&mut r.result_type);
+                Ok(ReadResourceResponse::Complete(r))
+            }
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri.clone();
+        self.forward(
+            ClientRequest::SubscribeRequest(SubscribeRequest::new(request)),
+            &context,
+        )
+        .await?;
+        if let Some(session) = self.session() {
+            super::lock(&session.subscriptions).insert(uri);
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri.clone();
+        self.forward(
+            ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(request)),
+            &context,
+        )
+        .await?;
+        if let Some(session) = self.session() {
+            super::lock(&session.subscriptions).remove(&uri);
+        }
+        Ok(())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, &context).await
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let request = ListToolsRequest {
+            method: Default::default(),
+            params: request,
+            extensions: Default::default(),
+        };
+        let r = self
+            .forward(ClientRequest::ListToolsRequest(request), &context)
+            .await?;
+        let mut r: ListToolsResult = expect(r)?;
+        complete(&mut r.result_type);
+        Ok(r)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.link
+            .hub
+            .tools()
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let r = self
+            .forward(ClientRequest::CustomRequest(request), &context)
+            .await?;
+        expect(r)
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        if let Some(conn) = self.link.live() {
+            let notification = ClientNotification::RootsListChangedNotification(
+                RootsListChangedNotification::default(),
+            );
+            let _ = conn.peer().send_notification(notification).await;
+        }
+    }
+}

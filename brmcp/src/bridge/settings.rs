@@ -1,0 +1,407 @@
+//! The user's spending policy and endpoint switch: `mcpclient.json`, with the Go
+//! bridge's field names so a user can switch implementations.
+//!
+//! Parsing is fail-closed: a file that does not parse, names an invalid uid, or names a
+//! bot that is not allowed is an error, never "allow all". Writes are atomic (temporary
+//! file, fsync, rename), so a crash leaves the old file or the new one.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use brmcp_adapters::PeerId;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The settings file's name inside the data directory.
+pub const SETTINGS_FILE: &str = "mcpclient.json";
+
+/// Approval wait used when the file gives none (or a non-positive one): 120 s, as Go.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 120;
+
+/// Payment wait used when the file gives none (or a non-positive one): 180 s, as Go.
+pub const DEFAULT_TIP_WAIT_SECS: u64 = 180;
+
+/// Longest bot name, in bytes: enough for a label, short enough for a log line.
+pub const MAX_BOT_NAME_LEN: usize = 64;
+
+/// How payments are decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Every payment waits for the user's decision (the default).
+    #[default]
+    Approval,
+    /// Payments within the caps are made without asking.
+    Autopay,
+}
+
+impl<'de> Deserialize<'de> for Mode {
+    /// Any value but `"autopay"` is approval, as in Go: a typo never turns autopay on.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        Ok(match value.as_str() {
+            Some("autopay") => Self::Autopay,
+            _ => Self::Approval,
+        })
+    }
+}
+
+/// `mcpclient.json`: whether the endpoint is on, its token, and the spending policy.
+///
+/// Amounts are atoms. A cap of 0 means "never pay".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Settings {
+    /// Whether the local HTTP endpoint serves.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The bearer token agents present. Minted when the endpoint is enabled without one.
+    #[serde(default)]
+    pub token: String,
+    /// Approval or autopay.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Most one payment may be; 0: never pay.
+    #[serde(default, deserialize_with = "non_negative")]
+    pub per_call_cap_atoms: u64,
+    /// Most all payments of the last 24 hours may add up to; 0: never pay.
+    #[serde(default, deserialize_with = "non_negative")]
+    pub per_day_cap_atoms: u64,
+    /// Bots (64-hex uids, lowercase) the endpoints serve.
+    #[serde(default)]
+    pub allowed_bots: Vec<String>,
+    /// How long a payment waits for the user's decision.
+    #[serde(default, deserialize_with = "non_negative")]
+    pub approval_timeout_secs: u64,
+    /// How long a payment may take to be confirmed.
+    #[serde(default, deserialize_with = "non_negative")]
+    pub tip_wait_secs: u64,
+    /// Names the user gave bots: name to uid. Every named bot is allowed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bot_names: BTreeMap<String, String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            token: String::new(),
+            mode: Mode::Approval,
+            per_call_cap_atoms: 0,
+            per_day_cap_atoms: 0,
+            allowed_bots: Vec::new(),
+            approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
+            tip_wait_secs: DEFAULT_TIP_WAIT_SECS,
+            bot_names: BTreeMap::new(),
+        }
+    }
+}
+
+/// Go writes these as signed integers; a negative one means what 0 means.
+fn non_negative<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let value = i64::deserialize(d)?;
+    Ok(u64::try_from(value).unwrap_or(0))
+}
+
+/// A bot with the name the user gave it, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NamedBot {
+    /// The bot's uid.
+    pub uid: PeerId,
+    /// The user's name for it.
+    pub name: Option<String>,
+}
+
+/// Why settings were refused or could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingsError {
+    /// A bot entry is not a 64-hex uid.
+    #[error("allowed bot {0:?} is not a 64-hex uid")]
+    InvalidBot(String),
+    /// A bot name is empty, too long, or has characters other than letters, digits,
+    /// `.`, `_` and `-`.
+    #[error("bot name {0:?} is not 1 to 64 letters, digits, '.', '_' or '-'")]
+    InvalidName(String),
+    /// A named bot is not in `allowed_bots`.
+    #[error("bot name {name:?} names {uid}, which is not an allowed bot")]
+    NameNotAllowed {
+        /// The name.
+        name: String,
+        /// The uid it names.
+        uid: String,
+    },
+    /// No bot has this name or uid.
+    #[error("no bot named {0:?}")]
+    UnknownBot(String),
+    /// The name is taken by another bot.
+    #[error("bot name {0:?} is already used for another bot")]
+    NameTaken(String),
+    /// The file is not settings JSON.
+    #[error("the settings file does not parse: {0}")]
+    Parse(#[source] serde_json::Error),
+    /// Reading or writing the file failed.
+    #[error("settings file {}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Settings {
+    /// Defaults applied, uids checked and lowercased, names checked.
+    ///
+    /// # Errors
+    /// [`SettingsError::InvalidBot`], [`SettingsError::InvalidName`],
+    /// [`SettingsError::NameNotAllowed`].
+    pub fn normalized(mut self) -> Result<Self, SettingsError> {
+        if self.approval_timeout_secs == 0 {
+            self.approval_timeout_secs = DEFAULT_APPROVAL_TIMEOUT_SECS;
+        }
+        if self.tip_wait_secs == 0 {
+            self.tip_wait_secs = DEFAULT_TIP_WAIT_SECS;
+        }
+        let mut bots = Vec::with_capacity(self.allowed_bots.len());
+        for bot in &self.allowed_bots {
+            let uid = parse_uid(bot)?.to_string();
+            if !bots.contains(&uid) {
+                bots.push(uid);
+            }
+        }
+        self.allowed_bots = bots;
+        let mut names = BTreeMap::new();
+        for (name, uid) in &self.bot_names {
+            check_name(name)?;
+            let uid = parse_uid(uid)?.to_string();
+            if !self.allowed_bots.contains(&uid) {
+                return Err(SettingsError::NameNotAllowed {
+                    name: name.clone(),
+                    uid,
+                });
+            }
+            names.insert(name.clone(), uid);
+        }
+        self.bot_names = names;
+        Ok(self)
+    }
+
+    /// Whether `bot` is allowed.
+    pub fn allows(&self, bot: &PeerId) -> bool {
+        let uid = bot.to_string();
+        self.allowed_bots.contains(&uid)
+    }
+
+    /// The allowed bots with their names.
+    pub fn bots(&self) -> Vec<NamedBot> {
+        self.allowed_bots
+            .iter()
+            .filter_map(|uid| uid.parse::<PeerId>().ok())
+            .map(|uid| {
+                let text = uid.to_string();
+                let name = self
+                    .bot_names
+                    .iter()
+                    .find(|(_, u)| **u == text)
+                    .map(|(n, _)| n.clone());
+                NamedBot { uid, name }
+            })
+            .collect()
+    }
+
+    /// The bot a name or a uid designates.
+    pub fn resolve(&self, name_or_uid: &str) -> Option<PeerId> {
+        if let Some(uid) = self.bot_names.get(name_or_uid) {
+            return uid.parse().ok();
+        }
+        let uid: PeerId = name_or_uid.parse().ok()?;
+        self.allows(&uid).then_some(uid)
+    }
+
+    /// Adds (or renames) a named bot and allows it.
+    ///
+    /// # Errors
+    /// [`SettingsError::InvalidName`], [`SettingsError::NameTaken`].
+    pub fn with_bot(mut self, name: &str, uid: PeerId) -> Result<Self, SettingsError> {
+        check_name(name)?;
+        let text = uid.to_string();
+        if self.bot_names.get(name).is_some_and(|u| *u != text) {
+            return Err(SettingsError::NameTaken(name.to_owned()));
+        }
+        self.bot_names.retain(|_, u| *u != text);
+        self.bot_names.insert(name.to_owned(), text.clone());
+        if !self.allowed_bots.contains(&text) {
+            self.allowed_bots.push(text);
+        }
+        Ok(self)
+    }
+
+    /// Removes a bot (by name or uid) from the allowed bots and the names.
+    ///
+    /// # Errors
+    /// [`SettingsError::UnknownBot`].
+    pub fn without_bot(mut self, name_or_uid: &str) -> Result<Self, SettingsError> {
+        let uid = self
+            .resolve(name_or_uid)
+            .ok_or_else(|| SettingsError::UnknownBot(name_or_uid.to_owned()))?
+            .to_string();
+        self.allowed_bots.retain(|u| *u != uid);
+        self.bot_names.retain(|_, u| *u != uid);
+        Ok(self)
+    }
+
+    /// Reads `path`; a missing file gives the defaults.
+    ///
+    /// # Errors
+    /// [`SettingsError::Io`], [`SettingsError::Parse`], or any error of
+    /// [`normalized`](Self::normalized).
+    pub fn load(path: &Path) -> Result<Self, SettingsError> {
+        let text = match fs::read(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => {
+                return Err(SettingsError::Io {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        serde_json::from_slice::<Self>(&text)
+            .map_err(SettingsError::Parse)?
+            .normalized()
+    }
+
+    /// Writes the settings to `path` atomically, readable by the owner only.
+    ///
+    /// # Errors
+    /// [`SettingsError::Io`].
+    pub fn save(&self, path: &Path) -> Result<(), SettingsError> {
+        let io = |source| SettingsError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut text = serde_json::to_vec_pretty(self).map_err(SettingsError::Parse)?;
+        text.push(b'\n');
+        write_atomic(path, &text).map_err(io)
+    }
+}
+
+/// Writes `bytes` to a temporary file next to `path`, syncs it, and renames it over
+/// `path`, then syncs the directory.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    {
+        let mut options = fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Ok(dir) = fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+fn parse_uid(text: &str) -> Result<PeerId, SettingsError> {
+    text.parse()
+        .map_err(|_| SettingsError::InvalidBot(text.to_owned()))
+}
+
+fn check_name(name: &str) -> Result<(), SettingsError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_BOT_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        // A name that is itself a uid would shadow that uid.
+        && name.parse::<PeerId>().is_err();
+    if ok {
+        Ok(())
+    } else {
+        Err(SettingsError::InvalidName(name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid(c: char) -> String {
+        c.to_string().repeat(64)
+    }
+
+    #[test]
+    fn unknown_mode_is_approval_and_negative_caps_are_zero() {
+        let s: Settings = serde_json::from_str(
+            r#"{"mode":"auto-pay","per_call_cap_atoms":-5,"per_day_cap_atoms":7,"approval_timeout_secs":-1}"#,
+        )
+        .unwrap();
+        let s = s.normalized().unwrap();
+        assert_eq!(s.mode, Mode::Approval);
+        assert_eq!(s.per_call_cap_atoms, 0);
+        assert_eq!(s.per_day_cap_atoms, 7);
+        assert_eq!(s.approval_timeout_secs, DEFAULT_APPROVAL_TIMEOUT_SECS);
+        assert_eq!(s.tip_wait_secs, DEFAULT_TIP_WAIT_SECS);
+    }
+
+    #[test]
+    fn uids_are_checked_and_lowercased() {
+        let s = Settings {
+            allowed_bots: vec![uid('A'), uid('a')],
+            ..Settings::default()
+        };
+        assert_eq!(s.normalized().unwrap().allowed_bots, vec![uid('a')]);
+        let bad = Settings {
+            allowed_bots: vec!["abc".into()],
+            ..Settings::default()
+        };
+        assert!(matches!(
+            bad.normalized(),
+            Err(SettingsError::InvalidBot(b)) if b == "abc"
+        ));
+    }
+
+    #[test]
+    fn names_must_be_allowed_and_well_formed() {
+        let s = Settings {
+            bot_names: BTreeMap::from([("x".into(), uid('b'))]),
+            ..Settings::default()
+        };
+        assert!(matches!(
+            s.normalized(),
+            Err(SettingsError::NameNotAllowed { .. })
+        ));
+        let id: PeerId = uid('c').parse().unwrap();
+        for bad in ["", "a b", &"n".repeat(65), &uid('d')] {
+            assert!(matches!(
+                Settings::default().with_bot(bad, id),
+                Err(SettingsError::InvalidName(_))
+            ));
+        }
+        let s = Settings::default().with_bot("fortune", id).unwrap();
+        assert_eq!(s.resolve("fortune"), Some(id));
+        assert_eq!(s.resolve(&uid('c')), Some(id));
+        let other: PeerId = uid('e').parse().unwrap();
+        assert!(matches!(
+            s.clone().with_bot("fortune", other),
+            Err(SettingsError::NameTaken(_))
+        ));
+        let renamed = s.clone().with_bot("oracle", id).unwrap();
+        assert_eq!(renamed.bot_names.len(), 1);
+        assert_eq!(renamed.bots()[0].name.as_deref(), Some("oracle"));
+        let removed = s.without_bot("fortune").unwrap();
+        assert!(removed.allowed_bots.is_empty() && removed.bot_names.is_empty());
+    }
+}

@@ -1,0 +1,297 @@
+//! `brmcp bridge`: local MCP endpoints for agents, proxying to Bison Relay bots through
+//! a running Bison Relay client and paying them with tips under `mcpclient.json`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use brmcp_adapters::clientrpc::{ClientRpcHost, FileAckStore, Streams, TipOutcome};
+use brmcp_adapters::wire::UnixTime;
+use brmcp_adapters::{BoxError, PeerId, Router, RouterConfig};
+use clap::{Args, Subcommand};
+use tokio::io::AsyncBufReadExt;
+
+use super::CliError;
+use crate::bridge::{
+    Bridge, Config, DEFAULT_LISTEN, Mode, Payer, SETTINGS_FILE, Settings, SpendLog, serve_stdio,
+};
+
+/// The clientrpc connection file of a bridge data directory (bisonbotkit format).
+pub(crate) const RPC_CONFIG: &str = "brmcp-bridge.conf";
+
+#[derive(Debug, Args)]
+pub(super) struct BridgeArgs {
+    /// Data directory: mcpclient.json, the spend log and stream progress.
+    #[arg(long, value_name = "DIR")]
+    datadir: PathBuf,
+    /// The clientrpc connection file (default: <datadir>/brmcp-bridge.conf).
+    #[arg(long, value_name = "FILE")]
+    rpc_config: Option<PathBuf>,
+    /// Address of the HTTP endpoint; loopback unless --allow-remote.
+    #[arg(long, default_value_t = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Allow a non-loopback --listen address (a token is always required).
+    #[arg(long)]
+    allow_remote: bool,
+    #[command(subcommand)]
+    action: Option<BridgeAction>,
+}
+
+#[derive(Debug, Subcommand)]
+enum BridgeAction {
+    /// Serve one bot over stdio, for agent hosts that spawn MCP servers.
+    Stdio {
+        /// The bot: a name from `bots list`, or its 64-hex user id.
+        #[arg(long)]
+        bot: String,
+    },
+    /// Name, allow and forget bots.
+    #[command(subcommand)]
+    Bots(BotsAction),
+    /// Show or rotate the bearer token agents present.
+    #[command(subcommand)]
+    Token(TokenAction),
+    /// Show the spend log and the rolling 24-hour total.
+    Spend,
+}
+
+#[derive(Debug, Subcommand)]
+enum BotsAction {
+    /// Allow a bot under a name.
+    Add {
+        /// The name (letters, digits, `.`, `_`, `-`).
+        name: String,
+        /// The bot's 64-hex user id.
+        uid: PeerId,
+    },
+    /// Forget a bot, by name or user id.
+    Remove {
+        /// Name or user id.
+        bot: String,
+    },
+    /// List the allowed bots.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenAction {
+    /// Print the token.
+    Show,
+    /// Replace the token with a fresh one (running bridges keep the old one until
+    /// restarted).
+    Rotate,
+}
+
+pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
+    let settings_path = args.datadir.join(SETTINGS_FILE);
+    match args.action {
+        None => super::runtime()?.block_on(run_http(args)),
+        Some(BridgeAction::Stdio { ref bot }) => {
+            let bot = bot.clone();
+            super::runtime()?.block_on(run_stdio(args, bot))
+        }
+        Some(BridgeAction::Bots(action)) => {
+            let settings = load(&settings_path)?;
+            let settings = match action {
+                BotsAction::Add { name, uid } => settings.with_bot(&name, uid)?,
+                BotsAction::Remove { bot } => settings.without_bot(&bot)?,
+                BotsAction::List => {
+                    for bot in settings.bots() {
+                        println!("{} {}", bot.uid, bot.name.as_deref().unwrap_or("-"));
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+            };
+            save(&args.datadir, &settings_path, &settings)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(BridgeAction::Token(action)) => {
+            let mut settings = load(&settings_path)?;
+            if matches!(action, TokenAction::Rotate) || settings.token.is_empty() {
+                settings.token = new_token()?;
+                save(&args.datadir, &settings_path, &settings)?;
+            }
+            println!("{}", settings.token);
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(BridgeAction::Spend) => {
+            let log = SpendLog::open(&args.datadir, now())?;
+            for e in log.entries()? {
+                println!(
+                    "{} {} {} atoms to {} for {} {:?}{}",
+                    e.id,
+                    e.ts,
+                    e.atoms,
+                    e.bot,
+                    e.tool,
+                    e.status,
+                    e.err.map(|why| format!(": {why}")).unwrap_or_default()
+                );
+            }
+            println!("last 24 hours: {} atoms", log.spent_today(now())?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn now() -> UnixTime {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    UnixTime(i64::try_from(secs).unwrap_or(i64::MAX))
+}
+
+fn load(path: &Path) -> Result<Settings, CliError> {
+    Ok(Settings::load(path)?)
+}
+
+fn save(datadir: &Path, path: &Path, settings: &Settings) -> Result<(), CliError> {
+    std::fs::create_dir_all(datadir)
+        .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
+    Ok(settings.clone().normalized()?.save(path)?)
+}
+
+fn new_token() -> Result<String, CliError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| CliError(format!("entropy: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Pays bots with Bison Relay tips through the client.
+pub(crate) struct TipPayer(pub(crate) ClientRpcHost);
+
+impl Payer for TipPayer {
+    async fn pay(&self, bot: PeerId, atoms: u64) -> Result<(), BoxError> {
+        match self.0.tip(bot, atoms).await? {
+            TipOutcome::Paid { .. } => Ok(()),
+            TipOutcome::Failed { error, .. } => Err(format!("tip failed: {error}").into()),
+            TipOutcome::Unconfirmed => Err("tip not confirmed in time".into()),
+            _ => Err("tip outcome unknown".into()),
+        }
+    }
+}
+
+/// Connects to the client and builds the bridge on it.
+pub(crate) async fn start_bridge(
+    datadir: &Path,
+    rpc_config: &Path,
+    listen: SocketAddr,
+    allow_remote: bool,
+) -> Result<(Bridge, ClientRpcHost), CliError> {
+    let host = super::serve::host_from(rpc_config)?;
+    let router = Router::new(host.clone(), RouterConfig::client());
+    std::fs::create_dir_all(datadir)
+        .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
+    let streams = Streams::new(FileAckStore::open(datadir)?).pms(router.clone());
+    host.connect(streams).await.map_err(|e| {
+        CliError(format!(
+            "cannot reach the Bison Relay client at {}: {e}",
+            host.config().url
+        ))
+    })?;
+    let mut config = Config::new(datadir).with_listen(listen);
+    config.allow_remote = allow_remote;
+    let bridge = Bridge::new(config, router, TipPayer(host.clone()))?;
+    Ok((bridge, host))
+}
+
+async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
+    let rpc_config = args
+        .rpc_config
+        .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
+    let (bridge, host) =
+        start_bridge(&args.datadir, &rpc_config, args.listen, args.allow_remote).await?;
+    let mut settings = bridge.settings();
+    if !settings.enabled {
+        settings.enabled = true;
+        settings = bridge.apply_settings(settings).await?;
+    }
+    bridge.start().await?;
+    let addr = bridge
+        .listen_addr()
+        .ok_or_else(|| CliError("the HTTP endpoint did not start".into()))?;
+    eprintln!(
+        "bridge listening on http://{addr} ({:?} mode)",
+        settings.mode
+    );
+    for bot in bridge.bots() {
+        eprintln!(
+            "  {}: http://{addr}/mcp/{}",
+            bot.name.as_deref().unwrap_or("bot"),
+            bot.uid
+        );
+    }
+    if bridge.bots().is_empty() {
+        eprintln!(
+            "  no bots allowed yet: add one with `brmcp bridge --datadir {} bots add NAME UID`",
+            args.datadir.display()
+        );
+    }
+    eprintln!(
+        "agents authenticate with: Authorization: Bearer {}",
+        settings.token
+    );
+    if settings.mode == Mode::Approval {
+        eprintln!("payments wait for approval: type `approve ID` or `deny ID` here");
+        let approver = bridge.clone();
+        tokio::spawn(async move { approvals(approver).await });
+    }
+    eprintln!("Ctrl-C stops the bridge.");
+    super::wait_for_interrupt().await;
+    bridge.close().await;
+    host.close();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Shows each payment waiting for approval and takes `approve ID` / `deny ID` lines.
+async fn approvals(bridge: Bridge) {
+    let mut pending = bridge.subscribe_payments();
+    let printer = tokio::spawn(async move {
+        while let Ok(p) = pending.recv().await {
+            eprintln!(
+                "payment {} waits: {} atoms to {} for {}",
+                p.id, p.atoms, p.bot, p.tool
+            );
+        }
+    });
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut words = line.split_whitespace();
+        let (verb, id) = (words.next(), words.next());
+        let approve = match verb {
+            Some("approve") => true,
+            Some("deny") => false,
+            _ => {
+                eprintln!("type `approve ID` or `deny ID`");
+                continue;
+            }
+        };
+        match id {
+            Some(id) if bridge.resolve_payment(id, approve) => eprintln!("payment {id} resolved"),
+            Some(id) => eprintln!("no payment {id} is waiting"),
+            None => eprintln!("which payment? type `approve ID` or `deny ID`"),
+        }
+    }
+    printer.abort();
+}
+
+async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> {
+    let rpc_config = args
+        .rpc_config
+        .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
+    let (bridge, host) =
+        start_bridge(&args.datadir, &rpc_config, args.listen, args.allow_remote).await?;
+    let uid = bridge
+        .bots()
+        .into_iter()
+        .find(|b| {
+            b.name.as_deref() == Some(bot.as_str()) || b.uid.to_string() == bot.to_lowercase()
+        })
+        .map(|b| b.uid)
+        .ok_or_else(|| CliError(format!("{bot:?} is not an allowed bot (see `bots list`)")))?;
+    serve_stdio(&bridge, &uid).await?;
+    bridge.close().await;
+    host.close();
+    Ok(ExitCode::SUCCESS)
+}

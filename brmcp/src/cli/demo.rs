@@ -1,0 +1,241 @@
+//! `brmcp demo`: one command, nothing to set up. A simulated Bison Relay network with two
+//! clients, the example bot on one, a bridge in autopay mode on the other, and an MCP
+//! client that lists the tools, calls the free one, and calls the paid one (the bot
+//! answers payment_required, the bridge tips, the bot credits the tip, the bridge
+//! reissues the call, the result comes back).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+
+use super::CliError;
+use crate::bridge::{Mode, Settings};
+use crate::devnet::Devnet;
+use crate::server::ServeConfig;
+
+/// Spending caps of the demo's bridge: enough for a few fortunes, no more.
+const DEMO_PER_CALL_CAP_ATOMS: u64 = 100_000;
+const DEMO_PER_DAY_CAP_ATOMS: u64 = 1_000_000;
+
+/// Bound on each step of the demo, so a broken setup fails instead of hanging.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Args)]
+pub(super) struct DemoArgs {
+    /// Leave the bridge running and print its URL and token for a real agent.
+    #[arg(long)]
+    keep_running: bool,
+    /// Directory for the simulated network's files (default: a fresh temporary one).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+pub(super) fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
+    let (dir, temporary) = match args.dir {
+        Some(dir) => (dir, false),
+        None => {
+            let dir = std::env::temp_dir().join(format!("brmcp-demo-{}", std::process::id()));
+            (dir, true)
+        }
+    };
+    let result = super::runtime()?.block_on(demo(&dir, args.keep_running));
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}
+
+async fn step<T, E: std::fmt::Display>(
+    what: &str,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, CliError> {
+    match tokio::time::timeout(STEP_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(CliError(format!("{what}: {e}"))),
+        Err(_) => Err(CliError(format!("{what}: no answer in {STEP_TIMEOUT:?}"))),
+    }
+}
+
+/// As [`step`], for steps that already speak [`CliError`].
+async fn within<T>(
+    what: &str,
+    fut: impl Future<Output = Result<T, CliError>>,
+) -> Result<T, CliError> {
+    tokio::time::timeout(STEP_TIMEOUT, fut)
+        .await
+        .map_err(|_| CliError(format!("{what}: no answer in {STEP_TIMEOUT:?}")))?
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    if let Some(s) = &result.structured_content {
+        return s.to_string();
+    }
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, CliError> {
+    println!("== brmcp demo: MCP over (simulated) Bison Relay, paid with tips");
+    let devnet = Devnet::start(dir.join("devnet"), &["alice", "bob"]).await?;
+    let (alice, bob) = match devnet.nodes().as_slice() {
+        [a, b] => (a.clone(), b.clone()),
+        _ => return Err(CliError("the devnet did not start two nodes".into())),
+    };
+    println!(
+        "devnet: alice {} serves tools; bob {} runs the bridge",
+        short(&alice.uid_hex()),
+        short(&bob.uid_hex())
+    );
+
+    // The bot on alice: echo (free) and fortune (paid), callable by bob.
+    let serve_dir = alice.dir.clone();
+    let config = ServeConfig::parse(
+        &format!(
+            "{{\"allowed_uids\": [\"{}\"], \"calls_per_minute\": 30}}",
+            bob.uid_hex()
+        ),
+        &serve_dir.join(super::serve::SERVE_CONFIG),
+    )?;
+    let host_a = super::serve::host_from(&alice.config_path)?;
+    let harness = within(
+        "start the bot",
+        super::serve::start_serving(&serve_dir, &config, &host_a),
+    )
+    .await?;
+
+    // The bridge on bob, in autopay mode with caps.
+    let bridge_dir = dir.join("bob-bridge");
+    let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+    let (bridge, host_b) = within(
+        "start the bridge",
+        super::bridge::start_bridge(&bridge_dir, &bob.config_path, listen, false),
+    )
+    .await?;
+    let settings = Settings {
+        enabled: true,
+        mode: Mode::Autopay,
+        per_call_cap_atoms: DEMO_PER_CALL_CAP_ATOMS,
+        per_day_cap_atoms: DEMO_PER_DAY_CAP_ATOMS,
+        allowed_bots: vec![alice.uid_hex()],
+        ..Settings::default()
+    };
+    let settings = bridge.apply_settings(settings).await?;
+    bridge.start().await?;
+    let addr = bridge
+        .listen_addr()
+        .ok_or_else(|| CliError("the bridge's HTTP endpoint did not start".into()))?;
+    let url = format!("http://{addr}/mcp/{}", alice.uid_hex());
+    println!(
+        "bridge: {url} (autopay, caps {DEMO_PER_CALL_CAP_ATOMS} atoms per call, {DEMO_PER_DAY_CAP_ATOMS} per day)"
+    );
+
+    // An MCP client, as an agent would connect.
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.clone())
+            .auth_header(settings.token.clone()),
+    );
+    let client = step("connect the MCP client", ().serve(transport)).await?;
+    let tools = step("tools/list", client.list_all_tools()).await?;
+    println!("\nagent -> tools/list");
+    for tool in &tools {
+        let price = tool
+            .meta
+            .as_ref()
+            .and_then(|m| m.get("brmcp/priceAtoms"))
+            .map_or_else(|| "?".into(), ToString::to_string);
+        println!(
+            "  {:<8} {} atoms  {}",
+            tool.name,
+            price,
+            tool.description.as_deref().unwrap_or("")
+        );
+    }
+
+    println!("\nagent -> tools/call echo {{\"text\": \"hello over Bison Relay\"}}");
+    let echo = step(
+        "call echo",
+        client.call_tool(
+            CallToolRequestParams::new("echo").with_arguments(
+                json!({"text": "hello over Bison Relay"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        ),
+    )
+    .await?;
+    println!("  <- {}", text_of(&echo));
+
+    let wallet = |uid: &[u8; 32]| devnet.balance(uid);
+    let (alice_before, bob_before) = (wallet(&alice.uid), wallet(&bob.uid));
+    println!("\nagent -> tools/call fortune (10000 atoms)");
+    let fortune = step(
+        "call fortune",
+        client.call_tool(CallToolRequestParams::new("fortune")),
+    )
+    .await?;
+    let (spend, today) = bridge.spend_log()?;
+    for payment in &spend {
+        println!(
+            "  bot answered payment_required; the bridge tipped {} atoms ({:?}) and reissued the call",
+            payment.atoms, payment.status
+        );
+    }
+    println!("  <- {}", text_of(&fortune));
+    let (alice_after, bob_after) = (wallet(&alice.uid), wallet(&bob.uid));
+    let credit = step(
+        "read the bot's ledger",
+        harness.balance_matoms(bob_uid(&bob.uid)),
+    )
+    .await?;
+    println!(
+        "\nwallets (milliatoms): alice {alice_before} -> {alice_after}, bob {bob_before} -> {bob_after}"
+    );
+    println!("bot ledger: bob's remaining credit {credit} matoms");
+    println!(
+        "bridge spend log: {} payment(s), {today} atoms in the last 24 hours",
+        spend.len()
+    );
+
+    let ok =
+        fortune.is_error != Some(true) && echo.is_error != Some(true) && alice_after > alice_before;
+    if keep_running {
+        println!("\nThe bridge stays up for a real agent:");
+        println!("  URL:   {url}");
+        println!("  token: {}", settings.token);
+        println!("Ctrl-C stops.");
+        super::wait_for_interrupt().await;
+    }
+    let _ = client.cancel().await;
+    bridge.close().await;
+    host_b.close();
+    harness.close();
+    host_a.close();
+    devnet.shutdown().await;
+    if ok {
+        println!("\ndemo complete: a free call and a paid call crossed Bison Relay");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(CliError("the demo's calls did not both succeed".into()))
+    }
+}
+
+fn bob_uid(uid: &[u8; 32]) -> brmcp_adapters::PeerId {
+    brmcp_adapters::PeerId::from_bytes(*uid)
+}
+
+fn short(hex: &str) -> &str {
+    &hex[..16.min(hex.len())]
+}

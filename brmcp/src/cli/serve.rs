@@ -1,0 +1,290 @@
+//! `brmcp serve`: the serving harness on a running Bison Relay client, with the example
+//! tools `echo` (free) and `fortune` (10,000 atoms); and the operator's ledger commands.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use brmcp_adapters::PeerId;
+use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
+use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, FileAckStore, Streams};
+use brmcp_adapters::wire::UnixTime;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::CliError;
+use crate::server::{
+    AutoReply, CallContext, CallId, Harness, Ledger, ServeConfig, Tip, ToolError, ToolSpec,
+};
+
+/// The clientrpc connection file of a data directory (bisonbotkit format).
+pub(crate) const RPC_CONFIG: &str = "brmcp-serve.conf";
+
+/// The operator's settings file of a data directory.
+pub(crate) const SERVE_CONFIG: &str = "brmcp.json";
+
+/// Price of the example `fortune` tool: 10,000 atoms (0.0001 DCR), as the Go example.
+pub(crate) const FORTUNE_ATOMS: u64 = 10_000;
+
+/// The example fortunes, as the Go example service has five.
+const FORTUNES: [&str; 5] = [
+    "A relay in time saves nine.",
+    "Your next tip will be returned tenfold.",
+    "Private messages make good neighbours.",
+    "The best tool is the one that answers.",
+    "Patience: store and forward always delivers.",
+];
+
+#[derive(Debug, Args)]
+pub(super) struct ServeArgs {
+    /// Data directory: brmcp-serve.conf, brmcp.json, the ledger and stream progress.
+    #[arg(long, value_name = "DIR")]
+    datadir: PathBuf,
+    /// The clientrpc connection file (default: <datadir>/brmcp-serve.conf).
+    #[arg(long, value_name = "FILE")]
+    rpc_config: Option<PathBuf>,
+    #[command(subcommand)]
+    action: Option<ServeAction>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServeAction {
+    /// List callers' balances (the server must be stopped: it holds the ledger).
+    Balances,
+    /// Credit a caller by hand, with a reason kept in the audit table.
+    Credit {
+        /// The caller's user id (64 hex).
+        uid: PeerId,
+        /// Atoms to credit.
+        atoms: u64,
+        /// Why (kept in the audit table).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Refund a completed paid call by its journal id.
+    Refund {
+        /// The call's journal id (see `journal`).
+        call: i64,
+        /// Why (kept in the audit table).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Show the most recent paid calls.
+    Journal {
+        /// Only this caller's calls.
+        #[arg(long)]
+        uid: Option<PeerId>,
+        /// How many entries.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+}
+
+pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
+    match args.action {
+        None => super::runtime()?.block_on(serve(&args.datadir, args.rpc_config)),
+        Some(action) => operate(&args.datadir, action),
+    }
+}
+
+fn now() -> UnixTime {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    UnixTime(i64::try_from(secs).unwrap_or(i64::MAX))
+}
+
+fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
+    let opened = Ledger::open(datadir, now())
+        .map_err(|e| CliError(format!("{e} (is `brmcp serve` running on this directory?)")))?;
+    if opened.refunded > 0 {
+        eprintln!("refunded {} interrupted call(s)", opened.refunded);
+    }
+    let ledger = opened.ledger;
+    match action {
+        ServeAction::Balances => {
+            for b in ledger.balances()? {
+                println!(
+                    "{} {} matoms ({} atoms)",
+                    b.caller,
+                    b.matoms,
+                    b.matoms / 1000
+                );
+            }
+        }
+        ServeAction::Credit { uid, atoms, reason } => {
+            let matoms = atoms
+                .checked_mul(1000)
+                .ok_or_else(|| CliError("amount too large".into()))?;
+            let balance = ledger.manual_credit(&uid, matoms, &reason, now())?;
+            println!("credited {atoms} atoms to {uid}; balance {balance} matoms");
+        }
+        ServeAction::Refund { call, reason } => {
+            let refunded = ledger.manual_refund(CallId::new(call), &reason, now())?;
+            println!("refunded call {call}: {refunded} matoms");
+        }
+        ServeAction::Journal { uid, limit } => {
+            for entry in ledger.journal(uid.as_ref(), limit)? {
+                println!("{entry:?}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The example tools: `echo` (free) and `fortune` (paid).
+pub(crate) fn example_tools() -> Vec<ToolSpec> {
+    #[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    struct EchoArgs {
+        /// The text to echo back.
+        text: String,
+    }
+    let echo = ToolSpec::free(
+        "echo",
+        "Echo the text back (free)",
+        |_: CallContext, args: EchoArgs| async move { Ok(json!({ "echo": args.text })) },
+    );
+    let fortune = ToolSpec::fixed(
+        "fortune",
+        "A fortune (10000 atoms)",
+        FORTUNE_ATOMS,
+        |call: CallContext, _: crate::server::NoArgs| async move {
+            let pick = call
+                .caller()
+                .as_bytes()
+                .iter()
+                .map(|&b| usize::from(b))
+                .sum::<usize>()
+                + usize::try_from(now().secs()).unwrap_or(0);
+            Ok::<_, ToolError>(json!({ "fortune": FORTUNES[pick % FORTUNES.len()] }))
+        },
+    );
+    vec![echo, fortune]
+}
+
+/// Writes what a first run needs; `true` when something was written.
+fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), CliError> {
+    std::fs::create_dir_all(datadir)
+        .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
+    let mut wrote = false;
+    if !rpc_config.exists() {
+        let template = "brrpcurl=wss://127.0.0.1:7676/ws\n\
+                        servercertpath=~/.brclient/rpc.cert\n\
+                        clientcertpath=~/.brclient/rpc-client.cert\n\
+                        clientkeypath=~/.brclient/rpc-client.key\n\
+                        rpcuser=\n\
+                        rpcpass=\n";
+        std::fs::write(rpc_config, template)
+            .map_err(|e| CliError(format!("{}: {e}", rpc_config.display())))?;
+        eprintln!(
+            "wrote {}: point it at your brclient's clientrpc (URL and certificate files)",
+            rpc_config.display()
+        );
+        wrote = true;
+    }
+    let path = datadir.join(SERVE_CONFIG);
+    let (config, created) = ServeConfig::load_or_create(&path)?;
+    if created {
+        eprintln!(
+            "wrote {}: add the user ids allowed to call your tools to allowed_uids",
+            path.display()
+        );
+        wrote = true;
+    }
+    Ok((config, wrote))
+}
+
+/// Connects to the clientrpc endpoint a bisonbotkit config names.
+pub(crate) fn host_from(rpc_config: &Path) -> Result<ClientRpcHost, CliError> {
+    let bot = BotConfig::load(rpc_config)
+        .map_err(|e| CliError(format!("{}: {e}", rpc_config.display())))?;
+    let config = ClientRpcConfig::from_bot_config(&bot);
+    Ok(ClientRpcHost::new(config)?)
+}
+
+/// Starts the harness on `host` and feeds it the host's PMs and tips.
+pub(crate) async fn start_serving(
+    datadir: &Path,
+    config: &ServeConfig,
+    host: &ClientRpcHost,
+) -> Result<Harness, CliError> {
+    let mut builder = Harness::builder()
+        .data_dir(datadir)
+        .config(config)
+        .server_info("brmcp-example", env!("CARGO_PKG_VERSION"))
+        .auto_reply(AutoReply::new(
+            "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
+        ));
+    for tool in example_tools() {
+        builder = builder.tool(tool);
+    }
+    let harness = builder.build()?;
+    if harness.refunded_at_open() > 0 {
+        eprintln!(
+            "refunded {} call(s) interrupted by the last stop",
+            harness.refunded_at_open()
+        );
+    }
+    harness.start(host.clone())?;
+    let pms = harness.clone();
+    let tips = harness.clone();
+    let streams = Streams::new(FileAckStore::open(datadir)?)
+        .pms(move |pm: ReceivedPm| {
+            let harness = pms.clone();
+            async move {
+                harness
+                    .handle_pm(pm.uid, pm.msg.message)
+                    .await
+                    .map_err(Into::into)
+            }
+        })
+        .tips(move |tip: ReceivedTip| {
+            let harness = tips.clone();
+            async move {
+                let matoms = u64::try_from(tip.amount_matoms).unwrap_or(0);
+                harness
+                    .record_tip(Tip {
+                        seq: tip.sequence_id,
+                        caller: tip.uid,
+                        matoms,
+                    })
+                    .await
+                    .map(|_| ())
+                    .map_err(Into::into)
+            }
+        });
+    host.connect(streams).await.map_err(|e| {
+        CliError(format!(
+            "cannot reach the Bison Relay client at {}: {e}",
+            host.config().url
+        ))
+    })?;
+    Ok(harness)
+}
+
+async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
+    let rpc_config = rpc_config.unwrap_or_else(|| datadir.join(RPC_CONFIG));
+    let (config, wrote) = first_run(datadir, &rpc_config)?;
+    if wrote {
+        eprintln!(
+            "edit the file(s) above, then run `brmcp serve --datadir {}` again",
+            datadir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let host = host_from(&rpc_config)?;
+    let harness = start_serving(datadir, &config, &host).await?;
+    let me = host.public_identity().await?;
+    let uid = me.peer_id().map_or_else(|| "?".into(), |p| p.to_string());
+    eprintln!(
+        "serving echo and fortune as {uid} ({}) for {} allowed caller(s); Ctrl-C stops",
+        me.nick,
+        config.allowed_uids.len()
+    );
+    super::wait_for_interrupt().await;
+    eprintln!("stopping");
+    harness.close();
+    host.close();
+    Ok(ExitCode::SUCCESS)
+}

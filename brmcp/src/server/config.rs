@@ -1,0 +1,256 @@
+//! The operator's settings file, `brmcp.json`, with the Go harness's field names:
+//!
+//! ```json
+//! {"allowed_uids": ["<64 hex>", "..."], "calls_per_minute": 30}
+//! ```
+//!
+//! Read fail-closed: a file that does not parse, or names a uid that is not 64 hex
+//! characters, is an error, never an empty (or open) allowlist. Keys this version does
+//! not know (the Go `directory` block, say) are ignored. As in Go, `calls_per_minute` 0 or
+//! below means the default (30). Uids match case-insensitively (the Go harness compared
+//! them as strings, so an upper-case entry never matched).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use brmcp_adapters::PeerId;
+
+use super::rate_limit::DEFAULT_CALLS_PER_MINUTE;
+
+/// The settings file's name in the data directory.
+pub const CONFIG_FILE: &str = "brmcp.json";
+
+/// What [`ServeConfig::load_or_create`] writes when there is no file: nobody allowed.
+pub const CONFIG_TEMPLATE: &str = "{\"allowed_uids\": [], \"calls_per_minute\": 30}\n";
+
+/// The serving harness's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeConfig {
+    /// Callers allowed to use the tools (and whose tips are credited).
+    pub allowed_uids: Vec<PeerId>,
+    /// Calls per minute per caller.
+    pub calls_per_minute: u32,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            allowed_uids: Vec::new(),
+            calls_per_minute: DEFAULT_CALLS_PER_MINUTE,
+        }
+    }
+}
+
+/// Why the settings could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file cannot be read or created.
+    #[error("config {}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not the settings JSON.
+    #[error("config {}: {source}", .path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What serde_json said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An entry of `allowed_uids` is not a uid.
+    #[error("config {}: allowed_uids[{index}] {value:?}: {source}", .path.display())]
+    BadUid {
+        /// The file.
+        path: PathBuf,
+        /// The entry's index.
+        index: usize,
+        /// The entry.
+        value: String,
+        /// Why it is not a uid.
+        #[source]
+        source: brmcp_adapters::PeerIdError,
+    },
+    /// `calls_per_minute` is above what a `u32` holds.
+    #[error("config {}: calls_per_minute {value} is too large", .path.display())]
+    BadRate {
+        /// The file.
+        path: PathBuf,
+        /// The value.
+        value: i64,
+    },
+}
+
+/// The file as written, before uids are checked.
+#[derive(serde::Deserialize)]
+struct Raw {
+    #[serde(default)]
+    allowed_uids: Option<Vec<String>>,
+    #[serde(default)]
+    calls_per_minute: Option<i64>,
+}
+
+impl ServeConfig {
+    /// Parses the settings JSON; `path` only names the source in errors.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`], [`ConfigError::BadUid`], [`ConfigError::BadRate`].
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let raw: Raw = serde_json::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        let allowed_uids = raw
+            .allowed_uids
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(index, value)| {
+                value.parse().map_err(|source| ConfigError::BadUid {
+                    path: path.to_owned(),
+                    index,
+                    value,
+                    source,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let calls_per_minute = match raw.calls_per_minute {
+            None => DEFAULT_CALLS_PER_MINUTE,
+            Some(n) if n <= 0 => DEFAULT_CALLS_PER_MINUTE,
+            Some(n) => u32::try_from(n).map_err(|_| ConfigError::BadRate {
+                path: path.to_owned(),
+                value: n,
+            })?,
+        };
+        Ok(Self {
+            allowed_uids,
+            calls_per_minute,
+        })
+    }
+
+    /// Reads the settings file at `path`; a missing file is an error.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Io`] or any error of [`parse`](Self::parse).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Reads the settings file at `path`, first writing [`CONFIG_TEMPLATE`] (owner-only)
+    /// if there is none; `true` with the settings when it was just created.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load), or [`ConfigError::Io`] when the template cannot be
+    /// written.
+    pub fn load_or_create(path: &Path) -> Result<(Self, bool), ConfigError> {
+        let io = |source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let created = match options.open(path) {
+            Ok(mut file) => {
+                file.write_all(CONFIG_TEMPLATE.as_bytes()).map_err(io)?;
+                file.sync_all().map_err(io)?;
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(io(e)),
+        };
+        Ok((Self::load(path)?, created))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ServeConfig, ConfigError> {
+        ServeConfig::parse(text, Path::new("brmcp.json"))
+    }
+
+    #[test]
+    fn reads_go_field_names_in_either_case_of_hex() {
+        let upper = "AB".repeat(32);
+        let config = parse(&format!(
+            r#"{{"allowed_uids": ["{upper}"], "calls_per_minute": 12, "directory": {{"tags": []}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(config.allowed_uids, [PeerId::from_bytes([0xab; 32])]);
+        assert_eq!(config.calls_per_minute, 12);
+    }
+
+    #[test]
+    fn missing_zero_or_negative_rate_is_the_default() {
+        for text in [
+            r#"{"allowed_uids": []}"#,
+            r#"{"calls_per_minute": 0}"#,
+            r#"{"calls_per_minute": -5}"#,
+            r#"{"allowed_uids": null, "calls_per_minute": null}"#,
+        ] {
+            assert_eq!(parse(text).unwrap(), ServeConfig::default(), "{text}");
+        }
+    }
+
+    #[test]
+    fn broken_files_are_errors_not_open_doors() {
+        let err = parse(r#"{"allowed_uids": ["abc"]}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config brmcp.json: allowed_uids[0] \"abc\": peer id is 3 characters, not 64"
+        );
+        assert!(matches!(parse("{"), Err(ConfigError::Parse { .. })));
+        assert!(matches!(
+            parse(r#"{"allowed_uids": "x"}"#),
+            Err(ConfigError::Parse { .. })
+        ));
+        assert!(matches!(
+            parse(r#"{"calls_per_minute": 1.5}"#),
+            Err(ConfigError::Parse { .. })
+        ));
+        assert!(matches!(
+            parse(r#"{"calls_per_minute": 99999999999}"#),
+            Err(ConfigError::BadRate { .. })
+        ));
+    }
+
+    #[test]
+    fn load_or_create_writes_the_template_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CONFIG_FILE);
+        let (config, created) = ServeConfig::load_or_create(&path).unwrap();
+        assert!(created);
+        assert_eq!(config, ServeConfig::default());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), CONFIG_TEMPLATE);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        std::fs::write(&path, r#"{"calls_per_minute": 7}"#).unwrap();
+        let (config, created) = ServeConfig::load_or_create(&path).unwrap();
+        assert!(!created);
+        assert_eq!(config.calls_per_minute, 7);
+        assert!(matches!(
+            ServeConfig::load(&dir.path().join("missing.json")),
+            Err(ConfigError::Io { .. })
+        ));
+    }
+}

@@ -1,0 +1,460 @@
+//! Tools as the operator registers them: a name, a description, an input type (its JSON
+//! schema derived with schemars), a [`Price`], and a handler that receives the caller's
+//! uid ([`CallContext`]) and the typed arguments.
+//!
+//! `tools/list` advertises the price in the tool's `_meta` (WIRE.md §10):
+//! [`PRICE_META`] with the price in atoms for a free (0) or fixed-price tool,
+//! [`PRICING_META`] = [`DYNAMIC_PRICING`] for a dynamically priced one.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use brmcp_adapters::PeerId;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations};
+use rmcp::schemars::JsonSchema;
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{Json, Peer};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::call_key::CallKey;
+
+/// `_meta` key of a listed tool: its price per call in atoms (0 for a free tool).
+pub const PRICE_META: &str = "brmcp/priceAtoms";
+
+/// `_meta` key of a listed tool whose price is known only when it is called.
+pub const PRICING_META: &str = "brmcp/pricing";
+
+/// The value of [`PRICING_META`].
+pub const DYNAMIC_PRICING: &str = "dynamic";
+
+/// A price function: the price in atoms of one call by a caller with these arguments,
+/// or why the call cannot be priced (the message becomes the tool error).
+pub type PriceFn<In> = Arc<dyn Fn(&PeerId, &In) -> Result<u64, String> + Send + Sync>;
+
+/// What one call of a tool costs.
+pub enum Price<In> {
+    /// Nothing; listed with `brmcp/priceAtoms: 0`.
+    Free,
+    /// This many atoms per call; listed with `brmcp/priceAtoms`. 0 is free.
+    Fixed(u64),
+    /// A function of the caller and the arguments; listed with
+    /// `brmcp/pricing: "dynamic"`. It runs after the rate limit and before the debit,
+    /// on the session's task: keep it quick. A price of 0 makes the call free.
+    Dynamic(PriceFn<In>),
+}
+
+impl<In> Price<In> {
+    /// A dynamic price from a closure.
+    pub fn dynamic(
+        f: impl Fn(&PeerId, &In) -> Result<u64, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self::Dynamic(Arc::new(f))
+    }
+
+    fn of(&self, caller: &PeerId, args: &In) -> Result<u64, String> {
+        match self {
+            Self::Free => Ok(0),
+            Self::Fixed(atoms) => Ok(*atoms),
+            Self::Dynamic(f) => f(caller, args),
+        }
+    }
+
+    fn meta(&self) -> MetaObject {
+        let mut meta = MetaObject::default();
+        match self {
+            Self::Free => meta.insert(PRICE_META.into(), 0.into()),
+            Self::Fixed(atoms) => meta.insert(PRICE_META.into(), (*atoms).into()),
+            Self::Dynamic(_) => meta.insert(PRICING_META.into(), DYNAMIC_PRICING.into()),
+        };
+        meta
+    }
+}
+
+impl<In> Clone for Price<In> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Free => Self::Free,
+            Self::Fixed(atoms) => Self::Fixed(*atoms),
+            Self::Dynamic(f) => Self::Dynamic(f.clone()),
+        }
+    }
+}
+
+impl<In> fmt::Debug for Price<In> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Free => f.write_str("Free"),
+            Self::Fixed(atoms) => f.debug_tuple("Fixed").field(atoms).finish(),
+            Self::Dynamic(_) => f.write_str("Dynamic(..)"),
+        }
+    }
+}
+
+/// A tool handler's failure: the call's answer is a tool error (`isError: true`) with
+/// this message as its only text content, and its price is refunded.
+///
+/// Any error converts with `?`. Like `anyhow::Error`, it does not implement
+/// [`std::error::Error`] itself, which is what lets every error convert into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    message: String,
+}
+
+impl ToolError {
+    /// A failure with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
+    fn from(e: E) -> Self {
+        Self::new(e.to_string())
+    }
+}
+
+/// What a handler may return on success.
+pub trait IntoToolResult {
+    /// The tool result.
+    ///
+    /// # Errors
+    ///
+    /// When the value cannot be turned into a result (say, it does not serialize): the
+    /// call then fails as if the handler had.
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError>;
+}
+
+impl IntoToolResult for CallToolResult {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(self)
+    }
+}
+
+/// One text content.
+impl IntoToolResult for String {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(self)]))
+    }
+}
+
+/// One text content.
+impl IntoToolResult for &'static str {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        self.to_owned().into_tool_result()
+    }
+}
+
+/// Structured content plus the same JSON as text, as the Go harness answers.
+impl IntoToolResult for serde_json::Value {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(CallToolResult::structured(self))
+    }
+}
+
+/// Structured content plus the same JSON as text, as the Go harness answers.
+impl<T: Serialize> IntoToolResult for Json<T> {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        serde_json::to_value(self.0)
+            .map(CallToolResult::structured)
+            .map_err(|e| ToolError::new(format!("result does not serialize: {e}")))
+    }
+}
+
+/// The input type of a tool without arguments: the schema of an empty object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct NoArgs {}
+
+/// What a handler knows about its call besides the arguments.
+#[derive(Debug)]
+pub struct CallContext {
+    pub(crate) caller: PeerId,
+    pub(crate) tool: Arc<str>,
+    pub(crate) price_atoms: u64,
+    pub(crate) call_key: Option<CallKey>,
+    pub(crate) request: RequestContext<RoleServer>,
+}
+
+impl CallContext {
+    /// The caller: the Bison Relay uid of the PM sender (never anything the call says).
+    pub fn caller(&self) -> PeerId {
+        self.caller
+    }
+
+    /// The tool called.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The atoms debited for this call (0 for a free call); refunded if the handler
+    /// fails.
+    pub fn price_atoms(&self) -> u64 {
+        self.price_atoms
+    }
+
+    /// The call's key, if the caller sent one.
+    pub fn call_key(&self) -> Option<&CallKey> {
+        self.call_key.as_ref()
+    }
+
+    /// The session's rmcp peer, to send progress notifications with.
+    pub fn peer(&self) -> &Peer<RoleServer> {
+        &self.request.peer
+    }
+
+    /// rmcp's context of the `tools/call` request: its `_meta` (progress token), its
+    /// cancellation token (`ct`), its extensions.
+    ///
+    /// A cancelled request does not stop the handler: the harness records whatever it
+    /// returns, so a retry with the same key replays it. A handler may watch `ct` and
+    /// stop early.
+    pub fn request(&self) -> &RequestContext<RoleServer> {
+        &self.request
+    }
+}
+
+/// A boxed handler future.
+pub(crate) type ToolFuture =
+    Pin<Box<dyn Future<Output = Result<CallToolResult, ToolError>> + Send>>;
+
+/// One call with decoded arguments, ready to be priced and run.
+pub(crate) trait PreparedCall: Send {
+    fn price(&self, caller: &PeerId) -> Result<u64, String>;
+    fn run(self: Box<Self>, ctx: CallContext) -> ToolFuture;
+}
+
+/// A tool with its argument type erased.
+trait ErasedTool: Send + Sync {
+    fn prepare(&self, args: Option<JsonObject>) -> Result<Box<dyn PreparedCall>, String>;
+}
+
+struct TypedTool<In, F> {
+    price: Price<In>,
+    handler: Arc<F>,
+}
+
+struct TypedCall<In, F> {
+    args: In,
+    price: Price<In>,
+    handler: Arc<F>,
+}
+
+impl<In, Out, F, Fut> ErasedTool for TypedTool<In, F>
+where
+    In: DeserializeOwned + Send + Sync + 'static,
+    Out: IntoToolResult + 'static,
+    F: Fn(CallContext, In) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
+{
+    fn prepare(&self, args: Option<JsonObject>) -> Result<Box<dyn PreparedCall>, String> {
+        let args: In = serde_json::from_value(serde_json::Value::Object(args.unwrap_or_default()))
+            .map_err(|e| format!("invalid arguments: {e}"))?;
+        Ok(Box::new(TypedCall {
+            args,
+            price: self.price.clone(),
+            handler: self.handler.clone(),
+        }))
+    }
+}
+
+impl<In, Out, F, Fut> PreparedCall for TypedCall<In, F>
+where
+    In: Send + Sync + 'static,
+    Out: IntoToolResult + 'static,
+    F: Fn(CallContext, In) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
+{
+    fn price(&self, caller: &PeerId) -> Result<u64, String> {
+        self.price.of(caller, &self.args)
+    }
+
+    fn run(self: Box<Self>, ctx: CallContext) -> ToolFuture {
+        let fut = (self.handler)(ctx, self.args);
+        Box::pin(async move { fut.await.and_then(IntoToolResult::into_tool_result) })
+    }
+}
+
+/// A tool as registered with the harness.
+pub struct ToolSpec {
+    pub(crate) tool: Tool,
+    pub(crate) schema_error: Option<String>,
+    erased: Arc<dyn ErasedTool>,
+}
+
+impl fmt::Debug for ToolSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolSpec")
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolSpec {
+    /// A tool named `name`, whose arguments are an `In` (its JSON schema is the listed
+    /// `inputSchema`), costing `price`, answered by `handler`.
+    ///
+    /// `In`'s schema must be an object; if it is not, building the harness fails.
+    pub fn new<In, Out, F, Fut>(
+        name: impl Into<Cow<'static, str>>,
+        description: impl Into<Cow<'static, str>>,
+        price: Price<In>,
+        handler: F,
+    ) -> Self
+    where
+        In: DeserializeOwned + JsonSchema + Send + Sync + 'static,
+        Out: IntoToolResult + 'static,
+        F: Fn(CallContext, In) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
+    {
+        let (schema, schema_error) = match rmcp::handler::server::tool::schema_for_input::<In>() {
+            Ok(schema) => (schema, None),
+            Err(e) => (Arc::new(JsonObject::new()), Some(e)),
+        };
+        let tool = Tool::new(name, description, schema).with_meta(price.meta());
+        Self {
+            tool,
+            schema_error,
+            erased: Arc::new(TypedTool {
+                price,
+                handler: Arc::new(handler),
+            }),
+        }
+    }
+
+    /// A free tool.
+    pub fn free<In, Out, F, Fut>(
+        name: impl Into<Cow<'static, str>>,
+        description: impl Into<Cow<'static, str>>,
+        handler: F,
+    ) -> Self
+    where
+        In: DeserializeOwned + JsonSchema + Send + Sync + 'static,
+        Out: IntoToolResult + 'static,
+        F: Fn(CallContext, In) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
+    {
+        Self::new(name, description, Price::Free, handler)
+    }
+
+    /// A tool costing `atoms` per call.
+    pub fn fixed<In, Out, F, Fut>(
+        name: impl Into<Cow<'static, str>>,
+        description: impl Into<Cow<'static, str>>,
+        atoms: u64,
+        handler: F,
+    ) -> Self
+    where
+        In: DeserializeOwned + JsonSchema + Send + Sync + 'static,
+        Out: IntoToolResult + 'static,
+        F: Fn(CallContext, In) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
+    {
+        Self::new(name, description, Price::Fixed(atoms), handler)
+    }
+
+    /// Sets the human-readable title.
+    #[must_use]
+    pub fn with_title(mut self, title: impl Into<String>) -> Self {
+        self.tool = self.tool.with_title(title);
+        self
+    }
+
+    /// Sets the annotations (hints to clients).
+    #[must_use]
+    pub fn with_annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.tool = self.tool.with_annotations(annotations);
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.tool.name
+    }
+
+    /// The tool as `tools/list` shows it, price `_meta` included.
+    pub fn definition(&self) -> &Tool {
+        &self.tool
+    }
+
+    pub(crate) fn prepare(
+        &self,
+        args: Option<JsonObject>,
+    ) -> Result<Box<dyn PreparedCall>, String> {
+        self.erased.prepare(args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    struct Args {
+        #[allow(dead_code)]
+        n: u64,
+    }
+
+    async fn ok(_: CallContext, _: Args) -> Result<String, ToolError> {
+        Ok(String::new())
+    }
+
+    #[test]
+    fn list_meta_carries_the_price() {
+        let free = ToolSpec::free("a", "", ok);
+        let fixed = ToolSpec::fixed("b", "", 500, ok);
+        let dynamic = ToolSpec::new("c", "", Price::dynamic(|_, a: &Args| Ok(a.n)), ok);
+        let meta = |t: &ToolSpec| serde_json::to_value(&t.definition().meta).unwrap();
+        assert_eq!(meta(&free), serde_json::json!({"brmcp/priceAtoms": 0}));
+        assert_eq!(meta(&fixed), serde_json::json!({"brmcp/priceAtoms": 500}));
+        assert_eq!(
+            meta(&dynamic),
+            serde_json::json!({"brmcp/pricing": "dynamic"})
+        );
+        assert_eq!(
+            fixed.definition().input_schema.get("type"),
+            Some(&serde_json::json!("object"))
+        );
+        assert!(fixed.schema_error.is_none());
+    }
+
+    #[test]
+    fn non_object_inputs_are_reported() {
+        async fn num(_: CallContext, _: u32) -> Result<String, ToolError> {
+            Ok(String::new())
+        }
+        assert!(ToolSpec::free("n", "", num).schema_error.is_some());
+    }
+
+    #[test]
+    fn arguments_decode_and_price() {
+        let spec = ToolSpec::new("c", "", Price::dynamic(|_, a: &Args| Ok(a.n * 2)), ok);
+        let args = serde_json::json!({"n": 21});
+        let call = spec.prepare(args.as_object().cloned()).unwrap();
+        assert_eq!(call.price(&PeerId::from_bytes([0; 32])), Ok(42));
+        let err = spec
+            .prepare(serde_json::json!({"n": "x"}).as_object().cloned())
+            .err()
+            .unwrap();
+        assert!(err.starts_with("invalid arguments: "), "{err}");
+        let empty = ToolSpec::free("e", "", |_, _: NoArgs| async { Ok("hi") });
+        assert!(empty.prepare(None).is_ok());
+    }
+}
