@@ -179,6 +179,12 @@ pub(crate) async fn start_bridge(
     listen: SocketAddr,
     allow_remote: bool,
 ) -> Result<(Bridge, ClientRpcHost), CliError> {
+    if super::serve::write_rpc_template(rpc_config)? {
+        return Err(CliError(format!(
+            "edit {} to point at your Bison Relay client, then run the command again",
+            rpc_config.display()
+        )));
+    }
     let host = super::serve::host_from(rpc_config)?;
     let router = Router::new(host.clone(), RouterConfig::client());
     std::fs::create_dir_all(datadir)

@@ -163,26 +163,34 @@ pub(crate) fn example_tools() -> Vec<ToolSpec> {
     vec![echo, fortune]
 }
 
+/// Writes a clientrpc connection file for brclient's defaults if `path` has none;
+/// `true` when it did.
+pub(crate) fn write_rpc_template(path: &Path) -> Result<bool, CliError> {
+    if path.exists() {
+        return Ok(false);
+    }
+    let template = "brrpcurl=wss://127.0.0.1:7676/ws\n\
+                    servercertpath=~/.brclient/rpc.cert\n\
+                    clientcertpath=~/.brclient/rpc-client.cert\n\
+                    clientkeypath=~/.brclient/rpc-client.key\n\
+                    rpcuser=\n\
+                    rpcpass=\n";
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
+    }
+    std::fs::write(path, template).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    eprintln!(
+        "wrote {}: point it at your brclient's clientrpc (URL and certificate files)",
+        path.display()
+    );
+    Ok(true)
+}
+
 /// Writes what a first run needs; `true` when something was written.
 fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), CliError> {
     std::fs::create_dir_all(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
-    let mut wrote = false;
-    if !rpc_config.exists() {
-        let template = "brrpcurl=wss://127.0.0.1:7676/ws\n\
-                        servercertpath=~/.brclient/rpc.cert\n\
-                        clientcertpath=~/.brclient/rpc-client.cert\n\
-                        clientkeypath=~/.brclient/rpc-client.key\n\
-                        rpcuser=\n\
-                        rpcpass=\n";
-        std::fs::write(rpc_config, template)
-            .map_err(|e| CliError(format!("{}: {e}", rpc_config.display())))?;
-        eprintln!(
-            "wrote {}: point it at your brclient's clientrpc (URL and certificate files)",
-            rpc_config.display()
-        );
-        wrote = true;
-    }
+    let mut wrote = write_rpc_template(rpc_config)?;
     let path = datadir.join(SERVE_CONFIG);
     let (config, created) = ServeConfig::load_or_create(&path)?;
     if created {
