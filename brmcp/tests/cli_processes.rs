@@ -1,0 +1,218 @@
+//! The commands as separate processes, as a user runs them: `brmcp devnet`, then
+//! `brmcp serve` on one node and `brmcp bridge` on the other, then an MCP client makes a
+//! free and a paid call through the bridge's HTTP endpoint.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+
+/// How long any one process may take to report it is ready.
+const READY: Duration = Duration::from_secs(60);
+
+/// Children killed when the test ends, however it ends.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn brmcp(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_brmcp"));
+    cmd.args(args);
+    cmd
+}
+
+/// Starts `cmd` and returns its lines (stdout and stderr) as they come.
+fn spawn(procs: &mut Procs, mut cmd: Command) -> mpsc::Receiver<String> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn brmcp");
+    let (tx, rx) = mpsc::channel();
+    for stream in [
+        Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().expect("stderr")),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    procs.0.push(child);
+    rx
+}
+
+/// Lines until one contains `marker`; all of them, for parsing and for error messages.
+fn wait_for(lines: &mpsc::Receiver<String>, marker: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + READY;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                let done = line.contains(marker);
+                seen.push(line);
+                if done {
+                    return seen;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    panic!(
+        "no {marker:?} within {READY:?}; output:\n{}",
+        seen.join("\n")
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn set_autopay(bridge_dir: &Path) {
+    let path = bridge_dir.join("mcpclient.json");
+    let mut settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("mcpclient.json"))
+            .expect("json");
+    settings["mode"] = json!("autopay");
+    settings["per_call_cap_atoms"] = json!(100_000);
+    settings["per_day_cap_atoms"] = json!(1_000_000);
+    std::fs::write(&path, settings.to_string()).expect("write settings");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = dir.path();
+    let dir_arg = dir.to_str().expect("utf-8 path");
+    let mut procs = Procs(Vec::new());
+
+    let devnet = spawn(
+        &mut procs,
+        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
+    );
+    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let uid_of = |nick: &str| {
+        out.iter()
+            .find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
+            })
+            .flatten()
+            .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
+    };
+    let alice = uid_of("alice");
+    let _bob = uid_of("bob");
+
+    let alice_dir = dir.join("alice");
+    let serve = spawn(
+        &mut procs,
+        brmcp(&["serve", "--datadir", alice_dir.to_str().expect("utf-8")]),
+    );
+    wait_for(&serve, "serving echo and fortune");
+
+    let bridge_dir = dir.join("bob-bridge");
+    let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
+    let rpc = dir.join("bob").join("brmcp-serve.conf");
+    let rpc_arg = rpc.to_str().expect("utf-8").to_owned();
+    let added = brmcp(&[
+        "bridge",
+        "--datadir",
+        &bridge_arg,
+        "bots",
+        "add",
+        "alice",
+        &alice,
+    ])
+    .output()
+    .expect("bots add");
+    assert!(added.status.success(), "{added:?}");
+    set_autopay(&bridge_dir);
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let bridge = spawn(
+        &mut procs,
+        brmcp(&[
+            "bridge",
+            "--datadir",
+            &bridge_arg,
+            "--rpc-config",
+            &rpc_arg,
+            "--listen",
+            &listen,
+        ]),
+    );
+    let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
+    let token = out
+        .iter()
+        .find_map(|l| l.split("Bearer ").nth(1))
+        .expect("token line")
+        .trim()
+        .to_owned();
+    let url = format!("http://{listen}/mcp/{alice}");
+    assert!(
+        out.iter().any(|l| l.contains(&url)),
+        "the bridge lists {url}:\n{}",
+        out.join("\n")
+    );
+
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+    );
+    let client = ().serve(transport).await.expect("MCP session through the bridge");
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["echo", "fortune"]);
+    let echo = client
+        .call_tool(
+            CallToolRequestParams::new("echo").with_arguments(
+                json!({"text": "hi"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        )
+        .await
+        .expect("echo");
+    assert_eq!(echo.structured_content, Some(json!({"echo": "hi"})));
+    let fortune = client
+        .call_tool(CallToolRequestParams::new("fortune"))
+        .await
+        .expect("fortune");
+    assert_ne!(fortune.is_error, Some(true), "{fortune:?}");
+    assert!(
+        fortune
+            .structured_content
+            .as_ref()
+            .is_some_and(|v| v.get("fortune").is_some()),
+        "{fortune:?}"
+    );
+    let _ = client.cancel().await;
+
+    // The bridge recorded the tip it paid.
+    drop(procs);
+    let spend = brmcp(&["bridge", "--datadir", &bridge_arg, "spend"])
+        .output()
+        .expect("spend");
+    let text = String::from_utf8_lossy(&spend.stdout);
+    assert!(text.contains("10000 atoms to"), "{text}");
+    assert!(text.contains("last 24 hours: 10000 atoms"), "{text}");
+}
