@@ -216,3 +216,131 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
     assert!(text.contains("10000 atoms to"), "{text}");
     assert!(text.contains("last 24 hours: 10000 atoms"), "{text}");
 }
+
+/// In approval mode a paid call waits until `brmcp bridge approvals approve` pays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_command_decides_a_waiting_payment() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = dir.path();
+    let dir_arg = dir.to_str().expect("utf-8 path");
+    let mut procs = Procs(Vec::new());
+    let devnet = spawn(&mut procs, brmcp(&["devnet", "--dir", dir_arg]));
+    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let alice = out
+        .iter()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("alice")
+                .map(|r| r.split_whitespace().next().map(str::to_owned))
+        })
+        .flatten()
+        .expect("alice's uid");
+    let serve = spawn(
+        &mut procs,
+        brmcp(&[
+            "serve",
+            "--datadir",
+            dir.join("alice").to_str().expect("utf-8"),
+        ]),
+    );
+    wait_for(&serve, "serving echo and fortune");
+
+    let bridge_dir = dir.join("bob-bridge");
+    let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
+    let rpc = dir.join("bob").join("brmcp-serve.conf");
+    let added = brmcp(&[
+        "bridge",
+        "--datadir",
+        &bridge_arg,
+        "bots",
+        "add",
+        "alice",
+        &alice,
+    ])
+    .output()
+    .expect("bots add");
+    assert!(added.status.success(), "{added:?}");
+    // Approval mode (the default) with caps that allow the payment.
+    set_autopay(&bridge_dir);
+    let path = bridge_dir.join("mcpclient.json");
+    let mut settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("settings")).expect("json");
+    settings["mode"] = json!("approval");
+    settings["approval_timeout_secs"] = json!(60);
+    std::fs::write(&path, settings.to_string()).expect("write");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let bridge = spawn(
+        &mut procs,
+        brmcp(&[
+            "bridge",
+            "--datadir",
+            &bridge_arg,
+            "--rpc-config",
+            rpc.to_str().expect("utf-8"),
+            "--listen",
+            &listen,
+        ]),
+    );
+    let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
+    let token = out
+        .iter()
+        .find_map(|l| l.split("Bearer ").nth(1))
+        .expect("token line")
+        .trim()
+        .to_owned();
+
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/{alice}"))
+            .auth_header(token),
+    );
+    let client = ().serve(transport).await.expect("MCP session");
+    let call = tokio::spawn(async move {
+        let result = client
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await;
+        let _ = client.cancel().await;
+        result
+    });
+
+    let approvals = |verb: &[&str]| {
+        let mut args = vec![
+            "bridge",
+            "--datadir",
+            &bridge_arg,
+            "--listen",
+            &listen,
+            "approvals",
+        ];
+        args.extend_from_slice(verb);
+        brmcp(&args).output().expect("approvals")
+    };
+    let mut waiting = None;
+    for _ in 0..200 {
+        let listed = approvals(&["list"]);
+        assert!(listed.status.success(), "{listed:?}");
+        let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+        if let Some(line) = text.lines().find(|l| l.contains("10000 atoms to")) {
+            waiting = line.split_whitespace().next().map(str::to_owned);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let id = waiting.expect("a payment waits for approval");
+    let decided = approvals(&["approve", &id]);
+    assert!(decided.status.success(), "{decided:?}");
+    let again = approvals(&["approve", &id]);
+    assert!(
+        !again.status.success(),
+        "a decided payment is no longer waiting"
+    );
+
+    let fortune = call.await.expect("join").expect("fortune");
+    assert_ne!(fortune.is_error, Some(true), "{fortune:?}");
+    assert!(
+        fortune
+            .structured_content
+            .as_ref()
+            .is_some_and(|v| v.get("fortune").is_some()),
+        "{fortune:?}"
+    );
+}

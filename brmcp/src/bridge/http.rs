@@ -234,6 +234,9 @@ async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
     }
+    if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
+        return payments(&inner, request.method(), rest);
+    }
     let bot = request
         .uri()
         .path()
@@ -253,6 +256,56 @@ async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response
     }
     let service = inner.http.service(&inner, &link);
     service.handle(request).await.map(Body::new)
+}
+
+/// Where the payments waiting for approval are listed and decided, behind the same
+/// token as the MCP endpoints: `GET /payments`, `POST /payments/<id>/approve|deny`.
+pub(crate) const PAYMENTS_PATH: &str = "/payments";
+
+fn payments(inner: &Inner, method: &axum::http::Method, rest: &str) -> Response {
+    let json = |status: StatusCode, value: serde_json::Value| {
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            value.to_string(),
+        )
+            .into_response()
+    };
+    match (method.as_str(), rest.trim_end_matches('/')) {
+        ("GET", "") => {
+            let list: Vec<serde_json::Value> = inner
+                .policy
+                .pending()
+                .into_iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "id": p.id,
+                        "bot": p.bot.to_string(),
+                        "tool": p.tool,
+                        "atoms": p.atoms,
+                        "created": p.created.secs(),
+                    })
+                })
+                .collect();
+            json(StatusCode::OK, serde_json::Value::Array(list))
+        }
+        ("POST", path) => {
+            let Some((id, verb)) = path.strip_prefix('/').and_then(|p| p.rsplit_once('/')) else {
+                return plain(StatusCode::NOT_FOUND, "not found");
+            };
+            let approve = match verb {
+                "approve" => true,
+                "deny" => false,
+                _ => return plain(StatusCode::NOT_FOUND, "not found"),
+            };
+            if inner.policy.decide(id, approve) {
+                json(StatusCode::OK, serde_json::json!({"id": id, "approved": approve}))
+            } else {
+                plain(StatusCode::NOT_FOUND, "no such payment waiting")
+            }
+        }
+        _ => plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+    }
 }
 
 /// The endpoints as a router.

@@ -54,6 +54,26 @@ enum BridgeAction {
     Token(TokenAction),
     /// Show the spend log and the rolling 24-hour total.
     Spend,
+    /// List, approve or deny the payments a running bridge holds for approval (it is
+    /// reached at --listen with the token of mcpclient.json).
+    #[command(subcommand)]
+    Approvals(ApprovalsAction),
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsAction {
+    /// The payments waiting.
+    List,
+    /// Pay this one.
+    Approve {
+        /// The payment's id (see `list`).
+        id: String,
+    },
+    /// Refuse this one.
+    Deny {
+        /// The payment's id (see `list`).
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,6 +134,10 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
             }
             println!("{}", settings.token);
             Ok(ExitCode::SUCCESS)
+        }
+        Some(BridgeAction::Approvals(action)) => {
+            let settings = load(&settings_path)?;
+            super::runtime()?.block_on(approvals_command(args.listen, &settings.token, action))
         }
         Some(BridgeAction::Spend) => {
             let log = SpendLog::open(&args.datadir, now())?;
@@ -239,7 +263,10 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
         settings.token
     );
     if settings.mode == Mode::Approval {
-        eprintln!("payments wait for approval: type `approve ID` or `deny ID` here");
+        eprintln!(
+            "payments wait for approval: type `approve ID` or `deny ID` here, or use `brmcp bridge --datadir {} approvals`",
+            args.datadir.display()
+        );
         let approver = bridge.clone();
         tokio::spawn(async move { approvals(approver).await });
     }
@@ -247,6 +274,50 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
     super::wait_for_interrupt().await;
     bridge.close().await;
     host.close();
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn approvals_command(
+    listen: SocketAddr,
+    token: &str,
+    action: ApprovalsAction,
+) -> Result<ExitCode, CliError> {
+    let base = format!("http://{listen}/payments");
+    let client = reqwest::Client::new();
+    let request = match &action {
+        ApprovalsAction::List => client.get(&base),
+        ApprovalsAction::Approve { id } => client.post(format!("{base}/{id}/approve")),
+        ApprovalsAction::Deny { id } => client.post(format!("{base}/{id}/deny")),
+    };
+    let response = request
+        .bearer_auth(token)
+        .send()
+        .await
+        .map_err(|e| CliError(format!("no bridge at {listen}: {e}")))?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(CliError(format!("bridge answered {status}: {}", body.trim())));
+    }
+    match action {
+        ApprovalsAction::List => {
+            let list: Vec<serde_json::Value> = serde_json::from_str(&body)?;
+            if list.is_empty() {
+                println!("no payment is waiting");
+            }
+            for p in list {
+                println!(
+                    "{} {} atoms to {} for {}",
+                    p["id"].as_str().unwrap_or("?"),
+                    p["atoms"],
+                    p["bot"].as_str().unwrap_or("?"),
+                    p["tool"].as_str().unwrap_or("?")
+                );
+            }
+        }
+        ApprovalsAction::Approve { id } => println!("approved {id}"),
+        ApprovalsAction::Deny { id } => println!("denied {id}"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
