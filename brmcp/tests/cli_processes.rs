@@ -87,97 +87,150 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn set_autopay(bridge_dir: &Path) {
+/// Sets the bridge's spending mode, with caps that allow a fortune.
+fn set_mode(bridge_dir: &Path, mode: &str) {
     let path = bridge_dir.join("mcpclient.json");
     let mut settings: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("mcpclient.json"))
             .expect("json");
-    settings["mode"] = json!("autopay");
+    settings["mode"] = json!(mode);
     settings["per_call_cap_atoms"] = json!(100_000);
     settings["per_day_cap_atoms"] = json!(1_000_000);
+    settings["approval_timeout_secs"] = json!(60);
     std::fs::write(&path, settings.to_string()).expect("write settings");
+}
+
+/// A devnet, `brmcp serve` on alice and `brmcp bridge` on bob, each its own process.
+struct Stack {
+    _procs: Procs,
+    alice: String,
+    bridge_dir: String,
+    listen: String,
+    token: String,
+}
+
+impl Stack {
+    fn start(dir: &Path, mode: &str) -> Self {
+        let mut procs = Procs(Vec::new());
+        let dir_arg = dir.to_str().expect("utf-8 path");
+        let devnet = spawn(
+            &mut procs,
+            brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
+        );
+        let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+        let alice = out
+            .iter()
+            .find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some("alice")).then(|| words.next().map(str::to_owned))
+            })
+            .flatten()
+            .unwrap_or_else(|| panic!("no alice in:\n{}", out.join("\n")));
+
+        let serve = spawn(
+            &mut procs,
+            brmcp(&[
+                "serve",
+                "--datadir",
+                dir.join("alice").to_str().expect("utf-8"),
+            ]),
+        );
+        wait_for(&serve, "serving echo and fortune");
+
+        let bridge_dir = dir.join("bob-bridge");
+        let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
+        let rpc = dir.join("bob").join("brmcp-serve.conf");
+        let added = brmcp(&[
+            "bridge",
+            "--datadir",
+            &bridge_arg,
+            "bots",
+            "add",
+            "alice",
+            &alice,
+        ])
+        .output()
+        .expect("bots add");
+        assert!(added.status.success(), "{added:?}");
+        set_mode(&bridge_dir, mode);
+        let listen = format!("127.0.0.1:{}", free_port());
+        let bridge = spawn(
+            &mut procs,
+            brmcp(&[
+                "bridge",
+                "--datadir",
+                &bridge_arg,
+                "--rpc-config",
+                rpc.to_str().expect("utf-8"),
+                "--listen",
+                &listen,
+            ]),
+        );
+        let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
+        let token = out
+            .iter()
+            .find_map(|l| l.split("Bearer ").nth(1))
+            .expect("token line")
+            .trim()
+            .to_owned();
+        let url = format!("http://{listen}/mcp/{alice}");
+        assert!(
+            out.iter().any(|l| l.contains(&url)),
+            "the bridge lists {url}:\n{}",
+            out.join("\n")
+        );
+        Self {
+            _procs: procs,
+            alice,
+            bridge_dir: bridge_arg,
+            listen,
+            token,
+        }
+    }
+
+    /// An MCP client, as an agent connects to the bridge.
+    async fn client(&self) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!(
+                "http://{}/mcp/{}",
+                self.listen, self.alice
+            ))
+            .auth_header(self.token.clone()),
+        );
+        ().serve(transport)
+            .await
+            .expect("MCP session through the bridge")
+    }
+
+    fn bridge_command(&self, args: &[&str]) -> std::process::Output {
+        let mut all = vec![
+            "bridge",
+            "--datadir",
+            &self.bridge_dir,
+            "--listen",
+            &self.listen,
+        ];
+        all.extend_from_slice(args);
+        brmcp(&all).output().expect("brmcp bridge")
+    }
+}
+
+fn assert_fortune(result: &rmcp::model::CallToolResult) {
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert!(
+        result
+            .structured_content
+            .as_ref()
+            .is_some_and(|v| v.get("fortune").is_some()),
+        "{result:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let dir = dir.path();
-    let dir_arg = dir.to_str().expect("utf-8 path");
-    let mut procs = Procs(Vec::new());
-
-    let devnet = spawn(
-        &mut procs,
-        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
-    );
-    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let uid_of = |nick: &str| {
-        out.iter()
-            .find_map(|l| {
-                let mut words = l.split_whitespace();
-                (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
-            })
-            .flatten()
-            .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
-    };
-    let alice = uid_of("alice");
-    let _bob = uid_of("bob");
-
-    let alice_dir = dir.join("alice");
-    let serve = spawn(
-        &mut procs,
-        brmcp(&["serve", "--datadir", alice_dir.to_str().expect("utf-8")]),
-    );
-    wait_for(&serve, "serving echo and fortune");
-
-    let bridge_dir = dir.join("bob-bridge");
-    let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
-    let rpc = dir.join("bob").join("brmcp-serve.conf");
-    let rpc_arg = rpc.to_str().expect("utf-8").to_owned();
-    let added = brmcp(&[
-        "bridge",
-        "--datadir",
-        &bridge_arg,
-        "bots",
-        "add",
-        "alice",
-        &alice,
-    ])
-    .output()
-    .expect("bots add");
-    assert!(added.status.success(), "{added:?}");
-    set_autopay(&bridge_dir);
-    let port = free_port().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let bridge = spawn(
-        &mut procs,
-        brmcp(&[
-            "bridge",
-            "--datadir",
-            &bridge_arg,
-            "--rpc-config",
-            &rpc_arg,
-            "--listen",
-            &listen,
-        ]),
-    );
-    let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
-    let token = out
-        .iter()
-        .find_map(|l| l.split("Bearer ").nth(1))
-        .expect("token line")
-        .trim()
-        .to_owned();
-    let url = format!("http://{listen}/mcp/{alice}");
-    assert!(
-        out.iter().any(|l| l.contains(&url)),
-        "the bridge lists {url}:\n{}",
-        out.join("\n")
-    );
-
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
-    );
-    let client = ().serve(transport).await.expect("MCP session through the bridge");
+    let stack = Stack::start(dir.path(), "autopay");
+    let client = stack.client().await;
     let tools = client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(names, ["echo", "fortune"]);
@@ -197,21 +250,11 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
         .call_tool(CallToolRequestParams::new("fortune"))
         .await
         .expect("fortune");
-    assert_ne!(fortune.is_error, Some(true), "{fortune:?}");
-    assert!(
-        fortune
-            .structured_content
-            .as_ref()
-            .is_some_and(|v| v.get("fortune").is_some()),
-        "{fortune:?}"
-    );
+    assert_fortune(&fortune);
     let _ = client.cancel().await;
 
     // The bridge recorded the tip it paid.
-    drop(procs);
-    let spend = brmcp(&["bridge", "--datadir", &bridge_arg, "spend"])
-        .output()
-        .expect("spend");
+    let spend = stack.bridge_command(&["spend"]);
     let text = String::from_utf8_lossy(&spend.stdout);
     assert!(text.contains("10000 atoms to"), "{text}");
     assert!(text.contains("last 24 hours: 10000 atoms"), "{text}");
@@ -221,79 +264,8 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_command_decides_a_waiting_payment() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let dir = dir.path();
-    let dir_arg = dir.to_str().expect("utf-8 path");
-    let mut procs = Procs(Vec::new());
-    let devnet = spawn(&mut procs, brmcp(&["devnet", "--dir", dir_arg]));
-    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let alice = out
-        .iter()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("alice")
-                .map(|r| r.split_whitespace().next().map(str::to_owned))
-        })
-        .flatten()
-        .expect("alice's uid");
-    let serve = spawn(
-        &mut procs,
-        brmcp(&[
-            "serve",
-            "--datadir",
-            dir.join("alice").to_str().expect("utf-8"),
-        ]),
-    );
-    wait_for(&serve, "serving echo and fortune");
-
-    let bridge_dir = dir.join("bob-bridge");
-    let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
-    let rpc = dir.join("bob").join("brmcp-serve.conf");
-    let added = brmcp(&[
-        "bridge",
-        "--datadir",
-        &bridge_arg,
-        "bots",
-        "add",
-        "alice",
-        &alice,
-    ])
-    .output()
-    .expect("bots add");
-    assert!(added.status.success(), "{added:?}");
-    // Approval mode (the default) with caps that allow the payment.
-    set_autopay(&bridge_dir);
-    let path = bridge_dir.join("mcpclient.json");
-    let mut settings: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("settings")).expect("json");
-    settings["mode"] = json!("approval");
-    settings["approval_timeout_secs"] = json!(60);
-    std::fs::write(&path, settings.to_string()).expect("write");
-    let listen = format!("127.0.0.1:{}", free_port());
-    let bridge = spawn(
-        &mut procs,
-        brmcp(&[
-            "bridge",
-            "--datadir",
-            &bridge_arg,
-            "--rpc-config",
-            rpc.to_str().expect("utf-8"),
-            "--listen",
-            &listen,
-        ]),
-    );
-    let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
-    let token = out
-        .iter()
-        .find_map(|l| l.split("Bearer ").nth(1))
-        .expect("token line")
-        .trim()
-        .to_owned();
-
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/{alice}"))
-            .auth_header(token),
-    );
-    let client = ().serve(transport).await.expect("MCP session");
+    let stack = Stack::start(dir.path(), "approval");
+    let client = stack.client().await;
     let call = tokio::spawn(async move {
         let result = client
             .call_tool(CallToolRequestParams::new("fortune"))
@@ -302,21 +274,9 @@ async fn approvals_command_decides_a_waiting_payment() {
         result
     });
 
-    let approvals = |verb: &[&str]| {
-        let mut args = vec![
-            "bridge",
-            "--datadir",
-            &bridge_arg,
-            "--listen",
-            &listen,
-            "approvals",
-        ];
-        args.extend_from_slice(verb);
-        brmcp(&args).output().expect("approvals")
-    };
     let mut waiting = None;
     for _ in 0..200 {
-        let listed = approvals(&["list"]);
+        let listed = stack.bridge_command(&["approvals", "list"]);
         assert!(listed.status.success(), "{listed:?}");
         let text = String::from_utf8_lossy(&listed.stdout).into_owned();
         if let Some(line) = text.lines().find(|l| l.contains("10000 atoms to")) {
@@ -326,21 +286,14 @@ async fn approvals_command_decides_a_waiting_payment() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let id = waiting.expect("a payment waits for approval");
-    let decided = approvals(&["approve", &id]);
+    let decided = stack.bridge_command(&["approvals", "approve", &id]);
     assert!(decided.status.success(), "{decided:?}");
-    let again = approvals(&["approve", &id]);
+    let again = stack.bridge_command(&["approvals", "approve", &id]);
     assert!(
         !again.status.success(),
         "a decided payment is no longer waiting"
     );
 
     let fortune = call.await.expect("join").expect("fortune");
-    assert_ne!(fortune.is_error, Some(true), "{fortune:?}");
-    assert!(
-        fortune
-            .structured_content
-            .as_ref()
-            .is_some_and(|v| v.get("fortune").is_some()),
-        "{fortune:?}"
-    );
+    assert_fortune(&fortune);
 }
