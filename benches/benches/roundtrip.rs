@@ -18,67 +18,16 @@ use std::hint::black_box;
 use brmcp_adapters::PeerId;
 use brmcp_adapters::mem::{Faults, Pair};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ServerCapabilities, ServerConfig};
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use tokio::runtime::Runtime;
+
+mod common;
+
+use common::{BenchServer, Client};
 
 /// Size of the `br_1MiB` result.
 const BLOB_LEN: usize = 1 << 20;
-
-/// Arguments of `echo`.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct EchoArgs {
-    /// The text to send back.
-    text: String,
-}
-
-/// Arguments of `blob`.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct BlobArgs {
-    /// Bytes of text to return.
-    len: usize,
-}
-
-/// The benchmark server: `echo` and `blob`.
-#[derive(Debug, Clone)]
-struct BenchServer {
-    tool_router: ToolRouter<Self>,
-}
-
-impl BenchServer {
-    fn new() -> Self {
-        Self {
-            tool_router: Self::tool_router(),
-        }
-    }
-}
-
-#[tool_router]
-impl BenchServer {
-    #[tool(description = "Echo the text back")]
-    fn echo(&self, Parameters(EchoArgs { text }): Parameters<EchoArgs>) -> String {
-        text
-    }
-
-    #[tool(description = "Return `len` bytes of text")]
-    fn blob(&self, Parameters(BlobArgs { len }): Parameters<BlobArgs>) -> String {
-        let mut text = "abcdefghijklmnopqrstuvwxyz".repeat(len / 26 + 1);
-        text.truncate(len);
-        text
-    }
-}
-
-#[tool_handler(router = self.tool_router)]
-impl ServerHandler for BenchServer {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-}
-
-type Client = RunningService<RoleClient, ()>;
 
 /// `tools/call` params for `name` with JSON object arguments.
 fn call(name: &'static str, args: serde_json::Value) -> CallToolRequestParams {

@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use brmcp_adapters::mem::{Faults, Pair};
 use brmcp_adapters::{PeerId, RouterConfig};
-use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{ServerCapabilities, ServerConfig};
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use rmcp::ServiceExt;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+
+mod common;
+
+use common::{BenchServer, Client};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -31,58 +31,6 @@ const N: usize = 1000;
 
 /// Sessions opened (and kept) before the baseline, so one-time setup is not counted.
 const WARM_UP: usize = 8;
-
-/// Arguments of `echo`.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct EchoArgs {
-    /// The text to send back.
-    text: String,
-}
-
-/// Arguments of `blob`.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct BlobArgs {
-    /// Bytes of text to return.
-    len: usize,
-}
-
-/// The same server as the `roundtrip` bench: `echo` and `blob`.
-#[derive(Debug, Clone)]
-struct BenchServer {
-    tool_router: ToolRouter<Self>,
-}
-
-impl BenchServer {
-    fn new() -> Self {
-        Self {
-            tool_router: Self::tool_router(),
-        }
-    }
-}
-
-#[tool_router]
-impl BenchServer {
-    #[tool(description = "Echo the text back")]
-    fn echo(&self, Parameters(EchoArgs { text }): Parameters<EchoArgs>) -> String {
-        text
-    }
-
-    #[tool(description = "Return `len` bytes of text")]
-    fn blob(&self, Parameters(BlobArgs { len }): Parameters<BlobArgs>) -> String {
-        let mut text = "abcdefghijklmnopqrstuvwxyz".repeat(len / 26 + 1);
-        text.truncate(len);
-        text
-    }
-}
-
-#[tool_handler(router = self.tool_router)]
-impl ServerHandler for BenchServer {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-}
-
-type Client = RunningService<RoleClient, ()>;
 
 /// Bytes currently allocated on the heap, per the counting allocator.
 fn live_heap() -> i128 {

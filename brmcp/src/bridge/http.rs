@@ -299,7 +299,10 @@ fn payments(inner: &Inner, method: &axum::http::Method, rest: &str) -> Response 
                 _ => return plain(StatusCode::NOT_FOUND, "not found"),
             };
             if inner.policy.decide(id, approve) {
-                json(StatusCode::OK, serde_json::json!({"id": id, "approved": approve}))
+                json(
+                    StatusCode::OK,
+                    serde_json::json!({"id": id, "approved": approve}),
+                )
             } else {
                 plain(StatusCode::NOT_FOUND, "no such payment waiting")
             }

@@ -297,7 +297,10 @@ async fn approvals_command(
     let status = response.status();
     let body = response.text().await.unwrap_or_default();
     if !status.is_success() {
-        return Err(CliError(format!("bridge answered {status}: {}", body.trim())));
+        return Err(CliError(format!(
+            "bridge answered {status}: {}",
+            body.trim()
+        )));
     }
     match action {
         ApprovalsAction::List => {
