@@ -109,50 +109,60 @@ struct Stack {
     token: String,
 }
 
+/// A devnet and `brmcp serve` on alice: the processes and alice's uid.
+fn serving(dir: &Path) -> (Procs, String) {
+    let mut procs = Procs(Vec::new());
+    let dir_arg = dir.to_str().expect("utf-8 path");
+    let devnet = spawn(
+        &mut procs,
+        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
+    );
+    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let alice = out
+        .iter()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("alice")).then(|| words.next().map(str::to_owned))
+        })
+        .flatten()
+        .unwrap_or_else(|| panic!("no alice in:\n{}", out.join("\n")));
+    let serve = spawn(
+        &mut procs,
+        brmcp(&[
+            "serve",
+            "--datadir",
+            dir.join("alice").to_str().expect("utf-8"),
+        ]),
+    );
+    wait_for(&serve, "serving echo and fortune");
+    (procs, alice)
+}
+
+/// Allows alice in bob's bridge directory with the given spending mode.
+fn bridge_settings(dir: &Path, alice: &str, mode: &str) -> String {
+    let bridge_dir = dir.join("bob-bridge");
+    let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
+    let added = brmcp(&[
+        "bridge",
+        "--datadir",
+        &bridge_arg,
+        "bots",
+        "add",
+        "alice",
+        alice,
+    ])
+    .output()
+    .expect("bots add");
+    assert!(added.status.success(), "{added:?}");
+    set_mode(&bridge_dir, mode);
+    bridge_arg
+}
+
 impl Stack {
     fn start(dir: &Path, mode: &str) -> Self {
-        let mut procs = Procs(Vec::new());
-        let dir_arg = dir.to_str().expect("utf-8 path");
-        let devnet = spawn(
-            &mut procs,
-            brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
-        );
-        let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-        let alice = out
-            .iter()
-            .find_map(|l| {
-                let mut words = l.split_whitespace();
-                (words.next() == Some("alice")).then(|| words.next().map(str::to_owned))
-            })
-            .flatten()
-            .unwrap_or_else(|| panic!("no alice in:\n{}", out.join("\n")));
-
-        let serve = spawn(
-            &mut procs,
-            brmcp(&[
-                "serve",
-                "--datadir",
-                dir.join("alice").to_str().expect("utf-8"),
-            ]),
-        );
-        wait_for(&serve, "serving echo and fortune");
-
-        let bridge_dir = dir.join("bob-bridge");
-        let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
+        let (mut procs, alice) = serving(dir);
+        let bridge_arg = bridge_settings(dir, &alice, mode);
         let rpc = dir.join("bob").join("brmcp-serve.conf");
-        let added = brmcp(&[
-            "bridge",
-            "--datadir",
-            &bridge_arg,
-            "bots",
-            "add",
-            "alice",
-            &alice,
-        ])
-        .output()
-        .expect("bots add");
-        assert!(added.status.success(), "{added:?}");
-        set_mode(&bridge_dir, mode);
         let listen = format!("127.0.0.1:{}", free_port());
         let bridge = spawn(
             &mut procs,
@@ -296,4 +306,34 @@ async fn approvals_command_decides_a_waiting_payment() {
 
     let fortune = call.await.expect("join").expect("fortune");
     assert_fortune(&fortune);
+}
+
+/// `brmcp bridge stdio` serves one bot to an agent host that spawns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_stdio_serves_one_bot_to_a_spawning_host() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_procs, alice) = serving(dir.path());
+    let bridge_arg = bridge_settings(dir.path(), &alice, "autopay");
+    let rpc = dir.path().join("bob").join("brmcp-serve.conf");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_brmcp"));
+    cmd.args([
+        "bridge",
+        "--datadir",
+        &bridge_arg,
+        "--rpc-config",
+        rpc.to_str().expect("utf-8"),
+        "stdio",
+        "--bot",
+        "alice",
+    ]);
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("spawn the bridge");
+    let client = ().serve(transport).await.expect("MCP over the bridge's stdio");
+    let tools = client.list_all_tools().await.expect("tools/list");
+    assert_eq!(tools.len(), 2);
+    let fortune = client
+        .call_tool(CallToolRequestParams::new("fortune"))
+        .await
+        .expect("fortune");
+    assert_fortune(&fortune);
+    let _ = client.cancel().await;
 }
