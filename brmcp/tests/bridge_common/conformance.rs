@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    CompletionInfo, ContentBlock, CreateMessageRequestParams, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
-    ProgressNotificationParam, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ResourceContents, Role, SamplingMessage, ServerCapabilities, ServerConfig,
-    ServerRequest, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    ContentBlock, CreateMessageRequestParams, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResourceContents, Role, SamplingMessage, ServerCapabilities, ServerConfig, ServerRequest,
+    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -432,15 +432,7 @@ impl ServerHandler for ConformanceBot {
         request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let prefix = request.argument.value.clone();
-        let values: Vec<String> = ["paris", "park", "party"]
-            .iter()
-            .filter(|v| v.starts_with(&prefix))
-            .map(|v| (*v).to_owned())
-            .collect();
-        Ok(CompleteResult::new(
-            CompletionInfo::new(values).expect("completion"),
-        ))
+        Ok(super::complete_from(&["paris", "park", "party"], &request))
     }
 
     async fn set_level(

@@ -473,15 +473,7 @@ impl ServerHandler for TestBot {
         request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let prefix = request.argument.value.clone();
-        let values: Vec<String> = ["alice", "albert", "bob"]
-            .iter()
-            .filter(|v| v.starts_with(&prefix))
-            .map(|v| (*v).to_owned())
-            .collect();
-        Ok(CompleteResult::new(
-            CompletionInfo::new(values).expect("completion"),
-        ))
+        Ok(complete_from(&["alice", "albert", "bob"], &request))
     }
 
     async fn set_level(
@@ -725,4 +717,15 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cond()
+}
+
+/// The candidates that start with the argument's value, as a completion result.
+pub fn complete_from(candidates: &[&str], request: &CompleteRequestParams) -> CompleteResult {
+    let prefix = &request.argument.value;
+    let values: Vec<String> = candidates
+        .iter()
+        .filter(|v| v.starts_with(prefix.as_str()))
+        .map(|v| (*v).to_owned())
+        .collect();
+    CompleteResult::new(CompletionInfo::new(values).expect("completion"))
 }
