@@ -10,7 +10,7 @@
 //! Only MCP goes to stdout. When the agent closes stdin, the bot's counters are written
 //! to `REPORT.json` (if given), so a test can check what happened on the far side.
 
-#[path = "../tests/bridge_common/mod.rs"]
+#[path = "../tests/bridge/common/mod.rs"]
 mod bridge_common;
 
 use std::sync::atomic::Ordering;

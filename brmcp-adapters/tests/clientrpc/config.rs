@@ -1,0 +1,158 @@
+//! The bisonbotkit config file: `brrpcurl` (newer kit) or `rpcurl` (older kit), cert
+//! paths, basic auth, extra keys; and a host built from one connects.
+
+use std::path::PathBuf;
+
+use crate::common::{Certs, Fake, FakeOptions};
+use brmcp_adapters::clientrpc::{
+    BasicAuth, BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, MemoryAckStore,
+    PemSource, Streams,
+};
+
+/// What bisonbotkit's `LoadBotConfig` writes as defaults, in its order.
+const KIT_DEFAULTS: &str = "datadir=/srv/bot
+brrpcurl=wss://127.0.0.1:7676/ws
+servercertpath=/srv/brclient/rpc.cert
+clientcertpath=/srv/brclient/rpc-client.cert
+clientkeypath=/srv/brclient/rpc-client.key
+rpcuser=abcdefgh
+rpcpass=0123456789abcdef
+debug=info
+logfile=/srv/bot/logs/brmcp-serve.log
+maxlogfiles=5
+maxbufferlines=1000
+";
+
+#[test]
+fn newer_kit_file_with_brrpcurl() {
+    let bot = BotConfig::parse(KIT_DEFAULTS).unwrap();
+    assert_eq!(bot.url, "wss://127.0.0.1:7676/ws");
+    assert_eq!(bot.datadir, Some(PathBuf::from("/srv/bot")));
+    assert_eq!(
+        bot.server_cert_path,
+        PathBuf::from("/srv/brclient/rpc.cert")
+    );
+    assert_eq!(
+        bot.client_cert_path,
+        Some(PathBuf::from("/srv/brclient/rpc-client.cert"))
+    );
+    assert_eq!(
+        bot.client_key_path,
+        Some(PathBuf::from("/srv/brclient/rpc-client.key"))
+    );
+    assert_eq!(
+        (bot.rpc_user.as_str(), bot.rpc_pass.as_str()),
+        ("abcdefgh", "0123456789abcdef")
+    );
+    let extra: Vec<_> = bot.extra.keys().map(String::as_str).collect();
+    assert_eq!(extra, ["debug", "logfile", "maxbufferlines", "maxlogfiles"]);
+
+    let config = ClientRpcConfig::from_bot_config(&bot);
+    assert_eq!(config.url, "wss://127.0.0.1:7676/ws");
+    assert_eq!(
+        config.server_cert,
+        PemSource::File("/srv/brclient/rpc.cert".into())
+    );
+    assert_eq!(
+        config.client_key,
+        Some(PemSource::File("/srv/brclient/rpc-client.key".into()))
+    );
+    assert_eq!(
+        config.basic_auth,
+        Some(BasicAuth {
+            user: "abcdefgh".into(),
+            pass: "0123456789abcdef".into()
+        })
+    );
+    assert!(!format!("{:?}", config.basic_auth).contains("0123456789abcdef"));
+}
+
+#[test]
+fn older_kit_file_with_rpcurl_and_the_kits_quirks() {
+    let text = "rpcurl = wss://127.0.0.1:7777/ws \n\
+        servercertpath=/srv/rpc.cert\n\
+        a line without an equals sign\n\
+        # comment=not a comment\n\
+        rpcpass=ab=cd\n\
+        rpcpass=last=wins\n";
+    let bot = BotConfig::parse(text).unwrap();
+    assert_eq!(bot.url, "wss://127.0.0.1:7777/ws", "trimmed");
+    assert_eq!(bot.client_cert_path, None);
+    assert_eq!(bot.rpc_user, "");
+    assert_eq!(
+        bot.rpc_pass, "last=wins",
+        "split at the first '='; later lines win"
+    );
+    assert_eq!(
+        bot.extra.get("# comment").map(String::as_str),
+        Some("not a comment")
+    );
+    assert_eq!(bot.extra.len(), 1);
+    let config = ClientRpcConfig::from_bot_config(&bot);
+    assert_eq!(config.client_cert, None);
+    assert!(
+        config.basic_auth.is_some(),
+        "a password alone still sends basic auth"
+    );
+
+    let both =
+        BotConfig::parse("rpcurl=wss://old:1/ws\nbrrpcurl=wss://new:2/ws\nservercertpath=/x\n")
+            .unwrap();
+    assert_eq!(both.url, "wss://new:2/ws", "brrpcurl wins");
+
+    let no_auth =
+        BotConfig::parse("brrpcurl=wss://h:1/ws\nservercertpath=/x\nrpcuser=\nrpcpass=\n").unwrap();
+    assert_eq!(ClientRpcConfig::from_bot_config(&no_auth).basic_auth, None);
+}
+
+#[test]
+fn missing_keys_are_reported() {
+    let err = BotConfig::parse("servercertpath=/x\n").unwrap_err();
+    assert_eq!(err.to_string(), "config: brrpcurl is required");
+    let err = BotConfig::parse("brrpcurl=wss://h:1/ws\n").unwrap_err();
+    assert_eq!(err.to_string(), "config: servercertpath is required");
+    let err = BotConfig::parse("brrpcurl=wss://h:1/ws\nservercertpath=/x\nclientcertpath=/c\n")
+        .unwrap_err();
+    assert!(matches!(err, ClientRpcError::Config(_)), "{err:?}");
+}
+
+#[test]
+fn home_relative_paths_are_expanded() {
+    let bot =
+        BotConfig::parse("brrpcurl=wss://h:1/ws\nservercertpath=~/.brclient/rpc.cert\n").unwrap();
+    match std::env::var_os("HOME") {
+        Some(home) => assert_eq!(
+            bot.server_cert_path,
+            PathBuf::from(home).join(".brclient/rpc.cert")
+        ),
+        None => assert_eq!(bot.server_cert_path, PathBuf::from("~/.brclient/rpc.cert")),
+    }
+}
+
+#[tokio::test]
+async fn a_host_from_a_config_file_connects() {
+    let certs = Certs::brclient();
+    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let dir = certs.dir.path();
+    // The older README's URL without `/ws`: the host adds it.
+    let text = format!(
+        "rpcurl=wss://127.0.0.1:{}\nservercertpath={}\nclientcertpath={}\nclientkeypath={}\n",
+        fake.addr.port(),
+        dir.join("rpc.cert").display(),
+        dir.join("rpc-client.cert").display(),
+        dir.join("rpc-client.key").display(),
+    );
+    let file = dir.join("brmcp-serve.conf");
+    std::fs::write(&file, text).unwrap();
+    let bot = BotConfig::load(&file).unwrap();
+    let host = ClientRpcHost::new(ClientRpcConfig::from_bot_config(&bot)).unwrap();
+    host.connect(Streams::new(MemoryAckStore::default()))
+        .await
+        .unwrap();
+    assert_eq!(host.version().await.unwrap().app_name, "brclient");
+    assert_eq!(fake.paths(), ["/ws"]);
+    host.close();
+
+    let err = BotConfig::load(dir.join("missing.conf")).unwrap_err();
+    assert!(matches!(err, ClientRpcError::Io { .. }), "{err:?}");
+}

@@ -1,0 +1,10 @@
+//! The Bison Relay clientrpc host against a scripted clientrpc server: config, TLS,
+//! streams, requests, tips and liveness. One test binary.
+
+mod common;
+mod config;
+mod liveness;
+mod requests;
+mod streams;
+mod tips;
+mod tls;

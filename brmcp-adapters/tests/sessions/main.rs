@@ -1,0 +1,24 @@
+//! Router, sessions and the rmcp transport over the in-memory fabric, both roles and
+//! both lifecycles, with faults, bounds and recovery. One test binary.
+
+mod cancel_reaches_handler;
+mod chat_and_malformed_ignored;
+mod client_pending_not_idle;
+mod common;
+mod disallowed_peer_no_state;
+mod drops_time_out;
+mod expired_parts_dropped;
+mod faults_reorder_duplicate;
+mod huge_timeouts_do_not_panic;
+mod idle_expiry_recovery;
+mod inbox_overflow;
+mod large_results_chunked;
+mod outbound_bound;
+mod progress_before_response;
+mod recovery_duplicates;
+mod router_stops_with_last_handle;
+mod send_error_names_peer;
+mod session_cap;
+mod thousand_sessions;
+mod timers_under_load;
+mod tools_both_lifecycles;

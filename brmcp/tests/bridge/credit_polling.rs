@@ -1,0 +1,58 @@
+//! After a payment the call is reissued with the same key; while the credit is still in
+//! flight the bridge polls a bounded number of times, then returns the bot's
+//! payment_required result unchanged.
+
+use std::time::Duration;
+
+use crate::common::{PayMode, agent, autopay, call, env_with};
+use serde_json::json;
+
+#[tokio::test]
+async fn late_credit_is_polled_for() {
+    let env = env_with(autopay, |mut c| {
+        c.poll_interval = Duration::from_millis(100);
+        c.poll_attempts = 5;
+        c
+    })
+    .await;
+    *env.payer.mode.lock().unwrap() = PayMode::CreditLate(Duration::from_millis(150));
+    let agent = agent(&env).await;
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(r.is_error, Some(false));
+    assert_eq!(env.bot.executions("fortune"), 1);
+    assert_eq!(env.payer.count(), 1);
+    let keys = env.bot.calls_of("fortune");
+    assert!(keys.len() >= 3, "{keys:?}");
+    assert!(keys.iter().all(|k| *k == keys[0]), "one key throughout");
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn polling_is_bounded() {
+    let env = env_with(autopay, |mut c| {
+        c.poll_interval = Duration::from_millis(20);
+        c.poll_attempts = 3;
+        c
+    })
+    .await;
+    *env.payer.mode.lock().unwrap() = PayMode::NeverCredit;
+    let agent = agent(&env).await;
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(
+        r.content.len(),
+        1,
+        "the bot's result, unchanged, without a note"
+    );
+    assert!(
+        r.content[0]
+            .as_text()
+            .unwrap()
+            .text
+            .contains("payment_required")
+    );
+    assert_eq!(env.bot.calls_of("fortune").len(), 1 + 1 + 3);
+    assert_eq!(env.payer.count(), 1);
+    assert_eq!(env.bot.executions("fortune"), 0);
+    agent.cancel().await.unwrap();
+}

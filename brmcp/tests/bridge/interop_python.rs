@@ -1,0 +1,247 @@
+//! The Python `mcp` SDK (installed by `scripts/test-deps`) as a real agent of the
+//! bridge, through bridge → fabric → serving harness: over streamable HTTP with a
+//! bearer token in both of the SDK's lifecycles, and over stdio with the bridge spawned
+//! as a process.
+//! Lists tools, calls a free tool, calls a paid tool in autopay mode end to end, gets
+//! progress relayed, cancels a call, and is refused with 401 for a wrong token.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::common::harness_bot::{HarnessEnv, harness_env};
+use crate::common::{FORTUNE_PRICE, autopay, eventually};
+use serde_json::{Value, json};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned()
+}
+
+fn python() -> PathBuf {
+    let python = workspace().join("target/interop/venv/bin/python");
+    assert!(
+        python.exists(),
+        "the Python mcp SDK is not installed at {}: run scripts/test-deps",
+        python.display()
+    );
+    python
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/py_client.py")
+}
+
+/// Runs the client script; returns its JSON lines by step.
+async fn run(args: &[String]) -> Vec<Value> {
+    let mut command = tokio::process::Command::new(python());
+    command
+        .arg(script())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = command.spawn().expect("spawn python");
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the Python client took over 60 s")
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "python failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    let steps: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        steps.iter().any(|s| s["step"] == "done"),
+        "incomplete run\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    steps
+}
+
+fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
+    steps
+        .iter()
+        .find(|s| s["step"] == name)
+        .unwrap_or_else(|| panic!("no step {name} in {steps:?}"))
+}
+
+/// What every transport and lifecycle must show.
+async fn check_scenario(steps: &[Value], env: &HarnessEnv) {
+    let tools = step(steps, "tools");
+    let names: Vec<&str> = tools["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for name in ["echo", "fortune", "quote", "progress", "wait"] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    assert_eq!(
+        tools["meta"]["fortune"]["brmcp/priceAtoms"],
+        json!(FORTUNE_PRICE)
+    );
+    assert_eq!(tools["meta"]["quote"]["brmcp/pricing"], json!("dynamic"));
+    assert_eq!(
+        tools["echo_schema"]["properties"]["text"]["description"],
+        json!("the text to echo back")
+    );
+
+    let echo = step(steps, "echo");
+    assert_eq!(echo["texts"], json!(["hi"]));
+    assert_eq!(echo["structured"], json!({"echo": "hi"}));
+    assert_eq!(echo["is_error"], json!(false));
+
+    let fortune = step(steps, "fortune");
+    assert_eq!(fortune["texts"], json!(["fortune #1"]), "{fortune}");
+    assert_eq!(fortune["is_error"], json!(false));
+    let probe = &env.bot.probe;
+    assert_eq!(probe.fortunes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        env.bot.harness.balance_matoms(env.bridge_id).await.unwrap(),
+        0,
+        "charged once"
+    );
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!((entries.len(), today), (1, FORTUNE_PRICE));
+
+    let progress = step(steps, "progress");
+    assert_eq!(progress["texts"], json!(["done 3"]));
+    assert_eq!(
+        progress["seen"],
+        json!([
+            [1.0, 3.0, "step 1"],
+            [2.0, 3.0, "step 2"],
+            [3.0, 3.0, "step 3"]
+        ])
+    );
+
+    let log = step(steps, "log");
+    assert_eq!(log["texts"], json!(["logged"]));
+    assert_eq!(
+        log["logs"],
+        json!([{"level": "warning", "logger": "testbot", "data": "disk almost full"}]),
+        "{log}"
+    );
+
+    assert_eq!(step(steps, "cancel")["cancelled"], json!(true));
+    let probe = env.bot.probe.clone();
+    assert!(
+        eventually(Duration::from_secs(5), || probe
+            .cancelled
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == 1)
+        .await,
+        "the bot never saw the cancellation"
+    );
+}
+
+async fn over_http(mode: &str) {
+    let env = harness_env(|bot| {
+        let mut s = autopay(bot);
+        s.enabled = true;
+        s.token = "py-s3cret".into();
+        s
+    })
+    .await;
+    env.bridge.start().await.unwrap();
+    let addr = env.bridge.listen_addr().unwrap();
+    let url = format!("http://127.0.0.1:{}/mcp/{}", addr.port(), env.bot_id);
+    let steps = run(&["http".into(), url, "py-s3cret".into(), mode.into()]).await;
+    check_scenario(&steps, &env).await;
+    let wrong = step(&steps, "wrong_token");
+    assert_eq!(wrong["sdk_refused"], json!(true), "{wrong}");
+    assert_eq!(wrong["status"], json!(401), "{wrong}");
+    assert_eq!(wrong["www_authenticate"], json!("Bearer"), "{wrong}");
+    env.bridge.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_over_http_stateless() {
+    over_http("auto").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_over_http_legacy() {
+    over_http("legacy").await;
+}
+
+/// The stdio fixture example, built by `cargo test` next to this test binary.
+fn stdio_fixture() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let fixture = dir.join("examples").join("bridge_stdio_fixture");
+    assert!(
+        fixture.exists(),
+        "{} is missing: cargo test builds it (cargo build -p brmcp --examples)",
+        fixture.display()
+    );
+    fixture
+}
+
+async fn over_stdio(mode: &str) {
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let steps = run(&[
+        "stdio".into(),
+        mode.into(),
+        stdio_fixture().display().to_string(),
+        report.path().display().to_string(),
+    ])
+    .await;
+    assert_eq!(step(&steps, "echo")["texts"], json!(["hi"]));
+    assert_eq!(step(&steps, "fortune")["texts"], json!(["fortune #1"]));
+    assert_eq!(
+        step(&steps, "progress")["seen"],
+        json!([
+            [1.0, 3.0, "step 1"],
+            [2.0, 3.0, "step 2"],
+            [3.0, 3.0, "step 3"]
+        ])
+    );
+    assert_eq!(step(&steps, "cancel")["cancelled"], json!(true));
+    assert_eq!(
+        step(&steps, "tools")["meta"]["fortune"]["brmcp/priceAtoms"],
+        json!(FORTUNE_PRICE)
+    );
+    // The fixture writes its report once the agent has closed stdin.
+    let mut summary = Value::Null;
+    for _ in 0..100 {
+        if let Ok(text) = std::fs::read_to_string(report.path())
+            && let Ok(v) = serde_json::from_str::<Value>(&text)
+        {
+            summary = v;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        summary,
+        json!({
+            "fortune_executions": 1,
+            "payments": 1,
+            "balance_matoms": 0,
+            "spend_entries": 1,
+            "spent_today": FORTUNE_PRICE,
+            "cancelled": 1,
+        })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_over_stdio_stateless() {
+    over_stdio("auto").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_over_stdio_legacy() {
+    over_stdio("legacy").await;
+}

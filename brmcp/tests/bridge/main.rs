@@ -1,0 +1,19 @@
+//! The client bridge: local MCP endpoints, the proxy, spending policy and the spend
+//! log, against a serving harness over the in-memory fabric, plus interop with real MCP
+//! clients (Python SDK, the conformance suite). One test binary for all of them.
+
+mod approval;
+mod autopay;
+mod common;
+mod credit_polling;
+mod daily_cap_concurrent;
+mod fidelity;
+mod harness_e2e;
+mod http_gate;
+mod interop_conformance;
+mod interop_python;
+mod listener_lifecycle;
+mod settings;
+mod spend_outcomes;
+mod spending_caps;
+mod transport_retry;

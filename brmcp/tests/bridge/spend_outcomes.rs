@@ -1,0 +1,90 @@
+//! The spend log's outcomes: a payer error is recorded `failed` and not counted; a
+//! payment not confirmed within the tip wait stays `pending` and counts; a late tip
+//! event resolves it (`resolve_spend`), freeing the budget when it failed.
+
+use crate::common::{FORTUNE_PRICE, PayMode, agent, autopay, call, env};
+use brmcp::bridge::SpendStatus;
+use serde_json::json;
+
+fn last_text(r: &rmcp::model::CallToolResult) -> String {
+    r.content
+        .last()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn payer_failure_is_not_counted() {
+    let env = env(autopay).await;
+    *env.payer.mode.lock().unwrap() = PayMode::Fail;
+    let agent = agent(&env).await;
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(
+        last_text(&r),
+        "brmcp-bridge: payment not made: no route to bot"
+    );
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!(today, 0);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].status, SpendStatus::Failed);
+    assert_eq!(entries[0].err.as_deref(), Some("no route to bot"));
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn unconfirmed_payment_stays_pending_until_resolved() {
+    let env = env(|bot| {
+        let mut s = autopay(bot);
+        s.tip_wait_secs = 1;
+        s.per_day_cap_atoms = FORTUNE_PRICE;
+        s
+    })
+    .await;
+    *env.payer.mode.lock().unwrap() = PayMode::Hang;
+    let agent = agent(&env).await;
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(
+        last_text(&r),
+        "brmcp-bridge: payment not made: tip not confirmed within 1s"
+    );
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!(entries[0].status, SpendStatus::Pending);
+    assert_eq!(today, FORTUNE_PRICE, "a pending payment counts");
+    // The budget is taken: the next call is refused by the daily cap.
+    *env.payer.mode.lock().unwrap() = PayMode::Credit;
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert!(
+        last_text(&r).contains("would exceed the daily cap"),
+        "{}",
+        last_text(&r)
+    );
+    // The host learns the tip failed: wrong payee and amount do not match.
+    assert!(
+        !env.bridge
+            .resolve_spend(&env.bridge_id, FORTUNE_PRICE, Err("x"))
+            .unwrap()
+    );
+    assert!(!env.bridge.resolve_spend(&env.bot_id, 1, Err("x")).unwrap());
+    assert!(
+        env.bridge
+            .resolve_spend(&env.bot_id, FORTUNE_PRICE, Err("route expired"))
+            .unwrap()
+    );
+    assert!(
+        !env.bridge
+            .resolve_spend(&env.bot_id, FORTUNE_PRICE, Ok(()))
+            .unwrap(),
+        "resolved once"
+    );
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!(entries[0].status, SpendStatus::Failed);
+    assert_eq!(entries[0].err.as_deref(), Some("route expired"));
+    assert_eq!(today, 0);
+    // Budget freed: the next call pays.
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(r.is_error, Some(false));
+    assert_eq!(env.bot.executions("fortune"), 1);
+    agent.cancel().await.unwrap();
+}

@@ -1,0 +1,141 @@
+//! Caps bind in both modes: a per-call cap (0 never pays) and a rolling 24 h daily cap
+//! over the spend log. A refusal leaves the bot's payment_required result in place and
+//! appends `<name>: payment not made: <reason>`; the payer is never called.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use crate::common::{FORTUNE_PRICE, agent, autopay, call, env_with};
+use brmcp::adapters::Clock;
+use brmcp::adapters::wire::UnixTime;
+use brmcp::bridge::{DAY_SECS, Mode};
+use serde_json::json;
+
+#[derive(Clone, Default)]
+struct ManualClock(Arc<AtomicI64>);
+
+impl Clock for ManualClock {
+    fn now(&self) -> UnixTime {
+        UnixTime(self.0.load(Ordering::SeqCst))
+    }
+}
+
+#[tokio::test]
+async fn per_call_cap_refuses_without_paying() {
+    for (mode, cap) in [
+        (Mode::Autopay, 0),
+        (Mode::Autopay, FORTUNE_PRICE - 1),
+        (Mode::Approval, 0),
+    ] {
+        let env = env_with(
+            move |bot| {
+                let mut s = autopay(bot);
+                s.mode = mode;
+                s.per_call_cap_atoms = cap;
+                s
+            },
+            |c| c,
+        )
+        .await;
+        let agent = agent(&env).await;
+        let result = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+        assert_eq!(result.is_error, Some(true));
+        let texts: Vec<_> = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert!(
+            texts[0].contains(r#""error":"payment_required""#),
+            "{texts:?}"
+        );
+        assert_eq!(
+            texts[1],
+            format!(
+                "brmcp-bridge: payment not made: {FORTUNE_PRICE} atoms exceeds the per-call cap ({cap})"
+            )
+        );
+        assert_eq!(env.payer.count(), 0);
+        assert_eq!(env.bot.executions("fortune"), 0);
+        assert!(env.bridge.spend_log().unwrap().0.is_empty());
+        assert!(
+            env.bridge.pending_payments().is_empty(),
+            "caps come before approval"
+        );
+        agent.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn daily_cap_is_a_rolling_window() {
+    let clock = ManualClock::default();
+    clock.0.store(1_800_000_000, Ordering::SeqCst);
+    let c = clock.clone();
+    let env = env_with(
+        |bot| {
+            let mut s = autopay(bot);
+            s.per_day_cap_atoms = 2 * FORTUNE_PRICE;
+            s
+        },
+        move |config| config.with_clock(c),
+    )
+    .await;
+    let agent = agent(&env).await;
+    for n in 1..=2 {
+        let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+        assert_eq!(r.is_error, Some(false), "call {n}");
+    }
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    let last = r
+        .content
+        .last()
+        .and_then(|c| c.as_text())
+        .unwrap()
+        .text
+        .clone();
+    assert_eq!(
+        last,
+        format!(
+            "brmcp-bridge: payment not made: {FORTUNE_PRICE} atoms would exceed the daily cap ({} spent of {})",
+            2 * FORTUNE_PRICE,
+            2 * FORTUNE_PRICE
+        )
+    );
+    assert_eq!(env.payer.count(), 2);
+    // 24 h after the first payments, the window has room again.
+    clock.0.fetch_add(DAY_SECS + 1, Ordering::SeqCst);
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(r.is_error, Some(false));
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(today, FORTUNE_PRICE);
+    assert_eq!(env.bot.executions("fortune"), 3);
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_daily_cap_of_zero_never_pays() {
+    let env = env_with(
+        |bot| {
+            let mut s = autopay(bot);
+            s.per_day_cap_atoms = 0;
+            s
+        },
+        |c| c,
+    )
+    .await;
+    let agent = agent(&env).await;
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert!(
+        r.content
+            .last()
+            .and_then(|c| c.as_text())
+            .unwrap()
+            .text
+            .ends_with("would exceed the daily cap (0 spent of 0)")
+    );
+    assert_eq!(env.payer.count(), 0);
+    agent.cancel().await.unwrap();
+}

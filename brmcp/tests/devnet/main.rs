@@ -1,0 +1,9 @@
+//! The local Bison Relay simulator: framing, private messages, tips, TLS and the
+//! clientrpc host's end-to-end checks against it. One test binary.
+
+mod clientrpc_checks;
+mod common;
+mod framing;
+mod pm;
+mod tips;
+mod tls_http;

@@ -1,0 +1,32 @@
+//! The serving harness and its SQLite ledger: allowlist, rate limits, priced tools,
+//! call keys, tips, refunds, restarts and crash injection. One test binary; the crash
+//! tests run it again as a child process (see `support::spawn_child`).
+
+mod allowlist;
+mod billing_store;
+mod call_key;
+mod cancel;
+mod chat;
+mod crash;
+mod duplicate_waits;
+mod dynamic_price;
+mod key_conflict;
+mod ledger_call_key;
+mod ledger_concurrency;
+mod ledger_debit_journal;
+mod ledger_file;
+mod ledger_lifecycle;
+mod ledger_milliatoms;
+mod ledger_open_errors;
+mod ledger_operator;
+mod ledger_restart_refund;
+mod ledger_tip_once;
+mod lifecycles;
+mod milliatoms;
+mod paid_tool_gate;
+mod rate_limit;
+mod replay_restart;
+mod restart_refund;
+mod support;
+mod tip_once;
+mod visibility;
