@@ -221,6 +221,7 @@ struct Inner {
     waiters: Mutex<Vec<TipWaiter>>,
     next_waiter: AtomicU64,
     progress: broadcast::Sender<TipProgressEvent>,
+    unclaimed: broadcast::Sender<TipProgressEvent>,
 }
 
 /// The Bison Relay host backed by brclient or brclientd's clientrpc: sends PMs
@@ -279,6 +280,7 @@ impl ClientRpcHost {
                 waiters: Mutex::new(Vec::new()),
                 next_waiter: AtomicU64::new(1),
                 progress: broadcast::channel(TIP_PROGRESS_BROADCAST).0,
+                unclaimed: broadcast::channel(TIP_PROGRESS_BROADCAST).0,
             }),
         })
     }
@@ -521,6 +523,15 @@ impl ClientRpcHost {
         self.inner.progress.subscribe()
     }
 
+    /// Every terminal TipProgress event from now on that no waiting [`tip`](Self::tip)
+    /// took: the outcome of a tip whose caller stopped waiting (it was
+    /// [`TipOutcome::Unconfirmed`], or its future was dropped), including tips sent
+    /// before a restart, whose events the stream redelivers until acknowledged.
+    /// Subscribe before [`connect`](Self::connect) to see those redeliveries.
+    pub fn subscribe_unclaimed_tip_results(&self) -> broadcast::Receiver<TipProgressEvent> {
+        self.inner.unclaimed.subscribe()
+    }
+
     /// Calls any method with raw JSON params and returns the raw result. The params go
     /// out as given, unknown fields included.
     ///
@@ -647,13 +658,21 @@ impl Inner {
         if !event.is_terminal() {
             return;
         }
-        let mut waiters = lock(&self.waiters);
-        if let Some(i) = waiters
-            .iter()
-            .position(|w| w.payee == event.uid && w.matoms == event.amount_matoms)
-        {
-            let waiter = waiters.remove(i);
-            let _ = waiter.tx.send(event.clone());
+        let waiter = {
+            let mut waiters = lock(&self.waiters);
+            waiters
+                .iter()
+                .position(|w| w.payee == event.uid && w.matoms == event.amount_matoms)
+                .map(|i| waiters.remove(i))
+        };
+        // A waiter whose tip future is gone between the removal and here hands the
+        // event back; it is then unclaimed too.
+        let unclaimed = match waiter {
+            Some(waiter) => waiter.tx.send(event.clone()).err(),
+            None => Some(event.clone()),
+        };
+        if let Some(event) = unclaimed {
+            let _ = self.unclaimed.send(event);
         }
     }
 }

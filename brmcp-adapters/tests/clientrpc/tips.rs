@@ -44,6 +44,7 @@ async fn tip_sends_dcr_and_waits_for_its_terminal_event() {
     });
     let host = payer(&certs, &fake, WAIT).await;
     let mut progress = host.subscribe_tip_progress();
+    let mut unclaimed = host.subscribe_unclaimed_tip_results();
     let bob = uid(0x22);
 
     let tip = tokio::spawn({
@@ -89,6 +90,13 @@ async fn tip_sends_dcr_and_waits_for_its_terminal_event() {
         fake.acks("PaymentsService.AckTipProgress").last(),
         Some(&ours)
     );
+    // The two terminal events no tip waited for are unclaimed; the retry notice is
+    // not terminal, and ours was taken.
+    let mut others = Vec::new();
+    while let Ok(event) = unclaimed.try_recv() {
+        others.push((event.uid, event.amount_matoms));
+    }
+    assert_eq!(others, [(bob, 20_000_000), (uid(0x33), 10_000_000)]);
     host.close();
 }
 
@@ -134,14 +142,21 @@ async fn tip_without_a_terminal_event_is_unconfirmed() {
     let certs = Certs::brclient();
     let fake = Fake::start(&certs, FakeOptions::default()).await;
     let host = payer(&certs, &fake, Duration::from_millis(200)).await;
+    let mut unclaimed = host.subscribe_unclaimed_tip_results();
     let outcome = host.tip(uid(0x22), 10_000).await.unwrap();
     assert_eq!(outcome, TipOutcome::Unconfirmed);
-    // A late event matches nobody now, and is still acknowledged.
+    // A late event matches nobody now: it goes to the unclaimed subscribers, and is
+    // still acknowledged.
     let late = fake.push_progress(&uid(0x22), 10_000_000, true, false, 1, "");
     eventually("late event acked", WAIT, || {
         fake.acks("PaymentsService.AckTipProgress") == [late]
     })
     .await;
+    let event = unclaimed.try_recv().unwrap();
+    assert_eq!(
+        (event.sequence_id, event.uid, event.completed),
+        (late, uid(0x22), true)
+    );
     host.close();
 }
 

@@ -56,7 +56,7 @@ use std::time::Duration;
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
 pub use link::LinkError;
-pub use policy::{Payer, PendingPayment};
+pub use policy::{Payer, PaymentUnconfirmed, PendingPayment};
 pub use settings::{
     DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, Mode, NamedBot,
     SETTINGS_FILE, Settings, SettingsError,

@@ -35,6 +35,22 @@ pub trait Payer: Send + Sync + 'static {
     fn pay(&self, bot: PeerId, atoms: u64) -> impl Future<Output = Result<(), BoxError>> + Send;
 }
 
+/// A [`Payer`]'s error for a payment that may still complete: it stopped waiting for
+/// the confirmation (a tip sent, its outcome not known in time). The spend log keeps
+/// the payment `pending`, counting against the daily cap, until
+/// [`Bridge::resolve_spend`](super::Bridge::resolve_spend) settles it; any other
+/// error records it `failed`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PaymentUnconfirmed;
+
+impl std::fmt::Display for PaymentUnconfirmed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("payment not confirmed in time; it may still complete")
+    }
+}
+
+impl std::error::Error for PaymentUnconfirmed {}
+
 type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
 
 /// Object-safe form of [`Payer`].
@@ -165,6 +181,8 @@ impl Policy {
                 tracing::info!(%bot, tool, amount, "paid");
                 Ok(amount)
             }
+            // Still pending, as below.
+            Ok(Err(e)) if e.is::<PaymentUnconfirmed>() => Err(e.to_string()),
             Ok(Err(e)) => {
                 let reason = e.to_string();
                 if let Err(e) = self.spend.settle(id, Err(&reason)) {

@@ -6,15 +6,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use brmcp_adapters::clientrpc::{ClientRpcHost, FileAckStore, Streams, TipOutcome};
+use brmcp_adapters::clientrpc::{
+    ClientRpcHost, FileAckStore, Streams, TipOutcome, proto::TipProgressEvent,
+};
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, PeerId, Router, RouterConfig};
 use clap::{Args, Subcommand};
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::broadcast;
 
 use super::CliError;
 use crate::bridge::{
-    Bridge, Config, DEFAULT_LISTEN, Mode, Payer, SETTINGS_FILE, Settings, SpendLog, serve_stdio,
+    Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentUnconfirmed, SETTINGS_FILE, Settings,
+    SpendLog, serve_stdio,
 };
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
@@ -190,8 +194,50 @@ impl Payer for TipPayer {
         match self.0.tip(bot, atoms).await? {
             TipOutcome::Paid { .. } => Ok(()),
             TipOutcome::Failed { error, .. } => Err(format!("tip failed: {error}").into()),
-            TipOutcome::Unconfirmed => Err("tip not confirmed in time".into()),
-            _ => Err("tip outcome unknown".into()),
+            // The tip may still be paid: the spend log keeps it pending until its
+            // outcome arrives (see `settle_late_tips`).
+            _ => Err(PaymentUnconfirmed.into()),
+        }
+    }
+}
+
+/// Settles the spend log's pending payments from the tip outcomes that arrive after
+/// the bridge stopped waiting for them (also those redelivered after a restart), until
+/// the host closes.
+async fn settle_late_tips(bridge: Bridge, mut events: broadcast::Receiver<TipProgressEvent>) {
+    loop {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "late tip outcomes missed; their payments stay pending"
+                );
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        // The bridge tips whole atoms.
+        let Some(atoms) = u64::try_from(event.amount_matoms)
+            .ok()
+            .filter(|m| m % 1000 == 0)
+            .map(|m| m / 1000)
+        else {
+            continue;
+        };
+        let outcome = if event.completed {
+            Ok(())
+        } else if event.attempt_err.is_empty() {
+            Err("tip failed")
+        } else {
+            Err(event.attempt_err.as_str())
+        };
+        match bridge.resolve_spend(&event.uid, atoms, outcome) {
+            Ok(true) => {
+                tracing::info!(bot = %event.uid, atoms, paid = event.completed, "late tip outcome recorded")
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "late tip outcome not recorded"),
         }
     }
 }
@@ -214,6 +260,8 @@ pub(crate) async fn start_bridge(
     std::fs::create_dir_all(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let streams = Streams::new(FileAckStore::open(datadir)?).pms(router.clone());
+    // Before connecting: the stream redelivers unacknowledged outcomes at once.
+    let late_tips = host.subscribe_unclaimed_tip_results();
     host.connect(streams).await.map_err(|e| {
         CliError(format!(
             "cannot reach the Bison Relay client at {}: {e}",
@@ -223,6 +271,7 @@ pub(crate) async fn start_bridge(
     let mut config = Config::new(datadir).with_listen(listen);
     config.allow_remote = allow_remote;
     let bridge = Bridge::new(config, router, TipPayer(host.clone()))?;
+    tokio::spawn(settle_late_tips(bridge.clone(), late_tips));
     Ok((bridge, host))
 }
 
@@ -374,4 +423,161 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
     bridge.close().await;
     host.close();
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::time::Duration;
+
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::service::{RoleClient, RunningService};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    use super::*;
+    use crate::bridge::{SpendEntry, SpendStatus};
+    use crate::devnet::{Devnet, NodeInfo};
+    use crate::server::{Harness, ServeConfig};
+
+    /// A devnet with the example bot on alice and the CLI's bridge on bob, tipping
+    /// through bob's clientrpc, and an agent connected to the bridge. The bridge waits
+    /// 1 s for a tip; the devnet retries a failed tip attempt after 2 s.
+    struct Net {
+        _dir: tempfile::TempDir,
+        devnet: Devnet,
+        alice: NodeInfo,
+        bob: PeerId,
+        harness: Harness,
+        bridge: Bridge,
+        agent: RunningService<RoleClient, ()>,
+    }
+
+    async fn net() -> Net {
+        let dir = tempfile::tempdir().unwrap();
+        let devnet = Devnet::start(dir.path().join("devnet"), &["alice", "bob"])
+            .await
+            .unwrap();
+        let [alice, bob] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+        let config = ServeConfig::parse(
+            &format!("{{\"allowed_uids\": [\"{}\"]}}", bob.uid_hex()),
+            &alice.dir.join("brmcp.json"),
+        )
+        .unwrap();
+        let host_a = super::super::serve::host_from(&alice.config_path).unwrap();
+        let harness = super::super::serve::start_serving(&alice.dir, &config, &host_a)
+            .await
+            .unwrap();
+        let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+        let (bridge, _host_b) =
+            start_bridge(&dir.path().join("bridge"), &bob.config_path, listen, false)
+                .await
+                .unwrap();
+        let settings = Settings {
+            enabled: true,
+            mode: Mode::Autopay,
+            tip_wait_secs: 1,
+            per_call_cap_atoms: 20_000,
+            per_day_cap_atoms: 100_000,
+            allowed_bots: vec![alice.uid_hex()],
+            ..Settings::default()
+        };
+        let settings = bridge.apply_settings(settings).await.unwrap();
+        bridge.start().await.unwrap();
+        let url = format!(
+            "http://{}/mcp/{}",
+            bridge.listen_addr().unwrap(),
+            alice.uid_hex()
+        );
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url).auth_header(settings.token),
+        );
+        let agent = ().serve(transport).await.unwrap();
+        Net {
+            _dir: dir,
+            devnet,
+            alice,
+            bob: PeerId::from_bytes(bob.uid),
+            harness,
+            bridge,
+            agent,
+        }
+    }
+
+    async fn fortune(net: &Net) -> String {
+        let r = net
+            .agent
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await
+            .unwrap();
+        r.content
+            .last()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .unwrap_or_default()
+    }
+
+    /// The spend log once its only entry is no longer pending.
+    async fn settled(net: &Net) -> (SpendEntry, u64) {
+        for _ in 0..200 {
+            let (entries, today) = net.bridge.spend_log().unwrap();
+            if let [entry] = entries.as_slice()
+                && entry.status != SpendStatus::Pending
+            {
+                return (entry.clone(), today);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the payment stayed pending: {:?}", net.bridge.spend_log());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tip_paid_after_the_wait_is_recorded_paid() {
+        let net = net().await;
+        // The first attempt fails; the retry 2 s later succeeds.
+        net.devnet.set_can_invoice(net.alice.id, false).unwrap();
+        assert_eq!(
+            fortune(&net).await,
+            "brmcp-bridge: payment not made: tip not confirmed within 1s"
+        );
+        let (entries, today) = net.bridge.spend_log().unwrap();
+        assert_eq!(entries[0].status, SpendStatus::Pending);
+        assert_eq!(today, 10_000, "a pending tip counts");
+        net.devnet.set_can_invoice(net.alice.id, true).unwrap();
+
+        let (entry, today) = settled(&net).await;
+        assert_eq!(entry.status, SpendStatus::Paid);
+        assert_eq!(today, 10_000);
+        // The bot was credited, so the next call runs on that credit: no new payment.
+        for _ in 0..200 {
+            if net.harness.balance_matoms(net.bob).await.unwrap() > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let text = fortune(&net).await;
+        assert!(!text.starts_with("brmcp-bridge"), "{text}");
+        assert_eq!(net.bridge.spend_log().unwrap().0.len(), 1);
+        net.devnet.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tip_failing_after_the_wait_frees_the_budget() {
+        let net = net().await;
+        net.devnet.set_can_invoice(net.alice.id, false).unwrap();
+        assert_eq!(
+            fortune(&net).await,
+            "brmcp-bridge: payment not made: tip not confirmed within 1s"
+        );
+        // Three attempts, 2 s apart, all refused: the terminal event fails it.
+        let (entry, today) = settled(&net).await;
+        assert_eq!(entry.status, SpendStatus::Failed);
+        assert_eq!(
+            entry.err.as_deref(),
+            Some("unable to generate payment invoice")
+        );
+        assert_eq!(today, 0, "a failed tip no longer counts");
+        net.devnet.shutdown().await;
+    }
 }

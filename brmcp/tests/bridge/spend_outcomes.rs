@@ -1,6 +1,7 @@
 //! The spend log's outcomes: a payer error is recorded `failed` and not counted; a
-//! payment not confirmed within the tip wait stays `pending` and counts; a late tip
-//! event resolves it (`resolve_spend`), freeing the budget when it failed.
+//! payment not confirmed within the tip wait, or that the payer reports unconfirmed,
+//! stays `pending` and counts; a late tip event resolves it (`resolve_spend`), freeing
+//! the budget when it failed.
 
 use crate::common::{FORTUNE_PRICE, PayMode, agent, autopay, call, env};
 use brmcp::bridge::SpendStatus;
@@ -86,5 +87,37 @@ async fn unconfirmed_payment_stays_pending_until_resolved() {
     let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
     assert_eq!(r.is_error, Some(false));
     assert_eq!(env.bot.executions("fortune"), 1);
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn payer_reported_unconfirmed_stays_pending() {
+    let env = env(|bot| {
+        let mut s = autopay(bot);
+        s.per_day_cap_atoms = FORTUNE_PRICE;
+        s
+    })
+    .await;
+    *env.payer.mode.lock().unwrap() = PayMode::Unconfirmed;
+    let agent = agent(&env).await;
+    let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
+    assert_eq!(
+        last_text(&r),
+        "brmcp-bridge: payment not made: payment not confirmed in time; it may still complete"
+    );
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].status, SpendStatus::Pending);
+    assert_eq!(today, FORTUNE_PRICE, "it may yet be paid, so it counts");
+    // The tip went through after all.
+    assert!(
+        env.bridge
+            .resolve_spend(&env.bot_id, FORTUNE_PRICE, Ok(()))
+            .unwrap()
+    );
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!(entries[0].status, SpendStatus::Paid);
+    assert_eq!(today, FORTUNE_PRICE);
+    assert_eq!(env.bot.executions("fortune"), 0);
     agent.cancel().await.unwrap();
 }

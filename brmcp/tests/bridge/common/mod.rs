@@ -498,6 +498,8 @@ pub enum PayMode {
     Fail,
     /// Never settle.
     Hang,
+    /// Give up waiting: [`brmcp::bridge::PaymentUnconfirmed`].
+    Unconfirmed,
 }
 
 /// What the payer did.
@@ -538,6 +540,7 @@ impl Payer for TestPayer {
             PayMode::NeverCredit => Ok(()),
             PayMode::Fail => Err("no route to bot".into()),
             PayMode::Hang => std::future::pending().await,
+            PayMode::Unconfirmed => Err(brmcp::bridge::PaymentUnconfirmed.into()),
         }
     }
 }
