@@ -12,6 +12,12 @@ use crate::host::{AllowAll, Authorizer};
 /// Default capacity of a session's inbound queue: 128 decoded messages, as the Go router.
 pub const DEFAULT_INBOX_CAPACITY: usize = 128;
 
+/// Default bound on the bytes of the messages a session's inbound queue holds before
+/// the session is closed for overflow: 32 MiB, two maximal messages
+/// ([`brmcp_wire::DEFAULT_MAX_MESSAGE_BYTES`]), counted as the JSON received. Without
+/// it, the message count alone would let one session hold 128 maximal messages (2 GiB).
+pub const DEFAULT_MAX_INBOX_BYTES: usize = 32 << 20;
+
 /// Default cap on sessions one peer may open with us: 8, as the Go router.
 pub const DEFAULT_MAX_SESSIONS_PER_PEER: usize = 8;
 
@@ -58,6 +64,9 @@ pub struct RouterConfig {
     pub accept_inbound: bool,
     /// Decoded messages queued per session before the session is closed for overflow.
     pub inbox_capacity: usize,
+    /// Bytes (as received) of the messages queued per session before the session is
+    /// closed for overflow; one message of any size fits an empty queue.
+    pub max_inbox_bytes: usize,
     /// Sessions one peer may have open with us; sessions we dialed do not count.
     pub max_sessions_per_peer: usize,
     /// Idle time after which a session a peer opened is closed; `None`: never.
@@ -94,6 +103,7 @@ impl RouterConfig {
         Self {
             accept_inbound: true,
             inbox_capacity: DEFAULT_INBOX_CAPACITY,
+            max_inbox_bytes: DEFAULT_MAX_INBOX_BYTES,
             max_sessions_per_peer: DEFAULT_MAX_SESSIONS_PER_PEER,
             server_idle_timeout: Some(DEFAULT_SERVER_IDLE_TIMEOUT),
             client_idle_timeout: None,
@@ -144,6 +154,7 @@ impl fmt::Debug for RouterConfig {
         f.debug_struct("RouterConfig")
             .field("accept_inbound", &self.accept_inbound)
             .field("inbox_capacity", &self.inbox_capacity)
+            .field("max_inbox_bytes", &self.max_inbox_bytes)
             .field("max_sessions_per_peer", &self.max_sessions_per_peer)
             .field("server_idle_timeout", &self.server_idle_timeout)
             .field("client_idle_timeout", &self.client_idle_timeout)

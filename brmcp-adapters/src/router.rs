@@ -32,13 +32,13 @@ use rmcp::model::{
     JsonRpcMessage, RequestId, ServerJsonRpcMessage,
 };
 use rmcp::service::{RoleClient, RoleServer, Service};
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
 use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
 use crate::error::AdapterError;
 use crate::host::PmSender;
+use crate::inbox::{InboxTx, Refused, inbox};
 use crate::peer::PeerId;
 use crate::session::{Outlet, SessionShared, spawn_writer};
 use crate::stats::{Counters, RouterStats};
@@ -60,7 +60,7 @@ pub(crate) enum Ctl {
     /// A session we dialed; replies on it are routed to `inbox`.
     Dialed {
         shared: Arc<SessionShared>,
-        inbox: mpsc::Sender<ServerJsonRpcMessage>,
+        inbox: InboxTx<ServerJsonRpcMessage>,
     },
     /// A session's transport closed or was dropped.
     Close {
@@ -102,6 +102,7 @@ struct Inner {
     next_id: Arc<AtomicU64>,
     epoch: Instant,
     inbox_capacity: usize,
+    max_inbox_bytes: usize,
     request_timeout: Option<Duration>,
     max_outbound_bytes: usize,
 }
@@ -161,7 +162,8 @@ impl Router {
                 outlet,
                 next_id,
                 epoch,
-                inbox_capacity: config.inbox_capacity.max(1),
+                inbox_capacity: config.inbox_capacity,
+                max_inbox_bytes: config.max_inbox_bytes,
                 request_timeout: config.request_timeout,
                 max_outbound_bytes: config.max_outbound_bytes,
             }),
@@ -199,7 +201,7 @@ impl Router {
         let sid = SessionId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?;
         let id = self.inner.next_id.fetch_add(1, Relaxed);
         let shared = Arc::new(SessionShared::new(peer, sid, id, self.inner.epoch));
-        let (inbox_tx, inbox_rx) = mpsc::channel(self.inner.inbox_capacity);
+        let (inbox_tx, inbox_rx) = inbox(self.inner.inbox_capacity, self.inner.max_inbox_bytes);
         // Registered before the first PM can leave, so the first reply finds it.
         self.inner
             .ctl_tx
@@ -302,9 +304,9 @@ async fn reply_writer(outlet: Arc<Outlet>, mut rx: mpsc::Receiver<(PeerId, Sessi
 /// Where a session's decoded inbound messages go, by the local role.
 enum Inbox {
     /// We serve: the peer sends client messages.
-    Server(mpsc::Sender<ClientJsonRpcMessage>),
+    Server(InboxTx<ClientJsonRpcMessage>),
     /// We dialed: the peer sends server messages.
-    Client(mpsc::Sender<ServerJsonRpcMessage>),
+    Client(InboxTx<ServerJsonRpcMessage>),
 }
 
 struct Entry {
@@ -593,12 +595,12 @@ impl Driver {
             Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
                 Ok(message) => {
                     track_request(&entry.shared, &message);
-                    deliver(tx, message)
+                    deliver(tx, message, payload.len())
                 }
                 Err(e) => Delivery::Invalid(e),
             },
             Inbox::Client(tx) => match serde_json::from_slice::<ServerJsonRpcMessage>(payload) {
-                Ok(message) => deliver(tx, message),
+                Ok(message) => deliver(tx, message, payload.len()),
                 Err(e) => Delivery::Invalid(e),
             },
         };
@@ -665,8 +667,8 @@ impl Driver {
         let id = self.next_id.fetch_add(1, Relaxed);
         let shared = Arc::new(SessionShared::new(peer, sid, id, self.epoch));
         track_request(&shared, &message);
-        let (inbox_tx, inbox_rx) = mpsc::channel(self.config.inbox_capacity.max(1));
-        if inbox_tx.try_send(message).is_err() {
+        let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
+        if inbox_tx.try_send(message, payload.len()).is_err() {
             return;
         }
         let outbox = spawn_writer(self.outlet.clone(), shared.clone());
@@ -760,11 +762,11 @@ enum Delivery {
     Gone,
 }
 
-fn deliver<T>(tx: &mpsc::Sender<T>, message: T) -> Delivery {
-    match tx.try_send(message) {
+fn deliver<T>(tx: &InboxTx<T>, message: T, len: usize) -> Delivery {
+    match tx.try_send(message, len) {
         Ok(()) => Delivery::Queued,
-        Err(TrySendError::Full(_)) => Delivery::Full,
-        Err(TrySendError::Closed(_)) => Delivery::Gone,
+        Err(Refused::Full) => Delivery::Full,
+        Err(Refused::Gone) => Delivery::Gone,
     }
 }
 

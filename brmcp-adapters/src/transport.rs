@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::error::AdapterError;
+use crate::inbox::InboxRx;
 use crate::peer::PeerId;
 use crate::router::Ctl;
 use crate::session::{Outbound, SessionShared};
@@ -54,7 +55,7 @@ pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32004);
 pub struct BrTransport<R: ServiceRole> {
     session: Arc<SessionShared>,
     outbox: mpsc::UnboundedSender<Outbound>,
-    inbox: mpsc::Receiver<RxJsonRpcMessage<R>>,
+    inbox: InboxRx<RxJsonRpcMessage<R>>,
     ctl: mpsc::UnboundedSender<Ctl>,
     client: ClientState,
     /// Bytes the outbound queue may hold before the session is closed.
@@ -76,7 +77,7 @@ impl<R: ServiceRole> BrTransport<R> {
     pub(crate) fn new(
         session: Arc<SessionShared>,
         outbox: mpsc::UnboundedSender<Outbound>,
-        inbox: mpsc::Receiver<RxJsonRpcMessage<R>>,
+        inbox: InboxRx<RxJsonRpcMessage<R>>,
         ctl: mpsc::UnboundedSender<Ctl>,
         request_timeout: Option<Duration>,
         max_outbound: usize,

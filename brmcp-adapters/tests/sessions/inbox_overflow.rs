@@ -1,4 +1,5 @@
-//! A session whose inbound queue overflows is closed; other sessions are untouched.
+//! A session whose inbound queue overflows, in messages or in bytes, is closed; other
+//! sessions are untouched, and reading makes room.
 
 use std::time::Duration;
 
@@ -18,6 +19,14 @@ fn initialize() -> ClientJsonRpcMessage {
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "raw", "version": "0"}}
+    }))
+}
+
+/// A progress notification carrying about `len` bytes of message text.
+fn big_notification(n: u32, len: usize) -> ClientJsonRpcMessage {
+    message(json!({
+        "jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": n, "progress": n, "message": "x".repeat(len)}
     }))
 }
 
@@ -86,4 +95,71 @@ async fn overflow_closes_only_that_session() {
     .await;
     assert!(more.is_err(), "the calm session must still be open");
     assert_eq!(calm.sid(), second.sid());
+}
+
+#[tokio::test(start_paused = true)]
+async fn byte_bound_closes_the_session_and_reading_makes_room() {
+    let mut server = RouterConfig::server();
+    // Room for many messages by count; the bytes bound two 3,000-byte notifications.
+    server.inbox_capacity = 64;
+    server.max_inbox_bytes = 7_000;
+    let pair = Pair::with_configs(16, Faults::none(), server, RouterConfig::client());
+
+    let mut flooded = pair.client.dial(pair.server_id).expect("dial");
+    let mut paced = pair.client.dial(pair.server_id).expect("dial");
+    for session in [&mut flooded, &mut paced] {
+        Transport::<RoleClient>::send(session, initialize())
+            .await
+            .expect("send");
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut first = pair.server.accept().await.expect("accepted");
+    let mut second = pair.server.accept().await.expect("accepted");
+    if first.sid() != flooded.sid() {
+        std::mem::swap(&mut first, &mut second);
+    }
+    // Both read their initialize; the queues are empty.
+    assert!(Transport::<RoleServer>::receive(&mut first).await.is_some());
+    assert!(Transport::<RoleServer>::receive(&mut second).await.is_some());
+
+    // The paced session reads each notification before the next is sent: its queue
+    // never holds more than one, and it stays open however much it receives.
+    for n in 0..5 {
+        Transport::<RoleClient>::send(&mut paced, big_notification(n, 3_000))
+            .await
+            .expect("send");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            Transport::<RoleServer>::receive(&mut second)
+                .await
+                .is_some()
+        );
+    }
+    // Unread, the third 3,000-byte notification passes 7,000 bytes.
+    for n in 0..3 {
+        Transport::<RoleClient>::send(&mut flooded, big_notification(n, 3_000))
+            .await
+            .expect("send");
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let stats = pair.server.stats();
+    assert_eq!(stats.sessions_overflowed, 1, "{stats:?}");
+    assert_eq!(stats.sessions_open, 1, "{stats:?}");
+    let mut got = 0;
+    while Transport::<RoleServer>::receive(&mut first).await.is_some() {
+        got += 1;
+    }
+    assert_eq!(got, 2, "what fit in the bytes, then the end");
+
+    // A single message larger than the bound still reaches an empty queue.
+    Transport::<RoleClient>::send(&mut paced, big_notification(9, 10_000))
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        Transport::<RoleServer>::receive(&mut second)
+            .await
+            .is_some()
+    );
+    assert_eq!(pair.server.stats().sessions_open, 1);
 }
