@@ -444,13 +444,12 @@ pub fn assembler_ops(data: &[u8]) {
     const SLOTS: usize = 4;
     const PEERS: u8 = 3;
     let mut input = Bytes(data);
-    let limits = Limits {
-        max_pending_per_peer: usize::from(input.next() % 4) + 1,
-        max_message_bytes: usize::from(input.next()) * 8 + 1,
-        max_peer_bytes: usize::from(input.next()) * 8 + 1,
-        max_total_bytes: usize::from(input.next()) * 16 + 1,
-        partial_timeout_secs: u64::from(input.next() % 16),
-    };
+    let limits = Limits::DEFAULT
+        .with_max_pending_per_peer(usize::from(input.next() % 4) + 1)
+        .with_max_message_bytes(usize::from(input.next()) * 8 + 1)
+        .with_max_peer_bytes(usize::from(input.next()) * 8 + 1)
+        .with_max_total_bytes(usize::from(input.next()) * 16 + 1)
+        .with_partial_timeout_secs(u64::from(input.next() % 16));
     let mut arena = vec![0u8; usize::from(input.next()) * 16];
     let mut scratch = vec![0u8; usize::from(input.next()) * 4];
     let (arena_len, scratch_len) = (arena.len(), scratch.len());

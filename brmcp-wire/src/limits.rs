@@ -59,8 +59,11 @@ pub const DEFAULT_MAX_TOTAL_BYTES: usize = 64 << 20;
 /// request it carries.
 pub const DEFAULT_PARTIAL_TIMEOUT_SECS: u64 = 600;
 
-/// Reassembly bounds. `Limits::default()` gives the documented defaults.
+/// Reassembly bounds. [`Limits::DEFAULT`] (also `Limits::default()`) gives the
+/// documented defaults; the `with_*` methods change one bound each, in `const`
+/// contexts too. Non-exhaustive, so a new bound is not a breaking change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Multi-part messages one peer may have partially received at once.
     pub max_pending_per_peer: usize,
@@ -74,14 +77,54 @@ pub struct Limits {
     pub partial_timeout_secs: u64,
 }
 
+impl Limits {
+    /// The documented defaults.
+    pub const DEFAULT: Self = Self {
+        max_pending_per_peer: DEFAULT_MAX_PENDING_PER_PEER,
+        max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        max_peer_bytes: DEFAULT_MAX_PEER_BYTES,
+        max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
+        partial_timeout_secs: DEFAULT_PARTIAL_TIMEOUT_SECS,
+    };
+
+    /// With [`max_pending_per_peer`](Self::max_pending_per_peer) set to `n`.
+    #[must_use]
+    pub const fn with_max_pending_per_peer(mut self, n: usize) -> Self {
+        self.max_pending_per_peer = n;
+        self
+    }
+
+    /// With [`max_message_bytes`](Self::max_message_bytes) set to `n`.
+    #[must_use]
+    pub const fn with_max_message_bytes(mut self, n: usize) -> Self {
+        self.max_message_bytes = n;
+        self
+    }
+
+    /// With [`max_peer_bytes`](Self::max_peer_bytes) set to `n`.
+    #[must_use]
+    pub const fn with_max_peer_bytes(mut self, n: usize) -> Self {
+        self.max_peer_bytes = n;
+        self
+    }
+
+    /// With [`max_total_bytes`](Self::max_total_bytes) set to `n`.
+    #[must_use]
+    pub const fn with_max_total_bytes(mut self, n: usize) -> Self {
+        self.max_total_bytes = n;
+        self
+    }
+
+    /// With [`partial_timeout_secs`](Self::partial_timeout_secs) set to `secs`.
+    #[must_use]
+    pub const fn with_partial_timeout_secs(mut self, secs: u64) -> Self {
+        self.partial_timeout_secs = secs;
+        self
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_pending_per_peer: DEFAULT_MAX_PENDING_PER_PEER,
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-            max_peer_bytes: DEFAULT_MAX_PEER_BYTES,
-            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
-            partial_timeout_secs: DEFAULT_PARTIAL_TIMEOUT_SECS,
-        }
+        Self::DEFAULT
     }
 }

@@ -315,13 +315,12 @@ fn limits() -> impl Strategy<Value = (Limits, usize)> {
     )
         .prop_map(|(pending, message, peer, total, timeout, arena)| {
             (
-                Limits {
-                    max_pending_per_peer: pending,
-                    max_message_bytes: message,
-                    max_peer_bytes: peer,
-                    max_total_bytes: total,
-                    partial_timeout_secs: timeout,
-                },
+                Limits::DEFAULT
+                    .with_max_pending_per_peer(pending)
+                    .with_max_message_bytes(message)
+                    .with_max_peer_bytes(peer)
+                    .with_max_total_bytes(total)
+                    .with_partial_timeout_secs(timeout),
                 arena,
             )
         })

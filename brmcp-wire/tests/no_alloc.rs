@@ -215,11 +215,9 @@ fn codec_and_reassembly_never_allocate() {
     let reassembly = reassembly_inputs(&payload);
     let mut arena = vec![0u8; 4 << 20];
     let mut scratch = vec![0u8; MAX_PM_LEN];
-    let limits = Limits {
-        max_pending_per_peer: 3,
-        partial_timeout_secs: 60,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT
+        .with_max_pending_per_peer(3)
+        .with_partial_timeout_secs(60);
     let mut assembler: Assembler<'_, [u8; 32], 8> =
         Assembler::new(&mut arena, &mut scratch, limits);
     let now = UnixTime(T_NOW);

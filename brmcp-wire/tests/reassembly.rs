@@ -123,10 +123,7 @@ fn expired_part_refused() {
 fn pending_per_peer_bound() {
     // With a cap of 2, a third concurrent partial message from one peer is refused;
     // another peer is unaffected.
-    let limits = Limits {
-        max_pending_per_peer: 2,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_max_pending_per_peer(2);
     let mut f = Fixture::new(1 << 16);
     let mut a = f.assembler(limits);
     for m in 1..=2 {
@@ -144,10 +141,7 @@ fn pending_per_peer_bound() {
 fn message_bytes_bound() {
     // With a 6-byte message cap, the second 4-byte chunk fails; so does an 8-byte
     // single-part message.
-    let limits = Limits {
-        max_message_bytes: 6,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_max_message_bytes(6);
     let mut f = Fixture::new(1 << 16);
     let mut a = f.assembler(limits);
     let p = parts(mid(1), 0, b"abcdefgh", 4);
@@ -168,10 +162,7 @@ fn message_bytes_bound() {
 fn timeout_eviction() {
     // With a 1 s timeout, a part arriving 2 s after the first evicts the stale partial
     // and starts a fresh incomplete one.
-    let limits = Limits {
-        partial_timeout_secs: 1,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_partial_timeout_secs(1);
     let mut f = Fixture::new(1 << 16);
     let mut a = f.assembler(limits);
     let p = parts(mid(1), 0, b"abcdefgh", 4);
@@ -183,10 +174,7 @@ fn timeout_eviction() {
 
 #[test]
 fn expire_is_proactive() {
-    let limits = Limits {
-        partial_timeout_secs: 10,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_partial_timeout_secs(10);
     let mut f = Fixture::new(1 << 16);
     let mut a = f.assembler(limits);
     let early = parts(mid(1), T0.0 + 3, b"abcdefgh", 4);
@@ -267,10 +255,7 @@ fn geometry_mismatch_drops_message() {
 fn peer_byte_budget() {
     // One peer cannot take more than its budget, however many messages it may open;
     // another peer still gets space.
-    let limits = Limits {
-        max_peer_bytes: 100,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_max_peer_bytes(100);
     let mut f = Fixture::new(1 << 16);
     let mut a = f.assembler(limits);
     let payload = [7u8; 120];
@@ -300,10 +285,7 @@ fn total_bytes_bound_is_the_arena() {
 fn slots_are_bounded() {
     let mut arena = vec![0u8; 1 << 16];
     let mut scratch = vec![0u8; 1024];
-    let limits = Limits {
-        max_pending_per_peer: 100,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_max_pending_per_peer(100);
     let mut a: Assembler<'_, Peer, 2> = Assembler::new(&mut arena, &mut scratch, limits);
     for m in 1..=3u8 {
         let p = parts(mid(m), 0, b"abcdefgh", 4);
@@ -325,10 +307,7 @@ fn fragmented_arena_is_compacted() {
     // Fill the arena with four messages, free the 1st and 3rd, then a message needing
     // both holes must still fit.
     let mut f = Fixture::new(400);
-    let limits = Limits {
-        max_pending_per_peer: 16,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_max_pending_per_peer(16);
     let mut a = f.assembler(limits);
     let payload = |b: u8| vec![b; 100];
     let sets: Vec<Vec<String>> = (1..=4).map(|m| parts(mid(m), 0, &payload(m), 50)).collect();
@@ -349,10 +328,7 @@ fn tail_first_growth_moves_other_regions_safely() {
     // A message whose last part came first grows when its geometry becomes known; the
     // regions after it must survive the move.
     let mut f = Fixture::new(300);
-    let limits = Limits {
-        max_pending_per_peer: 16,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_max_pending_per_peer(16);
     let mut a = f.assembler(limits);
     let a_payload: Vec<u8> = (0..130).collect();
     let b_payload: Vec<u8> = (100..200).collect();
@@ -458,10 +434,7 @@ fn growing_region_moves_only_itself_when_a_gap_fits() {
     // Tail first, then a region after it; the growing message fits in the free space at
     // the end, so the other message's bytes stay where they are and both complete.
     let mut f = Fixture::new(1000);
-    let limits = Limits {
-        max_pending_per_peer: 16,
-        ..Limits::default()
-    };
+    let limits = Limits::DEFAULT.with_max_pending_per_peer(16);
     let mut a = f.assembler(limits);
     let a_payload: Vec<u8> = (0..250u8).collect();
     let b_payload: Vec<u8> = (0..100u8).rev().collect();

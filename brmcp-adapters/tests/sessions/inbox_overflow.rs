@@ -120,7 +120,11 @@ async fn byte_bound_closes_the_session_and_reading_makes_room() {
     }
     // Both read their initialize; the queues are empty.
     assert!(Transport::<RoleServer>::receive(&mut first).await.is_some());
-    assert!(Transport::<RoleServer>::receive(&mut second).await.is_some());
+    assert!(
+        Transport::<RoleServer>::receive(&mut second)
+            .await
+            .is_some()
+    );
 
     // The paced session reads each notification before the next is sent: its queue
     // never holds more than one, and it stays open however much it receives.
