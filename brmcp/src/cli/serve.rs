@@ -14,7 +14,8 @@ use serde_json::json;
 
 use super::CliError;
 use crate::server::{
-    AutoReply, CallContext, CallId, Harness, Ledger, ServeConfig, Tip, ToolError, ToolSpec,
+    AutoReply, CallContext, CallId, Harness, Ledger, LedgerError, ServeConfig, Tip, ToolError,
+    ToolSpec,
 };
 
 /// The clientrpc connection file of a data directory (bisonbotkit format).
@@ -49,7 +50,7 @@ pub(super) struct ServeArgs {
 
 #[derive(Debug, Subcommand)]
 enum ServeAction {
-    /// List callers' balances (the server must be stopped: it holds the ledger).
+    /// List callers' balances (also while the server runs).
     Balances,
     /// Credit a caller by hand, with a reason kept in the audit table.
     Credit {
@@ -95,12 +96,18 @@ fn now() -> UnixTime {
 }
 
 fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
-    let opened = Ledger::open(datadir, now())
-        .map_err(|e| CliError(format!("{e} (is `brmcp serve` running on this directory?)")))?;
-    if opened.refunded > 0 {
-        eprintln!("refunded {} interrupted call(s)", opened.refunded);
-    }
-    let ledger = opened.ledger;
+    // Stopped, the server's calls left pending are refunded as at its start; running,
+    // they are in flight, and the operator works beside it.
+    let ledger = match Ledger::open(datadir, now()) {
+        Ok(opened) => {
+            if opened.refunded > 0 {
+                eprintln!("refunded {} interrupted call(s)", opened.refunded);
+            }
+            opened.ledger
+        }
+        Err(LedgerError::InUse { .. }) => Ledger::attach(datadir)?,
+        Err(e) => return Err(e.into()),
+    };
     match action {
         ServeAction::Balances => {
             for b in ledger.balances()? {

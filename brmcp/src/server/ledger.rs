@@ -7,9 +7,12 @@
 //! and WAL with `synchronous = FULL` makes a committed transaction survive a power cut.
 //!
 //! [`Ledger::open`] refuses a file that is not a brmcp ledger (it never resets one),
-//! runs `PRAGMA quick_check`, and refunds every call a dead process left pending.
-//! The file is locked for as long as the [`Ledger`] lives: refunding pending calls at
-//! open is only right when no other process can have calls in flight.
+//! runs `PRAGMA quick_check`, and refunds every call a dead process left pending. It
+//! locks the data directory (`<datadir>/`[`LOCK_FILE_NAME`]) for as long as the
+//! [`Ledger`] lives: refunding pending calls at open is only right when no other
+//! process can have calls in flight. [`Ledger::attach`] opens the ledger beside the
+//! process holding that lock, for the operator's reads, credits and refunds while the
+//! server runs; SQLite serialises the writers.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -28,6 +31,9 @@ use super::money::{MAX_MATOMS, Shortfall, atoms_to_matoms};
 /// The ledger's file name inside the data directory.
 pub const FILE_NAME: &str = "brmcp.sqlite";
 
+/// The lock file inside the data directory, held by the process serving calls.
+pub const LOCK_FILE_NAME: &str = "brmcp.sqlite.lock";
+
 /// The schema this code reads and writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i32 = 1;
 
@@ -38,9 +44,17 @@ pub const APPLICATION_ID: i32 = 0x6272_6d63;
 /// The refund reason of a call found pending at open: its process died mid-call.
 pub const INTERRUPTED: &str = "interrupted";
 
-/// How long open waits for the file lock. Rides out a previous process that is still
-/// closing; a live one holds the lock for its lifetime, so waiting longer gains nothing.
+/// How long open waits for the directory lock. Rides out a previous process that is
+/// still closing; a live one holds the lock for its lifetime, so waiting longer gains
+/// nothing.
 const LOCK_WAIT: Duration = Duration::from_millis(250);
+
+/// How often open retries the directory lock within [`LOCK_WAIT`].
+const LOCK_RETRY: Duration = Duration::from_millis(25);
+
+/// How long a transaction waits for another connection's write (an operator's credit
+/// beside the server, say). Every writer holds the lock for one short transaction.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// How many `quick_check` complaints an error quotes; the first few name the damage.
 const CHECK_LINES: usize = 4;
@@ -65,6 +79,21 @@ pub enum LedgerError {
     /// Something other than a file (a directory, say) is where the database should be.
     #[error("ledger: database path {} is not a regular file", .path.display())]
     NotAFile {
+        /// The database path.
+        path: PathBuf,
+    },
+    /// The data directory's lock file cannot be opened or locked (permissions, I/O).
+    #[error("ledger: cannot lock {}: {source}", .path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// [`Ledger::attach`] found no ledger to attach to.
+    #[error("ledger: no database at {}", .path.display())]
+    Missing {
         /// The database path.
         path: PathBuf,
     },
@@ -291,6 +320,8 @@ pub struct Opened {
 pub struct Ledger {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// The data directory's lock, when this ledger serves calls ([`Ledger::open`]).
+    _lock: Option<std::fs::File>,
 }
 
 impl Ledger {
@@ -304,11 +335,12 @@ impl Ledger {
     ///
     /// Each variant names the path: [`LedgerError::CreateDir`], [`LedgerError::NotAFile`],
     /// [`LedgerError::Open`], [`LedgerError::NotALedger`], [`LedgerError::Corrupt`],
-    /// [`LedgerError::UnsupportedSchema`], [`LedgerError::InUse`]. A file that is not a
-    /// usable ledger is never modified.
+    /// [`LedgerError::UnsupportedSchema`], [`LedgerError::InUse`], [`LedgerError::Lock`].
+    /// A file that is not a usable ledger is never modified.
     pub fn open(dir: &Path, now: UnixTime) -> Result<Opened, LedgerError> {
         create_dir(dir)?;
         let path = dir.join(FILE_NAME);
+        let lock = lock_dir(dir, &path)?;
         let mut conn = connect(&path).map_err(|e| open_error(&path, e))?;
         let refunded = refund_interrupted(&mut conn, now).map_err(|e| match e {
             LedgerError::Sqlite(e) => open_error(&path, e),
@@ -318,8 +350,30 @@ impl Ledger {
             ledger: Self {
                 conn: Mutex::new(conn),
                 path,
+                _lock: Some(lock),
             },
             refunded,
+        })
+    }
+
+    /// Open the existing ledger in `dir` beside the process that holds it (a running
+    /// `brmcp serve`), for reads and the operator's credits and refunds. Takes no lock
+    /// and refunds nothing: the calls pending there are in flight. Charges through a
+    /// ledger opened this way are the owner's business; don't.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::open`] but [`LedgerError::InUse`], and [`LedgerError::Missing`].
+    pub fn attach(dir: &Path) -> Result<Self, LedgerError> {
+        let path = dir.join(FILE_NAME);
+        if !path.exists() {
+            return Err(LedgerError::Missing { path });
+        }
+        let conn = connect(&path).map_err(|e| open_error(&path, e))?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+            _lock: None,
         })
     }
 
@@ -695,11 +749,7 @@ fn connect(path: &Path) -> Result<Connection, ConnectError> {
         _ => {}
     }
     let conn = Connection::open(path)?;
-    conn.busy_timeout(LOCK_WAIT)?;
-    // Exclusive: the lock is taken on first access and held until close, so no other
-    // process can have calls pending while this one refunds them. In WAL mode it also
-    // keeps the WAL index in memory (no `-shm` file).
-    let _: String = conn.query_row("PRAGMA locking_mode = EXCLUSIVE", [], |r| r.get(0))?;
+    conn.busy_timeout(BUSY_WAIT)?;
 
     // First read of the file: garbage fails here with "file is not a database".
     let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
@@ -727,6 +777,37 @@ fn connect(path: &Path) -> Result<Connection, ConnectError> {
         tx.commit()?;
     }
     Ok(conn)
+}
+
+/// Take the data directory's lock (see [`LOCK_FILE_NAME`]), retrying for [`LOCK_WAIT`].
+/// The OS drops it when the process dies, however it dies.
+fn lock_dir(dir: &Path, db: &Path) -> Result<std::fs::File, LedgerError> {
+    let path = dir.join(LOCK_FILE_NAME);
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = match options.open(&path) {
+        Ok(file) => file,
+        Err(source) => return Err(LedgerError::Lock { path, source }),
+    };
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(LedgerError::InUse {
+                    path: db.to_owned(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(LedgerError::Lock { path, source });
+            }
+        }
+    }
 }
 
 /// Create the database file readable by its owner only; SQLite's sidecar files copy

@@ -103,14 +103,16 @@ fn set_mode(bridge_dir: &Path, mode: &str) {
 /// A devnet, `brmcp serve` on alice and `brmcp bridge` on bob, each its own process.
 struct Stack {
     _procs: Procs,
+    dir: std::path::PathBuf,
     alice: String,
+    bob: String,
     bridge_dir: String,
     listen: String,
     token: String,
 }
 
-/// A devnet and `brmcp serve` on alice: the processes and alice's uid.
-fn serving(dir: &Path) -> (Procs, String) {
+/// A devnet and `brmcp serve` on alice: the processes and the uids of alice and bob.
+fn serving(dir: &Path) -> (Procs, String, String) {
     let mut procs = Procs(Vec::new());
     let dir_arg = dir.to_str().expect("utf-8 path");
     let devnet = spawn(
@@ -118,14 +120,16 @@ fn serving(dir: &Path) -> (Procs, String) {
         brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
     );
     let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let alice = out
-        .iter()
-        .find_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("alice")).then(|| words.next().map(str::to_owned))
-        })
-        .flatten()
-        .unwrap_or_else(|| panic!("no alice in:\n{}", out.join("\n")));
+    let uid = |nick: &str| {
+        out.iter()
+            .find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
+            })
+            .flatten()
+            .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
+    };
+    let (alice, bob) = (uid("alice"), uid("bob"));
     let serve = spawn(
         &mut procs,
         brmcp(&[
@@ -135,7 +139,7 @@ fn serving(dir: &Path) -> (Procs, String) {
         ]),
     );
     wait_for(&serve, "serving echo and fortune");
-    (procs, alice)
+    (procs, alice, bob)
 }
 
 /// Allows alice in bob's bridge directory with the given spending mode.
@@ -160,7 +164,7 @@ fn bridge_settings(dir: &Path, alice: &str, mode: &str) -> String {
 
 impl Stack {
     fn start(dir: &Path, mode: &str) -> Self {
-        let (mut procs, alice) = serving(dir);
+        let (mut procs, alice, bob) = serving(dir);
         let bridge_arg = bridge_settings(dir, &alice, mode);
         let rpc = dir.join("bob").join("brmcp-serve.conf");
         let listen = format!("127.0.0.1:{}", free_port());
@@ -191,7 +195,9 @@ impl Stack {
         );
         Self {
             _procs: procs,
+            dir: dir.to_owned(),
             alice,
+            bob,
             bridge_dir: bridge_arg,
             listen,
             token,
@@ -210,6 +216,16 @@ impl Stack {
         ().serve(transport)
             .await
             .expect("MCP session through the bridge")
+    }
+
+    /// `brmcp serve --datadir <alice> <args>`, beside the running server.
+    fn serve_command(&self, args: &[&str]) -> String {
+        let datadir = self.dir.join("alice");
+        let mut all = vec!["serve", "--datadir", datadir.to_str().expect("utf-8")];
+        all.extend_from_slice(args);
+        let out = brmcp(&all).output().expect("brmcp serve");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn bridge_command(&self, args: &[&str]) -> std::process::Output {
@@ -261,13 +277,38 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
         .await
         .expect("fortune");
     assert_fortune(&fortune);
-    let _ = client.cancel().await;
 
     // The bridge recorded the tip it paid.
     let spend = stack.bridge_command(&["spend"]);
     let text = String::from_utf8_lossy(&spend.stdout);
     assert!(text.contains("10000 atoms to"), "{text}");
     assert!(text.contains("last 24 hours: 10000 atoms"), "{text}");
+
+    // The operator's ledger commands work while the server runs, and the server sees
+    // their effect: a hand credit pays for the next fortune, so no tip is sent.
+    let journal = stack.serve_command(&["journal"]);
+    assert!(journal.contains("fortune"), "{journal}");
+    let credited = stack.serve_command(&["credit", &stack.bob, "10000", "--reason", "goodwill"]);
+    assert!(credited.contains("credited 10000 atoms"), "{credited}");
+    let balances = stack.serve_command(&["balances"]);
+    assert!(
+        balances.contains(&format!("{} 10000000 matoms", stack.bob)),
+        "{balances}"
+    );
+    let fortune = client
+        .call_tool(CallToolRequestParams::new("fortune"))
+        .await
+        .expect("fortune");
+    assert_fortune(&fortune);
+    let spend = stack.bridge_command(&["spend"]);
+    let text = String::from_utf8_lossy(&spend.stdout);
+    assert!(text.contains("last 24 hours: 10000 atoms"), "{text}");
+    let balances = stack.serve_command(&["balances"]);
+    assert!(
+        balances.contains(&format!("{} 0 matoms", stack.bob)),
+        "{balances}"
+    );
+    let _ = client.cancel().await;
 }
 
 /// In approval mode a paid call waits until `brmcp bridge approvals approve` pays it.
@@ -312,7 +353,7 @@ async fn approvals_command_decides_a_waiting_payment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bridge_stdio_serves_one_bot_to_a_spawning_host() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (_procs, alice) = serving(dir.path());
+    let (_procs, alice, _bob) = serving(dir.path());
     let bridge_arg = bridge_settings(dir.path(), &alice, "autopay");
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_brmcp"));

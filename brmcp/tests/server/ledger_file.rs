@@ -2,7 +2,7 @@
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{APPLICATION_ID, Billing, FILE_NAME, Ledger, SCHEMA_VERSION};
+use brmcp::server::{APPLICATION_ID, Billing, FILE_NAME, LOCK_FILE_NAME, Ledger, SCHEMA_VERSION};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
@@ -17,18 +17,27 @@ fn first_open_creates_a_versioned_wal_database() {
     assert_eq!(ledger.path(), nested.join(FILE_NAME));
     ledger.manual_credit(&ALICE, 1_000, "first", NOW).unwrap();
 
-    // The lock is exclusive, so the WAL index lives in memory: no `-shm` file.
+    // The database with its WAL and WAL index, and the directory's lock file.
     let mut names: Vec<String> = std::fs::read_dir(&nested)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, [FILE_NAME.to_owned(), format!("{FILE_NAME}-wal")]);
+    assert_eq!(
+        names,
+        [
+            FILE_NAME.to_owned(),
+            format!("{FILE_NAME}-shm"),
+            format!("{FILE_NAME}-wal"),
+            LOCK_FILE_NAME.to_owned()
+        ]
+    );
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(ledger.path()), 0o600);
+        assert_eq!(mode(&nested.join(LOCK_FILE_NAME)), 0o600);
         assert_eq!(mode(&nested), 0o700);
     }
     drop(ledger);

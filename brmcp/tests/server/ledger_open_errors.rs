@@ -2,7 +2,7 @@
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{Billing, FILE_NAME, Ledger, LedgerError, Tip};
+use brmcp::server::{Billing, FILE_NAME, LOCK_FILE_NAME, Ledger, LedgerError, Tip};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
@@ -28,8 +28,13 @@ fn garbage_file_is_refused_and_left_untouched() {
         )
     );
     assert_eq!(std::fs::read(&path).unwrap(), garbage);
-    // Nothing was created beside it either.
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    // Nothing was created beside it but the directory's lock file.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [FILE_NAME, LOCK_FILE_NAME]);
 }
 
 #[test]

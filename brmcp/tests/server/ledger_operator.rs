@@ -134,3 +134,61 @@ fn balances_and_journal_by_caller() {
         (BOB, "weather", 2)
     );
 }
+
+#[test]
+fn an_operator_attaches_beside_the_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        matches!(Ledger::attach(dir.path()), Err(LedgerError::Missing { .. })),
+        "nothing to attach to yet"
+    );
+    let owner = Ledger::open(dir.path(), NOW).unwrap().ledger;
+    owner.manual_credit(&ALICE, 30_000, "prepaid", NOW).unwrap();
+    // A call in flight in the owner's process.
+    let in_flight = charge(&owner, ALICE, "fortune", 10);
+
+    let operator = Ledger::attach(dir.path()).unwrap();
+    // The operator sees the owner's state and leaves its pending call alone.
+    assert_eq!(operator.balance_matoms(&ALICE).unwrap(), 20_000);
+    let entry = operator.journal_entry(in_flight).unwrap().unwrap();
+    assert_eq!(entry.state, CallState::Pending);
+    // Its credit reaches the owner at once.
+    operator
+        .manual_credit(&BOB, 5_000, "goodwill", NOW)
+        .unwrap();
+    assert_eq!(owner.balance_matoms(&BOB).unwrap(), 5_000);
+    // The owner's writes go on beside it.
+    owner.complete(in_flight, "{}", NOW).unwrap();
+    assert_eq!(
+        operator.journal_entry(in_flight).unwrap().unwrap().state,
+        CallState::Completed
+    );
+    // Serving calls is still one process's: a second owner is refused.
+    assert!(matches!(
+        Ledger::open(dir.path(), NOW),
+        Err(LedgerError::InUse { .. })
+    ));
+    drop(operator);
+    drop(owner);
+    let reopened = Ledger::open(dir.path(), NOW).unwrap();
+    assert_eq!(reopened.refunded, 0);
+    assert_eq!(reopened.ledger.balance_matoms(&ALICE).unwrap(), 20_000);
+}
+
+#[test]
+fn an_owner_opening_beside_an_operator_refunds_what_a_dead_owner_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Ledger::open(dir.path(), NOW).unwrap().ledger;
+    owner.manual_credit(&ALICE, 30_000, "prepaid", NOW).unwrap();
+    let interrupted = charge(&owner, ALICE, "fortune", 10);
+    let operator = Ledger::attach(dir.path()).unwrap();
+    // The owner dies mid-call; the operator's connection stays open.
+    drop(owner);
+    let opened = Ledger::open(dir.path(), NOW).unwrap();
+    assert_eq!(opened.refunded, 1);
+    assert_eq!(operator.balance_matoms(&ALICE).unwrap(), 30_000);
+    assert_eq!(
+        operator.journal_entry(interrupted).unwrap().unwrap().state,
+        CallState::Refunded
+    );
+}
