@@ -14,8 +14,9 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 128;
 
 /// Default bound on the bytes of the messages a session's inbound queue holds before
 /// the session is closed for overflow: 32 MiB, two maximal messages
-/// ([`brmcp_wire::DEFAULT_MAX_MESSAGE_BYTES`]), counted as the JSON received. Without
-/// it, the message count alone would let one session hold 128 maximal messages (2 GiB).
+/// ([`brmcp_wire::limits::DEFAULT_MAX_MESSAGE_BYTES`]). It counts the JSON as received,
+/// not the memory of its decoded form (which can be several times larger): it caps the
+/// queue at a few maximal messages where the message count alone (128) would not.
 pub const DEFAULT_MAX_INBOX_BYTES: usize = 32 << 20;
 
 /// Default cap on sessions one peer may open with us: 8, as the Go router.

@@ -248,6 +248,8 @@ impl Bridge {
             source,
         })?;
         let spend = SpendLog::open(&config.data_dir, config.clock.now())?;
+        // Payments an earlier run was waiting for: their outcomes now arrive late.
+        spend.unconfirm_left_pending()?;
         let policy = Policy::new(Arc::new(payer), spend, config.clock.clone());
         Ok(Self {
             inner: Arc::new(Inner {
@@ -380,9 +382,10 @@ impl Bridge {
         ))
     }
 
-    /// Settles the oldest pending payment to `bot` of `atoms` from a tip-progress
-    /// event the host received after the bridge stopped waiting: `Ok(())` paid,
-    /// `Err(reason)` failed. `false` if none matches.
+    /// Settles the oldest unconfirmed payment (one the bridge stopped waiting for, in
+    /// the last 24 hours) to `bot` of `atoms` from a tip-progress event the host
+    /// received later: `Ok(())` paid, `Err(reason)` failed. `false` if none matches;
+    /// payments still awaited are never touched.
     ///
     /// # Errors
     /// SQLite's.
@@ -392,7 +395,8 @@ impl Bridge {
         atoms: u64,
         outcome: Result<(), &str>,
     ) -> Result<bool, SpendError> {
-        self.inner.policy.spend.resolve(bot, atoms, outcome)
+        let now = self.inner.config.clock.now();
+        self.inner.policy.spend.resolve(bot, atoms, outcome, now)
     }
 
     /// Establishes (or reuses) the session to `bot` within the connect timeout.

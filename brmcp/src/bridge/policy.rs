@@ -173,28 +173,33 @@ impl Policy {
             Err(over) => return Err(over_daily(over.spent)),
         };
         let wait = Duration::from_secs(settings.tip_wait_secs);
-        match tokio::time::timeout(wait, self.payer.pay_dyn(*bot, amount)).await {
-            Ok(Ok(())) => {
-                if let Err(e) = self.spend.settle(id, Ok(())) {
-                    tracing::warn!(error = %e, "paid, but the spend log was not updated");
-                }
+        let outcome = match tokio::time::timeout(wait, self.payer.pay_dyn(*bot, amount)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) if e.is::<PaymentUnconfirmed>() => Err((e.to_string(), true)),
+            Ok(Err(e)) => Err((e.to_string(), false)),
+            Err(_) => Err((
+                format!("tip not confirmed within {}s", settings.tip_wait_secs),
+                true,
+            )),
+        };
+        let recorded = match &outcome {
+            Ok(()) => self.spend.settle(id, Ok(())),
+            Err((reason, false)) => self.spend.settle(id, Err(reason)),
+            // Still pending: the tip may yet go through, so it keeps counting until
+            // its late outcome settles it.
+            Err((_, true)) => self.spend.unconfirm(id),
+        };
+        match recorded {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(id, "spend log row was no longer pending"),
+            Err(e) => tracing::warn!(error = %e, id, "spend log not updated"),
+        }
+        match outcome {
+            Ok(()) => {
                 tracing::info!(%bot, tool, amount, "paid");
                 Ok(amount)
             }
-            // Still pending, as below.
-            Ok(Err(e)) if e.is::<PaymentUnconfirmed>() => Err(e.to_string()),
-            Ok(Err(e)) => {
-                let reason = e.to_string();
-                if let Err(e) = self.spend.settle(id, Err(&reason)) {
-                    tracing::warn!(error = %e, "spend log not updated");
-                }
-                Err(reason)
-            }
-            // Still pending: the tip may yet go through, so it keeps counting.
-            Err(_) => Err(format!(
-                "tip not confirmed within {}s",
-                settings.tip_wait_secs
-            )),
+            Err((reason, _)) => Err(reason),
         }
     }
 

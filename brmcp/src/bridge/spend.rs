@@ -2,7 +2,10 @@
 //!
 //! `<datadir>/`[`SPEND_FILE`] has one row per payment: `pending` from the moment the
 //! daily budget is reserved until the payment settles, then `paid` or `failed`. The
-//! rolling daily total counts `pending` and `paid` rows of the last 24 hours.
+//! rolling daily total counts `pending` and `paid` rows of the last 24 hours. A pending
+//! row the bridge stopped waiting for is marked unconfirmed ([`SpendLog::unconfirm`]);
+//! only such rows are settled by a tip outcome that arrives later
+//! ([`SpendLog::resolve`]), so a late event never settles a payment still in flight.
 //! [`SpendLog::reserve`] checks the daily cap and inserts the row in one `BEGIN
 //! IMMEDIATE` transaction, so concurrent payments can never exceed the cap together
 //! (the Go bridge's check-then-record race).
@@ -36,7 +39,8 @@ CREATE TABLE IF NOT EXISTS spend (
     rail   TEXT    NOT NULL,
     atoms  INTEGER NOT NULL CHECK (atoms > 0),
     status TEXT    NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
-    err    TEXT
+    err    TEXT,
+    unconfirmed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
 ";
@@ -90,6 +94,9 @@ pub struct SpendEntry {
     pub status: SpendStatus,
     /// Why it failed.
     pub err: Option<String>,
+    /// Pending with nobody waiting for it: the bridge gave up waiting for the tip's
+    /// confirmation (or an earlier run did); its outcome may still arrive.
+    pub unconfirmed: bool,
 }
 
 /// Why the spend log failed.
@@ -139,13 +146,37 @@ impl SpendLog {
             return Err(SpendError::Foreign(path.display().to_string()));
         }
         db.pragma_update(None, "application_id", APPLICATION_ID)?;
-        db.pragma_update(None, "user_version", 1)?;
         db.execute_batch(SCHEMA)?;
+        // Version 1 had no `unconfirmed` column.
+        let has_unconfirmed: bool = db.query_row(
+            "SELECT count(*) FROM pragma_table_info('spend') WHERE name = 'unconfirmed'",
+            [],
+            |r| r.get::<_, i64>(0).map(|n| n > 0),
+        )?;
+        if !has_unconfirmed {
+            db.execute_batch(
+                "ALTER TABLE spend ADD COLUMN unconfirmed INTEGER NOT NULL DEFAULT 0",
+            )?;
+        }
+        db.pragma_update(None, "user_version", 2)?;
         db.execute(
             "DELETE FROM spend WHERE status != 'pending' AND ts < ?1",
             params![now.0.saturating_sub(KEEP_SECS)],
         )?;
         Ok(Self { db: Mutex::new(db) })
+    }
+
+    /// Marks every pending row unconfirmed: called by a bridge starting on this log,
+    /// for the payments an earlier run was waiting for when it stopped. Their outcomes
+    /// can then settle them ([`resolve`](Self::resolve)). Returns how many.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn unconfirm_left_pending(&self) -> Result<usize, SpendError> {
+        Ok(self.db().execute(
+            "UPDATE spend SET unconfirmed = 1 WHERE status = 'pending' AND unconfirmed = 0",
+            [],
+        )?)
     }
 
     fn db(&self) -> MutexGuard<'_, Connection> {
@@ -204,8 +235,22 @@ impl SpendLog {
         Ok(n == 1)
     }
 
-    /// Resolves the oldest pending payment to `bot` of exactly `atoms` (a tip that
-    /// settled, or failed, after the bridge stopped waiting for it).
+    /// Marks a pending row unconfirmed: the bridge stopped waiting for its payment,
+    /// which may still complete. It keeps counting toward the daily cap.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn unconfirm(&self, id: i64) -> Result<bool, SpendError> {
+        let n = self.db().execute(
+            "UPDATE spend SET unconfirmed = 1 WHERE id = ?1 AND status = 'pending'",
+            params![id],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Resolves the oldest unconfirmed payment of the 24 hours before `now` to `bot` of
+    /// exactly `atoms` (a tip that settled, or failed, after the bridge stopped waiting
+    /// for it). Payments still awaited are never touched. `false` if none matches.
     ///
     /// # Errors
     /// SQLite's.
@@ -214,12 +259,18 @@ impl SpendLog {
         bot: &PeerId,
         atoms: u64,
         outcome: Result<(), &str>,
+        now: UnixTime,
     ) -> Result<bool, SpendError> {
         let id: Option<i64> = self
             .db()
             .query_row(
-                "SELECT id FROM spend WHERE status = 'pending' AND bot = ?1 AND atoms = ?2 ORDER BY id LIMIT 1",
-                params![bot.to_string(), i64_of(atoms)],
+                "SELECT id FROM spend WHERE status = 'pending' AND unconfirmed = 1 \
+                 AND bot = ?1 AND atoms = ?2 AND ts > ?3 ORDER BY id LIMIT 1",
+                params![
+                    bot.to_string(),
+                    i64_of(atoms),
+                    now.0.saturating_sub(DAY_SECS)
+                ],
                 |r| r.get(0),
             )
             .optional()?;
@@ -236,7 +287,7 @@ impl SpendLog {
     pub fn entries(&self) -> Result<Vec<SpendEntry>, SpendError> {
         let db = self.db();
         let mut stmt = db
-            .prepare("SELECT id, ts, bot, tool, rail, atoms, status, err FROM spend ORDER BY id")?;
+            .prepare("SELECT id, ts, bot, tool, rail, atoms, status, err, unconfirmed FROM spend ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
             Ok(SpendEntry {
                 id: r.get(0)?,
@@ -247,6 +298,7 @@ impl SpendLog {
                 atoms: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
                 status: SpendStatus::parse(&r.get::<_, String>(6)?),
                 err: r.get(7)?,
+                unconfirmed: r.get(8)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -297,26 +349,45 @@ mod tests {
     }
 
     #[test]
-    fn resolve_takes_the_oldest_matching_pending_row() {
+    fn resolve_takes_the_oldest_matching_unconfirmed_row() {
         let dir = tempfile::tempdir().unwrap();
         let t = UnixTime(5_000_000);
         let log = SpendLog::open(dir.path(), t).unwrap();
         let first = log.reserve(t, &bot(1), "t", 5, 100).unwrap().unwrap();
         let second = log.reserve(t, &bot(1), "t", 5, 100).unwrap().unwrap();
-        assert!(!log.resolve(&bot(2), 5, Ok(())).unwrap(), "other bot");
-        assert!(!log.resolve(&bot(1), 6, Ok(())).unwrap(), "other amount");
-        assert!(log.resolve(&bot(1), 5, Err("expired")).unwrap());
+        assert!(
+            !log.resolve(&bot(1), 5, Ok(()), t).unwrap(),
+            "both still awaited"
+        );
+        assert!(log.unconfirm(first).unwrap());
+        assert!(!log.resolve(&bot(2), 5, Ok(()), t).unwrap(), "other bot");
+        assert!(!log.resolve(&bot(1), 6, Ok(()), t).unwrap(), "other amount");
+        let next_day = UnixTime(t.0 + DAY_SECS);
+        assert!(
+            !log.resolve(&bot(1), 5, Ok(()), next_day).unwrap(),
+            "older than a day"
+        );
+        assert!(log.resolve(&bot(1), 5, Err("expired"), t).unwrap());
         let entries = log.entries().unwrap();
         assert_eq!(entries[0].id, first);
         assert_eq!(entries[0].status, SpendStatus::Failed);
         assert_eq!(entries[0].err.as_deref(), Some("expired"));
         assert_eq!(entries[1].id, second);
         assert_eq!(entries[1].status, SpendStatus::Pending);
+        assert!(!entries[1].unconfirmed);
+        assert!(
+            !log.resolve(&bot(1), 5, Ok(()), t).unwrap(),
+            "still awaited"
+        );
         assert_eq!(log.spent_today(t).unwrap(), 5);
         drop(log);
-        // Reopened, the pending row is still there and still resolvable.
+        // Reopened, a read leaves it as it is; a bridge starting on the log takes it
+        // as left pending by an earlier run: unconfirmed, resolvable.
         let log = SpendLog::open(dir.path(), t).unwrap();
-        assert!(log.resolve(&bot(1), 5, Ok(())).unwrap());
+        assert!(!log.entries().unwrap()[1].unconfirmed);
+        assert_eq!(log.unconfirm_left_pending().unwrap(), 1);
+        assert!(log.entries().unwrap()[1].unconfirmed);
+        assert!(log.resolve(&bot(1), 5, Ok(()), t).unwrap());
         assert_eq!(log.entries().unwrap()[1].status, SpendStatus::Paid);
     }
 
@@ -334,6 +405,31 @@ mod tests {
         let entries = log.entries().unwrap();
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].atoms, 2);
+    }
+
+    #[test]
+    fn a_version_1_log_gains_the_unconfirmed_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Connection::open(dir.path().join(SPEND_FILE)).unwrap();
+        old.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        old.pragma_update(None, "user_version", 1).unwrap();
+        old.execute_batch(
+            "CREATE TABLE spend (id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, \
+             bot TEXT NOT NULL, tool TEXT NOT NULL, rail TEXT NOT NULL, \
+             atoms INTEGER NOT NULL CHECK (atoms > 0), status TEXT NOT NULL \
+             CHECK (status IN ('pending', 'paid', 'failed')), err TEXT);
+             INSERT INTO spend (ts, bot, tool, rail, atoms, status) \
+             VALUES (100, '0101010101010101010101010101010101010101010101010101010101010101', 't', 'tip', 7, 'pending');",
+        )
+        .unwrap();
+        drop(old);
+        let log = SpendLog::open(dir.path(), UnixTime(200)).unwrap();
+        assert_eq!(log.unconfirm_left_pending().unwrap(), 1);
+        let entries = log.entries().unwrap();
+        assert!(entries[0].unconfirmed, "left pending by an earlier run");
+        assert!(log.resolve(&bot(1), 7, Ok(()), UnixTime(200)).unwrap());
+        assert_eq!(log.spent_today(UnixTime(200)).unwrap(), 7);
     }
 
     #[test]

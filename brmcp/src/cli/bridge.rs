@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use brmcp_adapters::clientrpc::{
-    ClientRpcHost, FileAckStore, Streams, TipOutcome, proto::TipProgressEvent,
+    ClientRpcError, ClientRpcHost, FileAckStore, Streams, TipOutcome, proto::TipProgressEvent,
 };
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, PeerId, Router, RouterConfig};
@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 use super::CliError;
 use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentUnconfirmed, SETTINGS_FILE, Settings,
-    SpendLog, serve_stdio,
+    SpendLog, SpendStatus, serve_stdio,
 };
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
@@ -146,8 +146,13 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
         Some(BridgeAction::Spend) => {
             let log = SpendLog::open(&args.datadir, now())?;
             for e in log.entries()? {
+                let unconfirmed = if e.unconfirmed && e.status == SpendStatus::Pending {
+                    " (unconfirmed: waiting for the tip's outcome)"
+                } else {
+                    ""
+                };
                 println!(
-                    "{} {} {} atoms to {} for {} {:?}{}",
+                    "{} {} {} atoms to {} for {} {:?}{unconfirmed}{}",
                     e.id,
                     e.ts,
                     e.atoms,
@@ -191,7 +196,22 @@ pub(crate) struct TipPayer(pub(crate) ClientRpcHost);
 
 impl Payer for TipPayer {
     async fn pay(&self, bot: PeerId, atoms: u64) -> Result<(), BoxError> {
-        match self.0.tip(bot, atoms).await? {
+        let outcome = match self.0.tip(bot, atoms).await {
+            Ok(outcome) => outcome,
+            // Refused by the client, or never sent.
+            Err(
+                e @ (ClientRpcError::Rpc { .. }
+                | ClientRpcError::Config(_)
+                | ClientRpcError::NoTipProgress),
+            ) => return Err(e.into()),
+            // After TipUser may have reached the client (the host closing, a lost
+            // connection, an answer it could not read): the tip may be paid.
+            Err(e) => {
+                tracing::warn!(error = %e, %bot, atoms, "tip outcome unknown");
+                return Err(PaymentUnconfirmed.into());
+            }
+        };
+        match outcome {
             TipOutcome::Paid { .. } => Ok(()),
             TipOutcome::Failed { error, .. } => Err(format!("tip failed: {error}").into()),
             // The tip may still be paid: the spend log keeps it pending until its
@@ -201,9 +221,11 @@ impl Payer for TipPayer {
     }
 }
 
-/// Settles the spend log's pending payments from the tip outcomes that arrive after
-/// the bridge stopped waiting for them (also those redelivered after a restart), until
-/// the host closes.
+/// Settles the spend log's unconfirmed payments from the tip outcomes that arrive
+/// after the bridge stopped waiting for them (also those redelivered after a restart),
+/// until the host closes. An outcome is acknowledged to the client before it is
+/// recorded here: one lost in between (a crash, a lagging receiver) leaves its payment
+/// pending, counted against the daily cap for its 24 hours, never undercounted.
 async fn settle_late_tips(bridge: Bridge, mut events: broadcast::Receiver<TipProgressEvent>) {
     loop {
         let event = match events.recv().await {
@@ -236,7 +258,10 @@ async fn settle_late_tips(bridge: Bridge, mut events: broadcast::Receiver<TipPro
             Ok(true) => {
                 tracing::info!(bot = %event.uid, atoms, paid = event.completed, "late tip outcome recorded")
             }
-            Ok(false) => {}
+            // A tip sent by hand, or by another program on the same client.
+            Ok(false) => {
+                tracing::debug!(bot = %event.uid, atoms, "tip outcome matches no unconfirmed payment");
+            }
             Err(e) => tracing::warn!(error = %e, "late tip outcome not recorded"),
         }
     }
@@ -437,7 +462,7 @@ mod tests {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
     use super::*;
-    use crate::bridge::{SpendEntry, SpendStatus};
+    use crate::bridge::SpendEntry;
     use crate::devnet::{Devnet, NodeInfo};
     use crate::server::{Harness, ServeConfig};
 
@@ -445,12 +470,13 @@ mod tests {
     /// through bob's clientrpc, and an agent connected to the bridge. The bridge waits
     /// 1 s for a tip; the devnet retries a failed tip attempt after 2 s.
     struct Net {
-        _dir: tempfile::TempDir,
+        dir: tempfile::TempDir,
         devnet: Devnet,
         alice: NodeInfo,
-        bob: PeerId,
+        bob: NodeInfo,
         harness: Harness,
         bridge: Bridge,
+        host_b: ClientRpcHost,
         agent: RunningService<RoleClient, ()>,
     }
 
@@ -470,7 +496,7 @@ mod tests {
             .await
             .unwrap();
         let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
-        let (bridge, _host_b) =
+        let (bridge, host_b) =
             start_bridge(&dir.path().join("bridge"), &bob.config_path, listen, false)
                 .await
                 .unwrap();
@@ -495,12 +521,13 @@ mod tests {
         );
         let agent = ().serve(transport).await.unwrap();
         Net {
-            _dir: dir,
+            dir,
             devnet,
             alice,
-            bob: PeerId::from_bytes(bob.uid),
+            bob,
             harness,
             bridge,
+            host_b,
             agent,
         }
     }
@@ -519,9 +546,9 @@ mod tests {
     }
 
     /// The spend log once its only entry is no longer pending.
-    async fn settled(net: &Net) -> (SpendEntry, u64) {
+    async fn settled(bridge: &Bridge) -> (SpendEntry, u64) {
         for _ in 0..200 {
-            let (entries, today) = net.bridge.spend_log().unwrap();
+            let (entries, today) = bridge.spend_log().unwrap();
             if let [entry] = entries.as_slice()
                 && entry.status != SpendStatus::Pending
             {
@@ -529,7 +556,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("the payment stayed pending: {:?}", net.bridge.spend_log());
+        panic!("the payment stayed pending: {:?}", bridge.spend_log());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -546,12 +573,13 @@ mod tests {
         assert_eq!(today, 10_000, "a pending tip counts");
         net.devnet.set_can_invoice(net.alice.id, true).unwrap();
 
-        let (entry, today) = settled(&net).await;
+        let (entry, today) = settled(&net.bridge).await;
         assert_eq!(entry.status, SpendStatus::Paid);
         assert_eq!(today, 10_000);
         // The bot was credited, so the next call runs on that credit: no new payment.
         for _ in 0..200 {
-            if net.harness.balance_matoms(net.bob).await.unwrap() > 0 {
+            let bob = PeerId::from_bytes(net.bob.uid);
+            if net.harness.balance_matoms(bob).await.unwrap() > 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -571,13 +599,61 @@ mod tests {
             "brmcp-bridge: payment not made: tip not confirmed within 1s"
         );
         // Three attempts, 2 s apart, all refused: the terminal event fails it.
-        let (entry, today) = settled(&net).await;
+        let (entry, today) = settled(&net.bridge).await;
         assert_eq!(entry.status, SpendStatus::Failed);
         assert_eq!(
             entry.err.as_deref(),
             Some("unable to generate payment invoice")
         );
         assert_eq!(today, 0, "a failed tip no longer counts");
+        net.devnet.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tip_paid_while_the_bridge_was_stopped_is_recorded_at_its_next_start() {
+        let net = net().await;
+        net.devnet.set_can_invoice(net.alice.id, false).unwrap();
+        let alice_before = net.devnet.balance(&net.alice.uid);
+        assert_eq!(
+            fortune(&net).await,
+            "brmcp-bridge: payment not made: tip not confirmed within 1s"
+        );
+        // The bridge stops before any retry of the tip can succeed.
+        net.bridge.close().await;
+        net.host_b.close();
+        net.devnet.set_can_invoice(net.alice.id, true).unwrap();
+        for _ in 0..200 {
+            if net.devnet.balance(&net.alice.uid) > alice_before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            net.devnet.balance(&net.alice.uid) > alice_before,
+            "the client's retry paid the tip"
+        );
+        let (entries, _) = net.bridge.spend_log().unwrap();
+        assert_eq!(
+            entries[0].status,
+            SpendStatus::Pending,
+            "nobody was listening"
+        );
+
+        // Started again on the same directory, the bridge gets the outcome the client
+        // kept for it and settles the payment.
+        let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+        let (bridge, host) = start_bridge(
+            &net.dir.path().join("bridge"),
+            &net.bob.config_path,
+            listen,
+            false,
+        )
+        .await
+        .unwrap();
+        let (entry, today) = settled(&bridge).await;
+        assert_eq!(entry.status, SpendStatus::Paid);
+        assert_eq!(today, 10_000);
+        host.close();
         net.devnet.shutdown().await;
     }
 }

@@ -105,7 +105,8 @@ fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
             }
             opened.ledger
         }
-        Err(LedgerError::InUse { .. }) => Ledger::attach(datadir)?,
+        // A directory the lock file cannot be made in (read-only) still reads.
+        Err(LedgerError::InUse { .. } | LedgerError::Lock { .. }) => Ledger::attach(datadir)?,
         Err(e) => return Err(e.into()),
     };
     match action {

@@ -12,7 +12,9 @@
 //! [`Ledger`] lives: refunding pending calls at open is only right when no other
 //! process can have calls in flight. [`Ledger::attach`] opens the ledger beside the
 //! process holding that lock, for the operator's reads, credits and refunds while the
-//! server runs; SQLite serialises the writers.
+//! server runs; SQLite serialises the writers. The lock and SQLite's WAL index both
+//! need a local filesystem; deleting the lock file while the server runs lets a second
+//! one in.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -45,9 +47,9 @@ pub const APPLICATION_ID: i32 = 0x6272_6d63;
 pub const INTERRUPTED: &str = "interrupted";
 
 /// How long open waits for the directory lock. Rides out a previous process that is
-/// still closing; a live one holds the lock for its lifetime, so waiting longer gains
-/// nothing.
-const LOCK_WAIT: Duration = Duration::from_millis(250);
+/// still closing, or an operator command that took the lock while no server ran; a
+/// live server holds it for its lifetime, so waiting longer gains nothing.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// How often open retries the directory lock within [`LOCK_WAIT`].
 const LOCK_RETRY: Duration = Duration::from_millis(25);
@@ -134,12 +136,20 @@ pub enum LedgerError {
         /// Its `user_version`.
         found: i32,
     },
-    /// Another process has the ledger open.
-    #[error("ledger: database at {} is in use by another process", .path.display())]
+    /// Another process holds the data directory's lock ([`LOCK_FILE_NAME`]): it
+    /// serves calls from this ledger.
+    #[error(
+        "ledger: database at {} is in use by another process (it holds {LOCK_FILE_NAME})",
+        .path.display()
+    )]
     InUse {
         /// The database path.
         path: PathBuf,
     },
+    /// A ledger opened with [`Ledger::attach`] was asked to charge, complete or refund
+    /// a call, or to record a tip: only the process serving calls does that.
+    #[error("ledger: attached beside the serving process, which alone moves calls and tips")]
+    NotOwner,
     /// No journal entry has this id.
     #[error("ledger: no call {0} in the journal")]
     UnknownCall(CallId),
@@ -341,7 +351,7 @@ impl Ledger {
         create_dir(dir)?;
         let path = dir.join(FILE_NAME);
         let lock = lock_dir(dir, &path)?;
-        let mut conn = connect(&path).map_err(|e| open_error(&path, e))?;
+        let mut conn = connect(&path, true).map_err(|e| open_error(&path, e))?;
         let refunded = refund_interrupted(&mut conn, now).map_err(|e| match e {
             LedgerError::Sqlite(e) => open_error(&path, e),
             other => other,
@@ -358,18 +368,21 @@ impl Ledger {
 
     /// Open the existing ledger in `dir` beside the process that holds it (a running
     /// `brmcp serve`), for reads and the operator's credits and refunds. Takes no lock
-    /// and refunds nothing: the calls pending there are in flight. Charges through a
-    /// ledger opened this way are the owner's business; don't.
+    /// and refunds nothing: the calls pending there are in flight. The [`Billing`]
+    /// calls that move calls and tips (and [`purge_expired`](Self::purge_expired)) are
+    /// refused with [`LedgerError::NotOwner`]: they are the serving process's.
     ///
     /// # Errors
     ///
-    /// As [`Ledger::open`] but [`LedgerError::InUse`], and [`LedgerError::Missing`].
+    /// As [`Ledger::open`] but [`LedgerError::InUse`] and [`LedgerError::Lock`], and
+    /// [`LedgerError::Missing`] when there is no ledger, or one still being created.
     pub fn attach(dir: &Path) -> Result<Self, LedgerError> {
         let path = dir.join(FILE_NAME);
         if !path.exists() {
             return Err(LedgerError::Missing { path });
         }
-        let conn = connect(&path).map_err(|e| open_error(&path, e))?;
+        // Never creates the schema: a file without one is the owner's, mid-creation.
+        let conn = connect(&path, false).map_err(|e| open_error(&path, e))?;
         Ok(Self {
             conn: Mutex::new(conn),
             path,
@@ -380,6 +393,14 @@ impl Ledger {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `Ok` when this ledger serves calls ([`Ledger::open`]), not [`Ledger::attach`].
+    fn owner(&self) -> Result<(), LedgerError> {
+        match self._lock {
+            Some(_) => Ok(()),
+            None => Err(LedgerError::NotOwner),
+        }
     }
 
     /// The connection, for one transaction.
@@ -398,6 +419,7 @@ impl Ledger {
     ///
     /// A SQLite failure.
     pub fn purge_expired(&self, now: UnixTime) -> Result<usize, LedgerError> {
+        self.owner()?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let released = release_expired(&tx, now)?;
@@ -584,6 +606,7 @@ impl Ledger {
 
 impl Billing for Ledger {
     fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError> {
+        self.owner()?;
         let price_matoms =
             atoms_to_matoms(request.price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
         let caller = request.caller.to_string();
@@ -640,6 +663,7 @@ impl Billing for Ledger {
     }
 
     fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
+        self.owner()?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found = lookup_pending(&tx, call)?;
@@ -655,6 +679,7 @@ impl Billing for Ledger {
         outcome: Option<&str>,
         now: UnixTime,
     ) -> Result<(), LedgerError> {
+        self.owner()?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found = lookup_pending(&tx, call)?;
@@ -671,6 +696,7 @@ impl Billing for Ledger {
         allowed: bool,
         now: UnixTime,
     ) -> Result<TipOutcome, LedgerError> {
+        self.owner()?;
         let caller = tip.caller.to_string();
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -727,6 +753,7 @@ fn create_dir(dir: &Path) -> Result<(), LedgerError> {
 /// Where [`connect`] failed, before it is tied to a path.
 enum ConnectError {
     NotAFile,
+    Missing,
     Sqlite(rusqlite::Error),
     Foreign(String),
     Corrupt(String),
@@ -739,9 +766,9 @@ impl From<rusqlite::Error> for ConnectError {
     }
 }
 
-/// Open, lock, check and (when new) create the database. Reads the file before writing
-/// anything, so a file that is not a ledger is left exactly as it was.
-fn connect(path: &Path) -> Result<Connection, ConnectError> {
+/// Open, check and (when new and `create`) create the database. Reads the file before
+/// writing anything, so a file that is not a ledger is left exactly as it was.
+fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => return Err(ConnectError::NotAFile),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_private_file(path),
@@ -756,6 +783,9 @@ fn connect(path: &Path) -> Result<Connection, ConnectError> {
     let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
     let fresh = app_id == 0 && version == 0 && objects == 0;
+    if fresh && !create {
+        return Err(ConnectError::Missing);
+    }
     if !fresh && app_id != APPLICATION_ID {
         return Err(ConnectError::Foreign(format!(
             "application id {app_id:#010x}, not {APPLICATION_ID:#010x}"
@@ -843,6 +873,7 @@ fn open_error(path: &Path, e: impl Into<ConnectError>) -> LedgerError {
     let path = path.to_owned();
     match e.into() {
         ConnectError::NotAFile => LedgerError::NotAFile { path },
+        ConnectError::Missing => LedgerError::Missing { path },
         ConnectError::Foreign(detail) => LedgerError::NotALedger {
             path,
             source: detail.into(),

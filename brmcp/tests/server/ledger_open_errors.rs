@@ -129,7 +129,7 @@ fn a_second_open_while_the_first_lives_is_refused() {
     assert_eq!(
         err.to_string(),
         format!(
-            "ledger: database at {} is in use by another process",
+            "ledger: database at {} is in use by another process (it holds brmcp.sqlite.lock)",
             first.path().display()
         )
     );

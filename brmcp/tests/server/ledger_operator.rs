@@ -148,6 +148,27 @@ fn an_operator_attaches_beside_the_owner() {
     let in_flight = charge(&owner, ALICE, "fortune", 10);
 
     let operator = Ledger::attach(dir.path()).unwrap();
+    // Calls and tips are the owner's.
+    assert!(matches!(
+        operator.charge(
+            &CallRequest {
+                caller: ALICE,
+                tool: "fortune",
+                price_atoms: 1,
+                keyed: None,
+            },
+            NOW
+        ),
+        Err(LedgerError::NotOwner)
+    ));
+    assert!(matches!(
+        operator.complete(in_flight, "{}", NOW),
+        Err(LedgerError::NotOwner)
+    ));
+    assert!(matches!(
+        operator.purge_expired(NOW),
+        Err(LedgerError::NotOwner)
+    ));
     // The operator sees the owner's state and leaves its pending call alone.
     assert_eq!(operator.balance_matoms(&ALICE).unwrap(), 20_000);
     let entry = operator.journal_entry(in_flight).unwrap().unwrap();
@@ -173,6 +194,21 @@ fn an_operator_attaches_beside_the_owner() {
     let reopened = Ledger::open(dir.path(), NOW).unwrap();
     assert_eq!(reopened.refunded, 0);
     assert_eq!(reopened.ledger.balance_matoms(&ALICE).unwrap(), 20_000);
+}
+
+#[test]
+fn attaching_to_a_ledger_not_created_yet_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The owner has created the file but not its schema yet.
+    let path = dir.path().join(brmcp::server::FILE_NAME);
+    std::fs::write(&path, b"").unwrap();
+    assert!(matches!(
+        Ledger::attach(dir.path()),
+        Err(LedgerError::Missing { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), b"");
+    let opened = Ledger::open(dir.path(), NOW).unwrap();
+    assert_eq!(opened.ledger.balance_matoms(&ALICE).unwrap(), 0);
 }
 
 #[test]
