@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use brmcp_adapters::clientrpc::{
     ClientRpcError, ClientRpcHost, FileAckStore, Streams, TipOutcome, proto::TipProgressEvent,
@@ -20,6 +19,7 @@ use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentUnconfirmed, SETTINGS_FILE, Settings,
     SpendLog, SpendStatus, serve_stdio,
 };
+use crate::server::{Clock, MATOMS_PER_ATOM, SystemClock};
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
 pub(crate) const RPC_CONFIG: &str = "brmcp-bridge.conf";
@@ -169,10 +169,7 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
 }
 
 fn now() -> UnixTime {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    UnixTime(i64::try_from(secs).unwrap_or(i64::MAX))
+    SystemClock.unix()
 }
 
 fn load(path: &Path) -> Result<Settings, CliError> {
@@ -242,8 +239,8 @@ async fn settle_late_tips(bridge: Bridge, mut events: broadcast::Receiver<TipPro
         // The bridge tips whole atoms.
         let Some(atoms) = u64::try_from(event.amount_matoms)
             .ok()
-            .filter(|m| m % 1000 == 0)
-            .map(|m| m / 1000)
+            .filter(|m| m % MATOMS_PER_ATOM == 0)
+            .map(|m| m / MATOMS_PER_ATOM)
         else {
             continue;
         };
@@ -287,12 +284,7 @@ pub(crate) async fn start_bridge(
     let streams = Streams::new(FileAckStore::open(datadir)?).pms(router.clone());
     // Before connecting: the stream redelivers unacknowledged outcomes at once.
     let late_tips = host.subscribe_unclaimed_tip_results();
-    host.connect(streams).await.map_err(|e| {
-        CliError(format!(
-            "cannot reach the Bison Relay client at {}: {e}",
-            host.config().url
-        ))
-    })?;
+    super::serve::connect(&host, streams).await?;
     let mut config = Config::new(datadir).with_listen(listen);
     config.allow_remote = allow_remote;
     let bridge = Bridge::new(config, router, TipPayer(host.clone()))?;

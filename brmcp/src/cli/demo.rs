@@ -153,7 +153,7 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
         let price = tool
             .meta
             .as_ref()
-            .and_then(|m| m.get("brmcp/priceAtoms"))
+            .and_then(|m| m.get(crate::server::PRICE_META))
             .map_or_else(|| "?".into(), ToString::to_string);
         println!(
             "  {:<8} {} atoms  {}",
@@ -197,7 +197,7 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
     let (alice_after, bob_after) = (wallet(&alice.uid), wallet(&bob.uid));
     let credit = step(
         "read the bot's ledger",
-        harness.balance_matoms(bob_uid(&bob.uid)),
+        harness.balance_matoms(brmcp_adapters::PeerId::from_bytes(bob.uid)),
     )
     .await?;
     println!(
@@ -230,10 +230,6 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
     } else {
         Err(CliError("the demo's calls did not both succeed".into()))
     }
-}
-
-fn bob_uid(uid: &[u8; 32]) -> brmcp_adapters::PeerId {
-    brmcp_adapters::PeerId::from_bytes(*uid)
 }
 
 fn short(hex: &str) -> &str {

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use brmcp_adapters::PeerId;
 use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
@@ -14,15 +13,15 @@ use serde_json::json;
 
 use super::CliError;
 use crate::server::{
-    AutoReply, CallContext, CallId, Harness, Ledger, LedgerError, ServeConfig, Tip, ToolError,
-    ToolSpec,
+    AutoReply, CallContext, CallId, Clock, Harness, Ledger, MATOMS_PER_ATOM, ServeConfig,
+    SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
 };
 
 /// The clientrpc connection file of a data directory (bisonbotkit format).
 pub(crate) const RPC_CONFIG: &str = "brmcp-serve.conf";
 
 /// The operator's settings file of a data directory.
-pub(crate) const SERVE_CONFIG: &str = "brmcp.json";
+pub(crate) use crate::server::CONFIG_FILE as SERVE_CONFIG;
 
 /// Price of the example `fortune` tool: 10,000 atoms (0.0001 DCR), as the Go example.
 pub(crate) const FORTUNE_ATOMS: u64 = 10_000;
@@ -89,26 +88,17 @@ pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
 }
 
 fn now() -> UnixTime {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    UnixTime(i64::try_from(secs).unwrap_or(i64::MAX))
+    SystemClock.unix()
 }
 
 fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
     // Stopped, the server's calls left pending are refunded as at its start; running,
     // they are in flight, and the operator works beside it.
-    let ledger = match Ledger::open(datadir, now()) {
-        Ok(opened) => {
-            if opened.refunded > 0 {
-                eprintln!("refunded {} interrupted call(s)", opened.refunded);
-            }
-            opened.ledger
-        }
-        // A directory the lock file cannot be made in (read-only) still reads.
-        Err(LedgerError::InUse { .. } | LedgerError::Lock { .. }) => Ledger::attach(datadir)?,
-        Err(e) => return Err(e.into()),
-    };
+    let opened = Ledger::open_for_operator(datadir, now())?;
+    if opened.refunded > 0 {
+        eprintln!("refunded {} interrupted call(s)", opened.refunded);
+    }
+    let ledger = opened.ledger;
     match action {
         ServeAction::Balances => {
             for b in ledger.balances()? {
@@ -116,14 +106,13 @@ fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
                     "{} {} matoms ({} atoms)",
                     b.caller,
                     b.matoms,
-                    b.matoms / 1000
+                    b.matoms / MATOMS_PER_ATOM
                 );
             }
         }
         ServeAction::Credit { uid, atoms, reason } => {
-            let matoms = atoms
-                .checked_mul(1000)
-                .ok_or_else(|| CliError("amount too large".into()))?;
+            let matoms =
+                atoms_to_matoms(atoms).ok_or_else(|| CliError("amount too large".into()))?;
             let balance = ledger.manual_credit(&uid, matoms, &reason, now())?;
             println!("credited {atoms} atoms to {uid}; balance {balance} matoms");
         }
@@ -219,6 +208,16 @@ pub(crate) fn host_from(rpc_config: &Path) -> Result<ClientRpcHost, CliError> {
     Ok(ClientRpcHost::new(config)?)
 }
 
+/// Starts `host` on `streams`; the error names the client's address.
+pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<(), CliError> {
+    host.connect(streams).await.map_err(|e| {
+        CliError(format!(
+            "cannot reach the Bison Relay client at {}: {e}",
+            host.config().url
+        ))
+    })
+}
+
 /// Starts the harness on `host` and feeds it the host's PMs and tips.
 pub(crate) async fn start_serving(
     datadir: &Path,
@@ -270,12 +269,7 @@ pub(crate) async fn start_serving(
                     .map_err(Into::into)
             }
         });
-    host.connect(streams).await.map_err(|e| {
-        CliError(format!(
-            "cannot reach the Bison Relay client at {}: {e}",
-            host.config().url
-        ))
-    })?;
+    connect(host, streams).await?;
     Ok(harness)
 }
 

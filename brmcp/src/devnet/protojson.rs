@@ -342,13 +342,18 @@ impl Obj {
         self
     }
 
+    /// `k` with `text` in quotes; `text` needs no escaping (base64 or digits).
+    fn quoted(&mut self, k: &str, text: &str) {
+        self.key(k);
+        self.buf.push('"');
+        self.buf.push_str(text);
+        self.buf.push('"');
+    }
+
     /// A bytes field as padded standard base64; omitted when empty.
     pub(crate) fn bytes(mut self, k: &str, v: &[u8]) -> Self {
         if !v.is_empty() {
-            self.key(k);
-            self.buf.push('"');
-            self.buf.push_str(&STANDARD.encode(v));
-            self.buf.push('"');
+            self.quoted(k, &STANDARD.encode(v));
         }
         self
     }
@@ -356,10 +361,7 @@ impl Obj {
     /// A uint64 field as a decimal string; omitted when zero.
     pub(crate) fn u64(mut self, k: &str, v: u64) -> Self {
         if v != 0 {
-            self.key(k);
-            self.buf.push('"');
-            self.buf.push_str(&v.to_string());
-            self.buf.push('"');
+            self.quoted(k, &v.to_string());
         }
         self
     }
@@ -367,10 +369,7 @@ impl Obj {
     /// An int64 field as a decimal string; omitted when zero.
     pub(crate) fn i64(mut self, k: &str, v: i64) -> Self {
         if v != 0 {
-            self.key(k);
-            self.buf.push('"');
-            self.buf.push_str(&v.to_string());
-            self.buf.push('"');
+            self.quoted(k, &v.to_string());
         }
         self
     }

@@ -348,9 +348,32 @@ impl Ledger {
     /// [`LedgerError::UnsupportedSchema`], [`LedgerError::InUse`], [`LedgerError::Lock`].
     /// A file that is not a usable ledger is never modified.
     pub fn open(dir: &Path, now: UnixTime) -> Result<Opened, LedgerError> {
+        Self::open_waiting(dir, now, LOCK_WAIT)
+    }
+
+    /// For the operator's commands: [`open`](Self::open) when no process serves from
+    /// `dir` (refunding what a dead one left pending), else [`attach`](Self::attach)
+    /// beside it, without waiting for its lock. Also attaches when the lock file
+    /// cannot be made (a read-only directory still reads).
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::open`] but [`LedgerError::InUse`] and [`LedgerError::Lock`], and
+    /// [`LedgerError::Missing`].
+    pub fn open_for_operator(dir: &Path, now: UnixTime) -> Result<Opened, LedgerError> {
+        match Self::open_waiting(dir, now, Duration::ZERO) {
+            Err(LedgerError::InUse { .. } | LedgerError::Lock { .. }) => Ok(Opened {
+                ledger: Self::attach(dir)?,
+                refunded: 0,
+            }),
+            opened => opened,
+        }
+    }
+
+    fn open_waiting(dir: &Path, now: UnixTime, wait: Duration) -> Result<Opened, LedgerError> {
         create_dir(dir)?;
         let path = dir.join(FILE_NAME);
-        let lock = lock_dir(dir, &path)?;
+        let lock = lock_dir(dir, &path, wait)?;
         let mut conn = connect(&path, true).map_err(|e| open_error(&path, e))?;
         let refunded = refund_interrupted(&mut conn, now).map_err(|e| match e {
             LedgerError::Sqlite(e) => open_error(&path, e),
@@ -809,9 +832,9 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
     Ok(conn)
 }
 
-/// Take the data directory's lock (see [`LOCK_FILE_NAME`]), retrying for [`LOCK_WAIT`].
+/// Take the data directory's lock (see [`LOCK_FILE_NAME`]), retrying for `wait`.
 /// The OS drops it when the process dies, however it dies.
-fn lock_dir(dir: &Path, db: &Path) -> Result<std::fs::File, LedgerError> {
+fn lock_dir(dir: &Path, db: &Path, wait: Duration) -> Result<std::fs::File, LedgerError> {
     let path = dir.join(LOCK_FILE_NAME);
     let mut options = std::fs::OpenOptions::new();
     options.read(true).write(true).create(true).truncate(false);
@@ -821,7 +844,7 @@ fn lock_dir(dir: &Path, db: &Path) -> Result<std::fs::File, LedgerError> {
         Ok(file) => file,
         Err(source) => return Err(LedgerError::Lock { path, source }),
     };
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let deadline = std::time::Instant::now() + wait;
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(file),

@@ -228,3 +228,28 @@ fn an_owner_opening_beside_an_operator_refunds_what_a_dead_owner_left() {
         CallState::Refunded
     );
 }
+
+#[test]
+fn open_for_operator_owns_a_free_directory_and_attaches_to_a_held_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Ledger::open(dir.path(), NOW).unwrap().ledger;
+    owner.manual_credit(&ALICE, 30_000, "prepaid", NOW).unwrap();
+    let in_flight = charge(&owner, ALICE, "fortune", 10);
+    // Held: attached at once, the pending call left alone.
+    let beside = Ledger::open_for_operator(dir.path(), NOW).unwrap();
+    assert_eq!(beside.refunded, 0);
+    assert!(matches!(
+        beside.ledger.purge_expired(NOW),
+        Err(LedgerError::NotOwner)
+    ));
+    drop(beside);
+    drop(owner);
+    // Free: opened as the owner, refunding what the dead owner left pending.
+    let opened = Ledger::open_for_operator(dir.path(), NOW).unwrap();
+    assert_eq!(opened.refunded, 1);
+    assert_eq!(
+        opened.ledger.journal_entry(in_flight).unwrap().unwrap().state,
+        CallState::Refunded
+    );
+    assert_eq!(opened.ledger.purge_expired(NOW).unwrap(), 0);
+}
