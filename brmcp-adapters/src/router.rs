@@ -28,8 +28,8 @@ use brmcp_wire::{
 };
 use rmcp::ServiceExt;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, GetMeta,
-    JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta, JsonRpcMessage, RequestId,
+    ServerJsonRpcMessage,
 };
 use rmcp::service::{RoleClient, RoleServer, Service};
 use tokio::sync::{Mutex, mpsc};
@@ -594,7 +594,7 @@ impl Driver {
         let result = match &entry.inbox {
             Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
                 Ok(message) => {
-                    track_request(&entry.shared, &message);
+                    entry.shared.track_client_message(&message);
                     deliver(tx, message, payload.len())
                 }
                 Err(e) => Delivery::Invalid(e),
@@ -666,7 +666,7 @@ impl Driver {
         };
         let id = self.next_id.fetch_add(1, Relaxed);
         let shared = Arc::new(SessionShared::new(peer, sid, id, self.epoch));
-        track_request(&shared, &message);
+        shared.track_client_message(&message);
         let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
         if inbox_tx.try_send(message, payload.len()).is_err() {
             return;
@@ -732,20 +732,6 @@ impl Driver {
 }
 
 /// Keeps a server session's set of unanswered requests up to date.
-fn track_request(session: &SessionShared, message: &ClientJsonRpcMessage) {
-    match message {
-        JsonRpcMessage::Request(r) => session.request_started(r.id.clone()),
-        JsonRpcMessage::Notification(n) => {
-            if let ClientNotification::CancelledNotification(c) = &n.notification
-                && let Some(id) = &c.params.request_id
-            {
-                session.request_ended(id);
-            }
-        }
-        JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
-    }
-}
-
 /// Whether a request may open a server session: the legacy handshake, discovery, or a
 /// request carrying the stateless protocol's inline metadata.
 fn opens_session(request: &ClientRequest) -> bool {

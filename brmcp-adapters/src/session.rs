@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use brmcp_wire::{Chunks, MessageId, SessionId, encode_part};
-use rmcp::model::RequestId;
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -123,6 +123,22 @@ impl SessionShared {
     /// A request was answered, failed or cancelled.
     pub(crate) fn request_ended(&self, id: &RequestId) {
         self.unanswered().remove(id);
+    }
+
+    /// Tracks a client message crossing the session, in either role: a request starts,
+    /// a cancellation ends the request it names (the server sends no answer to it).
+    pub(crate) fn track_client_message(&self, message: &ClientJsonRpcMessage) {
+        match message {
+            JsonRpcMessage::Request(r) => self.request_started(r.id.clone()),
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    self.request_ended(id);
+                }
+            }
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
+        }
     }
 
     /// Whether a request is still in progress on the session.

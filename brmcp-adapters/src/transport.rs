@@ -176,14 +176,8 @@ impl Transport<RoleServer> for BrTransport<RoleServer> {
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        match &item {
-            JsonRpcMessage::Response(r) => self.session.request_ended(&r.id),
-            JsonRpcMessage::Error(e) => {
-                if let Some(id) = &e.id {
-                    self.session.request_ended(id);
-                }
-            }
-            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {}
+        if let Some(id) = answered_id(&item) {
+            self.session.request_ended(id);
         }
         let queued = serde_json::to_vec(&item)
             .map_err(AdapterError::from)
@@ -212,10 +206,10 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
             .map_err(AdapterError::from)
             .and_then(|payload| {
                 let payload = Arc::new(payload);
+                self.session.track_client_message(&item);
                 // A request keeps its message id for a replay (see `ClientState`).
                 let mid = match &item {
-                    JsonRpcMessage::Request(r) => {
-                        self.session.request_started(r.id.clone());
+                    JsonRpcMessage::Request(_) => {
                         Some(MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?)
                     }
                     _ => None,
@@ -275,15 +269,19 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
 impl BrTransport<RoleClient> {
     /// A request of ours got its answer (or its local failure): no longer in progress.
     fn answered(&self, message: &ServerJsonRpcMessage) {
-        match message {
-            JsonRpcMessage::Response(r) => self.session.request_ended(&r.id),
-            JsonRpcMessage::Error(e) => {
-                if let Some(id) = &e.id {
-                    self.session.request_ended(id);
-                }
-            }
-            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {}
+        if let Some(id) = answered_id(message) {
+            self.session.request_ended(id);
         }
+    }
+}
+
+/// The request a response or error answers; `None` for requests, notifications and
+/// errors without an id.
+fn answered_id<Req, Resp, Not>(message: &JsonRpcMessage<Req, Resp, Not>) -> Option<&RequestId> {
+    match message {
+        JsonRpcMessage::Response(r) => Some(&r.id),
+        JsonRpcMessage::Error(e) => e.id.as_ref(),
+        JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
     }
 }
 
@@ -427,15 +425,8 @@ impl ClientState {
         &mut self,
         message: ServerJsonRpcMessage,
     ) -> (Option<ServerJsonRpcMessage>, Vec<Resend>) {
-        let id = match &message {
-            JsonRpcMessage::Response(r) => r.id.clone(),
-            JsonRpcMessage::Error(e) => match &e.id {
-                Some(id) => id.clone(),
-                None => return (Some(message), Vec::new()),
-            },
-            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {
-                return (Some(message), Vec::new());
-            }
+        let Some(id) = answered_id(&message).cloned() else {
+            return (Some(message), Vec::new());
         };
         let init_id = self.init.as_ref().map(|(id, _)| id.clone());
 

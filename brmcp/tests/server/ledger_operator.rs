@@ -248,7 +248,12 @@ fn open_for_operator_owns_a_free_directory_and_attaches_to_a_held_one() {
     let opened = Ledger::open_for_operator(dir.path(), NOW).unwrap();
     assert_eq!(opened.refunded, 1);
     assert_eq!(
-        opened.ledger.journal_entry(in_flight).unwrap().unwrap().state,
+        opened
+            .ledger
+            .journal_entry(in_flight)
+            .unwrap()
+            .unwrap()
+            .state,
         CallState::Refunded
     );
     assert_eq!(opened.ledger.purge_expired(NOW).unwrap(), 0);
