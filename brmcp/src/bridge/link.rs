@@ -36,6 +36,8 @@ use rmcp::{ClientHandler, ServiceExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::lock;
+
 /// Notifications kept per upstream progress token before its call is registered.
 const EARLY_PER_TOKEN: usize = 32;
 
@@ -317,10 +319,6 @@ pub(crate) struct Hub {
     inflight: Mutex<Vec<Inflight>>,
     seq: AtomicU64,
     tools: RwLock<Arc<Vec<Tool>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Hub {
@@ -632,9 +630,7 @@ impl LinkHandler {
 }
 
 fn expect<T: serde::de::DeserializeOwned>(result: ClientResult) -> Result<T, ErrorData> {
-    serde_json::to_value(result)
-        .and_then(serde_json::from_value)
-        .map_err(|e| ErrorData::internal_error(format!("agent's answer: {e}"), None))
+    super::reshape(result, "agent's answer")
 }
 
 impl ClientHandler for LinkHandler {

@@ -227,6 +227,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// `value` as a `T`, through JSON: a peer's answer arrives as an untagged union, and
+/// whichever variant it was read as, this lands it in the type the method answers
+/// with. The error names `whose` answer it was.
+fn reshape<T: serde::de::DeserializeOwned>(
+    value: impl serde::Serialize,
+    whose: &str,
+) -> Result<T, rmcp::ErrorData> {
+    serde_json::to_value(value)
+        .and_then(serde_json::from_value)
+        .map_err(|e| rmcp::ErrorData::internal_error(format!("{whose}: {e}"), None))
+}
+
 /// `N` random bytes as lowercase hex.
 pub(crate) fn random_hex<const N: usize>() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; N];

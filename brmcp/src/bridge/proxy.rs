@@ -9,14 +9,13 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientNotification,
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, ContentBlock,
     CustomRequest, CustomResult, DiscoverResult, ErrorCode, ErrorData, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InitializeRequestParams,
-    InitializeResult, ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
+    GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
+    ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
     ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, ListToolsRequest,
     ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, RequestMetaObject, ResultType,
-    RootsListChangedNotification, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest,
-    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest,
-    UnsubscribeRequestParams,
+    ReadResourceResponse, RequestMetaObject, ResultType, RootsListChangedNotification,
+    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceError};
@@ -105,15 +104,27 @@ fn forwarded_meta(meta: &RequestMetaObject) -> RequestMetaObject {
 /// an untagged union; going through JSON lands it in the expected type whichever
 /// variant it was read as.
 fn expect<T: serde::de::DeserializeOwned>(result: ServerResult) -> Result<T, ErrorData> {
-    serde_json::to_value(result)
-        .and_then(serde_json::from_value)
-        .map_err(|e| ErrorData::internal_error(format!("bot's answer: {e}"), None))
+    super::reshape(result, "bot's answer")
 }
 
 /// `resultType: "complete"` where the bot (on an older protocol) left it out; rmcp
 /// strips it again for agents on older protocols.
 fn complete(result_type: &mut Option<ResultType>) {
     result_type.get_or_insert(ResultType::COMPLETE);
+}
+
+/// [`expect`] for the results that carry a `resultType`, [`complete`] where missing.
+fn expect_complete<T: serde::de::DeserializeOwned>(result: ServerResult) -> Result<T, ErrorData> {
+    let answer =
+        |e: serde_json::Error| ErrorData::internal_error(format!("bot's answer: {e}"), None);
+    let mut value = serde_json::to_value(result).map_err(answer)?;
+    if let Value::Object(fields) = &mut value
+        && !fields.contains_key("resultType")
+    {
+        let complete = serde_json::to_value(ResultType::COMPLETE).map_err(answer)?;
+        fields.insert("resultType".into(), complete);
+    }
+    serde_json::from_value(value).map_err(answer)
 }
 
 impl ProxyServer {
@@ -190,6 +201,15 @@ impl ProxyServer {
     }
 
     /// Forwards a request, retrying once on a fresh session if the session failed.
+    /// [`forward`](Self::forward), the answer as `T` (see [`expect_complete`]).
+    async fn forward_complete<T: serde::de::DeserializeOwned>(
+        &self,
+        request: impl Into<ClientRequest>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<T, ErrorData> {
+        expect_complete(self.forward(request.into(), ctx).await?)
+    }
+
     async fn forward(
         &self,
         request: ClientRequest,
@@ -351,15 +371,8 @@ impl ServerHandler for ProxyServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let r = self
-            .forward(
-                ClientRequest::CompleteRequest(CompleteRequest::new(request)),
-                &context,
-            )
-            .await?;
-        let mut r: CompleteResult = expect(r)?;
-        complete(&mut r.result_type);
-        Ok(r)
+        self.forward_complete(CompleteRequest::new(request), &context)
+            .await
     }
 
     async fn set_level(
@@ -388,11 +401,7 @@ impl ServerHandler for ProxyServer {
             .await?
         {
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
-            other => {
-                let mut r: GetPromptResult = expect(other)?;
-                complete(&mut r.result_type);
-                Ok(GetPromptResponse::Complete(r))
-            }
+            other => Ok(GetPromptResponse::Complete(expect_complete(other)?)),
         }
     }
 
@@ -402,16 +411,10 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let request = ListPromptsRequest {
-            method: Default::default(),
             params: request,
-            extensions: Default::default(),
+            ..Default::default()
         };
-        let r = self
-            .forward(ClientRequest::ListPromptsRequest(request), &context)
-            .await?;
-        let mut r: ListPromptsResult = expect(r)?;
-        complete(&mut r.result_type);
-        Ok(r)
+        self.forward_complete(request, &context).await
     }
 
     async fn list_resources(
@@ -420,16 +423,10 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let request = ListResourcesRequest {
-            method: Default::default(),
             params: request,
-            extensions: Default::default(),
+            ..Default::default()
         };
-        let r = self
-            .forward(ClientRequest::ListResourcesRequest(request), &context)
-            .await?;
-        let mut r: ListResourcesResult = expect(r)?;
-        complete(&mut r.result_type);
-        Ok(r)
+        self.forward_complete(request, &context).await
     }
 
     async fn list_resource_templates(
@@ -438,19 +435,10 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let request = ListResourceTemplatesRequest {
-            method: Default::default(),
             params: request,
-            extensions: Default::default(),
+            ..Default::default()
         };
-        let r = self
-            .forward(
-                ClientRequest::ListResourceTemplatesRequest(request),
-                &context,
-            )
-            .await?;
-        let mut r: ListResourceTemplatesResult = expect(r)?;
-        complete(&mut r.result_type);
-        Ok(r)
+        self.forward_complete(request, &context).await
     }
 
     async fn read_resource(
@@ -466,11 +454,7 @@ impl ServerHandler for ProxyServer {
             .await?
         {
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
-            other => {
-                let mut r: ReadResourceResult = expect(other)?;
-                complete(&mut r.result_type);
-                Ok(ReadResourceResponse::Complete(r))
-            }
+            other => Ok(ReadResourceResponse::Complete(expect_complete(other)?)),
         }
     }
 
@@ -522,16 +506,10 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let request = ListToolsRequest {
-            method: Default::default(),
             params: request,
-            extensions: Default::default(),
+            ..Default::default()
         };
-        let r = self
-            .forward(ClientRequest::ListToolsRequest(request), &context)
-            .await?;
-        let mut r: ListToolsResult = expect(r)?;
-        complete(&mut r.result_type);
-        Ok(r)
+        self.forward_complete(request, &context).await
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
