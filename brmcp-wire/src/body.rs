@@ -101,7 +101,15 @@ pub(crate) fn decoded_len_max(body: &[u8]) -> usize {
 /// padding. For an invalid body it is still a well-defined number, which the reassembler
 /// uses to order its checks (WIRE.md §6). Scans the body: used off the hot path only.
 pub(crate) fn decoded_len_exact(body: &[u8]) -> usize {
-    exact_decoded_len(body)
+    let symbols = body.iter().filter(|&&b| !is_body_space(b)).count();
+    let pads = body
+        .iter()
+        .rev()
+        .filter(|&&b| !is_body_space(b))
+        .take(2)
+        .filter(|&&b| b == b'=')
+        .count();
+    (symbols / 4 * 3).saturating_sub(pads)
 }
 
 /// The ASCII whitespace WIRE.md allows inside a body (RE2's `\s`; not vertical tab).
@@ -134,7 +142,7 @@ pub(crate) fn decode_with<E: Engine>(
                 }
                 return decode_gathered(engine, body, out);
             }
-            Err(map_error(e, body, 0, out.len(), body))
+            Err(map_error(e, body, body))
         }
     }
 }
@@ -159,7 +167,6 @@ fn decode_gathered<E: Engine>(engine: &E, body: &[u8], out: &mut [u8]) -> Result
             }
             written += decode_block(engine, &buf, body, block_start, out, written)?;
             filled = 0;
-            block_start = i;
         }
         if filled == 0 {
             block_start = i;
@@ -184,7 +191,7 @@ fn decode_block<E: Engine>(
 ) -> Result<usize, BodyError> {
     let dest = out.get_mut(written..).unwrap_or_default();
     engine.decode_slice(block, dest).map_err(|e| {
-        let e = map_error(e, block, written, out.len(), body);
+        let e = map_error(e, block, body);
         match e {
             BodyError::Invalid { offset } => BodyError::Invalid {
                 offset: body_offset(body, block_start, offset),
@@ -207,21 +214,13 @@ fn body_offset(body: &[u8], start: usize, k: usize) -> usize {
         .map_or(body.len(), |(i, _)| i)
 }
 
-/// Maps an engine error on `input` to a [`BodyError`]; offsets are relative to `input`.
-fn map_error(
-    e: DecodeSliceError,
-    input: &[u8],
-    written: usize,
-    out_len: usize,
-    body: &[u8],
-) -> BodyError {
+/// Maps an engine error on `input` (all of `body`, or one block of it) to a
+/// [`BodyError`]; offsets are relative to `input`.
+fn map_error(e: DecodeSliceError, input: &[u8], body: &[u8]) -> BodyError {
     match e {
-        DecodeSliceError::OutputSliceTooSmall => {
-            let _ = (written, out_len);
-            BodyError::BufferTooSmall {
-                required: exact_decoded_len(body),
-            }
-        }
+        DecodeSliceError::OutputSliceTooSmall => BodyError::BufferTooSmall {
+            required: decoded_len_exact(body),
+        },
         DecodeSliceError::DecodeError(e) => match e {
             DecodeError::InvalidByte(offset, _) => BodyError::Invalid { offset },
             DecodeError::InvalidLastSymbol { offset, .. } => BodyError::TrailingBits { offset },
@@ -231,19 +230,6 @@ fn map_error(
             },
         },
     }
-}
-
-/// Decoded length of a body, counting only its symbols (used for error reports).
-fn exact_decoded_len(body: &[u8]) -> usize {
-    let symbols = body.iter().filter(|&&b| !is_body_space(b)).count();
-    let pads = body
-        .iter()
-        .rev()
-        .filter(|&&b| !is_body_space(b))
-        .take(2)
-        .filter(|&&b| b == b'=')
-        .count();
-    (symbols / 4 * 3).saturating_sub(pads)
 }
 
 #[cfg(test)]

@@ -57,12 +57,17 @@ pub(crate) const fn check_id(bytes: &[u8]) -> Result<(), IdError> {
     }
     let mut i = 0;
     while i < bytes.len() {
-        if !matches!(bytes[i], b'0'..=b'9' | b'a'..=b'f') {
+        if !is_id_byte(bytes[i]) {
             return Err(IdError::NotLowerHex { offset: i });
         }
         i += 1;
     }
     Ok(())
+}
+
+/// Whether `b` may appear in an id: a lowercase hex digit.
+pub(crate) const fn is_id_byte(b: u8) -> bool {
+    matches!(b, b'0'..=b'9' | b'a'..=b'f')
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -89,7 +94,8 @@ macro_rules! id_type {
                 Ok(Self { len: bytes.len() as u8, buf })
             }
 
-            /// Builds an id from bytes the caller has already checked with `check_id`.
+            /// Builds an id from bytes the caller has already checked: 1 to
+            /// `MAX_ID_LEN` bytes, each [`is_id_byte`].
             pub(crate) fn from_checked(bytes: &[u8]) -> Self {
                 let mut buf = [0u8; MAX_ID_LEN];
                 buf[..bytes.len()].copy_from_slice(bytes);

@@ -11,7 +11,6 @@
 use crate::envelope::{Header, Part};
 use crate::error::{BodyError, Field, ParseError};
 use crate::id::{MessageId, SessionId};
-use crate::limits::MAX_PARTS;
 
 /// Which language of envelopes the parser accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -167,17 +166,12 @@ fn header(params: &[u8], canonical: bool) -> Result<Header, ParseError> {
     if canonical && seen & (1 << (Field::Exp as u8)) == 0 {
         return Err(ParseError::MissingField(Field::Exp));
     }
-    if seq < 1 || seq > total || total > i64::from(MAX_PARTS) {
-        return Err(ParseError::BadSeq);
+    match (u16::try_from(seq), u16::try_from(total)) {
+        (Ok(seq), Ok(total)) => {
+            Header::new(sid, mid, seq, total, exp).map_err(|_| ParseError::BadSeq)
+        }
+        _ => Err(ParseError::BadSeq),
     }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 1..=64
-    Ok(Header {
-        sid,
-        mid,
-        seq: seq as u16,
-        total: total as u16,
-        exp,
-    })
 }
 
 fn number(value: &[u8], field: Field, canonical: bool) -> Result<i64, ParseError> {
@@ -199,7 +193,6 @@ mod grammar {
     use crate::envelope::Header;
     use crate::error::ParseError;
     use crate::id::{MessageId, SessionId};
-    use crate::limits::MAX_PARTS;
 
     type Res<'a, T> = nom::IResult<&'a [u8], T, nom::error::Error<&'a [u8]>>;
 
@@ -255,11 +248,7 @@ mod grammar {
         }
 
         fn id(&mut self) -> Option<&'a [u8]> {
-            self.until(
-                b',',
-                crate::MAX_ID_LEN,
-                |b| matches!(b, b'0'..=b'9' | b'a'..=b'f'),
-            )
+            self.until(b',', crate::MAX_ID_LEN, crate::id::is_id_byte)
         }
 
         /// A canonical unsigned number (no sign, no leading zero) ended by `end`.
@@ -298,18 +287,17 @@ mod grammar {
         } else {
             i64::try_from(magnitude).ok()?
         };
-        let seq = u16::try_from(seq).ok()?;
-        let total = u16::try_from(total).ok()?;
-        if seq < 1 || seq > total || total > MAX_PARTS || c.at == text.len() {
+        if c.at == text.len() {
             return None;
         }
-        let header = Header {
-            sid: SessionId::from_checked(sid),
-            mid: MessageId::from_checked(mid),
-            seq,
-            total,
+        let header = Header::new(
+            SessionId::from_checked(sid),
+            MessageId::from_checked(mid),
+            u16::try_from(seq).ok()?,
+            u16::try_from(total).ok()?,
             exp,
-        };
+        )
+        .ok()?;
         Some((header, &text[c.at..]))
     }
 

@@ -431,12 +431,7 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             // A new region: first fit between existing ones, else compact.
             self.slots.remove(index);
             let offset = self.first_fit(size).unwrap_or_else(|| self.compact());
-            let at = self.slots.partition_point(|s| s.offset < offset);
-            let mut slot = slot;
-            slot.offset = offset;
-            // Cannot fail: a slot was just removed.
-            let _ = self.slots.insert(at, slot);
-            return at;
+            return self.place(slot, offset);
         }
         // A free gap elsewhere that holds the grown region: move this region's bytes
         // there (a copy of its own size only).
@@ -444,17 +439,12 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             self.slots.remove(index);
             self.arena
                 .copy_within(slot.offset..slot.offset + slot.size, offset);
-            let at = self.slots.partition_point(|s| s.offset < offset);
-            let mut slot = slot;
-            slot.offset = offset;
-            let _ = self.slots.insert(at, slot);
-            return at;
+            return self.place(slot, offset);
         }
         // Last resort: pack every region at the start, then rotate this one to the end of
         // the packed bytes so it can grow into the free space after it.
-        self.compact();
+        let used = self.compact();
         let slot = self.slots.remove(index);
-        let used = self.used_end_of_others(slot.offset + slot.size);
         self.arena[slot.offset..used].rotate_left(slot.size);
         for s in self.slots.iter_mut().skip(index) {
             s.offset -= slot.size;
@@ -466,11 +456,14 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
         at
     }
 
-    /// End of the packed bytes after compaction: the end of the last region, or `min`.
-    fn used_end_of_others(&self, min: usize) -> usize {
-        self.slots
-            .last()
-            .map_or(min, |s| (s.offset + s.size).max(min))
+    /// Puts `slot`, just removed, back with its region at `offset`, keeping the slots
+    /// ordered by offset; returns its index.
+    fn place(&mut self, mut slot: Slot<P>, offset: usize) -> usize {
+        slot.offset = offset;
+        let at = self.slots.partition_point(|s| s.offset < offset);
+        // Cannot fail: a slot was just removed.
+        let _ = self.slots.insert(at, slot);
+        at
     }
 
     /// Lowest offset with `size` free bytes before the next region (or the arena's end).
