@@ -761,10 +761,7 @@ impl Shared {
                 .await;
             match held {
                 Ok(None) => {}
-                Ok(Some(answer)) => {
-                    self.counters.count_answer(&answer);
-                    return answer_for(answer, &tool);
-                }
+                Ok(Some(answer)) => return self.answer(answer, &tool),
                 Err(e) => return store_failure(&e),
             }
         }
@@ -793,10 +790,7 @@ impl Shared {
                 .await;
             match charge {
                 Ok(Charge::Run(id)) => Some(id),
-                Ok(answer) => {
-                    self.counters.count_answer(&answer);
-                    return answer_for(answer, &tool);
-                }
+                Ok(answer) => return self.answer(answer, &tool),
                 Err(e) => return store_failure(&e),
             }
         };
@@ -834,6 +828,12 @@ impl Shared {
                 result
             }
         }
+    }
+
+    /// The result of a call the store answered without a run, counted.
+    fn answer(&self, charge: Charge, tool: &str) -> CallToolResult {
+        self.counters.count_answer(&charge);
+        answer_for(charge, tool)
     }
 
     /// Completes (no `refund_reason`) or refunds a charged call, keeping `result` as its

@@ -63,6 +63,13 @@ const CHECK_LINES: usize = 4;
 
 const SCHEMA: &str = include_str!("ledger_schema.sql");
 
+/// The columns [`found`] reads, in its order (a macro, for `concat!`).
+macro_rules! found_columns {
+    () => {
+        "SELECT caller, price_atoms, state, call_key IS NOT NULL"
+    };
+}
+
 /// Why a ledger operation failed.
 ///
 /// A caller short of money is not an error: see [`Charge::Insufficient`].
@@ -514,7 +521,7 @@ impl Ledger {
                 state: found.state,
             });
         }
-        let matoms = atoms_to_matoms(found.price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
+        let matoms = found.price_matoms()?;
         let balance = add_balance(&tx, &found.caller, matoms)?;
         tx.execute(
             "UPDATE calls SET state = 'refunded', reason = ?2, finished_at = ?3 WHERE id = ?1",
@@ -706,9 +713,7 @@ impl Billing for Ledger {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found = lookup_pending(&tx, call)?;
-        let matoms = atoms_to_matoms(found.price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
-        add_balance(&tx, &found.caller, matoms)?;
-        close(&tx, &found, CallState::Refunded, Some(reason), outcome, now)?;
+        refund_pending(&tx, &found, reason, outcome, now)?;
         tx.commit()?;
         Ok(())
     }
@@ -923,25 +928,16 @@ fn refund_interrupted(conn: &mut Connection, now: UnixTime) -> Result<usize, Led
     // processes out from here on.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let pending = {
-        let mut stmt =
-            tx.prepare("SELECT id, caller, price_atoms FROM calls WHERE state = 'pending'")?;
-        stmt.query_map([], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
-                amount(row, 2)?,
-            ))
-        })?
-        .collect::<Result<Vec<_>, _>>()?
+        let mut stmt = tx.prepare(concat!(
+            found_columns!(),
+            ", id FROM calls WHERE state = 'pending'"
+        ))?;
+        stmt.query_map([], |row| found(row, CallId::new(row.get(4)?)))?
+            .collect::<Result<Vec<_>, _>>()?
     };
-    for (id, caller, price_atoms) in &pending {
-        let matoms = atoms_to_matoms(*price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
-        add_balance(&tx, caller, matoms)?;
-        tx.execute(
-            "UPDATE calls SET state = 'refunded', reason = ?2, finished_at = ?3, \
-             key_held = 0, outcome = NULL, replay_until = NULL WHERE id = ?1",
-            params![id, INTERRUPTED, now.secs()],
-        )?;
+    for call in &pending {
+        // No outcome: the key is released, so the caller's retry runs afresh.
+        refund_pending(&tx, call, INTERRUPTED, None, now)?;
     }
     tx.commit()?;
     Ok(pending.len())
@@ -1004,22 +1000,42 @@ struct Found {
     keyed: bool,
 }
 
+impl Found {
+    fn price_matoms(&self) -> Result<u64, LedgerError> {
+        atoms_to_matoms(self.price_atoms).ok_or(LedgerError::AmountOutOfRange)
+    }
+}
+
+fn found(row: &Row<'_>, id: CallId) -> rusqlite::Result<Found> {
+    Ok(Found {
+        id,
+        caller: row.get(0)?,
+        price_atoms: amount(row, 1)?,
+        state: CallState::from_sql(row, 2)?,
+        keyed: row.get(3)?,
+    })
+}
+
 fn lookup(conn: &Connection, call: CallId) -> Result<Found, LedgerError> {
     conn.query_row(
-        "SELECT caller, price_atoms, state, call_key IS NOT NULL FROM calls WHERE id = ?1",
+        concat!(found_columns!(), " FROM calls WHERE id = ?1"),
         [call.get()],
-        |row| {
-            Ok(Found {
-                id: call,
-                caller: row.get(0)?,
-                price_atoms: amount(row, 1)?,
-                state: CallState::from_sql(row, 2)?,
-                keyed: row.get(3)?,
-            })
-        },
+        |row| found(row, call),
     )
     .optional()?
     .ok_or(LedgerError::UnknownCall(call))
+}
+
+/// Pays a pending call's price back to its caller and closes it refunded.
+fn refund_pending(
+    conn: &Connection,
+    call: &Found,
+    reason: &str,
+    outcome: Option<&str>,
+    now: UnixTime,
+) -> Result<(), LedgerError> {
+    add_balance(conn, &call.caller, call.price_matoms()?)?;
+    close(conn, call, CallState::Refunded, Some(reason), outcome, now)
 }
 
 fn lookup_pending(conn: &Connection, call: CallId) -> Result<Found, LedgerError> {
