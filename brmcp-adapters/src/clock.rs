@@ -61,3 +61,11 @@ impl Clock for TokioClock {
         self.start.saturating_add(self.anchor.elapsed().as_secs())
     }
 }
+
+/// Sleeps until `at`; never wakes for `None` (a timer that is not set).
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -88,3 +88,11 @@ pub use peer::{PeerId, PeerIdError};
 pub use router::Router;
 pub use stats::RouterStats;
 pub use transport::{BrTransport, REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
+
+/// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
+/// data half-updated.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -208,11 +208,7 @@ impl Fabric {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves consistent state; keep going.
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::lock(&self.inner.state)
     }
 
     /// Changes the faults for PMs sent from now on.
@@ -346,10 +342,7 @@ async fn deliver(fabric: std::sync::Weak<FabricInner>, id: PeerId, wake: Arc<Not
             let Some(inner) = fabric.upgrade() else {
                 return;
             };
-            let mut state = inner
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut state = crate::lock(&inner.state);
             match state.endpoints.get_mut(&id) {
                 // Replaced by a newer attach: that one has its own task.
                 Some(endpoint) if !Arc::ptr_eq(&endpoint.wake, &wake) => Next::Stop,

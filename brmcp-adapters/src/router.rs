@@ -35,6 +35,7 @@ use rmcp::service::{RoleClient, RoleServer, Service};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
+use crate::clock::sleep_until_opt;
 use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
 use crate::error::AdapterError;
 use crate::host::PmSender;
@@ -753,12 +754,5 @@ fn deliver<T>(tx: &InboxTx<T>, message: T, len: usize) -> Delivery {
         Ok(()) => Delivery::Queued,
         Err(Refused::Full) => Delivery::Full,
         Err(Refused::Gone) => Delivery::Gone,
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

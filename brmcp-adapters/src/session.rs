@@ -41,8 +41,7 @@ impl Outlet {
             Some(mid) => mid,
             None => MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?,
         };
-        let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
-        let exp = self.clock.now().0.saturating_add(ttl).max(1);
+        let exp = self.clock.now().saturating_add(self.ttl.as_secs()).0.max(1);
         let chunks = Chunks::new(sid, mid, exp, payload, self.chunk_len)?;
         for (header, chunk) in chunks {
             let mut pm = vec![0u8; header.encoded_len(chunk.len())];
@@ -110,9 +109,7 @@ impl SessionShared {
     }
 
     fn unanswered(&self) -> MutexGuard<'_, HashSet<RequestId>> {
-        self.unanswered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::lock(&self.unanswered)
     }
 
     /// A request is in progress (the peer's, or one we sent).
@@ -192,7 +189,7 @@ pub(crate) fn spawn_writer(
             let result = outlet
                 .send_message(&session.peer, session.sid, mid, &payload)
                 .await;
-            session.queued.fetch_sub(payload.len(), Ordering::AcqRel);
+            session.release_outbound(payload.len());
             if let Err(e) = &result {
                 tracing::debug!(peer = %session.peer, sid = %session.sid, error = %e, "send failed");
             }

@@ -44,6 +44,7 @@ use super::error::ClientRpcError;
 use super::lock;
 use super::proto::{ErrorObject, Incoming, Request, StreamRequest};
 use super::tls;
+use crate::clock::sleep_until_opt;
 
 /// The websocket over TLS over TCP.
 pub(crate) type Ws = WebSocketStream<TlsStream<TcpStream>>;
@@ -398,13 +399,6 @@ fn id_number(id: &Value) -> Option<u64> {
 /// Resolves once the flag is set (or its sender is gone), holding no borrow.
 pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|set| *set).await;
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 async fn read_loop(

@@ -33,7 +33,6 @@
 //!
 //! Crypto: rustls with the ring provider.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 mod config;
 mod conn;
@@ -55,8 +54,4 @@ pub use host::{
 };
 pub use streams::{AckStore, FileAckStore, MemoryAckStore, SEEN_IDS, StreamKind};
 
-/// Locks a std mutex, ignoring poisoning: no critical section here leaves its data
-/// half-updated.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::lock;
