@@ -33,7 +33,6 @@
 //!
 //! Crypto: rustls with the ring provider.
 
-
 mod config;
 mod conn;
 mod error;

@@ -426,7 +426,10 @@ const fn is_false(v: &bool) -> bool {
 }
 
 /// Decodes protojson `bytes`: standard or URL-safe alphabet, padded or not.
-pub(crate) fn decode_bytes(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+///
+/// # Errors
+/// The base64 decoder's, as text.
+pub fn decode_bytes(text: &str) -> Result<Vec<u8>, impl std::fmt::Display + use<>> {
     if text.contains(['-', '_']) {
         URL_SAFE_PAD_INDIFFERENT.decode(text)
     } else {

@@ -96,7 +96,7 @@ use relay::Relay;
 use server::ServerSettings;
 
 /// A boxed error from a dependency (TLS, certificate generation).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use brmcp_adapters::BoxError;
 
 /// Identifies a node of a [`Devnet`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -15,9 +15,7 @@
 //! Protojson error texts carry a `(line:col)` position in Go; these omit it.
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{
-    STANDARD, STANDARD_PAD_INDIFFERENT, URL_SAFE_PAD_INDIFFERENT,
-};
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Number, Value};
 
 /// The type of a proto field, as far as decoding needs it.
@@ -210,17 +208,9 @@ fn decode_value(kind: Kind, key: &str, v: &Value) -> Result<Val, String> {
             _ => Err(invalid("string", key, v)),
         },
         Kind::Bytes => match v {
-            Value::String(s) => {
-                let engine = if s.contains(['-', '_']) {
-                    &URL_SAFE_PAD_INDIFFERENT
-                } else {
-                    &STANDARD_PAD_INDIFFERENT
-                };
-                engine
-                    .decode(s)
-                    .map(Val::Bytes)
-                    .map_err(|_| invalid("bytes", key, v))
-            }
+            Value::String(s) => brmcp_adapters::clientrpc::proto::decode_bytes(s)
+                .map(Val::Bytes)
+                .map_err(|_| invalid("bytes", key, v)),
             _ => Err(invalid("bytes", key, v)),
         },
         Kind::U64 => integer(v, 0, i128::from(u64::MAX))
