@@ -26,7 +26,7 @@ use brmcp_adapters::{BoxError, Clock, PeerId};
 use tokio::sync::{broadcast, oneshot};
 
 use super::settings::{Mode, Settings};
-use super::spend::SpendLog;
+use super::spend::{SpendLog, fits_daily_cap};
 
 /// How a payment reaches a bot: the host's payment rail (Bison Relay tips).
 pub trait Payer: Send + Sync + 'static {
@@ -154,14 +154,16 @@ impl Policy {
         let over_daily = |spent: u64| {
             format!("{amount} atoms would exceed the daily cap ({spent} spent of {daily})")
         };
-        let spent = self
-            .spend
-            .spent_today(self.clock.now())
-            .map_err(|e| e.to_string())?;
-        if daily == 0 || spent.saturating_add(amount) > daily {
-            return Err(over_daily(spent));
-        }
         if settings.mode == Mode::Approval {
+            // Not asked about a payment the daily cap refuses anyway; `reserve` below
+            // is the check that binds.
+            let spent = self
+                .spend
+                .spent_today(self.clock.now())
+                .map_err(|e| e.to_string())?;
+            if !fits_daily_cap(spent, amount, daily) {
+                return Err(over_daily(spent));
+            }
             self.approve(settings, bot, tool, amount).await?;
         }
         let id = match self

@@ -111,6 +111,12 @@ pub enum SpendError {
     Foreign(String),
 }
 
+/// Whether paying `atoms` with `spent` already counted stays within `daily_cap`; a cap
+/// of 0 never pays.
+pub(crate) const fn fits_daily_cap(spent: u64, atoms: u64, daily_cap: u64) -> bool {
+    daily_cap != 0 && spent.saturating_add(atoms) <= daily_cap
+}
+
 /// The reservation refused: the daily cap would be exceeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OverDailyCap {
@@ -207,7 +213,7 @@ impl SpendLog {
         let mut db = self.db();
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let spent = spent(&tx, now)?;
-        if daily_cap == 0 || spent.saturating_add(atoms) > daily_cap {
+        if !fits_daily_cap(spent, atoms, daily_cap) {
             return Ok(Err(OverDailyCap { spent }));
         }
         tx.execute(
