@@ -200,7 +200,6 @@ impl ProxyServer {
         }
     }
 
-    /// Forwards a request, retrying once on a fresh session if the session failed.
     /// [`forward`](Self::forward), the answer as `T` (see [`expect_complete`]).
     async fn forward_complete<T: serde::de::DeserializeOwned>(
         &self,
@@ -210,22 +209,37 @@ impl ProxyServer {
         expect_complete(self.forward(request.into(), ctx).await?)
     }
 
+    /// Forwards a request, retrying once on a fresh session if the session failed.
     async fn forward(
         &self,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, Failure> {
         let meta = forwarded_meta(&ctx.meta);
-        let mut retried = false;
+        self.forward_retrying(&request, &meta, ctx, &mut false)
+            .await
+    }
+
+    /// Sends `request` with `meta`; on a failed session, once per `retried` (which may
+    /// span several sends of one logical call), again on a fresh session.
+    async fn forward_retrying(
+        &self,
+        request: &ClientRequest,
+        meta: &RequestMetaObject,
+        ctx: &RequestContext<RoleServer>,
+        retried: &mut bool,
+    ) -> Result<ServerResult, Failure> {
         loop {
             let conn = self.conn().await?;
             match self
                 .forward_once(&conn, request.clone(), meta.clone(), ctx)
                 .await
             {
-                Err(Failure::Transport(e)) if !retried => {
+                Err(Failure::Transport(e)) if !*retried => {
+                    // A call keeps its key: if the first attempt ran, the bot replays
+                    // its outcome.
                     tracing::debug!(bot = %self.link.bot, error = %e, "retrying on a fresh session");
-                    retried = true;
+                    *retried = true;
                     self.link.reset(&conn);
                 }
                 other => return other,
@@ -247,21 +261,9 @@ impl ProxyServer {
         let config = &self.bridge.config;
         let (mut retried, mut paid, mut polls) = (false, false, 0);
         loop {
-            let conn = self.conn().await?;
-            let result = match self
-                .forward_once(&conn, request.clone(), meta.clone(), ctx)
-                .await
-            {
-                Err(Failure::Transport(e)) if !retried => {
-                    // Same key: if the first attempt ran, the bot replays its outcome.
-                    tracing::debug!(bot = %self.link.bot, error = %e, "retrying on a fresh session");
-                    retried = true;
-                    self.link.reset(&conn);
-                    continue;
-                }
-                Err(failure) => return Err(failure.into()),
-                Ok(result) => result,
-            };
+            let result = self
+                .forward_retrying(&request, &meta, ctx, &mut retried)
+                .await?;
             let mut result = match result {
                 ServerResult::CallToolResult(r) => r,
                 ServerResult::InputRequiredResult(r) => {
