@@ -250,9 +250,9 @@ struct Inflight {
     seq: u64,
     peer: Peer<RoleServer>,
     id: rmcp::model::RequestId,
-    /// Sent by an agent without a session here (stateless lifecycle).
-    sessionless: bool,
-    logs: Arc<LogOutbox>,
+    /// For an agent without a session here (stateless lifecycle): the log messages to
+    /// send on this request's stream.
+    logs: Option<Arc<LogOutbox>>,
 }
 
 /// Log messages for an agent on the stateless lifecycle, sent on the stream of its
@@ -287,7 +287,7 @@ pub(crate) struct Route {
 
 impl Route {
     fn queue(&self) -> MutexGuard<'_, VecDeque<ProgressNotificationParam>> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.queue)
     }
 
     /// Sends what is queued, in order; concurrent flushes take turns.
@@ -365,16 +365,17 @@ impl Hub {
         sessionless: bool,
     ) -> Tracked {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let logs = Arc::new(LogOutbox {
-            peer: peer.clone(),
-            queue: Mutex::default(),
-            send: tokio::sync::Mutex::new(()),
+        let logs = sessionless.then(|| {
+            Arc::new(LogOutbox {
+                peer: peer.clone(),
+                queue: Mutex::default(),
+                send: tokio::sync::Mutex::new(()),
+            })
         });
         lock(&self.inflight).push(Inflight {
             seq,
             peer: peer.clone(),
             id: id.clone(),
-            sessionless,
             logs: logs.clone(),
         });
         Tracked {
@@ -396,8 +397,7 @@ impl Hub {
         }
         let stateless: Vec<Arc<LogOutbox>> = lock(&self.inflight)
             .iter()
-            .filter(|i| i.sessionless)
-            .map(|i| i.logs.clone())
+            .filter_map(|i| i.logs.clone())
             .collect();
         for outbox in stateless {
             lock(&outbox.queue).push_back(params.clone());
@@ -553,13 +553,15 @@ impl Hub {
 pub(crate) struct Tracked {
     hub: Arc<Hub>,
     seq: u64,
-    logs: Arc<LogOutbox>,
+    logs: Option<Arc<LogOutbox>>,
 }
 
 impl Tracked {
     /// Sends the log messages still queued for the request (call before answering).
     pub(crate) async fn flush(&self) {
-        self.logs.flush().await;
+        if let Some(logs) = &self.logs {
+            logs.flush().await;
+        }
     }
 }
 
