@@ -178,14 +178,18 @@ impl<'a> Chunks<'a> {
     pub fn max_pm_len(&self) -> usize {
         let longest = self.chunk_len.min(self.payload.len());
         // The last part has the widest seq; its header is the longest.
-        let header = Header {
+        self.header(self.total).encoded_len(longest)
+    }
+
+    /// The header of part `seq` (within `1..=total`).
+    const fn header(&self, seq: u16) -> Header {
+        Header {
             sid: self.sid,
             mid: self.mid,
-            seq: self.total,
+            seq,
             total: self.total,
             exp: self.exp,
-        };
-        header.encoded_len(longest)
+        }
     }
 }
 
@@ -200,14 +204,10 @@ impl<'a> Iterator for Chunks<'a> {
         self.next += 1;
         let start = usize::from(seq - 1) * self.chunk_len;
         let end = start.saturating_add(self.chunk_len).min(self.payload.len());
-        let header = Header {
-            sid: self.sid,
-            mid: self.mid,
-            seq,
-            total: self.total,
-            exp: self.exp,
-        };
-        Some((header, self.payload.get(start..end).unwrap_or_default()))
+        Some((
+            self.header(seq),
+            self.payload.get(start..end).unwrap_or_default(),
+        ))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

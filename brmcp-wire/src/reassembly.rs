@@ -294,13 +294,19 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
             loop {
                 let plan = match self.plan(*index, seq, len) {
                     Ok(plan) => plan,
-                    Err(_) if len == claimed && part.decoded_len() != claimed => {
-                        len = part.decoded_len();
-                        if len == 0 {
+                    // Refused at the claimed length: try the exact one (a scan of the
+                    // body), once.
+                    Err(e) if len == claimed => {
+                        let exact = part.decoded_len();
+                        if exact == claimed {
+                            return Err(e);
+                        }
+                        if exact == 0 {
                             // No symbols to measure: the body itself is what is wrong.
                             let e = part.decode_body(&mut []).err();
                             return Err(e.unwrap_or(BodyError::Empty).into());
                         }
+                        len = exact;
                         continue;
                     }
                     Err(e) => return Err(e),
