@@ -70,6 +70,7 @@ mod inbox;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod mem;
 mod peer;
+pub mod protocol;
 mod router;
 mod session;
 mod stats;
@@ -85,9 +86,10 @@ pub use config::{
 pub use error::{AdapterError, BoxError};
 pub use host::{AllowAll, Authorizer, PmSender};
 pub use peer::{PeerId, PeerIdError};
+pub use protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
 pub use router::Router;
 pub use stats::RouterStats;
-pub use transport::{BrTransport, REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
+pub use transport::BrTransport;
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
 /// data half-updated.

@@ -41,9 +41,10 @@ use crate::error::AdapterError;
 use crate::host::PmSender;
 use crate::inbox::{InboxTx, Refused, inbox};
 use crate::peer::PeerId;
+use crate::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
 use crate::session::{Outlet, SessionShared, spawn_writer};
 use crate::stats::{Counters, RouterStats};
-use crate::transport::{BrTransport, SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
+use crate::transport::BrTransport;
 
 /// Completed message ids remembered per session, to drop duplicates of them.
 const RECENT_MIDS: usize = 64;

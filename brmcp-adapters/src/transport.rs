@@ -22,7 +22,7 @@ use std::time::Duration;
 use brmcp_wire::{MessageId, SessionId};
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification,
-    ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+    ClientRequest, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
 };
 use rmcp::service::{RoleClient, RoleServer, RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -32,20 +32,9 @@ use tokio::time::Instant;
 use crate::error::AdapterError;
 use crate::inbox::InboxRx;
 use crate::peer::PeerId;
+use crate::protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND};
 use crate::router::Ctl;
 use crate::session::{Outbound, SessionShared};
-
-/// JSON-RPC error code a router answers with when a request arrives for a session it
-/// does not have and the request cannot open one (not `initialize`, no inline
-/// protocol metadata). A dialed session recovers from it transparently.
-pub const SESSION_NOT_FOUND: ErrorCode = ErrorCode(-32003);
-
-/// JSON-RPC error code of a request that got no answer in time (the TypeScript SDK's
-/// `RequestTimeout` code).
-pub const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
-
-/// JSON-RPC error code a router answers with when a peer is at its session cap.
-pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32004);
 
 /// One brmcp session (peer, sid) as an rmcp transport.
 ///

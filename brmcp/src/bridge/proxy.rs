@@ -25,7 +25,7 @@ use brmcp_adapters::{REQUEST_TIMEOUT, SESSION_NOT_FOUND};
 
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn};
-use crate::server::CALL_KEY_META;
+use brmcp_adapters::protocol::CALL_KEY_META;
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
 /// agent's request to the bridge, not the bridge's to the bot.

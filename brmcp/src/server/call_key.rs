@@ -11,8 +11,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-/// The `_meta` key of a `tools/call` request that carries the call key.
-pub const CALL_KEY_META: &str = "brmcp/callKey";
+pub use brmcp_adapters::protocol::CALL_KEY_META;
 
 /// Shortest call key, in bytes (WIRE.md §10): shorter keys collide too easily.
 pub const MIN_CALL_KEY_LEN: usize = 8;

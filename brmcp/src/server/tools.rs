@@ -22,14 +22,7 @@ use serde::de::DeserializeOwned;
 
 use super::call_key::CallKey;
 
-/// `_meta` key of a listed tool: its price per call in atoms (0 for a free tool).
-pub const PRICE_META: &str = "brmcp/priceAtoms";
-
-/// `_meta` key of a listed tool whose price is known only when it is called.
-pub const PRICING_META: &str = "brmcp/pricing";
-
-/// The value of [`PRICING_META`].
-pub const DYNAMIC_PRICING: &str = "dynamic";
+pub use brmcp_adapters::protocol::{DYNAMIC_PRICING, PRICE_META, PRICING_META};
 
 /// A price function: the price in atoms of one call by a caller with these arguments,
 /// or why the call cannot be priced (the message becomes the tool error).
