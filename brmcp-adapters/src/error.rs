@@ -27,6 +27,9 @@ pub enum AdapterError {
     /// The operating system's entropy source failed while drawing an id.
     #[error("entropy source: {0}")]
     Entropy(#[source] BoxError),
+    /// The message's deadline passed before it could be sent; it was not sent.
+    #[error("deadline passed before sending")]
+    Expired,
     /// The session is closed.
     #[error("session closed")]
     Closed,

@@ -71,6 +71,7 @@ mod inbox;
 pub mod mem;
 mod peer;
 pub mod protocol;
+mod resume;
 mod router;
 mod session;
 mod stats;
@@ -86,10 +87,10 @@ pub use config::{
 pub use error::{AdapterError, BoxError};
 pub use host::{AllowAll, Authorizer, PmSender};
 pub use peer::{PeerId, PeerIdError};
-pub use protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
+pub use protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS, is_session_lost};
 pub use router::Router;
 pub use stats::RouterStats;
-pub use transport::BrTransport;
+pub use transport::{BrTransport, INITIALIZE_TIMEOUT};
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
 /// data half-updated.

@@ -5,7 +5,7 @@
 //! package is for it: the serving harness, the client bridge and the directory read them
 //! from here, and this module reads none of them.
 
-use rmcp::model::ErrorCode;
+use rmcp::model::{ErrorCode, ErrorData};
 
 /// `_meta` key of a listed tool: its price per call in atoms (0 for a free tool).
 pub const PRICE_META: &str = "brmcp/priceAtoms";
@@ -19,14 +19,40 @@ pub const DYNAMIC_PRICING: &str = "dynamic";
 /// The `_meta` key of a `tools/call` request that carries the call key.
 pub const CALL_KEY_META: &str = "brmcp/callKey";
 
-/// JSON-RPC error code a router answers with when a request arrives for a session it
-/// does not have and the request cannot open one (not `initialize`, no inline
-/// protocol metadata). A dialed session recovers from it transparently.
-pub const SESSION_NOT_FOUND: ErrorCode = ErrorCode(-32003);
+// Session error codes. They sit in the JSON-RPC server-error band MCP leaves to
+// implementations (-32000..-32019 since the 2026-07-28 allocation policy), clear of every
+// code an SDK the agents use reserves: rmcp (-32002, -32020..-32022), go-sdk's jsonrpc2
+// (-32000 overloaded, -32001 unknown, -32003 client closing, -32004 server closing, -32005
+// rejected; -32002, -32042), the Python SDK (-32000, -32001, -32002, -32020..-32022,
+// -32042, -32800) and the TypeScript SDK (-32000, -32001, -32042). go-sdk turns -32003 and
+// -32004 into "connection closed", which is why these are not those.
 
-/// JSON-RPC error code of a request that got no answer in time (the TypeScript SDK's
-/// `RequestTimeout` code).
-pub const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
+/// JSON-RPC error code a router answers with when a request arrives for a session it
+/// does not have and cannot resume, and the request cannot open one (not `initialize`,
+/// no inline protocol metadata). A dialed session recovers from it transparently.
+pub const SESSION_NOT_FOUND: ErrorCode = ErrorCode(-32010);
 
 /// JSON-RPC error code a router answers with when a peer is at its session cap.
-pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32004);
+pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32011);
+
+/// JSON-RPC error code of a request that got no answer in time (the TypeScript and
+/// Python SDKs' `RequestTimeout`). Made up locally for the caller; never sent.
+pub const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);
+
+/// The code go-sdk gives a plain Go error, among them its refusal of a request on a
+/// session that has not seen `initialize` (see [`is_session_lost`]).
+const GO_SDK_PLAIN_ERROR: ErrorCode = ErrorCode(0);
+
+/// The end of go-sdk's refusal text: `method "<m>" is invalid during session
+/// initialization`.
+const GO_SDK_UNINITIALIZED: &str = "\" is invalid during session initialization";
+
+/// Whether an error answer says the server no longer has the session: ours
+/// ([`SESSION_NOT_FOUND`]), or go-sdk's refusal of a request on the fresh, uninitialized
+/// session the Go router opens for a session id it has forgotten.
+pub fn is_session_lost(error: &ErrorData) -> bool {
+    error.code == SESSION_NOT_FOUND
+        || (error.code == GO_SDK_PLAIN_ERROR
+            && error.message.starts_with("method \"")
+            && error.message.ends_with(GO_SDK_UNINITIALIZED))
+}

@@ -13,18 +13,20 @@
 //! 3. reassembly (duplicates of messages already delivered are dropped first);
 //! 4. JSON-RPC decode (failures are counted and dropped);
 //! 5. the session (peer, sid): its bounded inbox, or a new session from an allowed
-//!    peer handed to [`Router::accept`].
+//!    peer handed to [`Router::accept`], or a session it expired, resumed (see
+//!    `resume`); any other request there is answered session-not-found.
 //!
 //! The driver sleeps until the earlier of the reassembler's next deadline and the next
 //! possible idle expiry.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use brmcp_wire::{
-    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, parse,
+    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, UnixTime,
+    parse,
 };
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -42,6 +44,7 @@ use crate::host::PmSender;
 use crate::inbox::{InboxTx, Refused, inbox};
 use crate::peer::PeerId;
 use crate::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
+use crate::resume::{Resumable, replay, resumed_init_id};
 use crate::session::{Outlet, SessionShared, spawn_writer};
 use crate::stats::{Counters, RouterStats};
 use crate::transport::BrTransport;
@@ -51,11 +54,6 @@ const RECENT_MIDS: usize = 64;
 
 /// Router-level replies (errors for sessions that could not be opened) queued at most.
 const REPLY_QUEUE: usize = 64;
-
-/// (peer, sid) keys remembered as refused, so each gets one refusal until a session opens
-/// there: a peer cannot make us answer every PM it sends. Cleared when full (the worst
-/// case is a few more replies).
-const REFUSED_KEYS: usize = 4096;
 
 /// Commands to the driver from routers and sessions.
 pub(crate) enum Ctl {
@@ -143,7 +141,7 @@ impl Router {
             next_idle_check: None,
             sessions: HashMap::new(),
             inbound_per_peer: HashMap::new(),
-            refused: HashSet::new(),
+            resumable: Resumable::default(),
             counters: counters.clone(),
             outlet: outlet.clone(),
             ctl_weak: ctl_tx.downgrade(),
@@ -218,6 +216,7 @@ impl Router {
             outbox,
             inbox_rx,
             self.inner.ctl_tx.clone(),
+            self.inner.outlet.clone(),
             self.inner.request_timeout,
             self.inner.max_outbound_bytes,
         ))
@@ -295,13 +294,16 @@ impl WeakRouter {
 }
 
 /// Sends router-level replies, one after another.
-async fn reply_writer(outlet: Arc<Outlet>, mut rx: mpsc::Receiver<(PeerId, SessionId, Vec<u8>)>) {
-    while let Some((peer, sid, payload)) = rx.recv().await {
-        if let Err(e) = outlet.send_message(&peer, sid, None, &payload).await {
+async fn reply_writer(outlet: Arc<Outlet>, mut rx: mpsc::Receiver<Reply>) {
+    while let Some((peer, sid, exp, payload)) = rx.recv().await {
+        if let Err(e) = outlet.send_message(&peer, sid, None, exp, &payload).await {
             tracing::debug!(%peer, error = %e, "reply not sent");
         }
     }
 }
+
+/// A router-level reply: to whom, on which session, its deadline and its JSON.
+type Reply = (PeerId, SessionId, UnixTime, Vec<u8>);
 
 /// Where a session's decoded inbound messages go, by the local role.
 enum Inbox {
@@ -337,11 +339,11 @@ struct Driver {
     ctl_weak: mpsc::WeakUnboundedSender<Ctl>,
     accept_tx: mpsc::Sender<BrTransport<RoleServer>>,
     acceptor: Option<Acceptor>,
-    reply_tx: mpsc::Sender<(PeerId, SessionId, Vec<u8>)>,
+    reply_tx: mpsc::Sender<Reply>,
     sessions: HashMap<(PeerId, SessionId), Entry>,
     inbound_per_peer: HashMap<PeerId, usize>,
-    /// Keys already answered with a refusal (see [`REFUSED_KEYS`]).
-    refused: HashSet<(PeerId, SessionId)>,
+    /// Sessions peers opened that expired idle, kept resumable.
+    resumable: Resumable,
     /// No session can be idle before this instant.
     next_idle_check: Option<Instant>,
     next_id: Arc<AtomicU64>,
@@ -507,7 +509,14 @@ impl Driver {
         if let Some(entry) = self.sessions.remove(&key) {
             tracing::debug!(peer = %key.0, sid = %key.1, ?reason, "session closed");
             match reason {
-                CloseReason::Idle => Counters::bump(&self.counters.sessions_expired),
+                CloseReason::Idle => {
+                    Counters::bump(&self.counters.sessions_expired);
+                    if entry.inbound
+                        && let Some(record) = entry.shared.resume_record()
+                    {
+                        self.resumable.insert(key, record, Instant::now());
+                    }
+                }
                 CloseReason::Overflow => Counters::bump(&self.counters.sessions_overflowed),
                 CloseReason::Transport | CloseReason::Shutdown => {}
             }
@@ -597,6 +606,9 @@ impl Driver {
             Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
                 Ok(message) => {
                     entry.shared.track_client_message(&message);
+                    if is_initialize(&message) {
+                        entry.shared.record_initialize(payload);
+                    }
                     deliver(tx, message, payload.len())
                 }
                 Err(e) => Delivery::Invalid(e),
@@ -638,50 +650,72 @@ impl Driver {
             Counters::bump(&self.counters.dropped_unknown_session);
             return;
         };
-        if !opens_session(&request.request) {
-            // The session expired here (or never existed): say so, so the client can
-            // re-establish it instead of talking to an uninitialized session.
-            Counters::bump(&self.counters.dropped_unknown_session);
-            self.reply_error(
-                peer,
-                sid,
-                request.id.clone(),
-                SESSION_NOT_FOUND,
-                "session not found",
-            );
-            return;
-        }
+        let request_id = request.id.clone();
+        let key = (peer, sid);
+        // A session we expired comes back already initialized; a request that cannot
+        // open a session anywhere else is told the session is gone, so the client can
+        // re-establish it instead of talking to an uninitialized one.
+        let opens = opens_session(&request.request);
+        let resumed = if opens {
+            self.resumable.remove(&key);
+            None
+        } else {
+            let Some(record) = self.resumable.take(&key, Instant::now()) else {
+                Counters::bump(&self.counters.dropped_unknown_session);
+                self.reply_error(peer, sid, request_id, SESSION_NOT_FOUND, "session not found");
+                return;
+            };
+            Some(record)
+        };
         if self.at_cap(&peer) {
             Counters::bump(&self.counters.dropped_session_cap);
-            self.reply_error(
-                peer,
-                sid,
-                request.id.clone(),
-                TOO_MANY_SESSIONS,
-                "too many sessions",
-            );
+            if let Some(record) = resumed {
+                self.resumable.insert(key, record, Instant::now());
+            }
+            self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "too many sessions");
             return;
         }
-        let request_id = request.id.clone();
         let Some(ctl) = self.ctl_weak.upgrade() else {
             return;
         };
         let id = self.next_id.fetch_add(1, Relaxed);
         let shared = Arc::new(SessionShared::new(peer, sid, id, self.epoch));
-        shared.track_client_message(&message);
         let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
-        if inbox_tx.try_send(message, payload.len()).is_err() {
-            return;
+        // A resumed session first gets its recorded handshake, then the request.
+        let mut first = Vec::with_capacity(3);
+        if let Some(record) = &resumed {
+            let Some(handshake) = replay(record) else {
+                self.reply_error(peer, sid, request_id, SESSION_NOT_FOUND, "session not found");
+                return;
+            };
+            if let Some(initialize) = &record.initialize {
+                shared.record_initialize(initialize);
+            }
+            first.extend(handshake);
+        } else if is_initialize(&message) {
+            shared.record_initialize(payload);
+        }
+        first.push((message, payload.len()));
+        for (message, len) in first {
+            shared.track_client_message(&message);
+            if inbox_tx.try_send(message, len).is_err() {
+                return;
+            }
         }
         let outbox = spawn_writer(self.outlet.clone(), shared.clone());
-        let transport = BrTransport::new(
+        let mut transport = BrTransport::new(
             shared.clone(),
             outbox,
             inbox_rx,
             ctl,
+            self.outlet.clone(),
             None,
             self.config.max_outbound_bytes,
         );
+        if resumed.is_some() {
+            transport.swallow_answer(resumed_init_id());
+            Counters::bump(&self.counters.sessions_resumed);
+        }
         if let Some(acceptor) = &mut self.acceptor {
             acceptor(transport);
         } else if self.accept_tx.try_send(transport).is_err() {
@@ -703,7 +737,6 @@ impl Driver {
             },
         );
         *self.inbound_per_peer.entry(peer).or_default() += 1;
-        self.refused.remove(&(peer, sid));
         Counters::bump(&self.counters.sessions_accepted);
         Counters::bump(&self.counters.messages_delivered);
         self.counters.sessions_open.fetch_add(1, Relaxed);
@@ -718,22 +751,24 @@ impl Driver {
         code: ErrorCode,
         message: &'static str,
     ) {
-        if self.refused.len() >= REFUSED_KEYS {
-            self.refused.clear();
-        }
-        if !self.refused.insert((peer, sid)) {
-            // Already refused: a duplicate, or a peer repeating itself.
-            return;
-        }
+        // Every request is answered: a client with several requests outstanding on a
+        // forgotten session must learn of each (one reply per request, so no
+        // amplification). Only a full queue drops a reply, under a flood; the client's
+        // request timeout covers it.
         let reply = ServerJsonRpcMessage::error(ErrorData::new(code, message, None), Some(id));
         if let Ok(payload) = serde_json::to_vec(&reply) {
-            // A full queue drops the reply: the client's request timeout covers it.
-            let _ = self.reply_tx.try_send((peer, sid, payload));
+            let _ = self
+                .reply_tx
+                .try_send((peer, sid, self.outlet.exp(), payload));
         }
     }
 }
 
-/// Keeps a server session's set of unanswered requests up to date.
+/// Whether a message is the legacy handshake's `initialize`.
+fn is_initialize(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::InitializeRequest(_)))
+}
+
 /// Whether a request may open a server session: the legacy handshake, discovery, or a
 /// request carrying the stateless protocol's inline metadata.
 fn opens_session(request: &ClientRequest) -> bool {

@@ -1,12 +1,17 @@
-//! One session's outbound side: a writer task that chunks each message, stamps its
-//! deadline and sends its PMs in order; and the state a session shares with the router.
+//! One session's outbound side: a writer task that chunks each message and sends its
+//! PMs in order, under the deadline fixed when the message was queued; and the state a
+//! session shares with the router.
+//!
+//! A message's deadline (`exp`) is chosen by whoever queues it, at that moment (WIRE.md
+//! §8): a host that stalls delays the PMs, never their deadline, and a message whose
+//! deadline passed while it waited is not sent at all.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use brmcp_wire::{Chunks, MessageId, SessionId, encode_part};
+use brmcp_wire::{Chunks, MessageId, SessionId, UnixTime, encode_part};
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -27,21 +32,42 @@ pub(crate) struct Outlet {
 }
 
 impl Outlet {
+    /// The deadline of a message queued now that lives `lifetime`: `now + lifetime`, in
+    /// whole seconds, at least 1 (0 would mean "no deadline").
+    pub(crate) fn exp_after(&self, lifetime: Duration) -> UnixTime {
+        UnixTime(self.clock.now().saturating_add(lifetime.as_secs()).0.max(1))
+    }
+
+    /// The deadline of an ordinary message queued now: `now + TTL`.
+    pub(crate) fn exp(&self) -> UnixTime {
+        self.exp_after(self.ttl)
+    }
+
+    /// Whether a message with deadline `exp` can no longer be accepted by its receiver
+    /// (WIRE.md §4.5), so sending it would be wasted, or worse, late.
+    pub(crate) fn is_past(&self, exp: UnixTime) -> bool {
+        exp.0 > 0 && self.clock.now().0 > exp.0
+    }
+
     /// Sends one serialized message to `peer` in session `sid` as message `mid` (a fresh
-    /// one when `None`): one `String` per PM, the parts in order, stopping at the first
-    /// failed send.
+    /// one when `None`) with deadline `exp`: one `String` per PM, the parts in order,
+    /// stopping at the first failed send. Nothing is sent once `exp` has passed.
     pub(crate) async fn send_message(
         &self,
         peer: &PeerId,
         sid: SessionId,
         mid: Option<MessageId>,
+        exp: UnixTime,
         payload: &[u8],
     ) -> Result<(), AdapterError> {
+        if self.is_past(exp) {
+            return Err(AdapterError::Expired);
+        }
         let mid = match mid {
             Some(mid) => mid,
             None => MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?,
         };
-        let exp = self.clock.now().saturating_add(self.ttl.as_secs()).0.max(1);
+        let exp = exp.0;
         let chunks = Chunks::new(sid, mid, exp, payload, self.chunk_len)?;
         for (header, chunk) in chunks {
             let mut pm = vec![0u8; header.encoded_len(chunk.len())];
@@ -81,7 +107,22 @@ pub(crate) struct SessionShared {
     unanswered: Mutex<HashSet<RequestId>>,
     /// Bytes of serialized messages queued for the writer and not yet sent.
     queued: AtomicUsize,
+    /// On a session a peer opened: what it takes to resume it after it is forgotten.
+    resume: Mutex<Resume>,
 }
+
+/// The `initialize` of a session a peer opened, as received, and the protocol version
+/// the server answered it with: enough to re-create the session already initialized.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Resume {
+    pub(crate) initialize: Option<Arc<Vec<u8>>>,
+    pub(crate) negotiated: Option<serde_json::Value>,
+}
+
+/// Bytes of an `initialize` kept for resuming its session: 4 KiB. A client's info and
+/// capabilities take a few hundred bytes; a larger handshake is not kept (its session
+/// is not resumable), so the records of expired sessions stay small.
+pub(crate) const MAX_RESUME_RECORD_BYTES: usize = 4 << 10;
 
 impl SessionShared {
     pub(crate) fn new(peer: PeerId, sid: SessionId, id: u64, epoch: Instant) -> Self {
@@ -94,6 +135,7 @@ impl SessionShared {
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
+            resume: Mutex::new(Resume::default()),
         };
         this.touch();
         this
@@ -138,6 +180,28 @@ impl SessionShared {
         }
     }
 
+    /// Keeps a peer's `initialize` (as received) for resuming the session, if it is
+    /// small enough.
+    pub(crate) fn record_initialize(&self, payload: &[u8]) {
+        let mut resume = crate::lock(&self.resume);
+        resume.initialize =
+            (payload.len() <= MAX_RESUME_RECORD_BYTES).then(|| Arc::new(payload.to_vec()));
+        resume.negotiated = None;
+    }
+
+    /// Keeps the protocol version the server answered `initialize` with.
+    pub(crate) fn record_negotiated(&self, version: &rmcp::model::ProtocolVersion) {
+        if let Ok(version) = serde_json::to_value(version) {
+            crate::lock(&self.resume).negotiated = Some(version);
+        }
+    }
+
+    /// What it takes to resume the session: `None` unless it was initialized.
+    pub(crate) fn resume_record(&self) -> Option<Resume> {
+        let resume = crate::lock(&self.resume);
+        (resume.initialize.is_some() && resume.negotiated.is_some()).then(|| resume.clone())
+    }
+
     /// Whether a request is still in progress on the session.
     pub(crate) fn is_busy(&self) -> bool {
         !self.unanswered().is_empty()
@@ -171,6 +235,8 @@ pub(crate) struct Outbound {
     /// The message id to send it under; a fresh one when `None`. A replayed request
     /// keeps its first id, so the peer drops whichever copy arrives second.
     pub(crate) mid: Option<MessageId>,
+    /// Its deadline, fixed when it was queued (a replayed request keeps its first one).
+    pub(crate) exp: UnixTime,
     /// Told the outcome once every part is sent (or the first send failed).
     pub(crate) ack: Option<oneshot::Sender<Result<(), AdapterError>>>,
 }
@@ -184,10 +250,16 @@ pub(crate) fn spawn_writer(
 ) -> mpsc::UnboundedSender<Outbound> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Outbound>();
     tokio::spawn(async move {
-        while let Some(Outbound { payload, mid, ack }) = rx.recv().await {
+        while let Some(Outbound {
+            payload,
+            mid,
+            exp,
+            ack,
+        }) = rx.recv().await
+        {
             session.touch();
             let result = outlet
-                .send_message(&session.peer, session.sid, mid, &payload)
+                .send_message(&session.peer, session.sid, mid, exp, &payload)
                 .await;
             session.release_outbound(payload.len());
             if let Err(e) = &result {

@@ -62,6 +62,8 @@ counters! {
     sessions_dialed,
     /// Sessions closed for being idle.
     sessions_expired,
+    /// Expired sessions re-created, already initialized, for a request on them.
+    sessions_resumed,
     /// Sessions closed because their inbound queue overflowed.
     sessions_overflowed,
     /// Sessions closed, for any reason.

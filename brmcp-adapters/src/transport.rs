@@ -1,17 +1,28 @@
 //! [`BrTransport`]: one brmcp session as an [`rmcp::transport::Transport`], in either role.
 //!
-//! `send` serializes the message and queues it for the session's writer before it
-//! returns its future, so PMs leave in the order rmcp called `send` (rmcp polls send
-//! futures concurrently; a progress notification must not overtake its response).
+//! `send` serializes the message and queues it for the session's writer, with its
+//! deadline, before it returns its future, so PMs leave in the order rmcp called `send`
+//! (rmcp polls send futures concurrently; a progress notification must not overtake its
+//! response), and a host that stalls delays a message but never extends its deadline.
 //! `receive` is a channel receive and so cancellation-safe.
 //!
 //! On a dialed (client) session the transport also
 //! - fails a request that gets no answer within the configured timeout with a JSON-RPC
-//!   error [`REQUEST_TIMEOUT`] (and tells the peer it is cancelled), and
-//! - recovers from a server that forgot the session (idle expiry): when a request is
-//!   answered with [`SESSION_NOT_FOUND`], it replays the session's `initialize` and
-//!   `notifications/initialized`, swallows the replayed handshake's answer, and sends
-//!   the request again, once. rmcp sees only the request's real answer.
+//!   error [`REQUEST_TIMEOUT`] (and tells the peer it is cancelled); the request's
+//!   parts carry a deadline that passes no later than that, so a request the caller gave
+//!   up on never starts at the peer. `initialize` waits at most [`INITIALIZE_TIMEOUT`]:
+//!   a peer that drops new sessions silently (the Go router at its session limit) is
+//!   reported quickly;
+//! - recovers from a server that lost the session, whatever its implementation
+//!   ([`is_session_lost`]: our [`SESSION_NOT_FOUND`], or go-sdk's refusal on the fresh
+//!   session the Go router opens for a forgotten one): it repeats the session's
+//!   `initialize` (under an id of its own, and swallows the answer) and
+//!   `notifications/initialized`, then sends every request still outstanding again,
+//!   once each, under its first message id and deadline. rmcp sees only the requests'
+//!   real answers.
+//!
+//! An accepted (server) session can be a resumed one: the router replays the recorded
+//! `initialize` into it, and the transport swallows the answer (see the router).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -19,10 +30,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_wire::{MessageId, SessionId};
+use brmcp_wire::{MessageId, SessionId, UnixTime};
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification,
-    ClientRequest, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+    ClientRequest, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{RoleClient, RoleServer, RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -32,9 +43,21 @@ use tokio::time::Instant;
 use crate::error::AdapterError;
 use crate::inbox::InboxRx;
 use crate::peer::PeerId;
-use crate::protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND};
+use crate::protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND, is_session_lost};
 use crate::router::Ctl;
-use crate::session::{Outbound, SessionShared};
+use crate::session::{Outbound, Outlet, SessionShared};
+
+/// The longest a dialed session waits for the answer to an `initialize`, its own or a
+/// repeated one: 30 seconds. A server answers `initialize` at once (the Go serving
+/// harness in tens of milliseconds plus two PM hops), while the Go router drops a new
+/// session silently at its per-peer limit: without this bound the client would wait the
+/// whole request timeout (10 minutes) for an answer that never comes. Shorter than any
+/// sensible request timeout, long enough for a slow relay.
+pub const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The id prefix of a repeated `initialize`: a string, so it never collides with the
+/// numeric ids rmcp draws, and its answer is recognised as ours.
+const REINIT_ID_PREFIX: &str = "brmcp-reinit-";
 
 /// One brmcp session (peer, sid) as an rmcp transport.
 ///
@@ -46,7 +69,11 @@ pub struct BrTransport<R: ServiceRole> {
     outbox: mpsc::UnboundedSender<Outbound>,
     inbox: InboxRx<RxJsonRpcMessage<R>>,
     ctl: mpsc::UnboundedSender<Ctl>,
+    outlet: Arc<Outlet>,
     client: ClientState,
+    /// On a resumed server session: the id of the replayed `initialize`, whose answer
+    /// is not sent.
+    swallow: Option<RequestId>,
     /// Bytes the outbound queue may hold before the session is closed.
     max_outbound: usize,
     _role: PhantomData<fn() -> R>,
@@ -68,6 +95,7 @@ impl<R: ServiceRole> BrTransport<R> {
         outbox: mpsc::UnboundedSender<Outbound>,
         inbox: InboxRx<RxJsonRpcMessage<R>>,
         ctl: mpsc::UnboundedSender<Ctl>,
+        outlet: Arc<Outlet>,
         request_timeout: Option<Duration>,
         max_outbound: usize,
     ) -> Self {
@@ -76,7 +104,9 @@ impl<R: ServiceRole> BrTransport<R> {
             outbox,
             inbox,
             ctl,
-            client: ClientState::new(request_timeout),
+            client: ClientState::new(request_timeout, outlet.ttl),
+            outlet,
+            swallow: None,
             max_outbound,
             _role: PhantomData,
         }
@@ -92,30 +122,40 @@ impl<R: ServiceRole> BrTransport<R> {
         self.session.sid
     }
 
-    /// Queues an already serialized message as `mid` (fresh when `None`); the receiver
-    /// tells when its PMs are sent. A queue over its byte bound closes the session, as
-    /// an inbox overflow does: a peer cannot make us buffer without limit.
+    /// Queues an already serialized message as `mid` (fresh when `None`) with deadline
+    /// `exp`; the receiver tells when its PMs are sent. A queue over its byte bound
+    /// closes the session, as an inbox overflow does: a peer cannot make us buffer
+    /// without limit.
     fn enqueue(
         &mut self,
         payload: Arc<Vec<u8>>,
         mid: Option<MessageId>,
+        exp: UnixTime,
     ) -> Result<oneshot::Receiver<Result<(), AdapterError>>, AdapterError> {
         let (ack, done) = oneshot::channel();
-        self.enqueue_with(payload, mid, Some(ack))?;
+        self.enqueue_with(Queued {
+            payload,
+            mid,
+            exp,
+            ack: Some(ack),
+        })?;
         Ok(done)
     }
 
-    /// Queues a message nobody waits for (recovery and cancellation traffic).
-    fn enqueue_quiet(&mut self, payload: Arc<Vec<u8>>, mid: Option<MessageId>) {
-        let _ = self.enqueue_with(payload, mid, None);
+    /// Queues messages nobody waits for (recovery and cancellation traffic).
+    fn enqueue_quiet(&mut self, sends: Vec<Queued>) {
+        for send in sends {
+            let _ = self.enqueue_with(send);
+        }
     }
 
-    fn enqueue_with(
-        &mut self,
-        payload: Arc<Vec<u8>>,
-        mid: Option<MessageId>,
-        ack: Option<oneshot::Sender<Result<(), AdapterError>>>,
-    ) -> Result<(), AdapterError> {
+    fn enqueue_with(&mut self, send: Queued) -> Result<(), AdapterError> {
+        let Queued {
+            payload,
+            mid,
+            exp,
+            ack,
+        } = send;
         if !self
             .session
             .reserve_outbound(payload.len(), self.max_outbound)
@@ -126,7 +166,12 @@ impl<R: ServiceRole> BrTransport<R> {
         }
         let len = payload.len();
         self.outbox
-            .send(Outbound { payload, mid, ack })
+            .send(Outbound {
+                payload,
+                mid,
+                exp,
+                ack,
+            })
             .map_err(|_| {
                 self.session.release_outbound(len);
                 AdapterError::Closed
@@ -158,6 +203,14 @@ async fn acked(
     queued?.await.unwrap_or(Err(AdapterError::Closed))
 }
 
+impl BrTransport<RoleServer> {
+    /// The answer to request `id` is not sent (the replayed `initialize` of a resumed
+    /// session).
+    pub(crate) fn swallow_answer(&mut self, id: RequestId) {
+        self.swallow = Some(id);
+    }
+}
+
 impl Transport<RoleServer> for BrTransport<RoleServer> {
     type Error = AdapterError;
 
@@ -167,10 +220,24 @@ impl Transport<RoleServer> for BrTransport<RoleServer> {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         if let Some(id) = answered_id(&item) {
             self.session.request_ended(id);
+            if self.swallow.as_ref() == Some(id) {
+                // The answer to the replayed `initialize` of a resumed session: the
+                // client has had its answer long ago.
+                self.swallow = None;
+                let (ack, done) = oneshot::channel();
+                let _ = ack.send(Ok(()));
+                return acked(Ok(done));
+            }
         }
+        if let JsonRpcMessage::Response(r) = &item
+            && let ServerResult::InitializeResult(init) = &r.result
+        {
+            self.session.record_negotiated(&init.protocol_version);
+        }
+        let exp = self.outlet.exp();
         let queued = serde_json::to_vec(&item)
             .map_err(AdapterError::from)
-            .and_then(|payload| self.enqueue(Arc::new(payload), None));
+            .and_then(|payload| self.enqueue(Arc::new(payload), None, exp));
         acked(queued)
     }
 
@@ -196,15 +263,24 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
             .and_then(|payload| {
                 let payload = Arc::new(payload);
                 self.session.track_client_message(&item);
-                // A request keeps its message id for a replay (see `ClientState`).
-                let mid = match &item {
-                    JsonRpcMessage::Request(_) => {
-                        Some(MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?)
+                let (mid, exp) = match &item {
+                    // A request keeps its message id and deadline for a replay (see
+                    // `ClientState`).
+                    JsonRpcMessage::Request(request) => {
+                        let mid = MessageId::random()
+                            .map_err(|e| AdapterError::Entropy(Box::new(e)))?;
+                        let lifetime = self.client.lifetime(&request.request);
+                        let exp = self.outlet.exp_after(request_exp_lifetime(lifetime));
+                        self.client
+                            .on_request(request, &payload, mid, exp, Instant::now() + lifetime);
+                        (Some(mid), exp)
                     }
-                    _ => None,
+                    _ => {
+                        self.client.on_notification(&item, &payload);
+                        (None, self.outlet.exp())
+                    }
                 };
-                self.client.on_send(&item, &payload, mid);
-                self.enqueue(payload, mid)
+                self.enqueue(payload, mid, exp)
             });
         acked(queued)
     }
@@ -227,25 +303,29 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                 },
                 None => Event::Message(self.inbox.recv().await.map(Box::new)),
             };
-            match event {
+            let sends = match event {
                 Event::Deadline => {
                     let peer = self.session.peer;
-                    for payload in self.client.on_deadline(Instant::now(), &peer) {
-                        self.enqueue_quiet(payload, None);
-                    }
+                    let cancels = self.client.on_deadline(Instant::now(), &peer);
+                    let exp = self.outlet.exp();
+                    cancels
+                        .into_iter()
+                        .map(|payload| Queued::quiet(payload, None, exp))
+                        .collect()
                 }
                 Event::Message(None) => return None,
                 Event::Message(Some(message)) => {
-                    let (deliver, resend) = self.client.on_receive(*message);
-                    for (payload, mid) in resend {
-                        self.enqueue_quiet(payload, mid);
-                    }
+                    let (deliver, resend) = self.client.on_receive(*message, Instant::now());
+                    let sends = self.stamp(resend);
                     if let Some(message) = deliver {
+                        self.enqueue_quiet(sends);
                         self.answered(&message);
                         return Some(message);
                     }
+                    sends
                 }
-            }
+            };
+            self.enqueue_quiet(sends);
         }
     }
 
@@ -262,6 +342,51 @@ impl BrTransport<RoleClient> {
             self.session.request_ended(id);
         }
     }
+
+    /// Gives the recovery traffic its deadlines: a replay keeps its request's, the
+    /// rest gets one now.
+    fn stamp(&self, resend: Vec<Resend>) -> Vec<Queued> {
+        resend
+            .into_iter()
+            .map(|r| match r {
+                Resend::Replay { payload, mid, exp } => Queued::quiet(payload, Some(mid), exp),
+                Resend::Initialize(payload) => Queued::quiet(
+                    payload,
+                    None,
+                    self.outlet
+                        .exp_after(request_exp_lifetime(self.client.init_lifetime())),
+                ),
+                Resend::Notification(payload) => Queued::quiet(payload, None, self.outlet.exp()),
+            })
+            .collect()
+    }
+}
+
+/// One message for the writer, as [`BrTransport::enqueue`] takes it.
+struct Queued {
+    payload: Arc<Vec<u8>>,
+    mid: Option<MessageId>,
+    exp: UnixTime,
+    ack: Option<oneshot::Sender<Result<(), AdapterError>>>,
+}
+
+impl Queued {
+    fn quiet(payload: Arc<Vec<u8>>, mid: Option<MessageId>, exp: UnixTime) -> Self {
+        Self {
+            payload,
+            mid,
+            exp,
+            ack: None,
+        }
+    }
+}
+
+/// The lifetime to stamp on a request the caller waits `lifetime` for: one second less
+/// (at least 0). A receiver accepts a part during the whole second its `exp` names
+/// (WIRE.md §4.5), so `exp = now + lifetime - 1` is refused by the time the caller gives
+/// up; a lifetime under two seconds can only be honoured to the second.
+fn request_exp_lifetime(lifetime: Duration) -> Duration {
+    Duration::from_secs(lifetime.as_secs().saturating_sub(1))
 }
 
 /// The request a response or error answers; `None` for requests, notifications and
@@ -274,125 +399,170 @@ fn answered_id<Req, Resp, Not>(message: &JsonRpcMessage<Req, Resp, Not>) -> Opti
     }
 }
 
-/// A message to send again, under the message id it first had (if any).
-type Resend = (Arc<Vec<u8>>, Option<MessageId>);
+/// Recovery traffic to send.
+enum Resend {
+    /// A request again, under its first message id and deadline.
+    Replay {
+        payload: Arc<Vec<u8>>,
+        mid: MessageId,
+        exp: UnixTime,
+    },
+    /// The session's `initialize`, under a recovery id.
+    Initialize(Arc<Vec<u8>>),
+    /// `notifications/initialized`.
+    Notification(Arc<Vec<u8>>),
+}
 
 /// A request sent on a dialed session and not answered yet.
 struct Inflight {
     payload: Arc<Vec<u8>>,
     /// The message id it was sent under; a replay reuses it, so the server drops a late
     /// copy of the first send instead of running the request twice.
-    mid: Option<MessageId>,
-    /// `None` while it waits for the session to be re-established.
-    deadline: Option<Instant>,
+    mid: MessageId,
+    /// Its deadline on the wire, fixed when it was sent.
+    exp: UnixTime,
+    /// When the caller gives up on it; a replay does not move it.
+    deadline: Instant,
+    /// Recoveries completed before it was sent: a refusal of a request sent before the
+    /// last recovery needs no new one.
+    epoch: u64,
+    /// Held until the session is re-established.
+    waiting: bool,
+    /// Sent a second time; it is not replayed again.
     replayed: bool,
 }
 
-/// A re-establishment in progress: the replayed `initialize` and who waits for it.
+/// A re-establishment in progress: the repeated `initialize`.
 struct Reinit {
-    deadline: Option<Instant>,
-    /// Requests to send again once the session is back, with the error to deliver if
-    /// it does not come back.
-    waiting: Vec<(RequestId, ServerJsonRpcMessage)>,
+    id: RequestId,
+    deadline: Instant,
 }
 
 /// What a dialed session tracks to time requests out and to recover a lost session.
 struct ClientState {
     timeout: Option<Duration>,
+    ttl: Duration,
     inflight: HashMap<RequestId, Inflight>,
     /// The session's `initialize` request as sent, and its id.
     init: Option<(RequestId, Arc<Vec<u8>>)>,
     initialized: Option<Arc<Vec<u8>>>,
     reinit: Option<Reinit>,
+    /// Recoveries completed so far.
+    epoch: u64,
     /// Messages made up locally (timeouts, failed recoveries) for rmcp to receive.
     ready: VecDeque<ServerJsonRpcMessage>,
 }
 
 impl ClientState {
-    fn new(timeout: Option<Duration>) -> Self {
+    fn new(timeout: Option<Duration>, ttl: Duration) -> Self {
         Self {
             timeout,
+            ttl,
             inflight: HashMap::new(),
             init: None,
             initialized: None,
             reinit: None,
+            epoch: 0,
             ready: VecDeque::new(),
         }
     }
 
-    fn deadline_from(&self, now: Instant) -> Option<Instant> {
-        // A timeout too large to add is no timeout.
-        self.timeout.and_then(|t| now.checked_add(t))
+    /// How long the caller waits for a request: the request timeout, bounded by the
+    /// part TTL (a request cannot run once its parts have expired) and, for
+    /// `initialize`, by [`INITIALIZE_TIMEOUT`].
+    fn lifetime(&self, request: &ClientRequest) -> Duration {
+        if matches!(request, ClientRequest::InitializeRequest(_)) {
+            self.init_lifetime()
+        } else {
+            self.request_lifetime()
+        }
     }
 
-    fn on_send(
+    fn request_lifetime(&self) -> Duration {
+        self.timeout.map_or(self.ttl, |t| t.min(self.ttl))
+    }
+
+    fn init_lifetime(&self) -> Duration {
+        self.request_lifetime().min(INITIALIZE_TIMEOUT)
+    }
+
+    fn on_request(
         &mut self,
-        item: &ClientJsonRpcMessage,
+        request: &rmcp::model::JsonRpcRequest<ClientRequest>,
         payload: &Arc<Vec<u8>>,
-        mid: Option<MessageId>,
+        mid: MessageId,
+        exp: UnixTime,
+        deadline: Instant,
     ) {
-        match item {
-            JsonRpcMessage::Request(request) => {
-                if matches!(request.request, ClientRequest::InitializeRequest(_)) {
-                    self.init = Some((request.id.clone(), payload.clone()));
-                }
-                let deadline = self.deadline_from(Instant::now());
-                self.inflight.insert(
-                    request.id.clone(),
-                    Inflight {
-                        payload: payload.clone(),
-                        mid,
-                        deadline,
-                        replayed: false,
-                    },
-                );
-            }
-            JsonRpcMessage::Notification(n) => match &n.notification {
-                ClientNotification::InitializedNotification(_) => {
-                    self.initialized = Some(payload.clone());
-                }
-                // A cancelled request gets no answer; stop timing it.
-                ClientNotification::CancelledNotification(c) => {
-                    if let Some(id) = &c.params.request_id {
-                        self.inflight.remove(id);
-                    }
-                }
-                _ => {}
+        if matches!(request.request, ClientRequest::InitializeRequest(_)) {
+            self.init = Some((request.id.clone(), payload.clone()));
+        }
+        self.inflight.insert(
+            request.id.clone(),
+            Inflight {
+                payload: payload.clone(),
+                mid,
+                exp,
+                deadline,
+                epoch: self.epoch,
+                waiting: false,
+                replayed: false,
             },
-            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
+        );
+    }
+
+    fn on_notification(&mut self, item: &ClientJsonRpcMessage, payload: &Arc<Vec<u8>>) {
+        let JsonRpcMessage::Notification(n) = item else {
+            return;
+        };
+        match &n.notification {
+            ClientNotification::InitializedNotification(_) => {
+                self.initialized = Some(payload.clone());
+            }
+            // A cancelled request gets no answer; stop timing it.
+            ClientNotification::CancelledNotification(c) => {
+                if let Some(id) = &c.params.request_id {
+                    self.inflight.remove(id);
+                }
+            }
+            _ => {}
         }
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let requests = self.inflight.values().filter_map(|r| r.deadline);
-        let reinit = self.reinit.as_ref().and_then(|r| r.deadline);
+        let requests = self.inflight.values().map(|r| r.deadline);
+        let reinit = self.reinit.as_ref().map(|r| r.deadline);
         requests.chain(reinit).min()
     }
 
     /// Times out what is due at `now`; returns cancellation notices to send.
     fn on_deadline(&mut self, now: Instant, peer: &PeerId) -> Vec<Arc<Vec<u8>>> {
-        let mut cancels = Vec::new();
-        if self
-            .reinit
-            .as_ref()
-            .is_some_and(|r| r.deadline.is_some_and(|d| d <= now))
-            && let Some(reinit) = self.reinit.take()
-        {
-            for (id, error) in reinit.waiting {
-                self.inflight.remove(&id);
-                self.ready.push_back(error);
-            }
+        if self.reinit.as_ref().is_some_and(|r| r.deadline <= now) {
+            let lifetime = self.init_lifetime();
+            self.fail_recovery(&format!(
+                "session lost at {peer}; no answer to initialize within {lifetime:?}"
+            ));
         }
         let due: Vec<RequestId> = self
             .inflight
             .iter()
-            .filter(|(_, r)| r.deadline.is_some_and(|d| d <= now))
+            .filter(|(_, r)| r.deadline <= now)
             .map(|(id, _)| id.clone())
             .collect();
-        let timeout = self.timeout.unwrap_or_default();
+        let mut cancels = Vec::new();
         for id in due {
             self.inflight.remove(&id);
-            let message = format!("no answer from {peer} within {timeout:?}");
+            let is_init = self.init.as_ref().is_some_and(|(init, _)| *init == id);
+            let waited = if is_init {
+                self.init_lifetime()
+            } else {
+                self.request_lifetime()
+            };
+            let message = if is_init {
+                format!("no answer to initialize from {peer} within {waited:?}")
+            } else {
+                format!("no answer from {peer} within {waited:?}")
+            };
             self.ready.push_back(ServerJsonRpcMessage::error(
                 ErrorData::new(REQUEST_TIMEOUT, message, None),
                 Some(id.clone()),
@@ -409,81 +579,125 @@ impl ClientState {
         cancels
     }
 
+    /// The recovery failed: every request waiting for it fails with a lost-session
+    /// error, so a caller that retries on a fresh session (the bridge) does.
+    fn fail_recovery(&mut self, why: &str) {
+        self.reinit = None;
+        let waiting: Vec<RequestId> = self
+            .inflight
+            .iter()
+            .filter(|(_, r)| r.waiting)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in waiting {
+            self.inflight.remove(&id);
+            self.ready.push_back(ServerJsonRpcMessage::error(
+                ErrorData::new(SESSION_NOT_FOUND, why.to_owned(), None),
+                Some(id),
+            ));
+        }
+    }
+
+    /// Starts re-establishing the session: every request still outstanding waits for
+    /// it. Returns the repeated `initialize`; `None` if there is nothing to repeat.
+    fn start_recovery(&mut self, now: Instant) -> Option<Resend> {
+        let (init_id, init) = self.init.as_ref()?;
+        let mut message: serde_json::Value = serde_json::from_slice(init).ok()?;
+        let id: RequestId =
+            RequestId::String(format!("{REINIT_ID_PREFIX}{}", self.epoch + 1).into());
+        *message.get_mut("id")? = serde_json::to_value(&id).ok()?;
+        let payload = Arc::new(serde_json::to_vec(&message).ok()?);
+        for (request_id, request) in &mut self.inflight {
+            if request_id != init_id && !request.replayed {
+                request.waiting = true;
+            }
+        }
+        self.reinit = Some(Reinit {
+            id,
+            deadline: now + self.init_lifetime(),
+        });
+        Some(Resend::Initialize(payload))
+    }
+
     /// Handles one message from the peer: what to hand to rmcp, and what to send.
     fn on_receive(
         &mut self,
         message: ServerJsonRpcMessage,
+        now: Instant,
     ) -> (Option<ServerJsonRpcMessage>, Vec<Resend>) {
         let Some(id) = answered_id(&message).cloned() else {
             return (Some(message), Vec::new());
         };
-        let init_id = self.init.as_ref().map(|(id, _)| id.clone());
 
-        // The answer to a replayed initialize: the session is back (or is not).
-        if self.reinit.is_some() && init_id.as_ref() == Some(&id) {
-            let Some(reinit) = self.reinit.take() else {
+        // The answer to a repeated initialize: the session is back (or is not).
+        if let RequestId::String(s) = &id
+            && s.starts_with(REINIT_ID_PREFIX)
+        {
+            if self.reinit.as_ref().is_none_or(|r| r.id != id) {
+                // A late or duplicated answer to an earlier recovery.
+                return (None, Vec::new());
+            }
+            let JsonRpcMessage::Response(_) = &message else {
+                let why = match &message {
+                    JsonRpcMessage::Error(e) => format!("session not re-established: {}", e.error.message),
+                    _ => "session not re-established".to_owned(),
+                };
+                self.fail_recovery(&why);
                 return (None, Vec::new());
             };
-            let mut resend = Vec::new();
-            if matches!(message, JsonRpcMessage::Response(_)) {
-                resend.extend(self.initialized.clone().map(|n| (n, None)));
-                let deadline = self.deadline_from(Instant::now());
-                for (waiting, _) in reinit.waiting {
-                    if let Some(request) = self.inflight.get_mut(&waiting) {
-                        request.deadline = deadline;
-                        request.replayed = true;
-                        resend.push((request.payload.clone(), request.mid));
-                    }
-                }
-            } else {
-                for (waiting, error) in reinit.waiting {
-                    self.inflight.remove(&waiting);
-                    self.ready.push_back(error);
-                }
+            self.reinit = None;
+            self.epoch += 1;
+            let mut resend: Vec<Resend> =
+                self.initialized.iter().cloned().map(Resend::Notification).collect();
+            for request in self.inflight.values_mut().filter(|r| r.waiting) {
+                request.waiting = false;
+                request.replayed = true;
+                resend.push(Resend::Replay {
+                    payload: request.payload.clone(),
+                    mid: request.mid,
+                    exp: request.exp,
+                });
             }
+            tracing::debug!(epoch = self.epoch, "session re-established");
             return (None, resend);
         }
 
-        // A duplicate of an answer we already hold for a replay.
-        if self
-            .reinit
-            .as_ref()
-            .is_some_and(|r| r.waiting.iter().any(|(waiting, _)| *waiting == id))
-        {
+        let lost = matches!(&message, JsonRpcMessage::Error(e) if is_session_lost(&e.error));
+        let is_init = self.init.as_ref().is_some_and(|(init, _)| *init == id);
+        let Some(request) = self.inflight.get_mut(&id) else {
+            // Not ours any more (answered, timed out, cancelled): rmcp drops it.
+            return (Some(message), Vec::new());
+        };
+        if !lost || is_init {
+            self.inflight.remove(&id);
+            return (Some(message), Vec::new());
+        }
+        // A refusal of a request already replayed (a late copy of the first send's
+        // refusal), or waiting for the recovery in progress: the replay's answer counts.
+        if request.replayed || request.waiting {
             return (None, Vec::new());
         }
-        let lost_session =
-            matches!(&message, JsonRpcMessage::Error(e) if e.error.code == SESSION_NOT_FOUND);
-        // A late refusal of a request already replayed (the first send was duplicated on
-        // the way): the replay's answer is what counts.
-        if lost_session && self.inflight.get(&id).is_some_and(|r| r.replayed) {
+        if request.epoch < self.epoch {
+            // Sent before the last recovery, refused late: the session is back already.
+            request.replayed = true;
+            let replay = Resend::Replay {
+                payload: request.payload.clone(),
+                mid: request.mid,
+                exp: request.exp,
+            };
+            return (None, vec![replay]);
+        }
+        if self.reinit.is_some() {
+            request.waiting = true;
             return (None, Vec::new());
         }
-        let replayable = self
-            .inflight
-            .get(&id)
-            .is_some_and(|r| !r.replayed && Some(&id) != init_id.as_ref());
-        if lost_session
-            && replayable
-            && let Some((_, init)) = &self.init
-        {
-            let mut resend = Vec::new();
-            let deadline = self.deadline_from(Instant::now());
-            let reinit = self.reinit.get_or_insert_with(|| {
-                resend.push((init.clone(), None));
-                Reinit {
-                    deadline,
-                    waiting: Vec::new(),
-                }
-            });
-            reinit.waiting.push((id.clone(), message));
-            if let Some(request) = self.inflight.get_mut(&id) {
-                request.deadline = None;
+        tracing::debug!(%id, "session lost at the server; re-establishing");
+        match self.start_recovery(now) {
+            Some(init) => (None, vec![init]),
+            None => {
+                self.inflight.remove(&id);
+                (Some(message), Vec::new())
             }
-            tracing::debug!(%id, "session lost at the server; re-establishing");
-            return (None, resend);
         }
-        self.inflight.remove(&id);
-        (Some(message), Vec::new())
     }
 }

@@ -1,5 +1,6 @@
-//! The server closes idle sessions; the client's next request recovers transparently
-//! instead of hanging or landing in an uninitialized session.
+//! The server closes idle sessions; the client's next request goes on transparently
+//! instead of hanging or landing in an uninitialized session: the server resumes the
+//! legacy session from its record, and the stateless request carries what it needs.
 
 use std::time::Duration;
 
@@ -38,10 +39,11 @@ async fn expire_then_call(lifecycle: Lifecycle) {
     let stats = pair.server.stats();
     assert_eq!(stats.sessions_accepted, 2, "{stats:?}");
     assert_eq!(stats.sessions_open, 1);
-    // Legacy: the server said the session is gone and the client re-initialized.
-    // Stateless: the request carried everything needed to serve it.
+    // Legacy: the server resumed the session, refusing nothing. Stateless: the request
+    // carried everything needed to serve it.
     let expected = u64::from(lifecycle == Lifecycle::Legacy);
-    assert_eq!(stats.dropped_unknown_session, expected, "{stats:?}");
+    assert_eq!(stats.sessions_resumed, expected, "{stats:?}");
+    assert_eq!(stats.dropped_unknown_session, 0, "{stats:?}");
     client.cancel().await.expect("cancel");
 }
 
