@@ -130,7 +130,10 @@ mod tests {
     }
 
     fn key(peer: u8, sid: u8) -> Key {
-        (PeerId::from_bytes([peer; 32]), SessionId::from_entropy([sid; 8]))
+        (
+            PeerId::from_bytes([peer; 32]),
+            SessionId::from_entropy([sid; 8]),
+        )
     }
 
     #[test]
@@ -153,19 +156,31 @@ mod tests {
         assert!(r.take(&key(1, 1), now).is_none(), "taken once");
 
         r.insert(key(1, 2), record(), now);
-        assert!(r.take(&key(1, 2), now + RESUME_WINDOW + Duration::from_secs(1)).is_none());
+        assert!(
+            r.take(&key(1, 2), now + RESUME_WINDOW + Duration::from_secs(1))
+                .is_none()
+        );
 
         for sid in 0..(MAX_RESUMABLE_PER_PEER as u8 + 3) {
             r.insert(key(2, sid), record(), now);
         }
         assert_eq!(r.len(), MAX_RESUMABLE_PER_PEER);
-        assert!(r.take(&key(2, 0), now).is_none(), "the peer's oldest went first");
-        assert!(r.take(&key(2, MAX_RESUMABLE_PER_PEER as u8 + 2), now).is_some());
+        assert!(
+            r.take(&key(2, 0), now).is_none(),
+            "the peer's oldest went first"
+        );
+        assert!(
+            r.take(&key(2, MAX_RESUMABLE_PER_PEER as u8 + 2), now)
+                .is_some()
+        );
 
         let mut r = Resumable::default();
         for i in 0..(MAX_RESUMABLE + 5) {
             let bytes = (i as u32).to_be_bytes();
-            let peer = PeerId::from_bytes([bytes[0], bytes[1], bytes[2], bytes[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            let peer = PeerId::from_bytes([
+                bytes[0], bytes[1], bytes[2], bytes[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ]);
             r.insert((peer, SessionId::from_entropy([1; 8])), record(), now);
         }
         assert_eq!(r.len(), MAX_RESUMABLE);

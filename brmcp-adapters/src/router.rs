@@ -25,8 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use brmcp_wire::{
-    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, UnixTime,
-    parse,
+    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, UnixTime, parse,
 };
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -662,7 +661,13 @@ impl Driver {
         } else {
             let Some(record) = self.resumable.take(&key, Instant::now()) else {
                 Counters::bump(&self.counters.dropped_unknown_session);
-                self.reply_error(peer, sid, request_id, SESSION_NOT_FOUND, "session not found");
+                self.reply_error(
+                    peer,
+                    sid,
+                    request_id,
+                    SESSION_NOT_FOUND,
+                    "session not found",
+                );
                 return;
             };
             Some(record)
@@ -672,7 +677,13 @@ impl Driver {
             if let Some(record) = resumed {
                 self.resumable.insert(key, record, Instant::now());
             }
-            self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "too many sessions");
+            self.reply_error(
+                peer,
+                sid,
+                request_id,
+                TOO_MANY_SESSIONS,
+                "too many sessions",
+            );
             return;
         }
         let Some(ctl) = self.ctl_weak.upgrade() else {
@@ -685,7 +696,13 @@ impl Driver {
         let mut first = Vec::with_capacity(3);
         if let Some(record) = &resumed {
             let Some(handshake) = replay(record) else {
-                self.reply_error(peer, sid, request_id, SESSION_NOT_FOUND, "session not found");
+                self.reply_error(
+                    peer,
+                    sid,
+                    request_id,
+                    SESSION_NOT_FOUND,
+                    "session not found",
+                );
                 return;
             };
             if let Some(initialize) = &record.initialize {

@@ -267,12 +267,17 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                     // A request keeps its message id and deadline for a replay (see
                     // `ClientState`).
                     JsonRpcMessage::Request(request) => {
-                        let mid = MessageId::random()
-                            .map_err(|e| AdapterError::Entropy(Box::new(e)))?;
+                        let mid =
+                            MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?;
                         let lifetime = self.client.lifetime(&request.request);
                         let exp = self.outlet.exp_after(request_exp_lifetime(lifetime));
-                        self.client
-                            .on_request(request, &payload, mid, exp, Instant::now() + lifetime);
+                        self.client.on_request(
+                            request,
+                            &payload,
+                            mid,
+                            exp,
+                            Instant::now() + lifetime,
+                        );
                         (Some(mid), exp)
                     }
                     _ => {
@@ -639,7 +644,9 @@ impl ClientState {
             }
             let JsonRpcMessage::Response(_) = &message else {
                 let why = match &message {
-                    JsonRpcMessage::Error(e) => format!("session not re-established: {}", e.error.message),
+                    JsonRpcMessage::Error(e) => {
+                        format!("session not re-established: {}", e.error.message)
+                    }
                     _ => "session not re-established".to_owned(),
                 };
                 self.fail_recovery(&why);
@@ -647,8 +654,12 @@ impl ClientState {
             };
             self.reinit = None;
             self.epoch += 1;
-            let mut resend: Vec<Resend> =
-                self.initialized.iter().cloned().map(Resend::Notification).collect();
+            let mut resend: Vec<Resend> = self
+                .initialized
+                .iter()
+                .cloned()
+                .map(Resend::Notification)
+                .collect();
             for request in self.inflight.values_mut().filter(|r| r.waiting) {
                 request.waiting = false;
                 request.replayed = true;

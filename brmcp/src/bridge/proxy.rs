@@ -21,7 +21,7 @@ use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, Rol
 use rmcp::{ServerHandler, ServiceError};
 use serde_json::Value;
 
-use brmcp_adapters::{REQUEST_TIMEOUT, SESSION_NOT_FOUND};
+use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn};
@@ -187,10 +187,11 @@ impl ProxyServer {
                 Err(Failure::Cancelled)
             }
             Some(Ok(Ok(result))) => Ok(result),
-            // No answer in time, or the bot forgot the session: whether the call ran
-            // is unknown, which is what the call key is for.
+            // No answer in time, or the bot lost the session and it could not be
+            // re-established on it (whatever the bot's implementation): whether the
+            // call ran is unknown, which is what the call key is for.
             Some(Ok(Err(ServiceError::McpError(e))))
-                if e.code == REQUEST_TIMEOUT || e.code == SESSION_NOT_FOUND =>
+                if e.code == REQUEST_TIMEOUT || is_session_lost(&e) =>
             {
                 Err(Failure::Transport(e.message.to_string()))
             }

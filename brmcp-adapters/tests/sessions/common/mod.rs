@@ -1,6 +1,9 @@
 //! Shared rmcp handlers and helpers for the adapter's integration tests.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod go_router;
+pub mod raw;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
