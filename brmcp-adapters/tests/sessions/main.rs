@@ -5,6 +5,7 @@ mod cancel_reaches_handler;
 mod chat_and_malformed_ignored;
 mod client_pending_not_idle;
 mod common;
+mod deadline_fixed_at_send;
 mod disallowed_peer_no_state;
 mod drops_time_out;
 mod expired_parts_dropped;

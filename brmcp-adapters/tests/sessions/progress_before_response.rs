@@ -1,56 +1,60 @@
-//! Progress notifications leave the server in order and arrive before the response
-//! they belong to.
+//! A session's PMs leave in the order its messages were sent, whatever order the send
+//! futures complete in: rmcp polls them concurrently, so progress notifications must
+//! not be overtaken by the response they precede.
 
 use std::time::Duration;
 
-use brmcp_adapters::PeerId;
 use brmcp_adapters::mem::{Faults, Pair};
-use rmcp::RoleClient;
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerNotification};
+use rmcp::model::{
+    ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerNotification,
+};
 use rmcp::transport::Transport;
+use rmcp::{RoleClient, RoleServer};
 use serde_json::json;
-
-fn message(value: serde_json::Value) -> ClientJsonRpcMessage {
-    serde_json::from_value(value).expect("a client message")
-}
 
 #[tokio::test(start_paused = true)]
 async fn progress_arrives_before_its_response() {
     // A fixed delay keeps the order; it only makes the PMs take time.
     let pair = Pair::new(16, Faults::none().delay(Duration::from_millis(30)));
-    let probe = std::sync::Arc::new(crate::common::Probe::default());
-    let shared = probe.clone();
-    pair.server
-        .serve(move |_: &PeerId| crate::common::TestServer::new(shared.clone()));
 
-    // A hand-driven client, to see the exact order in which messages arrive.
+    // Hand-driven on both sides, to control when send futures are awaited and to see
+    // the exact order of arrival.
     let mut client = pair.client.dial(pair.server_id).expect("dial");
-    Transport::<RoleClient>::send(
-        &mut client,
-        message(json!({
-            "jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "raw", "version": "0"}}
-        })),
-    )
-    .await
-    .expect("send");
-    let reply = Transport::<RoleClient>::receive(&mut client).await;
-    assert!(
-        matches!(reply, Some(JsonRpcMessage::Response(_))),
-        "{reply:?}"
-    );
-    for m in [
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        json!({
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "progress", "arguments": {"steps": 10},
-                       "_meta": {"progressToken": "p1"}}
-        }),
-    ] {
-        Transport::<RoleClient>::send(&mut client, message(m))
-            .await
-            .expect("send");
+    let initialize: ClientJsonRpcMessage = serde_json::from_value(json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "0"}}
+    }))
+    .unwrap();
+    Transport::<RoleClient>::send(&mut client, initialize)
+        .await
+        .expect("send");
+    let mut server = pair.server.accept().await.expect("session");
+    assert!(matches!(
+        Transport::<RoleServer>::receive(&mut server).await,
+        Some(JsonRpcMessage::Request(_))
+    ));
+
+    // Ten progress notifications, then the answer; their send futures are awaited
+    // last first, as a concurrent poll may do.
+    let mut sends = Vec::new();
+    for step in 0..10 {
+        let progress: ServerJsonRpcMessage = serde_json::from_value(json!({
+            "jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": "p1", "progress": step, "total": 10}
+        }))
+        .unwrap();
+        sends.push(Transport::<RoleServer>::send(&mut server, progress));
+    }
+    let answer: ServerJsonRpcMessage = serde_json::from_value(json!({
+        "jsonrpc": "2.0", "id": 1,
+        "result": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "serverInfo": {"name": "hand", "version": "0"}}
+    }))
+    .unwrap();
+    sends.push(Transport::<RoleServer>::send(&mut server, answer));
+    for send in sends.into_iter().rev() {
+        send.await.expect("sent");
     }
 
     let mut progress = Vec::new();
@@ -69,5 +73,8 @@ async fn progress_arrives_before_its_response() {
         }
     }
     let expected: Vec<f64> = (0..10).map(f64::from).collect();
-    assert_eq!(progress, expected);
+    assert_eq!(
+        progress, expected,
+        "every notification, in order, before the answer"
+    );
 }

@@ -1,6 +1,7 @@
 //! After the server forgets a session, the client re-establishes it and replays the
 //! failed request once; duplicated copies of the request or of the refusal must neither
-//! run the tool twice nor fail a call that ran.
+//! run the tool twice nor fail a call that ran. A refusal lost on the way must not leave
+//! a call waiting: every outstanding request recovers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::{Lifecycle, call, connect, serve, text};
 use brmcp_adapters::mem::{Fabric, MemError, uid};
-use brmcp_adapters::{PeerId, PmSender, Router, RouterConfig};
+use brmcp_adapters::{PeerId, PmSender, Router, RouterConfig, SESSION_NOT_FOUND};
 use serde_json::json;
 
 fn payload(body: &str) -> String {
@@ -49,19 +50,32 @@ impl PmSender for DupSender {
     }
 }
 
-/// Server host: holds back every SESSION_NOT_FOUND reply after the first by `delay`
-/// (Bison Relay does not promise order).
-struct SlowSecondNotFound {
+/// What a server host does with session-not-found replies after the first.
+#[derive(Clone, Copy)]
+enum LaterRefusals {
+    /// Held back by this long (Bison Relay does not promise order).
+    Delay(Duration),
+    /// Lost.
+    Drop,
+}
+
+/// Server host: delivers the first SESSION_NOT_FOUND reply and delays or loses the
+/// later ones; counts them all.
+struct LaterNotFound {
     fabric: Fabric,
     from: PeerId,
-    seen: AtomicUsize,
-    delay: Duration,
+    seen: Arc<AtomicUsize>,
+    later: LaterRefusals,
 }
-impl PmSender for SlowSecondNotFound {
+impl PmSender for LaterNotFound {
     type Error = MemError;
     async fn send_pm(&self, to: &PeerId, body: String) -> Result<(), MemError> {
-        if payload(&body).contains("-32003") && self.seen.fetch_add(1, SeqCst) >= 1 {
-            let (f, from, to2, d) = (self.fabric.clone(), self.from, *to, self.delay);
+        let refusal = format!("\"code\":{}", SESSION_NOT_FOUND.0);
+        if payload(&body).contains(&refusal) && self.seen.fetch_add(1, SeqCst) >= 1 {
+            let LaterRefusals::Delay(d) = self.later else {
+                return Ok(());
+            };
+            let (f, from, to2) = (self.fabric.clone(), self.from, *to);
             tokio::spawn(async move {
                 tokio::time::sleep(d).await;
                 let _ = f.send(from, &to2, body);
@@ -72,30 +86,29 @@ impl PmSender for SlowSecondNotFound {
     }
 }
 
-fn setup(
-    dup_delay: Duration,
-    slow_second_nf: Option<Duration>,
-) -> (Fabric, Router, Router, Arc<AtomicBool>) {
+/// The server process restarts: a new router for its identity, with no sessions (and
+/// no records of expired ones), whose host treats later refusals as `later`.
+fn restart_server(fabric: &Fabric, later: LaterRefusals) -> (Router, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let server = Router::new(
+        LaterNotFound {
+            fabric: fabric.clone(),
+            from: uid(1),
+            seen: seen.clone(),
+            later,
+        },
+        RouterConfig::server().with_clock(fabric.clock()),
+    );
+    fabric.attach(uid(1), &server);
+    (server, seen)
+}
+
+fn setup(dup_delay: Duration) -> (Fabric, Router, Router, Arc<AtomicBool>) {
     let fabric = Fabric::new(1);
     let (sid_, cid) = (uid(1), uid(2));
     let mut sc = RouterConfig::server();
     sc.server_idle_timeout = Some(Duration::from_secs(60));
-    let server = match slow_second_nf {
-        None => fabric.router(sid_, sc),
-        Some(d) => {
-            let r = Router::new(
-                SlowSecondNotFound {
-                    fabric: fabric.clone(),
-                    from: sid_,
-                    seen: AtomicUsize::new(0),
-                    delay: d,
-                },
-                sc.with_clock(fabric.clock()),
-            );
-            fabric.attach(sid_, &r);
-            r
-        }
-    };
+    let server = fabric.router(sid_, sc);
     let flag = Arc::new(AtomicBool::new(false));
     let client = Router::new(
         DupSender {
@@ -114,16 +127,17 @@ fn setup(
 /// reuses the request's message id, so the re-opened session sees the copy as a repeat.
 #[tokio::test(start_paused = true)]
 async fn late_duplicate_after_recovery_does_not_run_again() {
-    let (_fabric, server, client_router, flag) = setup(Duration::from_millis(10), None);
-    let probe = serve(&server);
+    let (fabric, server, client_router, flag) = setup(Duration::from_millis(10));
+    let _old = serve(&server);
     let client = connect(&client_router, uid(1), Lifecycle::Legacy).await;
     client
         .call_tool(call("echo", json!({"text": "a"})))
         .await
         .unwrap();
-    assert_eq!(probe.calls.load(SeqCst), 1);
-    tokio::time::sleep(Duration::from_secs(120)).await;
-    assert_eq!(server.stats().sessions_expired, 1);
+    // The server restarts: the session is not found, so the client re-establishes it.
+    drop(server);
+    let (server, _) = restart_server(&fabric, LaterRefusals::Drop);
+    let probe = serve(&server);
 
     flag.store(true, SeqCst);
     let r = client
@@ -134,7 +148,7 @@ async fn late_duplicate_after_recovery_does_not_run_again() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         probe.calls.load(SeqCst),
-        2,
+        1,
         "the second call ran more than once"
     );
     assert!(
@@ -148,19 +162,54 @@ async fn late_duplicate_after_recovery_does_not_run_again() {
 /// the replay went out is ignored, and the call gets its real answer.
 #[tokio::test(start_paused = true)]
 async fn late_second_refusal_does_not_fail_the_call() {
-    let (_fabric, server, client_router, flag) =
-        setup(Duration::ZERO, Some(Duration::from_millis(10)));
-    let probe = serve(&server);
+    let (fabric, server, client_router, flag) = setup(Duration::ZERO);
+    let _old = serve(&server);
     let client = connect(&client_router, uid(1), Lifecycle::Legacy).await;
     client
         .call_tool(call("echo", json!({"text": "a"})))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    drop(server);
+    let (server, refusals) =
+        restart_server(&fabric, LaterRefusals::Delay(Duration::from_millis(10)));
+    let probe = serve(&server);
 
     flag.store(true, SeqCst);
     let r = client.call_tool(call("sleep", json!({"secs": 5}))).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(r.is_ok(), "call reported failed: {r:?}");
+    assert_eq!(refusals.load(SeqCst), 2, "both copies were refused");
+    assert_eq!(probe.calls.load(SeqCst), 1, "the call ran once");
+}
+
+/// Two calls outstanding when the server restarts; the refusal of the second is lost on
+/// the way. Both recover at once: the client replays every outstanding request, not
+/// only the refused one.
+#[tokio::test(start_paused = true)]
+async fn a_lost_refusal_does_not_leave_a_call_waiting() {
+    let (fabric, server, client_router, _flag) = setup(Duration::ZERO);
+    let _old = serve(&server);
+    let client = connect(&client_router, uid(1), Lifecycle::Legacy).await;
+    client
+        .call_tool(call("echo", json!({"text": "a"})))
+        .await
+        .unwrap();
+    drop(server);
+    let (server, refusals) = restart_server(&fabric, LaterRefusals::Drop);
+    let probe = serve(&server);
+
+    let (p1, p2) = (client.peer().clone(), client.peer().clone());
+    let both = async move {
+        tokio::join!(
+            p1.call_tool(call("echo", json!({"text": "one"}))),
+            p2.call_tool(call("echo", json!({"text": "two"}))),
+        )
+    };
+    let (one, two) = tokio::time::timeout(Duration::from_secs(5), both)
+        .await
+        .expect("a call waited out its timeout");
+    assert_eq!(text(&one.unwrap()), "one");
+    assert_eq!(text(&two.unwrap()), "two");
+    assert_eq!(refusals.load(SeqCst), 2, "each request was refused");
     assert_eq!(probe.calls.load(SeqCst), 2, "each call ran once");
 }
