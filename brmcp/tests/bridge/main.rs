@@ -8,6 +8,7 @@ mod common;
 mod credit_polling;
 mod daily_cap_concurrent;
 mod fidelity;
+mod go_bot_sessions;
 mod harness_e2e;
 mod http_gate;
 mod interop_conformance;

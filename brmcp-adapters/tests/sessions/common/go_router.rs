@@ -122,6 +122,19 @@ impl GoRouter {
         self.inner.state.lock().unwrap().sessions.len()
     }
 
+    /// `peer` opens another session here (say, a second client of the same identity),
+    /// taking one of its places until it idles out.
+    pub fn occupy(&self, peer: PeerId) {
+        let sid = SessionId::random().unwrap();
+        self.inner.state.lock().unwrap().sessions.insert(
+            (peer, sid),
+            GoSession {
+                initialized: false,
+                last_active: Instant::now(),
+            },
+        );
+    }
+
     /// The process restarts: every session and partial message is forgotten.
     pub fn restart(&self) {
         let generation = {
