@@ -71,6 +71,7 @@ mod inbox;
 pub mod mem;
 mod peer;
 pub mod protocol;
+mod recovery;
 mod resume;
 mod router;
 mod session;
@@ -88,9 +89,10 @@ pub use error::{AdapterError, BoxError};
 pub use host::{AllowAll, Authorizer, PmSender};
 pub use peer::{PeerId, PeerIdError};
 pub use protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS, is_session_lost};
+pub use recovery::INITIALIZE_TIMEOUT;
 pub use router::Router;
 pub use stats::RouterStats;
-pub use transport::{BrTransport, INITIALIZE_TIMEOUT};
+pub use transport::BrTransport;
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
 /// data half-updated.

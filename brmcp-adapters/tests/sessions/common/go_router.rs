@@ -61,6 +61,9 @@ impl GoProbe {
     }
 }
 
+/// A message being reassembled: its part count and the parts so far.
+type Partial = (u16, BTreeMap<u16, Vec<u8>>);
+
 struct GoSession {
     initialized: bool,
     last_active: Instant,
@@ -69,7 +72,7 @@ struct GoSession {
 #[derive(Default)]
 struct GoState {
     sessions: HashMap<(PeerId, SessionId), GoSession>,
-    partials: HashMap<(PeerId, SessionId, MessageId), (u16, BTreeMap<u16, Vec<u8>>)>,
+    partials: HashMap<(PeerId, SessionId, MessageId), Partial>,
     /// Bumped by a restart, so the old sweeper stops.
     generation: u64,
 }
