@@ -737,6 +737,9 @@ impl Driver {
             acceptor(transport);
         } else if self.accept_tx.try_send(transport).is_err() {
             Counters::bump(&self.counters.dropped_accept_backlog);
+            if let Some(record) = resumed {
+                self.resumable.insert(key, record, Instant::now());
+            }
             self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "server busy");
             return;
         }

@@ -190,6 +190,11 @@ impl Transport<RoleServer> for BrTransport<RoleServer> {
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Response(r) = &item
+            && let ServerResult::InitializeResult(init) = &r.result
+        {
+            self.session.record_negotiated(&init.protocol_version);
+        }
         if let Some(id) = answered_id(&item) {
             self.session.request_ended(id);
             if self.swallow.as_ref() == Some(id) {
@@ -200,11 +205,6 @@ impl Transport<RoleServer> for BrTransport<RoleServer> {
                 let _ = ack.send(Ok(()));
                 return acked(Ok(done));
             }
-        }
-        if let JsonRpcMessage::Response(r) = &item
-            && let ServerResult::InitializeResult(init) = &r.result
-        {
-            self.session.record_negotiated(&init.protocol_version);
         }
         let exp = self.outlet.exp();
         let queued = serde_json::to_vec(&item)

@@ -62,6 +62,18 @@ async fn plain_client_keeps_its_session_across_idle_expiry() {
     assert_eq!(stats.sessions_resumed, 1, "{stats:?}");
     assert_eq!(stats.dropped_unknown_session, 0, "{stats:?}");
     assert_eq!(probe.calls.load(std::sync::atomic::Ordering::SeqCst), 4);
+
+    // A resumed session is resumable in its turn.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    raw.send(call(6, "again")).await;
+    let answer = raw.recv(WAIT).await.expect("answered");
+    assert_eq!((answer["id"].as_u64(), echoed(&answer)), (Some(6), "again"));
+    let stats = raw.server.stats();
+    assert_eq!(
+        (stats.sessions_expired, stats.sessions_resumed),
+        (2, 2),
+        "{stats:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
