@@ -6,7 +6,7 @@
 //! ```text
 //! host PM in -> Router::handle_pm -> parse -> allow -> reassemble -> JSON-RPC decode
 //!            -> session (peer, sid) -> BrTransport::receive -> rmcp service
-//! rmcp service -> BrTransport::send -> session writer: chunk, stamp exp -> PmSender
+//! rmcp service -> BrTransport::send (exp fixed) -> session writer: chunk -> PmSender
 //! ```
 //!
 //! - [`Router`]: one per Bison Relay identity; [`Router::accept`] / [`Router::serve`] for

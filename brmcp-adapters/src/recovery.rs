@@ -351,6 +351,10 @@ impl ClientState {
         if request.replayed || request.waiting {
             return (None, Vec::new());
         }
+        if self.reinit.is_some() {
+            request.waiting = true;
+            return (None, Vec::new());
+        }
         if request.epoch < self.epoch {
             // Sent before the last recovery, refused late: the session is back already.
             request.replayed = true;
@@ -360,10 +364,6 @@ impl ClientState {
                 exp: request.exp,
             };
             return (None, vec![replay]);
-        }
-        if self.reinit.is_some() {
-            request.waiting = true;
-            return (None, Vec::new());
         }
         tracing::debug!(%id, "session lost at the server; re-establishing");
         match self.start_recovery(now) {
