@@ -46,11 +46,11 @@ pub(crate) struct Resumable {
 }
 
 impl Resumable {
-    /// Keeps `record` for `key`, expired at `now`, evicting the oldest records past
-    /// the bounds.
-    pub(crate) fn insert(&mut self, key: Key, record: Resume, now: Instant) {
+    /// Keeps `record` for `key`, whose session expired at `at`, evicting the oldest
+    /// records past the bounds.
+    pub(crate) fn insert(&mut self, key: Key, record: Resume, at: Instant) {
         self.remove(&key);
-        self.prune(now);
+        self.prune(at);
         let of_peer = self.records.iter().filter(|(k, ..)| k.0 == key.0).count();
         if of_peer >= MAX_RESUMABLE_PER_PEER
             && let Some(oldest) = self.records.iter().position(|(k, ..)| k.0 == key.0)
@@ -60,14 +60,21 @@ impl Resumable {
         if self.records.len() >= MAX_RESUMABLE {
             self.records.pop_front();
         }
-        self.records.push_back((key, record, now));
+        // Kept in expiry order, so a record put back goes where its time puts it.
+        let place = self
+            .records
+            .iter()
+            .position(|(_, _, t)| *t > at)
+            .unwrap_or(self.records.len());
+        self.records.insert(place, (key, record, at));
     }
 
-    /// The record of `key`, removed, if it is still within [`RESUME_WINDOW`].
-    pub(crate) fn take(&mut self, key: &Key, now: Instant) -> Option<Resume> {
+    /// The record of `key` and when its session expired, removed, if it is still
+    /// within [`RESUME_WINDOW`]. A record put back keeps its first time.
+    pub(crate) fn take(&mut self, key: &Key, now: Instant) -> Option<(Resume, Instant)> {
         self.prune(now);
         let at = self.records.iter().position(|(k, ..)| k == key)?;
-        self.records.remove(at).map(|(_, record, _)| record)
+        self.records.remove(at).map(|(_, record, at)| (record, at))
     }
 
     /// Forgets `key` (a session opened there again).
@@ -159,6 +166,17 @@ mod tests {
         assert!(
             r.take(&key(1, 2), now + RESUME_WINDOW + Duration::from_secs(1))
                 .is_none()
+        );
+
+        // Put back (the peer was at its cap), a record keeps its first time.
+        r.insert(key(1, 3), record(), now);
+        let later = now + RESUME_WINDOW - Duration::from_secs(1);
+        let (taken, at) = r.take(&key(1, 3), later).unwrap();
+        r.insert(key(1, 3), taken, at);
+        let past = now + RESUME_WINDOW + Duration::from_secs(1);
+        assert!(
+            r.take(&key(1, 3), past).is_none(),
+            "the window did not restart"
         );
 
         for sid in 0..(MAX_RESUMABLE_PER_PEER as u8 + 3) {

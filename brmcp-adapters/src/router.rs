@@ -674,8 +674,8 @@ impl Driver {
         };
         if self.at_cap(&peer) {
             Counters::bump(&self.counters.dropped_session_cap);
-            if let Some(record) = resumed {
-                self.resumable.insert(key, record, Instant::now());
+            if let Some((record, at)) = resumed {
+                self.resumable.insert(key, record, at);
             }
             self.reply_error(
                 peer,
@@ -694,7 +694,7 @@ impl Driver {
         let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
         // A resumed session first gets its recorded handshake, then the request.
         let mut first = Vec::with_capacity(3);
-        if let Some(record) = &resumed {
+        if let Some((record, _)) = &resumed {
             let Some(handshake) = replay(record) else {
                 self.reply_error(
                     peer,
@@ -716,6 +716,15 @@ impl Driver {
         for (message, len) in first {
             shared.track_client_message(&message);
             if inbox_tx.try_send(message, len).is_err() {
+                // An inbox too small for the replayed handshake: the client re-establishes
+                // the session itself.
+                self.reply_error(
+                    peer,
+                    sid,
+                    request_id,
+                    SESSION_NOT_FOUND,
+                    "session not found",
+                );
                 return;
             }
         }
@@ -737,8 +746,8 @@ impl Driver {
             acceptor(transport);
         } else if self.accept_tx.try_send(transport).is_err() {
             Counters::bump(&self.counters.dropped_accept_backlog);
-            if let Some(record) = resumed {
-                self.resumable.insert(key, record, Instant::now());
+            if let Some((record, at)) = resumed {
+                self.resumable.insert(key, record, at);
             }
             self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "server busy");
             return;
