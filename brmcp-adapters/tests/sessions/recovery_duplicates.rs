@@ -213,3 +213,71 @@ async fn a_lost_refusal_does_not_leave_a_call_waiting() {
     assert_eq!(refusals.load(SeqCst), 2, "each request was refused");
     assert_eq!(probe.calls.load(SeqCst), 2, "each call ran once");
 }
+
+/// Client host: holds back the repeated `initialize` of a recovery by `delay`.
+struct SlowReinit {
+    fabric: Fabric,
+    from: PeerId,
+    delay: Duration,
+}
+impl PmSender for SlowReinit {
+    type Error = MemError;
+    async fn send_pm(&self, to: &PeerId, body: String) -> Result<(), MemError> {
+        if payload(&body).contains("brmcp-reinit-") {
+            let (f, from, to2, d) = (self.fabric.clone(), self.from, *to, self.delay);
+            tokio::spawn(async move {
+                tokio::time::sleep(d).await;
+                let _ = f.send(from, &to2, body);
+            });
+            return Ok(());
+        }
+        self.fabric.send(self.from, to, body)
+    }
+}
+
+/// A call made while the session is being re-established overtakes the repeated
+/// `initialize` and is refused too; it is held for the recovery and replayed after it.
+#[tokio::test(start_paused = true)]
+async fn a_call_ahead_of_the_repeated_initialize_recovers() {
+    let fabric = Fabric::new(2);
+    let server = fabric.router(uid(1), RouterConfig::server());
+    let _old = serve(&server);
+    let client_router = Router::new(
+        SlowReinit {
+            fabric: fabric.clone(),
+            from: uid(2),
+            delay: Duration::from_millis(50),
+        },
+        RouterConfig::client().with_clock(fabric.clock()),
+    );
+    fabric.attach(uid(2), &client_router);
+    let client = connect(&client_router, uid(1), Lifecycle::Legacy).await;
+    client
+        .call_tool(call("echo", json!({"text": "a"})))
+        .await
+        .unwrap();
+    drop(server);
+    let (server, refusals) = restart_server(&fabric, LaterRefusals::Delay(Duration::ZERO));
+    let probe = serve(&server);
+
+    let peer = client.peer().clone();
+    let first =
+        tokio::spawn(async move { peer.call_tool(call("echo", json!({"text": "1"}))).await });
+    // The first call has been refused and the repeated initialize is on its way.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(refusals.load(SeqCst), 1);
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.call_tool(call("echo", json!({"text": "2"}))),
+    )
+    .await
+    .expect("the call waited out its timeout");
+    assert_eq!(text(&second.unwrap()), "2");
+    assert_eq!(text(&first.await.unwrap().unwrap()), "1");
+    assert_eq!(
+        refusals.load(SeqCst),
+        2,
+        "the second call overtook the initialize"
+    );
+    assert_eq!(probe.calls.load(SeqCst), 2, "each call ran once");
+}
