@@ -105,14 +105,21 @@ async fn every_outstanding_call_recovers_after_a_go_restart() {
 
     go.restart();
     let peer = client.peer().clone();
-    let calls = (0..4).map(|i| {
-        let peer = peer.clone();
-        tokio::spawn(async move {
-            peer.call_tool(call("echo", json!({"text": format!("c{i}")})))
-                .await
+    let calls: Vec<_> = (0..4)
+        .map(|i| {
+            let peer = peer.clone();
+            let args = json!({"text": format!("c{i}")});
+            tokio::spawn(async move { peer.call_tool(call("echo", args)).await })
         })
-    });
-    let outcomes = tokio::time::timeout(Duration::from_secs(5), futures_join(calls.collect()))
+        .collect();
+    let all = async {
+        let mut results = Vec::new();
+        for handle in calls {
+            results.push(handle.await.unwrap());
+        }
+        results
+    };
+    let outcomes = tokio::time::timeout(Duration::from_secs(5), all)
         .await
         .expect("a call waited out its timeout");
     for (i, outcome) in outcomes.into_iter().enumerate() {
@@ -126,16 +133,6 @@ async fn every_outstanding_call_recovers_after_a_go_restart() {
     );
     assert_eq!(GoProbe::get(&probe.calls), 5, "each call ran once");
     client.cancel().await.unwrap();
-}
-
-async fn futures_join(
-    handles: Vec<tokio::task::JoinHandle<Result<rmcp::model::CallToolResult, rmcp::ServiceError>>>,
-) -> Vec<Result<rmcp::model::CallToolResult, rmcp::ServiceError>> {
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
 }
 
 #[tokio::test(start_paused = true)]

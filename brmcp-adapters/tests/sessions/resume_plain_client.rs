@@ -63,6 +63,13 @@ async fn plain_client_keeps_its_session_across_idle_expiry() {
     assert_eq!(stats.dropped_unknown_session, 0, "{stats:?}");
     assert_eq!(probe.calls.load(std::sync::atomic::Ordering::SeqCst), 4);
 
+    // The resumed session is the client's: its info and the negotiated version.
+    raw.send(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                    "params": {"name": "whoami", "arguments": {}}}))
+        .await;
+    let answer = raw.recv(WAIT).await.expect("answered");
+    assert_eq!(echoed(&answer), "go-sdk 2025-06-18", "{answer:?}");
+
     // A resumed session is resumable in its turn.
     tokio::time::sleep(Duration::from_secs(120)).await;
     raw.send(call(6, "again")).await;

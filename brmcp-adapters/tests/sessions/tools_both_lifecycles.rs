@@ -13,7 +13,10 @@ async fn list_and_call(lifecycle: Lifecycle) {
     let tools = client.list_all_tools().await.expect("tools/list");
     let mut names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
     names.sort();
-    assert_eq!(names, ["big", "echo", "progress", "sleep", "wait"]);
+    assert_eq!(
+        names,
+        ["big", "echo", "progress", "sleep", "wait", "whoami"]
+    );
 
     let result = client
         .call_tool(call("echo", json!({"text": "hello over BR"})))

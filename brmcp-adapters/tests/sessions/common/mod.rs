@@ -113,6 +113,21 @@ impl TestServer {
         Ok(format!("done {steps}"))
     }
 
+    #[tool(description = "Name the client and the protocol version of the session")]
+    fn whoami(&self, client: Peer<RoleServer>) -> String {
+        client.peer_info().map_or_else(
+            || "unknown".to_owned(),
+            |info| {
+                let version = serde_json::to_value(&info.protocol_version).unwrap_or_default();
+                format!(
+                    "{} {}",
+                    info.client_info.name,
+                    version.as_str().unwrap_or("")
+                )
+            },
+        )
+    }
+
     #[tool(description = "Sleep, then answer")]
     async fn sleep(&self, Parameters(SleepArgs { secs }): Parameters<SleepArgs>) -> String {
         self.probe.calls.fetch_add(1, Ordering::SeqCst);
