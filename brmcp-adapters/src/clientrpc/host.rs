@@ -873,7 +873,7 @@ async fn check_identity(conn: &Conn, check: IdentityCheck) -> Result<(), ClientR
 }
 
 /// Keeps one stream open on `conn`: a stream the server ends or refuses is reopened
-/// after a backoff, from the last confirmed acknowledgement; the connection and the
+/// after a backoff (the server replays what it has not cleared); the connection and the
 /// other streams are untouched. Ends with the connection.
 async fn keep_stream(
     inner: Arc<Inner>,
@@ -885,9 +885,10 @@ async fn keep_stream(
     let config = &inner.config;
     let mut delay = config.backoff_initial;
     loop {
-        let unacked_from = lock(&runtime.window).unacked_from();
+        // From 0, always: the server replays only what it has not cleared, and after
+        // its ids were reset a later start would skip every new item.
         let Ok(ended) = conn
-            .open_stream(kind.method(), &StreamRequest { unacked_from }, tx.clone())
+            .open_stream(kind.method(), &StreamRequest { unacked_from: 0 }, tx.clone())
             .await
         else {
             return;
@@ -1020,14 +1021,7 @@ async fn consume(
             if !record(&inner, &handler, item, kind, &mut shutdown).await {
                 return;
             }
-            let fresh = lock(&runtime.window).recorded(id, at);
-            if !fresh {
-                // It came after a later id's acknowledgement cleared it.
-                let up_to = lock(&runtime.window).last_acked();
-                if let Err(e) = handler.cleared(up_to).await {
-                    tracing::warn!(stream = kind.name(), id, error = %e, "clearing not recorded");
-                }
-            }
+            lock(&runtime.window).recorded(id, at);
             continue;
         }
         if !open {

@@ -29,8 +29,8 @@
 //! returns once it is durably recorded; a cumulative acknowledgement of N goes out
 //! only when every item received with an id up to N is recorded and N was received
 //! [`DEFAULT_ACK_SETTLE`] ago or more. The host drops nothing as a duplicate: streams
-//! are reopened after the last acknowledgement the server confirmed (from 0 after a
-//! start), and the handlers' records recognise redeliveries.
+//! are (re)opened from 0, the server replaying what it has not cleared, and the
+//! handlers' records recognise redeliveries.
 //!
 //! Crypto: rustls with the ring provider.
 

@@ -19,11 +19,10 @@
 //!    deliver any item up to N again, so an item with such an id that arrives later is
 //!    new (a straggler, or a tip after brclient's logs were reset).
 //!
-//! The host itself drops nothing as a duplicate: a stream is reopened after the last
-//! acknowledgement the server confirmed in this process (0 after a start, so nothing
-//! unacknowledged is skipped, even after brclient's ids were reset), and the handler's
-//! durable record (the ledger for tips, the PM journal for PMs) is the one
-//! deduplication.
+//! The host itself drops nothing as a duplicate: a stream is always opened with
+//! `unackedFrom` 0 (the server replays only what it has not cleared, and an id above
+//! 0 would skip every item after brclient's ids were reset), and the handler's durable
+//! record (the ledger for tips, the PM journal for PMs) is the one deduplication.
 //!
 //! The window left open by the server's design: an item delayed inside brclient by
 //! more than the settle time behind a later one is cleared by the later one's
@@ -92,8 +91,6 @@ pub(crate) struct AckWindow {
     unrecorded: BTreeMap<u64, usize>,
     /// Recorded, not yet covered by a confirmed acknowledgement: id → when received.
     recorded: BTreeMap<u64, Instant>,
-    /// The largest id the server confirmed acknowledging, in this process.
-    acked: u64,
 }
 
 impl AckWindow {
@@ -102,22 +99,18 @@ impl AckWindow {
         *self.unrecorded.entry(id).or_default() += 1;
     }
 
-    /// The item delivered at `at` is recorded. `false` when the server cleared its id
-    /// already (an acknowledgement of a later id went out before it arrived): nothing
-    /// is left to acknowledge, but the handler should hear it is cleared.
-    pub(crate) fn recorded(&mut self, id: u64, at: Instant) -> bool {
+    /// The item delivered at `at` is recorded. It is acknowledged even when its id is
+    /// below one acknowledged already: that is a no-op for a straggler the server
+    /// cleared, and clears an item whose id repeats after the server's ids were reset.
+    pub(crate) fn recorded(&mut self, id: u64, at: Instant) {
         if let Some(count) = self.unrecorded.get_mut(&id) {
             *count -= 1;
             if *count == 0 {
                 self.unrecorded.remove(&id);
             }
         }
-        if id <= self.acked {
-            return false;
-        }
         let first = self.recorded.entry(id).or_insert(at);
         *first = (*first).min(at);
-        true
     }
 
     /// The id to acknowledge now, if any, and when to look again otherwise.
@@ -136,23 +129,12 @@ impl AckWindow {
         (ack, due)
     }
 
-    /// The server confirmed acknowledging `id`.
+    /// The server confirmed acknowledging `id`: every recorded id up to it is done.
     pub(crate) fn acked(&mut self, id: u64) {
-        self.acked = self.acked.max(id);
-        self.recorded = self.recorded.split_off(&(id.saturating_add(1)));
-        if id == u64::MAX {
-            self.recorded.clear();
-        }
-    }
-
-    /// Where a reopened stream starts: after the last confirmed acknowledgement.
-    pub(crate) const fn unacked_from(&self) -> u64 {
-        self.acked
-    }
-
-    /// The last confirmed acknowledgement.
-    pub(crate) const fn last_acked(&self) -> u64 {
-        self.acked
+        self.recorded = match id.checked_add(1) {
+            Some(next) => self.recorded.split_off(&next),
+            None => BTreeMap::new(),
+        };
     }
 }
 
@@ -184,14 +166,13 @@ mod tests {
         // 200 arrives before 100 (tip events are sent from several goroutines).
         w.received(200);
         w.received(100);
-        assert!(w.recorded(200, t0));
+        w.recorded(200, t0);
         let late = t0 + SETTLE * 2;
         assert_eq!(w.ackable(late, SETTLE).0, None, "100 is not recorded yet");
-        assert!(w.recorded(100, t0));
+        w.recorded(100, t0);
         assert_eq!(w.ackable(late, SETTLE).0, Some(200));
         w.acked(200);
         assert_eq!(w.ackable(late, SETTLE), (None, None));
-        assert_eq!(w.unacked_from(), 200);
     }
 
     #[test]
@@ -211,14 +192,17 @@ mod tests {
     }
 
     #[test]
-    fn an_item_below_the_ack_is_recorded_but_not_acknowledged() {
+    fn an_item_below_an_earlier_ack_is_acknowledged_again() {
         let t0 = Instant::now();
         let mut w = AckWindow::default();
         w.received(200);
         w.recorded(200, t0);
         w.acked(200);
+        // A straggler (a no-op ack), or an id repeating after a reset (a needed one).
         w.received(100);
-        assert!(!w.recorded(100, t0), "cleared by the ack of 200");
+        w.recorded(100, t0);
+        assert_eq!(w.ackable(t0 + SETTLE, SETTLE).0, Some(100));
+        w.acked(u64::MAX);
         assert_eq!(w.ackable(t0 + SETTLE, SETTLE), (None, None));
     }
 

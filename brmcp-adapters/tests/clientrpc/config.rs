@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::common::{Certs, Fake, FakeOptions};
 use brmcp_adapters::clientrpc::{
-    BasicAuth, BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, MemoryAckStore,
+    BasicAuth, BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost,
     PemSource, Streams,
 };
 
@@ -146,7 +146,7 @@ async fn a_host_from_a_config_file_connects() {
     std::fs::write(&file, text).unwrap();
     let bot = BotConfig::load(&file).unwrap();
     let host = ClientRpcHost::new(ClientRpcConfig::from_bot_config(&bot)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
+    host.connect(Streams::new())
         .await
         .unwrap();
     assert_eq!(host.version().await.unwrap().app_name, "brclient");

@@ -3,15 +3,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use brmcp_adapters::PeerId;
-use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, FileAckStore, Streams};
+use brmcp_adapters::clientrpc::proto::ReceivedTip;
+use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
+use brmcp_adapters::{BoxError, PeerId};
+use tokio::sync::Notify;
 use brmcp_adapters::wire::UnixTime;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::CliError;
+use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{
     AutoReply, CallContext, CallId, Clock, Harness, Ledger, MATOMS_PER_ATOM, ServeConfig,
     SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
@@ -37,7 +40,7 @@ const FORTUNES: [&str; 5] = [
 
 #[derive(Debug, Args)]
 pub(super) struct ServeArgs {
-    /// Data directory: brmcp-serve.conf, brmcp.json, the ledger and stream progress.
+    /// Data directory: brmcp-serve.conf, brmcp.json, the ledger and the PM journal.
     #[arg(long, value_name = "DIR")]
     datadir: PathBuf,
     /// The clientrpc connection file (default: <datadir>/brmcp-serve.conf).
@@ -218,7 +221,39 @@ pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<()
     })
 }
 
-/// Starts the harness on `host` and feeds it the host's PMs and tips.
+/// Records each tip in the ledger (which credits it once, whatever the redeliveries)
+/// before the host acknowledges it.
+struct ServeTips {
+    harness: Harness,
+    ledger: Arc<Ledger>,
+}
+
+impl TipHandler for ServeTips {
+    async fn handle_tip(&self, tip: ReceivedTip) -> Result<(), BoxError> {
+        let Ok(matoms) = u64::try_from(tip.amount_matoms) else {
+            // brclient reports settled amounts, never negative ones: nothing to credit.
+            tracing::error!(seq = tip.sequence_id, from = %tip.uid, matoms = tip.amount_matoms, "tip with a negative amount not credited");
+            return Ok(());
+        };
+        self.harness
+            .record_tip(Tip {
+                seq: tip.sequence_id,
+                caller: tip.uid,
+                matoms,
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
+        let ledger = self.ledger.clone();
+        tokio::task::spawn_blocking(move || ledger.clear_tips(up_to)).await??;
+        Ok(())
+    }
+}
+
+/// Starts the harness on `host` and feeds it the host's PMs (through the PM journal)
+/// and tips (through the ledger), the data directory bound to the client.
 pub(crate) async fn start_serving(
     datadir: &Path,
     config: &ServeConfig,
@@ -242,33 +277,26 @@ pub(crate) async fn start_serving(
         );
     }
     harness.start(host.clone())?;
-    let pms = harness.clone();
-    let tips = harness.clone();
-    let streams = Streams::new(FileAckStore::open(datadir)?)
-        .pms(move |pm: ReceivedPm| {
-            let harness = pms.clone();
-            async move {
-                harness
-                    .handle_pm(pm.uid, pm.msg.message)
-                    .await
-                    .map_err(Into::into)
-            }
-        })
-        .tips(move |tip: ReceivedTip| {
-            let harness = tips.clone();
-            async move {
-                let matoms = u64::try_from(tip.amount_matoms).unwrap_or(0);
-                harness
-                    .record_tip(Tip {
-                        seq: tip.sequence_id,
-                        caller: tip.uid,
-                        matoms,
-                    })
-                    .await
-                    .map(|_| ())
-                    .map_err(Into::into)
-            }
-        });
+    let inbox = Arc::new(Inbox::open(datadir)?);
+    let wake = Arc::new(Notify::new());
+    let forwarder = harness.clone();
+    tokio::spawn(journal::forward(
+        inbox.clone(),
+        wake.clone(),
+        move |from, body| {
+            let harness = forwarder.clone();
+            async move { harness.handle_pm(from, body).await.map_err(Into::into) }
+        },
+    ));
+    let tips = ServeTips {
+        harness: harness.clone(),
+        // The harness opened (and owns) it; this handle only marks cleared tips.
+        ledger: Arc::new(Ledger::attach(datadir)?),
+    };
+    let streams = Streams::new()
+        .pms(JournalHandler::new(inbox.clone(), wake))
+        .tips(tips)
+        .identity(super::client_guard(inbox));
     connect(host, streams).await?;
     Ok(harness)
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::common::{QUIET, WAIT, start, start_specs};
 use brmcp::adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
 use brmcp::adapters::clientrpc::{
-    BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, FileAckStore, MemoryAckStore,
+    BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, FileAckStore,
     Streams, TipOutcome,
 };
 use brmcp::adapters::{BoxError, PeerId};
@@ -110,14 +110,14 @@ async fn check_01_mtls_pinning() {
     .await;
     let (alice, bob, daemon) = (net.node("alice"), net.node("bob"), net.node("daemon"));
 
-    let good = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let good = host(&alice, Streams::new()).await;
     assert_eq!(good.version().await.unwrap().app_name, "brclient");
 
     let mut wrong_pin = config(&alice);
     wrong_pin.server_cert = bob.certs.server_cert.clone().into();
     let err = ClientRpcHost::new(wrong_pin)
         .unwrap()
-        .connect(Streams::new(MemoryAckStore::default()))
+        .connect(Streams::new())
         .await
         .unwrap_err();
     assert!(matches!(err, ClientRpcError::Tls(_)), "{err:?}");
@@ -127,7 +127,7 @@ async fn check_01_mtls_pinning() {
     no_client_cert.client_key = None;
     let err = ClientRpcHost::new(no_client_cert)
         .unwrap()
-        .connect(Streams::new(MemoryAckStore::default()))
+        .connect(Streams::new())
         .await
         .unwrap_err();
     assert!(
@@ -135,13 +135,13 @@ async fn check_01_mtls_pinning() {
         "{err:?}"
     );
 
-    let pinned = host(&daemon, Streams::new(MemoryAckStore::default())).await;
+    let pinned = host(&daemon, Streams::new()).await;
     assert_eq!(pinned.version().await.unwrap().app_name, "brclientd");
     let mut by_ca = config(&daemon);
     by_ca.server_cert = daemon.certs.ca_cert.clone().into();
     let by_ca = ClientRpcHost::new(by_ca).unwrap();
     by_ca
-        .connect(Streams::new(MemoryAckStore::default()))
+        .connect(Streams::new())
         .await
         .unwrap();
     assert_eq!(by_ca.version().await.unwrap().app_name, "brclientd");
@@ -163,7 +163,7 @@ async fn check_02_version_and_out_of_order_responses() {
             Some(Duration::from_millis(300)),
         )
         .unwrap();
-    let h = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let h = host(&alice, Streams::new()).await;
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (slow, fast) = tokio::join!(
         async {
@@ -192,8 +192,8 @@ async fn check_03_pm_by_uid_and_nick_acked_not_redelivered() {
     let net = start(&["alice", "bob"], DevnetConfig::default()).await;
     let (alice, bob) = (net.node("alice"), net.node("bob"));
     let (handler, mut pms) = pm_sink();
-    let b = host(&bob, Streams::new(MemoryAckStore::default()).pms(handler)).await;
-    let a = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let b = host(&bob, Streams::new().pms(handler)).await;
+    let a = host(&alice, Streams::new()).await;
 
     a.pm(&bob.uid_hex(), "by uid").await.unwrap();
     a.pm("bob", "by nick").await.unwrap();
@@ -242,7 +242,7 @@ async fn check_04_crash_before_ack_is_deduplicated() {
         Streams::new(FileAckStore::open(store_dir.path()).unwrap()).pms(handler),
     )
     .await;
-    let a = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let a = host(&alice, Streams::new()).await;
     a.pm("bob", "once").await.unwrap();
     let pm = next(&mut pms).await;
     // Processed and recorded, but the ack failed: the server still holds it.
@@ -300,8 +300,8 @@ async fn check_05_offline_recipient_in_order() {
     let (alice, bob) = (net.node("alice"), net.node("bob"));
     net.devnet.set_online(bob.id, false).unwrap();
     let (handler, mut pms) = pm_sink();
-    let b = host(&bob, Streams::new(MemoryAckStore::default()).pms(handler)).await;
-    let a = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let b = host(&bob, Streams::new().pms(handler)).await;
+    let a = host(&alice, Streams::new()).await;
     for i in 0..6 {
         a.pm("bob", format!("p{i}")).await.unwrap();
     }
@@ -322,7 +322,7 @@ async fn check_06_server_errors_surface_unchanged() {
     cfg.max_msg_size = 4_096;
     let net = start(&["alice", "bob"], cfg).await;
     let alice = net.node("alice");
-    let a = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let a = host(&alice, Streams::new()).await;
 
     let err = a.pm("carol", "hi").await.unwrap_err();
     assert_eq!(
@@ -365,8 +365,8 @@ async fn check_07_tips_paid_and_failed() {
     let (alice, bob) = (net.node("alice"), net.node("bob"));
     let before = (net.devnet.balance(&alice.uid), net.devnet.balance(&bob.uid));
     let (tips, mut received) = tip_sink();
-    let b = host(&bob, Streams::new(MemoryAckStore::default()).tips(tips)).await;
-    let a = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let b = host(&bob, Streams::new().tips(tips)).await;
+    let a = host(&alice, Streams::new()).await;
 
     let outcome = a.tip(peer(&bob), 10_000).await.unwrap();
     assert_eq!(outcome, TipOutcome::Paid { attempts: 1 });
@@ -414,12 +414,12 @@ async fn check_08_socket_drop_mid_stream() {
     let (tip_handler, mut tips) = tip_sink();
     let b = host(
         &bob,
-        Streams::new(MemoryAckStore::default())
+        Streams::new()
             .pms(pm_handler)
             .tips(tip_handler),
     )
     .await;
-    let a = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let a = host(&alice, Streams::new()).await;
 
     for i in 0..4 {
         a.pm("bob", format!("m{i}")).await.unwrap();
@@ -507,7 +507,7 @@ async fn check_09_liveness_pings_and_padded_pongs() {
     let mut client = config(&alice).with_ping(Duration::from_millis(50), Duration::from_secs(1));
     client.request_timeout = Some(WAIT);
     let h = ClientRpcHost::new(client).unwrap();
-    h.connect(Streams::new(MemoryAckStore::default()))
+    h.connect(Streams::new())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -540,7 +540,7 @@ async fn check_10_decimal_suffixes_and_sixteen_in_flight() {
     let (tip_handler, _tips) = tip_sink();
     let h = host(
         &alice,
-        Streams::new(MemoryAckStore::default())
+        Streams::new()
             .pms(pm_handler)
             .tips(tip_handler),
     )
@@ -579,13 +579,13 @@ async fn check_11_basic_auth() {
     )
     .await;
     let alice = net.node("alice");
-    let good = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let good = host(&alice, Streams::new()).await;
     good.version().await.unwrap();
 
     let wrong = config(&alice).with_basic_auth("bot", "guess");
     let err = ClientRpcHost::new(wrong.clone())
         .unwrap()
-        .connect(Streams::new(MemoryAckStore::default()))
+        .connect(Streams::new())
         .await
         .unwrap_err();
     assert!(
@@ -598,7 +598,7 @@ async fn check_11_basic_auth() {
         ClientRpcHost::new(wrong.with_backoff(Duration::from_millis(100), Duration::from_secs(5)))
             .unwrap();
     background
-        .spawn(Streams::new(MemoryAckStore::default()))
+        .spawn(Streams::new())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -627,12 +627,12 @@ async fn check_12_large_ids_round_trip() {
     let (tip_handler, mut tips) = tip_sink();
     let b = host(
         &bob,
-        Streams::new(MemoryAckStore::default())
+        Streams::new()
             .pms(pm_handler)
             .tips(tip_handler),
     )
     .await;
-    let a = host(&alice, Streams::new(MemoryAckStore::default())).await;
+    let a = host(&alice, Streams::new()).await;
     a.pm("bob", "big").await.unwrap();
     a.pm("bob", "bigger").await.unwrap();
     net.devnet.inject_tip(bob.id, [0x44; 32], 5).unwrap();
