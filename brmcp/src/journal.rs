@@ -8,8 +8,10 @@
 //! redelivery when a PM with the same sequence id, sender and text is recorded and the
 //! client has not yet confirmed clearing that id ([`Inbox::cleared`]); the client
 //! delivers nothing it cleared again, so a PM matching only a cleared row (a PM after
-//! the client's logs were reset, whose ids start over) is new. A row is deleted once it
-//! is both handed on and cleared: the client can deliver it no more.
+//! the client's logs were reset, whose ids start over) is new. A row loses its text
+//! once handed on, and is deleted once it is also cleared (the client can deliver it no
+//! more) and [`KEEP_HANDLED`] old: until then it tells what arrived, also after a
+//! crash.
 //!
 //! Handed on means the router took it; what the router holds in memory when the
 //! process dies is lost with it, and the session layer recovers (a replayed request of
@@ -49,6 +51,11 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// recorded without its text, refused with a log line and acknowledged, so it neither
 /// fills the journal nor comes back forever.
 pub const MAX_PM_BYTES: usize = 1_887_437;
+
+/// How long a PM handed on and cleared stays in the journal, without its text: one
+/// hour, an audit of what arrived (a few hundred bytes a row; the rate limits bound
+/// the rows).
+pub const KEEP_HANDLED: Duration = Duration::from_secs(3600);
 
 /// PMs handed on per journal read: bounds the memory of one batch.
 const BATCH: usize = 64;
@@ -214,7 +221,9 @@ impl Inbox {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.sql(e))?;
         let bound: Option<String> = tx
-            .query_row("SELECT identity FROM binding WHERE one = 1", [], |r| r.get(0))
+            .query_row("SELECT identity FROM binding WHERE one = 1", [], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| self.sql(e))?;
         match bound {
@@ -248,7 +257,9 @@ impl Inbox {
     pub fn bound(&self) -> Result<Option<PeerId>, InboxError> {
         let bound: Option<String> = self
             .conn()
-            .query_row("SELECT identity FROM binding WHERE one = 1", [], |r| r.get(0))
+            .query_row("SELECT identity FROM binding WHERE one = 1", [], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| self.sql(e))?;
         bound
@@ -319,13 +330,13 @@ impl Inbox {
     }
 
     /// The client confirmed clearing every PM with a sequence id up to `up_to`: marks
-    /// them cleared, and deletes those handed on already. Returns how many were
-    /// deleted.
+    /// them cleared, and deletes the rows handed on, cleared and older than
+    /// [`KEEP_HANDLED`]. Returns how many were deleted.
     ///
     /// # Errors
     ///
     /// [`InboxError::Sqlite`].
-    pub fn cleared(&self, up_to: u64) -> Result<usize, InboxError> {
+    pub fn cleared(&self, up_to: u64, now: UnixTime) -> Result<usize, InboxError> {
         let mut conn = self.conn();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -339,8 +350,12 @@ impl Inbox {
             [seq_to_sql(up_to)],
         )
         .map_err(|e| self.sql(e))?;
+        let keep = i64::try_from(KEEP_HANDLED.as_secs()).unwrap_or(i64::MAX);
         let deleted = tx
-            .execute("DELETE FROM pms WHERE cleared = 1 AND processed = 1", [])
+            .execute(
+                "DELETE FROM pms WHERE cleared = 1 AND processed = 1 AND received_at < ?1",
+                [now.secs().saturating_sub(keep)],
+            )
             .map_err(|e| self.sql(e))?;
         tx.commit().map_err(|e| self.sql(e))?;
         Ok(deleted)
@@ -385,19 +400,17 @@ impl Inbox {
         Ok(out)
     }
 
-    /// The PM `id` was handed on: drops its text, and the row too if it is cleared.
+    /// The PM `id` was handed on: drops its text.
     ///
     /// # Errors
     ///
     /// [`InboxError::Sqlite`].
     pub fn processed(&self, id: i64) -> Result<(), InboxError> {
-        let conn = self.conn();
-        conn.execute(
-            "UPDATE pms SET processed = 1, body = NULL WHERE id = ?1",
-            [id],
-        )
-        .map_err(|e| self.sql(e))?;
-        conn.execute("DELETE FROM pms WHERE id = ?1 AND cleared = 1", [id])
+        self.conn()
+            .execute(
+                "UPDATE pms SET processed = 1, body = NULL WHERE id = ?1",
+                [id],
+            )
             .map_err(|e| self.sql(e))?;
         Ok(())
     }
@@ -457,7 +470,8 @@ impl PmHandler for JournalHandler {
 
     async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
         let inbox = self.inbox.clone();
-        tokio::task::spawn_blocking(move || inbox.cleared(up_to)).await??;
+        let now = SystemClock.unix();
+        tokio::task::spawn_blocking(move || inbox.cleared(up_to, now)).await??;
         Ok(())
     }
 }
@@ -498,6 +512,7 @@ where
                 tracing::debug!(seq = pm.seq, error = %e, "PM receiver gone; the PM is handed on at the next start");
                 return;
             }
+            tracing::debug!(seq = pm.seq, from = %pm.from, "PM handed on");
             delay = RETRY_INITIAL;
             let inbox = inbox.clone();
             let id = pm.id;
@@ -577,7 +592,7 @@ mod tests {
         // Same id, other sender or text: another PM (ids reused by a reset client).
         assert_eq!(inbox.record(7, &peer(2), "hi", NOW).unwrap(), Recorded::New);
         assert_eq!(inbox.record(7, &peer(1), "ho", NOW).unwrap(), Recorded::New);
-        inbox.cleared(7).unwrap();
+        inbox.cleared(7, NOW).unwrap();
         // The client delivers nothing it cleared again: the same PM once more is new.
         assert_eq!(inbox.record(7, &peer(1), "hi", NOW).unwrap(), Recorded::New);
         let pending = inbox.unprocessed(10).unwrap();
@@ -586,20 +601,27 @@ mod tests {
     }
 
     #[test]
-    fn rows_go_once_handed_on_and_cleared() {
+    fn rows_go_once_handed_on_cleared_and_old() {
         let dir = tempfile::tempdir().unwrap();
         let inbox = Inbox::open(dir.path()).unwrap();
+        let later = UnixTime(NOW.0 + 3601);
         inbox.record(5, &peer(1), "a", NOW).unwrap();
+        inbox.record(6, &peer(1), "c", NOW).unwrap();
         inbox.record(u64::MAX, &peer(1), "b", NOW).unwrap();
-        let [a, b] = <[JournaledPm; 2]>::try_from(inbox.unprocessed(10).unwrap()).unwrap();
+        let [a, c, b] = <[JournaledPm; 3]>::try_from(inbox.unprocessed(10).unwrap()).unwrap();
         assert_eq!(b.seq, u64::MAX);
         inbox.processed(a.id).unwrap();
-        assert_eq!(inbox.len().unwrap(), 2, "5 is not cleared yet");
-        inbox.cleared(5).unwrap();
-        assert_eq!(inbox.len().unwrap(), 1);
-        inbox.cleared(u64::MAX).unwrap();
-        assert_eq!(inbox.len().unwrap(), 1, "not handed on yet");
+        inbox.processed(c.id).unwrap();
+        assert_eq!(inbox.cleared(5, later).unwrap(), 1, "6 is not cleared yet");
+        assert_eq!(inbox.cleared(6, NOW).unwrap(), 0, "kept for KEEP_HANDLED");
+        // Clearing past 2^63 covers the low ids too.
+        assert_eq!(
+            inbox.cleared(u64::MAX, later).unwrap(),
+            1,
+            "b is not handed on yet"
+        );
         inbox.processed(b.id).unwrap();
+        assert_eq!(inbox.cleared(u64::MAX, later).unwrap(), 1);
         assert!(inbox.is_empty().unwrap());
     }
 
@@ -608,13 +630,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let inbox = Inbox::open(dir.path()).unwrap();
         let big = "x".repeat(MAX_PM_BYTES + 1);
-        assert_eq!(inbox.record(9, &peer(1), &big, NOW).unwrap(), Recorded::Refused);
+        assert_eq!(
+            inbox.record(9, &peer(1), &big, NOW).unwrap(),
+            Recorded::Refused
+        );
         assert_eq!(
             inbox.record(9, &peer(1), &big, NOW).unwrap(),
             Recorded::Duplicate
         );
         assert!(inbox.unprocessed(10).unwrap().is_empty());
-        inbox.cleared(9).unwrap();
+        inbox.cleared(9, UnixTime(NOW.0 + 3601)).unwrap();
         assert!(inbox.is_empty().unwrap());
     }
 
@@ -628,7 +653,10 @@ mod tests {
         let e = again.bind(&peer(2), NOW).unwrap_err();
         assert!(matches!(e, InboxError::OtherClient { .. }), "{e}");
         let text = e.to_string();
-        assert!(text.contains(&peer(1).to_string()) && text.contains("new, empty data directory"), "{text}");
+        assert!(
+            text.contains(&peer(1).to_string()) && text.contains("new, empty data directory"),
+            "{text}"
+        );
         assert_eq!(again.bound().unwrap(), Some(peer(1)));
     }
 

@@ -888,7 +888,11 @@ async fn keep_stream(
         // From 0, always: the server replays only what it has not cleared, and after
         // its ids were reset a later start would skip every new item.
         let Ok(ended) = conn
-            .open_stream(kind.method(), &StreamRequest { unacked_from: 0 }, tx.clone())
+            .open_stream(
+                kind.method(),
+                &StreamRequest { unacked_from: 0 },
+                tx.clone(),
+            )
             .await
         else {
             return;

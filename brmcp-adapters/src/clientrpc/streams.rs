@@ -215,6 +215,10 @@ mod tests {
         w.received(100);
         assert_eq!(w.ackable(t0 + SETTLE, SETTLE).0, None);
         w.recorded(100, t0 + SETTLE);
-        assert_eq!(w.ackable(t0 + SETTLE, SETTLE).0, Some(100), "the first arrival counts");
+        assert_eq!(
+            w.ackable(t0 + SETTLE, SETTLE).0,
+            Some(100),
+            "the first arrival counts"
+        );
     }
 }

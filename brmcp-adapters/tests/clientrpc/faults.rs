@@ -68,7 +68,10 @@ async fn host_with_tips(certs: &Certs, fake: &Fake, tips: &Tips) -> ClientRpcHos
     host.connect(Streams::new().tips(tips.clone()))
         .await
         .unwrap();
-    eventually("tip stream open", WAIT, || !fake.opens(TIP_STREAM).is_empty()).await;
+    eventually("tip stream open", WAIT, || {
+        !fake.opens(TIP_STREAM).is_empty()
+    })
+    .await;
     host
 }
 
@@ -94,7 +97,10 @@ async fn an_earlier_id_sent_late_is_recorded_before_an_ack_covers_it() {
         if ack >= t1 {
             let recorded = tips.position(&format!("tip {t1}")).unwrap();
             let acked = tips.position(&format!("ack {ack}")).unwrap();
-            assert!(recorded < acked, "ack {ack} went out before T1 was recorded");
+            assert!(
+                recorded < acked,
+                "ack {ack} went out before T1 was recorded"
+            );
         }
     }
     host.close();
@@ -153,7 +159,10 @@ async fn ids_starting_over_after_a_log_reset_are_handled_not_skipped() {
     let live = fake.push_tip(&uid(0x11), 1001);
     eventually("both new tips handled", WAIT, || tips.seen().len() == 5).await;
     assert_eq!(&tips.seen()[3..], [replayed, live]);
-    eventually("cleared again", WAIT, || fake.unacked(TIP_STREAM).is_empty()).await;
+    eventually("cleared again", WAIT, || {
+        fake.unacked(TIP_STREAM).is_empty()
+    })
+    .await;
     host.close();
 }
 
@@ -184,7 +193,11 @@ async fn a_refused_stream_open_is_retried_alone_and_the_connection_stays() {
     .await;
     assert!(fake.opens(TIP_STREAM).iter().all(|o| o.conn == 1));
     assert_eq!(fake.connections(), 1, "the connection stayed up");
-    assert_eq!(fake.opens(PM_STREAM).len(), 1, "the PM stream was not reopened");
+    assert_eq!(
+        fake.opens(PM_STREAM).len(),
+        1,
+        "the PM stream was not reopened"
+    );
     let status = host.status();
     assert!(status.connected);
     assert!(

@@ -43,9 +43,7 @@ async fn pm_is_decoded_recorded_then_acked() {
     let timeline = fake.timeline();
     let (seen, handler) = recording(timeline.clone());
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new().pms(handler))
-        .await
-        .unwrap();
+    host.connect(Streams::new().pms(handler)).await.unwrap();
 
     // clientrpc.md §1.8's example item, as brclient writes it.
     let first = fake.push(
@@ -82,7 +80,10 @@ async fn pm_is_decoded_recorded_then_acked() {
     assert_eq!(acks.last(), Some(&second));
     for ack in &acks {
         for pm in [first, second].into_iter().filter(|pm| pm <= ack) {
-            assert!(at(format!("pm {pm}")) < at(format!("ack {ack}")), "{timeline:?}");
+            assert!(
+                at(format!("pm {pm}")) < at(format!("ack {ack}")),
+                "{timeline:?}"
+            );
         }
     }
     let acks = fake.requests_of("ChatService.AckReceivedPM");
@@ -257,7 +258,12 @@ async fn reconnect_backs_off_and_reopens_every_stream_from_the_last_ack() {
     for (base, id) in [(PM_STREAM, pm), (TIP_PROGRESS, progress), (TIP_STREAM, tip)] {
         let opens = fake.opens(base);
         let last = opens.last().unwrap();
-        suffixes.push(crate::common::split_suffix(&last.method).unwrap().1.to_owned());
+        suffixes.push(
+            crate::common::split_suffix(&last.method)
+                .unwrap()
+                .1
+                .to_owned(),
+        );
         assert_eq!(last.params, json!({}), "{base}: from 0");
         assert!(fake.acks(&ack_method(base)).contains(&id));
     }
@@ -297,9 +303,7 @@ async fn received_tips_reach_the_handler_and_a_failing_handler_is_retried() {
         }
     };
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new().tips(handler))
-        .await
-        .unwrap();
+    host.connect(Streams::new().tips(handler)).await.unwrap();
     let id = fake.push_tip(&uid(0x11), 10_000_000);
     eventually("acked", WAIT, || {
         fake.acks("PaymentsService.AckTipReceived") == [id]

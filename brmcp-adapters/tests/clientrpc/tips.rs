@@ -7,9 +7,7 @@ use std::time::Duration;
 use crate::common::{
     Certs, Fake, FakeOptions, Reply, TIP_PROGRESS, default_reply, eventually, uid,
 };
-use brmcp_adapters::clientrpc::{
-    ClientRpcError, ClientRpcHost, Streams, TipOutcome,
-};
+use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -19,9 +17,7 @@ async fn payer(certs: &Certs, fake: &Fake, tip_timeout: Duration) -> ClientRpcHo
     let mut config = certs.config(fake);
     config.tip_timeout = tip_timeout;
     let host = ClientRpcHost::new(config).unwrap();
-    host.connect(Streams::new())
-        .await
-        .unwrap();
+    host.connect(Streams::new()).await.unwrap();
     host
 }
 

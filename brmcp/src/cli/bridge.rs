@@ -17,11 +17,11 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
 use super::CliError;
-use crate::journal::{self, Inbox, JournalHandler};
 use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentUnconfirmed, SETTINGS_FILE, Settings,
     SpendLog, SpendStatus, serve_stdio,
 };
+use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{Clock, MATOMS_PER_ATOM, SystemClock};
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
@@ -281,10 +281,14 @@ pub(crate) async fn start_bridge(
     let bridge = Bridge::new(config, router.clone(), TipPayer(host.clone()))?;
     let inbox = Arc::new(Inbox::open(datadir)?);
     let wake = Arc::new(Notify::new());
-    tokio::spawn(journal::forward(inbox.clone(), wake.clone(), move |from, body| {
-        let router = router.clone();
-        async move { router.handle_pm(from, body).await.map_err(Into::into) }
-    }));
+    tokio::spawn(journal::forward(
+        inbox.clone(),
+        wake.clone(),
+        move |from, body| {
+            let router = router.clone();
+            async move { router.handle_pm(from, body).await.map_err(Into::into) }
+        },
+    ));
     let settler = bridge.clone();
     let streams = Streams::new()
         .pms(JournalHandler::new(inbox.clone(), wake))

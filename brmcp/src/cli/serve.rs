@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use brmcp_adapters::clientrpc::proto::ReceivedTip;
 use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
-use brmcp_adapters::{BoxError, PeerId};
-use tokio::sync::Notify;
 use brmcp_adapters::wire::UnixTime;
+use brmcp_adapters::{BoxError, PeerId};
 use clap::{Args, Subcommand};
 use serde_json::json;
+use tokio::sync::Notify;
 
 use super::CliError;
 use crate::journal::{self, Inbox, JournalHandler};

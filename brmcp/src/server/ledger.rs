@@ -792,13 +792,7 @@ impl Billing for Ledger {
         tx.execute(
             "INSERT INTO tips (seq, caller, matoms, credited, received_at) \
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                seq_to_sql(tip.seq),
-                caller,
-                matoms,
-                allowed,
-                now.secs()
-            ],
+            params![seq_to_sql(tip.seq), caller, matoms, allowed, now.secs()],
         )?;
         if allowed {
             add_balance(&tx, &caller, tip.matoms)?;
