@@ -4,7 +4,7 @@
 //! The fake speaks the wire as clientrpc.md describes it: TLS with a required client
 //! certificate (unless told otherwise), `/ws`, optional basic auth checked before the
 //! upgrade, binary frames of JSON plus `\n`, decimal stream suffixes, replay logs per
-//! stream with cumulative acks and `unackedFrom`, ids above 2^32 growing by a
+//! stream with cumulative acks and `unackedFrom`, ids per stream type above 2^32 growing by a
 //! non-constant step. It records every request for assertions and can push items,
 //! delay or fail answers, drop or stall connections, and refuse connections.
 //!
@@ -276,10 +276,21 @@ pub fn default_reply(call: &Call) -> Reply {
     }
 }
 
-#[derive(Default)]
+/// One stream type's replay log; ids are independent per stream type.
 struct Log {
     entries: Vec<(u64, Value)>,
     cleared: u64,
+    next: u64,
+}
+
+impl Log {
+    const fn new(next: u64) -> Self {
+        Self {
+            entries: Vec::new(),
+            cleared: 0,
+            next,
+        }
+    }
 }
 
 struct ConnEntry {
@@ -492,9 +503,13 @@ impl Fake {
         lock(&self.shared.state).pings_sent
     }
 
-    /// The next pushed item's sequence id.
+    /// The next pushed item's sequence id, on every stream.
     pub fn set_next_seq(&self, seq: u64) {
-        lock(&self.shared.state).next_seq = seq;
+        let mut state = lock(&self.shared.state);
+        state.next_seq = seq;
+        for log in state.logs.values_mut() {
+            log.next = seq;
+        }
     }
 
     /// Closes the next `n` TCP connections right after accepting them.
@@ -576,16 +591,16 @@ impl Fake {
 
     fn store(&self, base: &str, mut params: Value) -> (u64, Value) {
         let mut state = lock(&self.shared.state);
-        let id = state.next_seq;
-        // Like brclient's fid<<32|endOffset: grows by the entry's length.
-        state.next_seq += params.to_string().len() as u64 + 1;
-        params["sequenceId"] = Value::String(id.to_string());
-        state
+        let first = state.next_seq;
+        let log = state
             .logs
             .entry(base.to_owned())
-            .or_default()
-            .entries
-            .push((id, params.clone()));
+            .or_insert_with(|| Log::new(first));
+        let id = log.next;
+        // Like brclient's fid<<32|endOffset: grows by the entry's length.
+        log.next += params.to_string().len() as u64 + 1;
+        params["sequenceId"] = Value::String(id.to_string());
+        log.entries.push((id, params.clone()));
         (id, params)
     }
 
@@ -888,7 +903,11 @@ fn handle(shared: &Arc<Shared>, conn: usize, data: &[u8]) -> bool {
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "ack failed"}})
         } else {
             let seq = seq_of(&params["sequenceId"]);
-            let log = state.logs.entry(base.to_owned()).or_default();
+            let first = state.next_seq;
+            let log = state
+                .logs
+                .entry(base.to_owned())
+                .or_insert_with(|| Log::new(first));
             log.cleared = log.cleared.max(seq);
             lock(&shared.timeline).push(format!("ack {seq}"));
             json!({"jsonrpc": "2.0", "id": id, "result": {}})
