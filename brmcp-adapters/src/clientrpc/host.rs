@@ -382,8 +382,8 @@ impl ClientRpcHost {
     ///
     /// # Errors
     /// The first connection attempt's error (bad certificate, refused basic auth,
-    /// nothing listening, ...): the host is then not started and `connect` may be
-    /// called again. [`ClientRpcError::Store`] when the store cannot be read.
+    /// nothing listening, a refused identity ([`ClientRpcError::Identity`]), ...): the
+    /// host is then not started and `connect` may be called again.
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -401,7 +401,6 @@ impl ClientRpcHost {
     /// (within the request timeout); [`status`](Self::status) tells how it goes.
     ///
     /// # Errors
-    /// [`ClientRpcError::Store`] when the store cannot be read;
     /// [`ClientRpcError::Config`] when the host was started already.
     ///
     /// # Panics
