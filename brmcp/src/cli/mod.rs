@@ -1,6 +1,7 @@
 //! The `brmcp` command line: one file per subcommand.
 //!
-//! Every command prints its result on stdout and its diagnostics on stderr, and exits
+//! Every command prints its result on stdout and its diagnostics on stderr (warnings
+//! and errors of the library too; `BRMCP_LOG=info` or `debug` shows more), and exits
 //! non-zero on failure: 1 for an error while running, 2 for a usage error.
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use crate::server::{Clock, SystemClock};
 mod bridge;
 mod demo;
 mod devnet;
+mod log;
 mod serve;
 mod wire;
 
@@ -57,6 +59,7 @@ impl<E: std::fmt::Display> From<E> for CliError {
 /// Runs the command line with the process's arguments.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    log::init();
     let result = match cli.command {
         Command::Wire(cmd) => wire::run(cmd),
         Command::Serve(args) => serve::run(args),
