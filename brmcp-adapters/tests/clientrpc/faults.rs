@@ -1,8 +1,9 @@
 //! The faults brclient really produces, and what the host does with them: ids out of
 //! order (an ack never clears an item not yet recorded), an item arriving after a later
 //! id's ack (handled, not dropped), ids starting over after the logs were reset
-//! (handled, not skipped), a stream open refused (only that stream retried), and tip
-//! outcomes acknowledged only once their handler recorded them.
+//! (handled, not skipped), a stream open refused (only that stream retried), tip
+//! outcomes acknowledged only once their handler recorded them, and the client's
+//! identity checked before any stream opens.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -269,5 +270,48 @@ async fn an_unclaimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() 
         .position(|l| *l == format!("ack {terminal}"))
         .unwrap();
     assert!(recorded < acked, "{timeline:?}");
+    host.close();
+}
+
+#[tokio::test]
+async fn an_identity_refused_by_the_check_refuses_the_connection() {
+    let certs = Certs::brclient();
+    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let checked: Arc<Mutex<Vec<brmcp_adapters::PeerId>>> = Arc::default();
+    let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
+    let e = host
+        .connect(Streams::new().identity({
+            let checked = checked.clone();
+            move |me| {
+                checked.lock().unwrap().push(me);
+                Err("bound to another client".into())
+            }
+        }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, brmcp_adapters::clientrpc::ClientRpcError::Identity(m) if m == "bound to another client"),
+        "{e}"
+    );
+    // The fake's identity was asked for, and no stream was opened.
+    assert_eq!(*checked.lock().unwrap(), [uid(0x42)]);
+    assert!(fake.opens(TIP_PROGRESS).is_empty());
+
+    // Accepted, the streams open after the check.
+    let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
+    host.connect(Streams::new().identity(|_| Ok(())))
+        .await
+        .unwrap();
+    eventually("stream open", WAIT, || !fake.opens(TIP_PROGRESS).is_empty()).await;
+    let methods: Vec<String> = fake.requests().into_iter().map(|r| r.method).collect();
+    let asked = methods
+        .iter()
+        .rposition(|m| m == "ChatService.UserPublicIdentity")
+        .unwrap();
+    let opened = methods
+        .iter()
+        .position(|m| m.starts_with("PaymentsService.TipProgress["))
+        .unwrap();
+    assert!(asked < opened, "{methods:?}");
     host.close();
 }

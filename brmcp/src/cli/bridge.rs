@@ -29,7 +29,7 @@ pub(crate) const RPC_CONFIG: &str = "brmcp-bridge.conf";
 
 #[derive(Debug, Args)]
 pub(super) struct BridgeArgs {
-    /// Data directory: mcpclient.json, the spend log and stream progress.
+    /// Data directory: mcpclient.json, the spend log and the PM journal.
     #[arg(long, value_name = "DIR")]
     datadir: PathBuf,
     /// The clientrpc connection file (default: <datadir>/brmcp-bridge.conf).

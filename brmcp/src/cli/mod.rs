@@ -166,3 +166,45 @@ pub(crate) fn client_guard(
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_consumer_of_one_client_is_refused() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut me = [0u8; 32];
+        getrandom::fill(&mut me).unwrap();
+        let me = PeerId::from_bytes(me);
+        let first = client_guard(Arc::new(Inbox::open(a.path()).unwrap()));
+        first(me).unwrap();
+        // Reconnecting is fine.
+        first(me).unwrap();
+        let second = client_guard(Arc::new(Inbox::open(b.path()).unwrap()));
+        let e = second(me).unwrap_err().to_string();
+        assert!(e.contains("another brmcp process consumes"), "{e}");
+        // Once the first is gone, the client is free.
+        drop(first);
+        second(me).unwrap();
+        let _ = std::fs::remove_file(client_lock_path(&me));
+    }
+
+    #[test]
+    fn a_data_directory_refuses_another_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ids = [[0u8; 32]; 2];
+        for id in &mut ids {
+            getrandom::fill(id).unwrap();
+        }
+        let [one, two] = ids.map(PeerId::from_bytes);
+        let guard = client_guard(Arc::new(Inbox::open(dir.path()).unwrap()));
+        guard(one).unwrap();
+        let e = guard(two).unwrap_err().to_string();
+        assert!(
+            e.contains(&one.to_string()) && e.contains("start fresh"),
+            "{e}"
+        );
+        let _ = std::fs::remove_file(client_lock_path(&one));
+    }
+}
