@@ -139,6 +139,8 @@ pub(crate) fn client_guard(
             .create(true)
             .truncate(false)
             .open(&path)
+            // Another user's file: a lock needs no write access.
+            .or_else(|_| std::fs::File::open(&path))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let deadline = Instant::now() + CLIENT_LOCK_WAIT;
         loop {
