@@ -2,8 +2,8 @@
 //! order (an ack never clears an item not yet recorded), an item arriving after a later
 //! id's ack (handled, not dropped), ids starting over after the logs were reset
 //! (handled, not skipped), a stream open refused (only that stream retried), tip
-//! outcomes acknowledged only once their handler recorded them, and the client's
-//! identity checked before any stream opens.
+//! outcomes acknowledged only once their handler recorded them, the client's identity
+//! checked before any stream opens, and a PM as large as a relay routes taken whole.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -313,5 +313,39 @@ async fn an_identity_refused_by_the_check_refuses_the_connection() {
         .position(|m| m.starts_with("PaymentsService.TipProgress["))
         .unwrap();
     assert!(asked < opened, "{methods:?}");
+    host.close();
+}
+
+#[tokio::test]
+async fn a_pm_as_large_as_a_relay_routes_does_not_wedge_the_stream() {
+    let certs = Certs::brclient();
+    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
+    host.connect(Streams::new().pms({
+        let sizes = sizes.clone();
+        move |pm: brmcp_adapters::clientrpc::proto::ReceivedPm| {
+            sizes.lock().unwrap().push(pm.msg.message.len());
+            std::future::ready(Ok(()))
+        }
+    }))
+    .await
+    .unwrap();
+    eventually("PM stream open", WAIT, || !fake.opens(PM_STREAM).is_empty()).await;
+    // A relay on the larger size policy routes 18,874,370 bytes; escaped as Go's JSON
+    // encoder does (`\u0001` for a control character), that is past 100 MB on the
+    // socket. Here: control characters, six bytes each once encoded.
+    let big = "\u{1}".repeat(3_200_000);
+    let first = fake.push_pm(&uid(0x11), &big);
+    let next = fake.push_pm(&uid(0x11), "after it");
+    eventually("both handled", Duration::from_secs(60), || {
+        sizes.lock().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(*sizes.lock().unwrap(), [big.len(), "after it".len()]);
+    eventually("both cleared", WAIT, || fake.unacked(PM_STREAM).is_empty()).await;
+    assert!(first < next);
+    assert!(fake.acks("ChatService.AckReceivedPM").contains(&next));
+    assert_eq!(fake.connections(), 1, "the connection was never dropped");
     host.close();
 }
