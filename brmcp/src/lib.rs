@@ -5,4 +5,5 @@ pub use brmcp_adapters as adapters;
 pub mod bridge;
 pub mod cli;
 pub mod devnet;
+pub mod journal;
 pub mod server;

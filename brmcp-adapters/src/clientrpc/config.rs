@@ -51,11 +51,25 @@ pub const DEFAULT_TIP_TIMEOUT: Duration = Duration::from_secs(180);
 /// Default `maxAttempts` of a tip (invoice requests): 3, as bisonbotkit's `PayTip`.
 pub const DEFAULT_TIP_MAX_ATTEMPTS: i32 = 3;
 
-/// Largest websocket message accepted from the server: 16 MiB.
+/// Largest websocket message accepted from the server: 128 MiB.
 ///
-/// The largest routed message is 1,887,437 bytes (clientrpc.md §3.1); JSON escaping can
-/// grow text up to six times (`\u00XX`), and the envelope adds little.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 16 << 20;
+/// A relay on the larger size policy routes messages up to 18,874,370 bytes
+/// (clientrpc.md §3.1), and Go's JSON encoder can grow text up to six times (`\u003c`
+/// for `<`), about 113 MB; the envelope adds little. A PM above the limit would fail
+/// the connection at every redelivery and wedge the stream for good, so the limit
+/// covers the largest PM any relay routes; the consumer then refuses (and
+/// acknowledges) what it does not want.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 << 20;
+
+/// How long an item must have been received before an acknowledgement covers it:
+/// 500 ms.
+///
+/// brclient sends tip events from several goroutines, so an item stored before
+/// another can reach us after it; a cumulative acknowledgement of the later one would
+/// clear the earlier one on the server before it arrived. Waiting this long after the
+/// item an acknowledgement names lets such stragglers, delayed by scheduling only, come
+/// in first. It only delays acknowledgements; redeliveries are deduplicated anyway.
+pub const DEFAULT_ACK_SETTLE: Duration = Duration::from_millis(500);
 
 /// A certificate or key: a PEM file, or PEM text in memory.
 #[derive(Clone, PartialEq, Eq)]
@@ -163,6 +177,9 @@ pub struct ClientRpcConfig {
     pub tip_max_attempts: i32,
     /// Largest websocket message accepted from the server.
     pub max_message_size: usize,
+    /// How long an item must have been received before an acknowledgement covers it
+    /// ([`DEFAULT_ACK_SETTLE`]).
+    pub ack_settle: Duration,
 }
 
 impl ClientRpcConfig {
@@ -186,6 +203,7 @@ impl ClientRpcConfig {
             tip_timeout: DEFAULT_TIP_TIMEOUT,
             tip_max_attempts: DEFAULT_TIP_MAX_ATTEMPTS,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            ack_settle: DEFAULT_ACK_SETTLE,
         }
     }
 

@@ -12,7 +12,9 @@
 //! Requests take a permit of a per-connection semaphore of [`MAX_IN_FLIGHT`] permits
 //! and hold it until their response arrives or the connection dies, even when the
 //! caller stopped waiting: the server still counts them. Open streams hold one permit
-//! for the connection's life. Request ids and stream suffixes count up from 1 per
+//! while they are open. A stream the server ends (or refuses to open) ends alone: its
+//! opener hears why and may reopen it; the connection and the other streams go on, as
+//! in brclient's own client. Request ids and stream suffixes count up from 1 per
 //! connection; suffixes are decimal (`ChatService.PMStream[1]`), the only form the
 //! server's method regex accepts past 9.
 //!
@@ -43,6 +45,7 @@ use super::config::{ClientRpcConfig, Endpoint};
 use super::error::ClientRpcError;
 use super::lock;
 use super::proto::{ErrorObject, Incoming, Request, StreamRequest};
+use super::streams::Delivery;
 use super::tls;
 use crate::clock::sleep_until_opt;
 
@@ -141,9 +144,10 @@ struct Pending {
     _permit: OwnedSemaphorePermit,
 }
 
-/// An open stream: where its items go.
+/// An open stream: where its items go, and who hears when it ends.
 struct OpenStream {
-    sink: mpsc::UnboundedSender<Value>,
+    sink: mpsc::UnboundedSender<Delivery>,
+    ended: oneshot::Sender<String>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -275,17 +279,20 @@ impl Conn {
     }
 
     /// Opens the stream `method` (unsuffixed) and routes its items to `sink`. No
-    /// response comes while the stream lives.
+    /// response comes while the stream lives; the receiver returned gets the reason
+    /// when the server ends the stream (or refuses it), and is dropped when the
+    /// connection closes.
     pub(crate) async fn open_stream(
         &self,
         method: &str,
         params: &StreamRequest,
-        sink: mpsc::UnboundedSender<Value>,
-    ) -> Result<(), CallError> {
+        sink: mpsc::UnboundedSender<Delivery>,
+    ) -> Result<oneshot::Receiver<String>, CallError> {
         let permit = self.permit().await?;
         let id = self.next_id.fetch_add(1, Relaxed);
         let suffixed = format!("{method}[{}]", self.next_suffix.fetch_add(1, Relaxed));
         let text = Self::encode(id, &suffixed, params)?;
+        let (ended, ended_rx) = oneshot::channel();
         {
             let mut state = lock(&self.state);
             if state.closed.is_some() {
@@ -296,13 +303,15 @@ impl Conn {
                 suffixed,
                 OpenStream {
                     sink,
+                    ended,
                     _permit: permit,
                 },
             );
         }
         self.out
             .send(Message::text(text))
-            .map_err(|_| CallError::NotSent)
+            .map_err(|_| CallError::NotSent)?;
+        Ok(ended_rx)
     }
 
     /// Closes the connection: every caller waiting for an answer gets
@@ -350,7 +359,8 @@ impl Conn {
                 let state = lock(&self.state);
                 match state.streams.get(&method) {
                     Some(stream) => {
-                        let _ = stream.sink.send(incoming.params.unwrap_or(Value::Null));
+                        let params = incoming.params.unwrap_or(Value::Null);
+                        let _ = stream.sink.send((params, Instant::now()));
                     }
                     None => tracing::debug!(conn = self.number, %method, "item of no stream"),
                 }
@@ -370,15 +380,18 @@ impl Conn {
                     };
                     let _ = pending.tx.send(reply);
                 } else if let Some(method) = state.stream_ids.remove(&id) {
-                    // A stream ended; the server ends them only on errors. Reconnecting
-                    // reopens every stream from the last acknowledged item.
+                    // A stream ended (or was refused); the server ends them only on
+                    // errors. Only that stream ends: its opener reopens it.
+                    let stream = state.streams.remove(&method);
                     drop(state);
                     let why = incoming.error.map_or_else(
                         || "ended".to_owned(),
                         |e| format!("{} (code {})", e.message, e.code),
                     );
                     tracing::warn!(conn = self.number, %method, %why, "clientrpc stream ended");
-                    self.close(format!("stream {method} ended: {why}"));
+                    if let Some(stream) = stream {
+                        let _ = stream.ended.send(why);
+                    }
                 } else {
                     tracing::debug!(conn = self.number, id, "response to no request");
                 }

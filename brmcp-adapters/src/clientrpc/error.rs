@@ -74,9 +74,11 @@ pub enum ClientRpcError {
     /// The server sent something that is not the expected message.
     #[error("protocol: {0}")]
     Protocol(String),
-    /// The [`AckStore`](super::AckStore) failed.
-    #[error("ack store: {0}")]
-    Store(#[source] BoxError),
+    /// The client's identity was refused by the
+    /// [`Streams::identity`](super::Streams::identity) check (a data directory bound
+    /// to another client), with the check's text.
+    #[error("identity: {0}")]
+    Identity(String),
     /// A tip needs the TipProgress stream, which this host does not consume.
     #[error("tip progress stream not consumed by this host")]
     NoTipProgress,

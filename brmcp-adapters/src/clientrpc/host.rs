@@ -1,6 +1,6 @@
 //! [`ClientRpcHost`]: the Bison Relay host backed by a running brclient or brclientd.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +21,8 @@ use super::proto::{
     AckRequest, Empty, PmRequest, PublicIdentity, ReceivedPm, ReceivedTip, RmPrivateMessage,
     StreamRequest, TipProgressEvent, TipUserRequest, VersionResponse, method,
 };
-use super::streams::{AckStore, Progress, StreamEntry, StreamKind, StreamRuntime};
+use super::streams::{AckWindow, Delivery, StreamEntry, StreamKind, StreamRuntime};
+use crate::clock::sleep_until_opt;
 use crate::error::BoxError;
 use crate::host::PmSender;
 use crate::peer::PeerId;
@@ -35,14 +36,27 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Takes each PM the host receives.
 ///
-/// The item is acknowledged to the server once `handle_pm` returns `Ok` and its id is
-/// recorded; on `Err` the same PM is offered again after a backoff, and later PMs
-/// wait. Return `Ok` for a PM you choose to drop.
+/// The PM is acknowledged to the server only after `handle_pm` returned `Ok` (and
+/// every PM received before it with a lower sequence id did too): return `Ok` once the
+/// PM is durably recorded, or deliberately dropped. On `Err` the same PM is offered
+/// again after a backoff, and later PMs wait. The host drops no redelivery itself: a
+/// PM redelivered after a reconnect or a restart comes again with the same sequence id,
+/// and the handler's record is what recognises it.
 ///
-/// [`Router`] implements it: every PM goes to [`Router::handle_pm`].
+/// [`Router`] implements it (every PM goes to [`Router::handle_pm`], nothing durable:
+/// a PM in its queue when the process dies is lost).
 pub trait PmHandler: Send + Sync + 'static {
     /// Handles one PM.
     fn handle_pm(&self, pm: ReceivedPm) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// The server confirmed clearing every PM with a sequence id up to `up_to`: it
+    /// delivers none of them again, so a PM arriving later with such an id is new.
+    /// Called after each confirmed acknowledgement; errors are logged. The default
+    /// does nothing.
+    fn cleared(&self, up_to: u64) -> impl Future<Output = Result<(), BoxError>> + Send {
+        let _ = up_to;
+        std::future::ready(Ok(()))
+    }
 }
 
 impl PmHandler for Router {
@@ -66,10 +80,17 @@ where
 /// Takes each tip the host receives: the payer ([`ReceivedTip::uid`]), the amount in
 /// milliatoms and the sequence id (the same on a redelivery).
 ///
-/// As for [`PmHandler`]: acknowledged after `Ok`; retried after `Err`.
+/// As for [`PmHandler`]: acknowledged after `Ok` (return it once the tip is durably
+/// recorded); retried after `Err`; redeliveries are the handler's to recognise.
 pub trait TipHandler: Send + Sync + 'static {
     /// Handles one received tip.
     fn handle_tip(&self, tip: ReceivedTip) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// As [`PmHandler::cleared`], for tips.
+    fn cleared(&self, up_to: u64) -> impl Future<Output = Result<(), BoxError>> + Send {
+        let _ = up_to;
+        std::future::ready(Ok(()))
+    }
 }
 
 impl<F, Fut> TipHandler for F
@@ -82,46 +103,96 @@ where
     }
 }
 
+/// Takes each terminal TipProgress event that no waiting [`ClientRpcHost::tip`] took:
+/// the outcome of a tip whose caller stopped waiting, including tips sent before a
+/// restart, which brclient redelivers until acknowledged.
+///
+/// The event is acknowledged only after `handle_tip_result` returned `Ok`: return it
+/// once the outcome is durably recorded. On `Err` it is offered again after a backoff.
+pub trait TipResultHandler: Send + Sync + 'static {
+    /// Handles one unclaimed terminal event.
+    fn handle_tip_result(
+        &self,
+        event: TipProgressEvent,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+impl<F, Fut> TipResultHandler for F
+where
+    F: Fn(TipProgressEvent) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), BoxError>> + Send,
+{
+    fn handle_tip_result(
+        &self,
+        event: TipProgressEvent,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send {
+        self(event)
+    }
+}
+
+/// Checks the identity of the client behind every new connection before any stream
+/// opens: `Err` refuses the connection (see [`Streams::identity`]).
+type IdentityCheck = Arc<dyn Fn(PeerId) -> Result<(), BoxError> + Send + Sync>;
+
 trait DynPm: Send + Sync {
     fn call(&self, pm: ReceivedPm) -> BoxFuture<'_, Result<(), BoxError>>;
+    fn cleared(&self, up_to: u64) -> BoxFuture<'_, Result<(), BoxError>>;
 }
 
 impl<H: PmHandler> DynPm for H {
     fn call(&self, pm: ReceivedPm) -> BoxFuture<'_, Result<(), BoxError>> {
         Box::pin(self.handle_pm(pm))
     }
+    fn cleared(&self, up_to: u64) -> BoxFuture<'_, Result<(), BoxError>> {
+        Box::pin(PmHandler::cleared(self, up_to))
+    }
 }
 
 trait DynTip: Send + Sync {
     fn call(&self, tip: ReceivedTip) -> BoxFuture<'_, Result<(), BoxError>>;
+    fn cleared(&self, up_to: u64) -> BoxFuture<'_, Result<(), BoxError>>;
 }
 
 impl<H: TipHandler> DynTip for H {
     fn call(&self, tip: ReceivedTip) -> BoxFuture<'_, Result<(), BoxError>> {
         Box::pin(self.handle_tip(tip))
     }
+    fn cleared(&self, up_to: u64) -> BoxFuture<'_, Result<(), BoxError>> {
+        Box::pin(TipHandler::cleared(self, up_to))
+    }
 }
 
-/// Which streams the host consumes, where their progress is recorded, and who gets
-/// their items.
+trait DynResult: Send + Sync {
+    fn call(&self, event: TipProgressEvent) -> BoxFuture<'_, Result<(), BoxError>>;
+}
+
+impl<H: TipResultHandler> DynResult for H {
+    fn call(&self, event: TipProgressEvent) -> BoxFuture<'_, Result<(), BoxError>> {
+        Box::pin(self.handle_tip_result(event))
+    }
+}
+
+/// Which streams the host consumes and who records their items.
 ///
 /// ```no_run
-/// # use brmcp_adapters::clientrpc::{FileAckStore, Streams};
-/// # fn f(router: brmcp_adapters::Router) -> Result<(), Box<dyn std::error::Error>> {
-/// let streams = Streams::new(FileAckStore::open("data")?)
+/// # use brmcp_adapters::clientrpc::Streams;
+/// # fn f(router: brmcp_adapters::Router) {
+/// let streams = Streams::new()
 ///     .pms(router)
 ///     .tips(|tip: brmcp_adapters::clientrpc::proto::ReceivedTip| async move {
 ///         println!("{} matoms from {}", tip.amount_matoms, tip.uid);
 ///         Ok(())
 ///     });
-/// # let _ = streams; Ok(()) }
+/// # let _ = streams; }
 /// # fn main() { let _ = f; }
 /// ```
+#[derive(Default)]
 pub struct Streams {
-    store: Arc<dyn AckStore>,
     pm: Option<Arc<dyn DynPm>>,
     tips: Option<Arc<dyn DynTip>>,
-    tip_progress: bool,
+    results: Option<Arc<dyn DynResult>>,
+    no_tip_progress: bool,
+    identity: Option<IdentityCheck>,
 }
 
 impl fmt::Debug for Streams {
@@ -129,21 +200,18 @@ impl fmt::Debug for Streams {
         f.debug_struct("Streams")
             .field("pm", &self.pm.is_some())
             .field("tips", &self.tips.is_some())
-            .field("tip_progress", &self.tip_progress)
+            .field("tip_results", &self.results.is_some())
+            .field("tip_progress", &!self.no_tip_progress)
+            .field("identity", &self.identity.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Streams {
-    /// Records progress in `store`; consumes TipProgress (needed by
-    /// [`ClientRpcHost::tip`]) and nothing else until told.
-    pub fn new(store: impl AckStore) -> Self {
-        Self {
-            store: Arc::new(store),
-            pm: None,
-            tips: None,
-            tip_progress: true,
-        }
+    /// Consumes TipProgress (needed by [`ClientRpcHost::tip`]) and nothing else until
+    /// told.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Consumes PMStream, handing every PM to `handler` (a [`Router`], typically).
@@ -160,11 +228,33 @@ impl Streams {
         self
     }
 
+    /// Hands every terminal TipProgress event no waiting tip took to `handler`, and
+    /// acknowledges it only once the handler recorded it.
+    #[must_use]
+    pub fn tip_results(mut self, handler: impl TipResultHandler) -> Self {
+        self.results = Some(Arc::new(handler));
+        self
+    }
+
     /// Whether to consume TipProgress (on by default). Off, [`ClientRpcHost::tip`]
     /// fails with [`ClientRpcError::NoTipProgress`].
     #[must_use]
     pub const fn tip_progress(mut self, on: bool) -> Self {
-        self.tip_progress = on;
+        self.no_tip_progress = !on;
+        self
+    }
+
+    /// Checks the client's own identity (`UserPublicIdentity`) at every connection,
+    /// before any stream opens: on `Err` the connection is closed and counts as a
+    /// failed attempt ([`ClientRpcError::Identity`] with the check's text; the first
+    /// [`connect`](ClientRpcHost::connect) returns it). A data directory bound to one
+    /// brclient uses it to refuse another.
+    #[must_use]
+    pub fn identity(
+        mut self,
+        check: impl Fn(PeerId) -> Result<(), BoxError> + Send + Sync + 'static,
+    ) -> Self {
+        self.identity = Some(Arc::new(check));
         self
     }
 }
@@ -200,6 +290,9 @@ pub struct HostStatus {
     pub connects: u64,
     /// Why the last connection attempt failed or the last connection ended.
     pub last_error: Option<String>,
+    /// The last stream the server ended or refused, and why (the stream is reopened
+    /// with backoff; the connection stays up).
+    pub last_stream_error: Option<String>,
 }
 
 /// A tip waiting for its terminal TipProgress event.
@@ -232,14 +325,14 @@ struct Inner {
 /// backoff and reopening its streams, until [`close`](Self::close).
 ///
 /// ```no_run
-/// use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, FileAckStore, Streams};
+/// use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
 /// use brmcp_adapters::{Router, RouterConfig};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let bot = BotConfig::load("brmcp-serve.conf")?;
 /// let host = ClientRpcHost::new(ClientRpcConfig::from_bot_config(&bot))?;
 /// let router = Router::new(host.clone(), RouterConfig::server());
-/// host.connect(Streams::new(FileAckStore::open("data")?).pms(router.clone()))
+/// host.connect(Streams::new().pms(router.clone()))
 ///     .await?;
 /// # Ok(()) }
 /// # fn main() { let _ = run; }
@@ -289,8 +382,8 @@ impl ClientRpcHost {
     ///
     /// # Errors
     /// The first connection attempt's error (bad certificate, refused basic auth,
-    /// nothing listening, ...): the host is then not started and `connect` may be
-    /// called again. [`ClientRpcError::Store`] when the store cannot be read.
+    /// nothing listening, a refused identity ([`ClientRpcError::Identity`]), ...): the
+    /// host is then not started and `connect` may be called again.
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -308,7 +401,6 @@ impl ClientRpcHost {
     /// (within the request timeout); [`status`](Self::status) tells how it goes.
     ///
     /// # Errors
-    /// [`ClientRpcError::Store`] when the store cannot be read;
     /// [`ClientRpcError::Config`] when the host was started already.
     ///
     /// # Panics
@@ -338,52 +430,34 @@ impl ClientRpcHost {
         first: Option<oneshot::Sender<Result<(), ClientRpcError>>>,
     ) -> Result<(), ClientRpcError> {
         let Streams {
-            store,
             pm,
             tips,
-            tip_progress,
+            results,
+            no_tip_progress,
+            identity,
         } = streams;
         let mut consumers: Vec<(StreamKind, Handler)> = Vec::new();
         if let Some(pm) = pm {
             consumers.push((StreamKind::Pm, Handler::Pm(pm)));
         }
-        if tip_progress {
-            consumers.push((StreamKind::TipProgress, Handler::Progress));
+        if !no_tip_progress {
+            consumers.push((StreamKind::TipProgress, Handler::Progress(results)));
         }
         if let Some(tips) = tips {
             consumers.push((StreamKind::TipReceived, Handler::Tip(tips)));
         }
-        let kinds: Vec<StreamKind> = consumers.iter().map(|(kind, _)| *kind).collect();
-        let loaded = {
-            let store = store.clone();
-            tokio::task::spawn_blocking(move || {
-                kinds
-                    .into_iter()
-                    .map(|kind| store.load(kind).map(|id| (kind, id)))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .await
-            .map_err(|e| ClientRpcError::Store(Box::new(e)))?
-            .map_err(ClientRpcError::Store)?
-        };
-        self.inner.tip_progress.store(tip_progress, Relaxed);
+        self.inner.tip_progress.store(!no_tip_progress, Relaxed);
         let mut runtimes = Vec::new();
-        for ((kind, handler), (_, recorded)) in consumers.into_iter().zip(loaded) {
+        for (kind, handler) in consumers {
             let (tx, rx) = mpsc::unbounded_channel();
             let runtime = Arc::new(StreamRuntime {
                 kind,
-                progress: Mutex::new(Progress::new(recorded)),
+                window: Mutex::new(AckWindow::default()),
             });
-            tokio::spawn(consume(
-                self.inner.clone(),
-                runtime.clone(),
-                rx,
-                handler,
-                store.clone(),
-            ));
+            tokio::spawn(consume(self.inner.clone(), runtime.clone(), rx, handler));
             runtimes.push((runtime, tx));
         }
-        tokio::spawn(supervise(self.inner.clone(), runtimes, first));
+        tokio::spawn(supervise(self.inner.clone(), runtimes, identity, first));
         Ok(())
     }
 
@@ -653,10 +727,11 @@ impl Inner {
     }
 
     /// A TipProgress event: tell subscribers, and the tip waiting for it if terminal.
-    fn on_tip_progress(&self, event: &TipProgressEvent) {
+    /// Returns a terminal event no waiting tip took.
+    fn on_tip_progress(&self, event: &TipProgressEvent) -> Option<TipProgressEvent> {
         let _ = self.progress.send(event.clone());
         if !event.is_terminal() {
-            return;
+            return None;
         }
         let waiter = {
             let mut waiters = lock(&self.waiters);
@@ -671,16 +746,19 @@ impl Inner {
             Some(waiter) => waiter.tx.send(event.clone()).err(),
             None => Some(event.clone()),
         };
-        if let Some(event) = unclaimed {
-            let _ = self.unclaimed.send(event);
+        if let Some(event) = &unclaimed {
+            let _ = self.unclaimed.send(event.clone());
         }
+        unclaimed
     }
 }
 
-/// Keeps a connection up: connect, open the streams, wait for the end, back off.
+/// Keeps a connection up: connect, check the identity, open the streams, wait for the
+/// end, back off.
 async fn supervise(
     inner: Arc<Inner>,
     runtimes: Vec<StreamEntry>,
+    identity: Option<IdentityCheck>,
     mut first: Option<oneshot::Sender<Result<(), ClientRpcError>>>,
 ) {
     let config = &inner.config;
@@ -693,7 +771,7 @@ async fn supervise(
         }
         number += 1;
         let attempt = tokio::select! {
-            attempt = open(config, &runtimes, number) => attempt,
+            attempt = open(config, identity.as_ref(), number) => attempt,
             _ = shutdown.changed() => break,
         };
         match attempt {
@@ -703,6 +781,14 @@ async fn supervise(
                     let mut status = lock(&inner.status);
                     status.connects += 1;
                     status.last_error = None;
+                }
+                for (runtime, tx) in &runtimes {
+                    tokio::spawn(keep_stream(
+                        inner.clone(),
+                        conn.clone(),
+                        runtime.clone(),
+                        tx.clone(),
+                    ));
                 }
                 inner.current.send_replace(Some(conn.clone()));
                 tracing::info!(url = %config.url, conn = conn.number(), "clientrpc connected");
@@ -748,41 +834,100 @@ async fn supervise(
     }
 }
 
-/// One connection with every stream open.
+/// One connection, its client's identity checked.
 async fn open(
     config: &ClientRpcConfig,
-    runtimes: &[StreamEntry],
+    identity: Option<&IdentityCheck>,
     number: u64,
 ) -> Result<Arc<Conn>, ClientRpcError> {
     let ws = conn::connect(config).await?;
     let conn = Conn::spawn(ws, number, config);
-    for (runtime, tx) in runtimes {
-        let unacked_from = lock(&runtime.progress).unacked_from();
-        let opened = conn
-            .open_stream(
-                runtime.kind.method(),
-                &StreamRequest { unacked_from },
-                tx.clone(),
-            )
-            .await;
-        if opened.is_err() {
-            let why = conn
-                .close_reason()
-                .unwrap_or_else(|| "stream open failed".into());
-            conn.close("stream open failed");
-            return Err(ClientRpcError::WebSocket(
-                format!("connection lost while opening streams: {why}").into(),
-            ));
+    if let Some(check) = identity {
+        let checked = check_identity(&conn, check.clone()).await;
+        if let Err(e) = checked {
+            conn.close("identity refused");
+            return Err(e);
         }
     }
     Ok(conn)
 }
 
-/// Who processes a stream's items.
+async fn check_identity(conn: &Conn, check: IdentityCheck) -> Result<(), ClientRpcError> {
+    let value = match conn.call(method::USER_PUBLIC_IDENTITY, &Empty {}).await {
+        Ok(value) => value,
+        Err(CallError::Failed(e)) => return Err(e),
+        Err(CallError::NotSent) => return Err(ClientRpcError::ConnectionLost),
+    };
+    let me: PublicIdentity = serde_json::from_value(value)
+        .map_err(|e| ClientRpcError::Protocol(format!("UserPublicIdentity result: {e}")))?;
+    let Some(peer) = me.peer_id() else {
+        return Err(ClientRpcError::Protocol(
+            "UserPublicIdentity result: no 32-byte identity".into(),
+        ));
+    };
+    tokio::task::spawn_blocking(move || check(peer))
+        .await
+        .map_err(|e| ClientRpcError::Identity(e.to_string()))?
+        .map_err(|e| ClientRpcError::Identity(e.to_string()))
+}
+
+/// Keeps one stream open on `conn`: a stream the server ends or refuses is reopened
+/// after a backoff (the server replays what it has not cleared); the connection and the
+/// other streams are untouched. Ends with the connection.
+async fn keep_stream(
+    inner: Arc<Inner>,
+    conn: Arc<Conn>,
+    runtime: Arc<StreamRuntime>,
+    tx: mpsc::UnboundedSender<Delivery>,
+) {
+    let kind = runtime.kind;
+    let config = &inner.config;
+    let mut delay = config.backoff_initial;
+    loop {
+        // From 0, always: the server replays only what it has not cleared, and after
+        // its ids were reset a later start would skip every new item.
+        let Ok(ended) = conn
+            .open_stream(
+                kind.method(),
+                &StreamRequest { unacked_from: 0 },
+                tx.clone(),
+            )
+            .await
+        else {
+            return;
+        };
+        let opened = Instant::now();
+        // Dropped unanswered when the connection closes.
+        let Ok(why) = ended.await else { return };
+        if opened.elapsed() >= config.backoff_max {
+            delay = config.backoff_initial;
+        }
+        tracing::warn!(stream = kind.name(), %why, ?delay, "clientrpc stream ended; reopening it");
+        lock(&inner.status).last_stream_error = Some(format!("{}: {why}", kind.method()));
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = conn.closed() => return,
+        }
+        delay = delay.saturating_mul(2).min(config.backoff_max);
+    }
+}
+
+/// Who records a stream's items.
 enum Handler {
     Pm(Arc<dyn DynPm>),
     Tip(Arc<dyn DynTip>),
-    Progress,
+    /// TipProgress: waiting tips take their events; the rest go to the handler.
+    Progress(Option<Arc<dyn DynResult>>),
+}
+
+impl Handler {
+    async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
+        match self {
+            Self::Pm(h) => h.cleared(up_to).await,
+            Self::Tip(h) => h.cleared(up_to).await,
+            Self::Progress(_) => Ok(()),
+        }
+    }
 }
 
 /// One decoded stream item.
@@ -810,92 +955,124 @@ impl Item {
     }
 }
 
-/// Consumes one stream's items, from every connection, in order: process, record, ack.
+/// Consumes one stream's items, from every connection, in arrival order: record each
+/// (the handler), then acknowledge as far as [`AckWindow`] allows.
 async fn consume(
     inner: Arc<Inner>,
     runtime: Arc<StreamRuntime>,
-    mut rx: mpsc::UnboundedReceiver<Value>,
+    mut rx: mpsc::UnboundedReceiver<Delivery>,
     handler: Handler,
-    store: Arc<dyn AckStore>,
 ) {
     let kind = runtime.kind;
+    let settle = inner.config.ack_settle;
     let mut shutdown = inner.shutdown.subscribe();
+    let mut queue: VecDeque<(Item, Instant)> = VecDeque::new();
+    let mut open = true;
+    // After a failed acknowledgement: not before then.
+    let mut ack_after: Option<Instant> = None;
+    let mut ack_delay = inner.config.backoff_initial;
+    let take = |queue: &mut VecDeque<(Item, Instant)>, (params, at): Delivery| {
+        match Item::decode(kind, params) {
+            Ok(item) => {
+                lock(&runtime.window).received(item.sequence_id());
+                queue.push_back((item, at));
+            }
+            // Not recorded, so never waited for: a later acknowledgement clears it.
+            Err(e) => tracing::warn!(stream = kind.name(), error = %e, "undecodable stream item"),
+        }
+    };
     loop {
-        let params = tokio::select! {
-            params = rx.recv() => match params {
-                Some(params) => params,
-                None => return,
-            },
-            () = until_true(&mut shutdown) => return,
-        };
-        let item = match Item::decode(kind, params) {
-            Ok(item) => item,
-            Err(e) => {
-                // Not acknowledged; a later acknowledgement clears it on the server.
-                tracing::warn!(stream = kind.name(), error = %e, "undecodable stream item");
-                continue;
-            }
-        };
-        let id = item.sequence_id();
-        let duplicate = lock(&runtime.progress).is_duplicate(id);
-        if duplicate {
-            tracing::debug!(
-                stream = kind.name(),
-                id,
-                "redelivered item acknowledged again"
-            );
-        } else {
-            if !process(&inner, &handler, item, kind, &mut shutdown).await {
-                return;
-            }
-            let needs_record = lock(&runtime.progress).needs_record(id);
-            if needs_record {
-                let store = store.clone();
-                let saved = tokio::task::spawn_blocking(move || store.save(kind, id))
-                    .await
-                    .map_err(|e| -> BoxError { Box::new(e) })
-                    .and_then(|saved| saved);
-                if let Err(e) = saved {
-                    // Not acknowledged, so the server redelivers it after a reconnect;
-                    // in this process it is already seen.
-                    tracing::error!(stream = kind.name(), id, error = %e, "ack store failed");
-                    lock(&runtime.progress).processed(id, false);
-                    continue;
+        // Everything delivered so far is known to the window before it acknowledges.
+        loop {
+            match rx.try_recv() {
+                Ok(delivery) => take(&mut queue, delivery),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
                 }
             }
-            lock(&runtime.progress).processed(id, true);
         }
-        match inner
-            .request::<_, Empty>(kind.ack_method(), &AckRequest { sequence_id: id })
-            .await
+        let now = Instant::now();
+        let (ack, due) = lock(&runtime.window).ackable(now, settle);
+        if let Some(id) = ack
+            && ack_after.is_none_or(|t| t <= now)
         {
-            Ok(Empty {}) => lock(&runtime.progress).acked(id),
-            Err(e) => tracing::warn!(stream = kind.name(), id, error = %e, "ack failed"),
+            match inner
+                .request::<_, Empty>(kind.ack_method(), &AckRequest { sequence_id: id })
+                .await
+            {
+                Ok(Empty {}) => {
+                    lock(&runtime.window).acked(id);
+                    ack_after = None;
+                    ack_delay = inner.config.backoff_initial;
+                    if let Err(e) = handler.cleared(id).await {
+                        tracing::warn!(stream = kind.name(), id, error = %e, "clearing not recorded");
+                    }
+                }
+                Err(ClientRpcError::Closed) => return,
+                Err(e) => {
+                    tracing::warn!(stream = kind.name(), id, error = %e, ?ack_delay, "ack failed");
+                    ack_after = Some(Instant::now() + ack_delay);
+                    ack_delay = ack_delay.saturating_mul(2).min(inner.config.backoff_max);
+                }
+            }
+            continue;
+        }
+        if let Some((item, at)) = queue.pop_front() {
+            let id = item.sequence_id();
+            if !record(&inner, &handler, item, kind, &mut shutdown).await {
+                return;
+            }
+            lock(&runtime.window).recorded(id, at);
+            continue;
+        }
+        if !open {
+            return;
+        }
+        let wake = match (due, ack.and(ack_after)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        tokio::select! {
+            delivery = rx.recv() => match delivery {
+                Some(delivery) => take(&mut queue, delivery),
+                None => open = false,
+            },
+            () = sleep_until_opt(wake) => {}
+            () = until_true(&mut shutdown) => return,
         }
     }
 }
 
 /// Runs the handler until it succeeds; `false` when the host shut down first.
-async fn process(
+async fn record(
     inner: &Inner,
     handler: &Handler,
     item: Item,
     kind: StreamKind,
     shutdown: &mut watch::Receiver<bool>,
 ) -> bool {
+    let id = item.sequence_id();
+    let unclaimed = match (handler, &item) {
+        (Handler::Progress(results), Item::Progress(event)) => {
+            match (inner.on_tip_progress(event), results) {
+                (Some(event), Some(results)) => Some((event, results.clone())),
+                _ => return true,
+            }
+        }
+        _ => None,
+    };
     let mut delay = inner.config.backoff_initial;
     loop {
-        let result = match (handler, &item) {
-            (Handler::Pm(h), Item::Pm(pm)) => h.call(pm.clone()).await,
-            (Handler::Tip(h), Item::Tip(tip)) => h.call(tip.clone()).await,
-            (Handler::Progress, Item::Progress(event)) => {
-                inner.on_tip_progress(event);
-                Ok(())
-            }
+        let result = match (handler, &item, &unclaimed) {
+            (Handler::Pm(h), Item::Pm(pm), _) => h.call(pm.clone()).await,
+            (Handler::Tip(h), Item::Tip(tip), _) => h.call(tip.clone()).await,
+            (_, _, Some((event, results))) => results.call(event.clone()).await,
             _ => Ok(()),
         };
         let Err(e) = result else { return true };
-        tracing::warn!(stream = kind.name(), id = item.sequence_id(), error = %e, ?delay, "handler failed; retrying");
+        tracing::warn!(stream = kind.name(), id, error = %e, ?delay, "handler failed; retrying");
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = until_true(shutdown) => return false,

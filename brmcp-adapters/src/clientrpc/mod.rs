@@ -6,9 +6,9 @@
 //!   [`PmHandler`] ([`Router`](crate::Router) is one), every tip received to a
 //!   [`TipHandler`], and pays tips ([`ClientRpcHost::tip`]), matching each to its
 //!   terminal TipProgress event.
-//! - Streams are consumed in the order process → record ([`AckStore`]) → acknowledge,
-//!   reopened after every reconnect from the last acknowledged item, with redeliveries
-//!   recognised by sequence id ([`streams`](self#streams)).
+//! - Streams are consumed in the order record (the handler) → acknowledge, an
+//!   acknowledgement covering only recorded items; a stream the server ends alone is
+//!   reopened alone, the others stay up ([`streams`](self#streams)).
 //! - [`ClientRpcConfig`] says where the server is and which certificates to use; it can
 //!   come from a bisonbotkit `.conf` file ([`BotConfig`]). The server's `rpc.cert` is
 //!   pinned by DER equality (brclient's is a self-signed CA-flagged Ed25519
@@ -25,11 +25,12 @@
 //!
 //! # Streams
 //!
-//! See [`StreamKind`] and [`AckStore`]: each item is processed, then its sequence id is
-//! recorded durably, then it is acknowledged. A reconnect reopens every stream after
-//! the last acknowledgement the server confirmed; whatever it redelivers that was
-//! processed already (recorded before the start, or processed since) is acknowledged
-//! again without being processed.
+//! See [`StreamKind`] and [`PmHandler`]: each item is handed to its handler, which
+//! returns once it is durably recorded; a cumulative acknowledgement of N goes out
+//! only when every item received with an id up to N is recorded and N was received
+//! [`DEFAULT_ACK_SETTLE`] ago or more. The host drops nothing as a duplicate: streams
+//! are (re)opened from 0, the server replaying what it has not cleared, and the
+//! handlers' records recognise redeliveries.
 //!
 //! Crypto: rustls with the ring provider.
 
@@ -42,15 +43,16 @@ mod streams;
 mod tls;
 
 pub use config::{
-    BasicAuth, BotConfig, ClientRpcConfig, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_TIP_MAX_ATTEMPTS, DEFAULT_TIP_TIMEOUT, DEFAULT_URL,
-    MAX_IN_FLIGHT, PemSource,
+    BasicAuth, BotConfig, ClientRpcConfig, DEFAULT_ACK_SETTLE, DEFAULT_BACKOFF_INITIAL,
+    DEFAULT_BACKOFF_MAX, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PING_INTERVAL,
+    DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TIP_MAX_ATTEMPTS, DEFAULT_TIP_TIMEOUT,
+    DEFAULT_URL, MAX_IN_FLIGHT, PemSource,
 };
 pub use error::ClientRpcError;
 pub use host::{
     ClientRpcHost, HostStatus, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler, TipOutcome,
+    TipResultHandler,
 };
-pub use streams::{AckStore, FileAckStore, MemoryAckStore, SEEN_IDS, StreamKind};
+pub use streams::StreamKind;
 
 use crate::lock;

@@ -1,45 +1,41 @@
-//! The three streams a bot consumes (PMStream, TipStream, TipProgress), where their
-//! progress is recorded ([`AckStore`]), and how redeliveries are recognised.
+//! The three streams a bot consumes (PMStream, TipStream, TipProgress) and when their
+//! items may be acknowledged ([`AckWindow`]).
 //!
 //! brclient stores every item before delivering it and replays, on every stream open,
 //! the items not yet acknowledged whose sequence id is above the open's `unackedFrom`.
-//! Acknowledgements are cumulative. Each item goes through, in this order:
+//! Acknowledgements are cumulative: an ack of N clears every stored item up to N. Tip
+//! events are sent from several goroutines, so ids can reach us out of order. Each
+//! item goes through, in this order:
 //!
-//! 1. **process**: the handler runs (a failing handler is retried with backoff, and
-//!    nothing later on that stream is processed meanwhile);
-//! 2. **record**: the id is written to the [`AckStore`] as the last processed one;
-//! 3. **ack**: the server is told.
+//! 1. **record**: the handler runs and returns `Ok` once the item is durable (a
+//!    failing handler is retried with backoff, and nothing later on that stream is
+//!    handled meanwhile);
+//! 2. **ack**: an acknowledgement of N goes out only when every item received with an
+//!    id up to N is recorded, and N was received at least
+//!    [`ack_settle`](super::ClientRpcConfig::ack_settle) ago (for stragglers with lower
+//!    ids still on their way);
+//! 3. **cleared**: once the server confirmed the acknowledgement of N, the handler is
+//!    told ([`PmHandler::cleared`](super::PmHandler::cleared)): the server will not
+//!    deliver any item up to N again, so an item with such an id that arrives later is
+//!    new (a straggler, or a tip after brclient's logs were reset).
 //!
-//! On every (re)connection a stream is reopened from the last id the server confirmed
-//! acknowledging in this process (0 after a start), so whatever the server still holds
-//! is redelivered; redeliveries are recognised by sequence id and acknowledged without
-//! being processed again. An item is a redelivery when its id is at most the recorded
-//! id found at start, or when it was processed since.
+//! The host itself drops nothing as a duplicate: a stream is always opened with
+//! `unackedFrom` 0 (the server replays only what it has not cleared, and an id above
+//! 0 would skip every item after brclient's ids were reset), and the handler's durable
+//! record (the ledger for tips, the PM journal for PMs) is the one deduplication.
 //!
-//! Known limits, from the server's design: if brclient's replay logs are all removed
-//! its ids restart low, and items below the recorded id are then taken for redeliveries
-//! (clear the store with the logs). Tip events may reach the wire slightly out of id
-//! order; a cumulative ack of a later one also clears an earlier one still on its way,
-//! which is lost only if the process dies before that earlier one arrives.
+//! The window left open by the server's design: an item delayed inside brclient by
+//! more than the settle time behind a later one is cleared by the later one's
+//! acknowledgement before it arrives, and lost if the process dies before it does.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::{Duration, Instant};
 
-use super::error::ClientRpcError;
-use super::lock;
 use super::proto::method;
-use crate::error::BoxError;
-
-/// Ids processed in this process that are remembered for dedupe, per stream.
-///
-/// The server redelivers only what is not yet acknowledged, and every item is
-/// acknowledged right after it is processed, so a handful would do; ids evicted past
-/// this bound still count as seen when not above the largest evicted one.
-pub const SEEN_IDS: usize = 1024;
 
 /// A stream the host consumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,264 +79,146 @@ impl StreamKind {
             Self::TipReceived => "tipstream",
         }
     }
-
-    const fn index(self) -> usize {
-        match self {
-            Self::Pm => 0,
-            Self::TipProgress => 1,
-            Self::TipReceived => 2,
-        }
-    }
 }
 
-/// Where the last processed sequence id of each stream is recorded.
+/// Which received items an acknowledgement may cover, for one stream.
 ///
-/// [`save`](Self::save) must be durable when it returns: the item is acknowledged
-/// next, and the server then forgets it. Calls run on tokio's blocking pool, so a
-/// store may block (a file, SQLite).
-pub trait AckStore: Send + Sync + 'static {
-    /// The last processed id of `kind`; 0 when none was recorded.
-    ///
-    /// # Errors
-    /// The store could not be read; the host does not start.
-    fn load(&self, kind: StreamKind) -> Result<u64, BoxError>;
-
-    /// Records `sequence_id` as the last processed id of `kind`. Ids passed only grow.
-    ///
-    /// # Errors
-    /// The record is not durable; the item is then not acknowledged.
-    fn save(&self, kind: StreamKind, sequence_id: u64) -> Result<(), BoxError>;
-}
-
-/// An [`AckStore`] in memory: nothing survives the process. For tests, and for a host
-/// whose handlers dedupe by sequence id themselves.
+/// Invariant: an id is in `unrecorded` from its delivery until its handler returned
+/// `Ok`; an acknowledgement never covers an id in `unrecorded`.
 #[derive(Debug, Default)]
-pub struct MemoryAckStore {
-    ids: Mutex<[u64; 3]>,
+pub(crate) struct AckWindow {
+    /// Received and not yet recorded (queued, or being handled): id → deliveries.
+    unrecorded: BTreeMap<u64, usize>,
+    /// Recorded, not yet covered by a confirmed acknowledgement: id → when received.
+    recorded: BTreeMap<u64, Instant>,
 }
 
-impl MemoryAckStore {
-    /// A store that starts with these ids recorded.
-    pub fn with(ids: impl IntoIterator<Item = (StreamKind, u64)>) -> Self {
-        let store = Self::default();
-        for (kind, id) in ids {
-            lock(&store.ids)[kind.index()] = id;
+impl AckWindow {
+    /// An item with this id was delivered.
+    pub(crate) fn received(&mut self, id: u64) {
+        *self.unrecorded.entry(id).or_default() += 1;
+    }
+
+    /// The item delivered at `at` is recorded. It is acknowledged even when its id is
+    /// below one acknowledged already: that is a no-op for a straggler the server
+    /// cleared, and clears an item whose id repeats after the server's ids were reset.
+    pub(crate) fn recorded(&mut self, id: u64, at: Instant) {
+        if let Some(count) = self.unrecorded.get_mut(&id) {
+            *count -= 1;
+            if *count == 0 {
+                self.unrecorded.remove(&id);
+            }
         }
-        store
-    }
-}
-
-impl AckStore for MemoryAckStore {
-    fn load(&self, kind: StreamKind) -> Result<u64, BoxError> {
-        Ok(lock(&self.ids)[kind.index()])
+        let first = self.recorded.entry(id).or_insert(at);
+        *first = (*first).min(at);
     }
 
-    fn save(&self, kind: StreamKind, sequence_id: u64) -> Result<(), BoxError> {
-        lock(&self.ids)[kind.index()] = sequence_id;
-        Ok(())
-    }
-}
-
-/// The default [`AckStore`]: one small JSON file in a data directory,
-/// `{"pm":N,"tipprogress":N,"tipstream":N}`, replaced atomically (written to a
-/// temporary file, synced, renamed over the old one, directory synced) on every save.
-#[derive(Debug)]
-pub struct FileAckStore {
-    path: PathBuf,
-    ids: Mutex<[u64; 3]>,
-}
-
-/// The file's contents.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-struct AckFile {
-    pm: u64,
-    tipprogress: u64,
-    tipstream: u64,
-}
-
-impl FileAckStore {
-    /// The file's name inside the data directory.
-    pub const FILE_NAME: &'static str = "clientrpc-acks.json";
-
-    /// Opens (or starts) the store in `dir`, creating the directory if needed.
-    ///
-    /// # Errors
-    /// [`ClientRpcError::Io`] when the directory cannot be created or the file read;
-    /// [`ClientRpcError::Store`] when the file is not the store's JSON.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self, ClientRpcError> {
-        let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|e| ClientRpcError::io(dir, e))?;
-        let path = dir.join(Self::FILE_NAME);
-        let file = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice::<AckFile>(&bytes)
-                .map_err(|e| ClientRpcError::Store(format!("{}: {e}", path.display()).into()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => AckFile::default(),
-            Err(e) => return Err(ClientRpcError::io(path, e)),
-        };
-        Ok(Self {
-            path,
-            ids: Mutex::new([file.pm, file.tipprogress, file.tipstream]),
-        })
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn write(&self, ids: [u64; 3]) -> std::io::Result<()> {
-        use std::io::Write as _;
-        let file = AckFile {
-            pm: ids[0],
-            tipprogress: ids[1],
-            tipstream: ids[2],
-        };
-        let bytes = serde_json::to_vec(&file).map_err(std::io::Error::other)?;
-        let tmp = self.path.with_extension("json.tmp");
-        {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
+    /// The id to acknowledge now, if any, and when to look again otherwise.
+    pub(crate) fn ackable(&self, now: Instant, settle: Duration) -> (Option<u64>, Option<Instant>) {
+        let limit = self.unrecorded.keys().next().copied().unwrap_or(u64::MAX);
+        let mut ack = None;
+        let mut due = None::<Instant>;
+        for (&id, &at) in self.recorded.range(..limit) {
+            let settled = at + settle;
+            if settled <= now {
+                ack = Some(id);
+            } else {
+                due = Some(due.map_or(settled, |d| d.min(settled)));
+            }
         }
-        std::fs::rename(&tmp, &self.path)?;
-        // The rename is durable once the directory is synced. Not every platform can
-        // open a directory for that; there the rename alone is what we get.
-        if let Some(dir) = self.path.parent()
-            && let Ok(d) = std::fs::File::open(dir)
-        {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    }
-}
-
-impl AckStore for FileAckStore {
-    fn load(&self, kind: StreamKind) -> Result<u64, BoxError> {
-        Ok(lock(&self.ids)[kind.index()])
+        (ack, due)
     }
 
-    fn save(&self, kind: StreamKind, sequence_id: u64) -> Result<(), BoxError> {
-        let mut ids = lock(&self.ids);
-        let mut next = *ids;
-        next[kind.index()] = sequence_id;
-        self.write(next)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        *ids = next;
-        Ok(())
-    }
-}
-
-/// Per-stream state shared by the consumer task and the connection supervisor.
-#[derive(Debug)]
-pub(crate) struct Progress {
-    /// The recorded id found at start: anything at or below it was processed before.
-    floor: u64,
-    /// The largest id recorded.
-    recorded: u64,
-    /// The largest id the server confirmed acknowledging, in this process.
-    acked: u64,
-    /// Ids processed in this process (bounded by [`SEEN_IDS`]).
-    seen: BTreeSet<u64>,
-    /// The largest id evicted from `seen`.
-    evicted: u64,
-}
-
-impl Progress {
-    pub(crate) const fn new(recorded: u64) -> Self {
-        Self {
-            floor: recorded,
-            recorded,
-            acked: 0,
-            seen: BTreeSet::new(),
-            evicted: 0,
-        }
-    }
-
-    /// Whether the item was processed already.
-    pub(crate) fn is_duplicate(&self, id: u64) -> bool {
-        id <= self.floor || id <= self.evicted || self.seen.contains(&id)
-    }
-
-    /// Whether recording `id` moves the record forward.
-    pub(crate) const fn needs_record(&self, id: u64) -> bool {
-        id > self.recorded
-    }
-
-    /// Notes `id` as processed, and as recorded when `recorded` (the store took it).
-    pub(crate) fn processed(&mut self, id: u64, recorded: bool) {
-        if recorded {
-            self.recorded = self.recorded.max(id);
-        }
-        self.seen.insert(id);
-        if self.seen.len() > SEEN_IDS
-            && let Some(oldest) = self.seen.pop_first()
-        {
-            self.evicted = self.evicted.max(oldest);
-        }
-    }
-
+    /// The server confirmed acknowledging `id`: every recorded id up to it is done.
     pub(crate) fn acked(&mut self, id: u64) {
-        self.acked = self.acked.max(id);
-    }
-
-    /// Where a reopened stream starts: after the last confirmed acknowledgement.
-    pub(crate) const fn unacked_from(&self) -> u64 {
-        self.acked
+        self.recorded = match id.checked_add(1) {
+            Some(next) => self.recorded.split_off(&next),
+            None => BTreeMap::new(),
+        };
     }
 }
 
-/// One consumed stream's progress, shared by its consumer and the supervisor (which
-/// also holds the sending side of the queue its items go to, from whichever connection
-/// they arrive on; the consumer ends when that side is dropped).
+/// One consumed stream's state, shared by its consumer and the tasks that keep it open
+/// on each connection (which hold the sending side of the queue its items go to, from
+/// whichever connection they arrive on; the consumer ends when that side is dropped).
 #[derive(Debug)]
 pub(crate) struct StreamRuntime {
     pub(crate) kind: StreamKind,
-    pub(crate) progress: Mutex<Progress>,
+    pub(crate) window: Mutex<AckWindow>,
 }
 
+/// One stream item as the connection received it, and when.
+pub(crate) type Delivery = (Value, Instant);
+
 /// A stream's runtime and the sending side of its queue.
-pub(crate) type StreamEntry = (std::sync::Arc<StreamRuntime>, mpsc::UnboundedSender<Value>);
+pub(crate) type StreamEntry = (Arc<StreamRuntime>, mpsc::UnboundedSender<Delivery>);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const SETTLE: Duration = Duration::from_millis(500);
+
     #[test]
-    fn progress_dedupes_by_floor_seen_and_eviction() {
-        let mut p = Progress::new(100);
-        assert!(p.is_duplicate(100) && p.is_duplicate(5));
-        assert!(!p.is_duplicate(101));
-        p.processed(150, true);
-        assert!(p.is_duplicate(150));
-        // An earlier id arriving late (tips can be reordered) is still new.
-        assert!(!p.is_duplicate(120));
-        assert!(!p.needs_record(120));
-        for id in 1000..1000 + SEEN_IDS as u64 {
-            p.processed(id, true);
-        }
-        assert!(p.is_duplicate(150), "evicted, below the largest evicted id");
-        assert_eq!(p.unacked_from(), 0);
-        p.acked(1000);
-        p.acked(900);
-        assert_eq!(p.unacked_from(), 1000);
+    fn an_ack_never_covers_an_unrecorded_item() {
+        let t0 = Instant::now();
+        let mut w = AckWindow::default();
+        // 200 arrives before 100 (tip events are sent from several goroutines).
+        w.received(200);
+        w.received(100);
+        w.recorded(200, t0);
+        let late = t0 + SETTLE * 2;
+        assert_eq!(w.ackable(late, SETTLE).0, None, "100 is not recorded yet");
+        w.recorded(100, t0);
+        assert_eq!(w.ackable(late, SETTLE).0, Some(200));
+        w.acked(200);
+        assert_eq!(w.ackable(late, SETTLE), (None, None));
     }
 
     #[test]
-    fn file_store_round_trips_and_replaces_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = FileAckStore::open(dir.path()).unwrap();
-        assert_eq!(store.load(StreamKind::Pm).unwrap(), 0);
-        store.save(StreamKind::Pm, 4_294_967_461).unwrap();
-        store.save(StreamKind::TipReceived, u64::MAX).unwrap();
-        let again = FileAckStore::open(dir.path()).unwrap();
-        assert_eq!(again.load(StreamKind::Pm).unwrap(), 4_294_967_461);
-        assert_eq!(again.load(StreamKind::TipReceived).unwrap(), u64::MAX);
-        assert_eq!(again.load(StreamKind::TipProgress).unwrap(), 0);
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, [FileAckStore::FILE_NAME], "no temporary file left");
+    fn an_ack_waits_for_the_settle_time_of_the_id_it_names() {
+        let t0 = Instant::now();
+        let mut w = AckWindow::default();
+        w.received(100);
+        w.recorded(100, t0);
+        w.received(300);
+        w.recorded(300, t0 + SETTLE);
+        assert_eq!(w.ackable(t0, SETTLE), (None, Some(t0 + SETTLE)));
+        assert_eq!(
+            w.ackable(t0 + SETTLE, SETTLE),
+            (Some(100), Some(t0 + SETTLE * 2))
+        );
+        assert_eq!(w.ackable(t0 + SETTLE * 2, SETTLE).0, Some(300));
+    }
+
+    #[test]
+    fn an_item_below_an_earlier_ack_is_acknowledged_again() {
+        let t0 = Instant::now();
+        let mut w = AckWindow::default();
+        w.received(200);
+        w.recorded(200, t0);
+        w.acked(200);
+        // A straggler (a no-op ack), or an id repeating after a reset (a needed one).
+        w.received(100);
+        w.recorded(100, t0);
+        assert_eq!(w.ackable(t0 + SETTLE, SETTLE).0, Some(100));
+        w.acked(u64::MAX);
+        assert_eq!(w.ackable(t0 + SETTLE, SETTLE), (None, None));
+    }
+
+    #[test]
+    fn a_redelivery_in_flight_holds_the_ack_back_until_recorded_again() {
+        let t0 = Instant::now();
+        let mut w = AckWindow::default();
+        w.received(100);
+        w.recorded(100, t0);
+        w.received(100);
+        assert_eq!(w.ackable(t0 + SETTLE, SETTLE).0, None);
+        w.recorded(100, t0 + SETTLE);
+        assert_eq!(
+            w.ackable(t0 + SETTLE, SETTLE).0,
+            Some(100),
+            "the first arrival counts"
+        );
     }
 }

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use crate::common::{Certs, Fake, FakeOptions};
 use brmcp_adapters::clientrpc::{
-    BasicAuth, BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, MemoryAckStore,
-    PemSource, Streams,
+    BasicAuth, BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams,
 };
 
 /// What bisonbotkit's `LoadBotConfig` writes as defaults, in its order.
@@ -146,9 +145,7 @@ async fn a_host_from_a_config_file_connects() {
     std::fs::write(&file, text).unwrap();
     let bot = BotConfig::load(&file).unwrap();
     let host = ClientRpcHost::new(ClientRpcConfig::from_bot_config(&bot)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    host.connect(Streams::new()).await.unwrap();
     assert_eq!(host.version().await.unwrap().app_name, "brclient");
     assert_eq!(fake.paths(), ["/ws"]);
     host.close();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common::{Certs, Fake, FakeOptions, Reply, default_reply, eventually};
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, MemoryAckStore, Streams};
+use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -24,9 +24,7 @@ async fn pings_are_answered_both_ways_and_the_connection_stays_up() {
         .config(&fake)
         .with_ping(Duration::from_millis(40), Duration::from_millis(300));
     let host = ClientRpcHost::new(config).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    host.connect(Streams::new()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pongs = fake.pongs();
     assert!(pongs.len() >= 5, "{} pongs", pongs.len());
@@ -46,9 +44,7 @@ async fn a_server_that_stops_answering_is_dropped_and_reconnected() {
         .config(&fake)
         .with_ping(Duration::from_millis(40), Duration::from_millis(100));
     let host = ClientRpcHost::new(config).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    host.connect(Streams::new()).await.unwrap();
     fake.stall_connections();
     eventually("reconnected", WAIT, || fake.connections() == 2).await;
     eventually("host up again", WAIT, || host.status().connected).await;
@@ -68,9 +64,7 @@ async fn a_request_in_flight_fails_when_the_socket_dies() {
         }
     });
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    host.connect(Streams::new()).await.unwrap();
     let call = tokio::spawn({
         let host = host.clone();
         async move { host.version().await }
@@ -97,15 +91,10 @@ async fn a_failed_connect_can_be_retried() {
     let fake = Fake::start(&certs, FakeOptions::default()).await;
     fake.refuse_next(1);
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    let err = host
-        .connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap_err();
+    let err = host.connect(Streams::new()).await.unwrap_err();
     assert!(!matches!(err, ClientRpcError::Closed), "{err:?}");
     assert!(!host.status().connected);
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .expect("second try");
+    host.connect(Streams::new()).await.expect("second try");
     host.version().await.unwrap();
     host.close();
 }
@@ -116,36 +105,11 @@ async fn a_spawned_host_keeps_trying_and_waiting_calls_go_through() {
     let fake = Fake::start(&certs, FakeOptions::default()).await;
     fake.refuse_next(3);
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.spawn(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    host.spawn(Streams::new()).await.unwrap();
     // Issued before any connection exists: it waits for one.
     let version = host.version().await.unwrap();
     assert_eq!(version.app_name, "brclient");
     assert_eq!(fake.accepts().len(), 4, "three refused, one kept");
     assert_eq!(host.status().connects, 1);
-    host.close();
-}
-
-#[tokio::test]
-async fn a_stream_ended_by_the_server_is_reopened_on_a_new_connection() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
-    let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
-    eventually("stream open", WAIT, || {
-        !fake.opens(crate::common::TIP_PROGRESS).is_empty()
-    })
-    .await;
-    fake.end_streams(10000, "EOF");
-    eventually("reconnected", WAIT, || fake.connections() == 2).await;
-    eventually("stream reopened", WAIT, || {
-        fake.opens(crate::common::TIP_PROGRESS)
-            .last()
-            .is_some_and(|open| open.conn == 2)
-    })
-    .await;
     host.close();
 }

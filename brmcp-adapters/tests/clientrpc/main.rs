@@ -3,6 +3,7 @@
 
 mod common;
 mod config;
+mod faults;
 mod liveness;
 mod requests;
 mod streams;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::common::{Certs, Fake, FakeOptions, Reply, default_reply, eventually, uid};
 use base64::Engine as _;
 use brmcp_adapters::PmSender;
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, MemoryAckStore, Streams};
+use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -16,9 +16,7 @@ const WAIT: Duration = Duration::from_secs(5);
 
 async fn connected(certs: &Certs, fake: &Fake) -> ClientRpcHost {
     let host = ClientRpcHost::new(certs.config(fake)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    host.connect(Streams::new()).await.unwrap();
     host
 }
 
@@ -245,7 +243,7 @@ async fn at_most_16_requests_in_flight_streams_included() {
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     // Three open streams hold three of the sixteen.
     host.connect(
-        Streams::new(MemoryAckStore::default())
+        Streams::new()
             .pms(|_pm| async { Ok(()) })
             .tips(|_tip| async { Ok(()) }),
     )
@@ -284,9 +282,7 @@ async fn basic_auth_is_sent_and_refusals_surface_as_auth_errors() {
     )
     .await;
     let good = ClientRpcHost::new(certs.config(&fake).with_basic_auth("bot", "s3cret")).unwrap();
-    good.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    good.connect(Streams::new()).await.unwrap();
     good.version().await.unwrap();
     let expected = format!(
         "Basic {}",
@@ -296,20 +292,14 @@ async fn basic_auth_is_sent_and_refusals_surface_as_auth_errors() {
     good.close();
 
     let wrong = ClientRpcHost::new(certs.config(&fake).with_basic_auth("bot", "guess")).unwrap();
-    let err = wrong
-        .connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap_err();
+    let err = wrong.connect(Streams::new()).await.unwrap_err();
     assert!(
         matches!(err, ClientRpcError::Auth { status: 403 }),
         "{err:?}"
     );
 
     let none = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    let err = none
-        .connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap_err();
+    let err = none.connect(Streams::new()).await.unwrap_err();
     assert!(
         matches!(err, ClientRpcError::Auth { status: 401 }),
         "{err:?}"
@@ -320,10 +310,7 @@ async fn basic_auth_is_sent_and_refusals_surface_as_auth_errors() {
     let background =
         ClientRpcHost::new(certs.config(&fake).with_basic_auth("bot", "guess")).unwrap();
     let before = fake.accepts().len();
-    background
-        .spawn(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    background.spawn(Streams::new()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let attempts = fake.accepts().len() - before;
     // 20, 40, 80, 160 ms of backoff fit about five attempts in 400 ms.

@@ -1,20 +1,16 @@
-//! Streams: PMStream and TipStream items are decoded, processed, recorded, then
-//! acknowledged; redeliveries after a reconnect or a restart are recognised and not
-//! processed twice; reconnects back off and reopen every stream from the last
-//! acknowledged id.
+//! Streams: PMStream and TipStream items are decoded, recorded by their handler, then
+//! acknowledged; redeliveries after a reconnect or a restart go to the handler again
+//! (its record is the deduplication); reconnects back off and reopen every stream.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    Certs, Fake, FakeOptions, PM_STREAM, TIP_PROGRESS, TIP_STREAM, TimelineStore, eventually,
-    seq_of, uid,
+    Certs, Fake, FakeOptions, PM_STREAM, TIP_PROGRESS, TIP_STREAM, eventually, seq_of, uid,
 };
 use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp_adapters::clientrpc::{
-    ClientRpcHost, FileAckStore, MemoryAckStore, PmHandler, StreamKind, Streams,
-};
+use brmcp_adapters::clientrpc::{ClientRpcHost, PmHandler, Streams};
 use brmcp_adapters::{BoxError, Router, RouterConfig};
 use serde_json::json;
 
@@ -41,19 +37,13 @@ fn recording(timeline: Arc<Mutex<Vec<String>>>) -> (Seen, impl PmHandler) {
 }
 
 #[tokio::test]
-async fn pm_is_decoded_processed_recorded_then_acked() {
+async fn pm_is_decoded_recorded_then_acked() {
     let certs = Certs::brclient();
     let fake = Fake::start(&certs, FakeOptions::default()).await;
     let timeline = fake.timeline();
     let (seen, handler) = recording(timeline.clone());
-    let store = TimelineStore {
-        inner: MemoryAckStore::default(),
-        timeline: timeline.clone(),
-    };
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(store).pms(handler))
-        .await
-        .unwrap();
+    host.connect(Streams::new().pms(handler)).await.unwrap();
 
     // clientrpc.md §1.8's example item, as brclient writes it.
     let first = fake.push(
@@ -69,10 +59,7 @@ async fn pm_is_decoded_processed_recorded_then_acked() {
     fake.set_next_seq((1 << 53) + 1);
     let second = fake.push_pm(&uid(0x33), "second");
     assert_eq!(second, (1 << 53) + 1);
-    eventually("both acked", WAIT, || {
-        fake.acks("ChatService.AckReceivedPM") == [first, second]
-    })
-    .await;
+    eventually("both acked", WAIT, || fake.unacked(PM_STREAM).is_empty()).await;
 
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
@@ -85,21 +72,23 @@ async fn pm_is_decoded_processed_recorded_then_acked() {
     assert_eq!(seen[1].uid, uid(0x33));
     assert_eq!(seen[1].sequence_id, second);
 
-    assert_eq!(
-        *timeline.lock().unwrap(),
-        [
-            format!("pm {first}"),
-            format!("save pm {first}"),
-            format!("ack {first}"),
-            format!("pm {second}"),
-            format!("save pm {second}"),
-            format!("ack {second}"),
-        ],
-        "process, record, then ack"
-    );
+    // Each ack comes after every PM it covers was handled (acks are cumulative; one
+    // may cover both).
+    let timeline = timeline.lock().unwrap().clone();
+    let at = |line: String| timeline.iter().position(|l| *l == line).unwrap();
+    let acks = fake.acks("ChatService.AckReceivedPM");
+    assert_eq!(acks.last(), Some(&second));
+    for ack in &acks {
+        for pm in [first, second].into_iter().filter(|pm| pm <= ack) {
+            assert!(
+                at(format!("pm {pm}")) < at(format!("ack {ack}")),
+                "{timeline:?}"
+            );
+        }
+    }
     let acks = fake.requests_of("ChatService.AckReceivedPM");
     assert_eq!(
-        acks[1].params,
+        acks.last().unwrap().params,
         json!({"sequenceId": "9007199254740993"}),
         "uint64 as a decimal string"
     );
@@ -113,7 +102,7 @@ async fn router_receives_every_pm() {
     let fake = Fake::start(&certs, FakeOptions::default()).await;
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     let router = Router::new(host.clone(), RouterConfig::server());
-    host.connect(Streams::new(MemoryAckStore::default()).pms(router.clone()))
+    host.connect(Streams::new().pms(router.clone()))
         .await
         .unwrap();
     fake.push_pm(&uid(0x11), "just chat");
@@ -131,17 +120,15 @@ async fn router_receives_every_pm() {
 }
 
 #[tokio::test]
-async fn redelivery_after_reconnect_is_not_processed_again() {
+async fn redelivery_after_reconnect_goes_to_the_handler_again() {
     let certs = Certs::brclient();
     let fake = Fake::start(&certs, FakeOptions::default()).await;
     let (seen, handler) = recording(fake.timeline());
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()).pms(handler))
-        .await
-        .unwrap();
+    host.connect(Streams::new().pms(handler)).await.unwrap();
 
-    // The first ack fails: the server keeps the PM.
-    fake.fail_acks(1);
+    // Acks fail: the server keeps the PM.
+    fake.fail_acks(usize::MAX);
     let id = fake.push_pm(&uid(0x11), "once");
     eventually("ack tried", WAIT, || {
         fake.acks("ChatService.AckReceivedPM").len() == 1
@@ -149,44 +136,38 @@ async fn redelivery_after_reconnect_is_not_processed_again() {
     .await;
     assert_eq!(fake.unacked(PM_STREAM), [id]);
 
-    // Reconnect: the stream reopens from the last confirmed ack (none), the server
-    // redelivers, the client acknowledges without processing again.
+    // Reconnect: the stream reopens from 0, the server redelivers, and the handler
+    // (whose record deduplicates) sees it again before it is acknowledged.
     fake.drop_connections();
     eventually("second connection", WAIT, || fake.connections() == 2).await;
+    eventually("redelivered", WAIT, || seen.lock().unwrap().len() == 2).await;
+    fake.fail_acks(0);
     eventually("cleared", WAIT, || fake.unacked(PM_STREAM).is_empty()).await;
     let opens = fake.opens(PM_STREAM);
     assert_eq!(opens.len(), 2);
     assert_eq!(opens[1].conn, 2);
-    assert_eq!(
-        opens[1].params,
-        json!({}),
-        "reopened from 0: nothing confirmed"
-    );
-    assert_eq!(fake.acks("ChatService.AckReceivedPM"), [id, id]);
-    assert_eq!(seen.lock().unwrap().len(), 1, "processed once");
+    assert_eq!(opens[1].params, json!({}), "reopened from 0");
+    let seen_ids: Vec<u64> = seen.lock().unwrap().iter().map(|p| p.sequence_id).collect();
+    assert_eq!(seen_ids, [id, id], "the host drops no redelivery itself");
 
-    // Live items after the reconnect are processed as usual.
     let next = fake.push_pm(&uid(0x11), "next");
     eventually("next acked", WAIT, || {
-        fake.unacked(PM_STREAM).is_empty() && seen.lock().unwrap().len() == 2
+        fake.unacked(PM_STREAM).is_empty() && seen.lock().unwrap().len() == 3
     })
     .await;
-    assert_eq!(seen.lock().unwrap()[1].sequence_id, next);
+    assert_eq!(seen.lock().unwrap()[2].sequence_id, next);
     host.close();
 }
 
 #[tokio::test]
-async fn restart_with_a_file_store_does_not_process_again() {
+async fn a_restart_redelivers_what_was_not_acknowledged() {
     let certs = Certs::brclient();
     let fake = Fake::start(&certs, FakeOptions::default()).await;
-    let data = tempfile::tempdir().unwrap();
 
-    // First run: processed and recorded, but the ack never reached the server.
+    // First run: handled, but the ack never reached the server.
     let (seen, handler) = recording(fake.timeline());
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(FileAckStore::open(data.path()).unwrap()).pms(handler))
-        .await
-        .unwrap();
+    host.connect(Streams::new().pms(handler)).await.unwrap();
     fake.fail_acks(1);
     let id = fake.push_pm(&uid(0x11), "before the crash");
     eventually("ack tried", WAIT, || {
@@ -195,29 +176,13 @@ async fn restart_with_a_file_store_does_not_process_again() {
     .await;
     host.close();
     assert_eq!(seen.lock().unwrap().len(), 1);
-    assert_eq!(
-        FileAckStore::open(data.path())
-            .unwrap()
-            .path()
-            .file_name()
-            .unwrap(),
-        FileAckStore::FILE_NAME
-    );
 
-    // Second run, same store: the redelivered PM is acknowledged, not processed.
+    // Second run: the server redelivers it, the handler gets it, then the ack.
     let (seen_again, handler) = recording(fake.timeline());
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(FileAckStore::open(data.path()).unwrap()).pms(handler))
-        .await
-        .unwrap();
+    host.connect(Streams::new().pms(handler)).await.unwrap();
     eventually("cleared", WAIT, || fake.unacked(PM_STREAM).is_empty()).await;
-    assert_eq!(fake.acks("ChatService.AckReceivedPM"), [id, id]);
-    let fresh = fake.push_pm(&uid(0x11), "after the restart");
-    eventually("fresh one processed", WAIT, || {
-        seen_again.lock().unwrap().len() == 1
-    })
-    .await;
-    assert_eq!(seen_again.lock().unwrap()[0].sequence_id, fresh);
+    assert_eq!(seen_again.lock().unwrap()[0].sequence_id, id);
     host.close();
 }
 
@@ -229,7 +194,7 @@ async fn reconnect_backs_off_and_reopens_every_stream_from_the_last_ack() {
     let tips = Arc::new(AtomicUsize::new(0));
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(
-        Streams::new(MemoryAckStore::default())
+        Streams::new()
             .pms({
                 let pms = pms.clone();
                 move |_pm| {
@@ -280,7 +245,8 @@ async fn reconnect_backs_off_and_reopens_every_stream_from_the_last_ack() {
     })
     .await;
 
-    // Every stream reopened on the new connection, after its last acknowledged id,
+    // Every stream reopened on the new connection, from 0 (the server replays what it
+    // has not cleared),
     // with decimal suffixes counting from 1 again.
     eventually("streams reopened", WAIT, || {
         [PM_STREAM, TIP_PROGRESS, TIP_STREAM]
@@ -288,20 +254,21 @@ async fn reconnect_backs_off_and_reopens_every_stream_from_the_last_ack() {
             .all(|base| fake.opens(base).last().is_some_and(|open| open.conn == 2))
     })
     .await;
-    for (base, id, suffix) in [
-        (PM_STREAM, pm, 1),
-        (TIP_PROGRESS, progress, 2),
-        (TIP_STREAM, tip, 3),
-    ] {
+    let mut suffixes = Vec::new();
+    for (base, id) in [(PM_STREAM, pm), (TIP_PROGRESS, progress), (TIP_STREAM, tip)] {
         let opens = fake.opens(base);
         let last = opens.last().unwrap();
-        assert_eq!(last.method, format!("{base}[{suffix}]"));
-        assert_eq!(
-            last.params,
-            json!({"unackedFrom": id.to_string()}),
-            "{base}"
+        suffixes.push(
+            crate::common::split_suffix(&last.method)
+                .unwrap()
+                .1
+                .to_owned(),
         );
+        assert_eq!(last.params, json!({}), "{base}: from 0");
+        assert!(fake.acks(&ack_method(base)).contains(&id));
     }
+    suffixes.sort();
+    assert_eq!(suffixes, ["1", "2", "3"]);
 
     // Nothing lost, nothing twice.
     fake.push_pm(&uid(0x11), "two");
@@ -336,9 +303,7 @@ async fn received_tips_reach_the_handler_and_a_failing_handler_is_retried() {
         }
     };
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::with([(StreamKind::TipReceived, 0)])).tips(handler))
-        .await
-        .unwrap();
+    host.connect(Streams::new().tips(handler)).await.unwrap();
     let id = fake.push_tip(&uid(0x11), 10_000_000);
     eventually("acked", WAIT, || {
         fake.acks("PaymentsService.AckTipReceived") == [id]
@@ -353,4 +318,13 @@ async fn received_tips_reach_the_handler_and_a_failing_handler_is_retried() {
     assert_eq!(seq_of(&ack.params["sequenceId"]), id);
     assert!(ack.params["sequenceId"].is_string());
     host.close();
+}
+
+fn ack_method(base: &str) -> String {
+    match base {
+        PM_STREAM => "ChatService.AckReceivedPM",
+        TIP_STREAM => "PaymentsService.AckTipReceived",
+        _ => "PaymentsService.AckTipProgress",
+    }
+    .to_owned()
 }

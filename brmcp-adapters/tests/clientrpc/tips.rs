@@ -7,9 +7,7 @@ use std::time::Duration;
 use crate::common::{
     Certs, Fake, FakeOptions, Reply, TIP_PROGRESS, default_reply, eventually, uid,
 };
-use brmcp_adapters::clientrpc::{
-    ClientRpcError, ClientRpcHost, MemoryAckStore, Streams, TipOutcome,
-};
+use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -19,9 +17,7 @@ async fn payer(certs: &Certs, fake: &Fake, tip_timeout: Duration) -> ClientRpcHo
     let mut config = certs.config(fake);
     config.tip_timeout = tip_timeout;
     let host = ClientRpcHost::new(config).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()))
-        .await
-        .unwrap();
+    host.connect(Streams::new()).await.unwrap();
     host
 }
 
@@ -182,7 +178,7 @@ async fn tips_need_the_tip_progress_stream() {
     let certs = Certs::brclient();
     let fake = Fake::start(&certs, FakeOptions::default()).await;
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
-    host.connect(Streams::new(MemoryAckStore::default()).tip_progress(false))
+    host.connect(Streams::new().tip_progress(false))
         .await
         .unwrap();
     let err = host.tip(uid(0x22), 10_000).await.unwrap_err();

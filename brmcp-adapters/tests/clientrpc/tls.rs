@@ -4,11 +4,11 @@
 
 use crate::common::{Certs, Fake, FakeOptions};
 use brmcp_adapters::clientrpc::{
-    ClientRpcConfig, ClientRpcError, ClientRpcHost, MemoryAckStore, PemSource, Streams,
+    ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams,
 };
 
 fn streams() -> Streams {
-    Streams::new(MemoryAckStore::default())
+    Streams::new()
 }
 
 #[tokio::test]

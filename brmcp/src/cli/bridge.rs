@@ -5,20 +5,23 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use brmcp_adapters::clientrpc::{
-    ClientRpcError, ClientRpcHost, FileAckStore, Streams, TipOutcome, proto::TipProgressEvent,
+    ClientRpcError, ClientRpcHost, Streams, TipOutcome, proto::TipProgressEvent,
 };
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, PeerId, Router, RouterConfig};
 use clap::{Args, Subcommand};
 use tokio::io::AsyncBufReadExt;
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
 
 use super::CliError;
 use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentUnconfirmed, SETTINGS_FILE, Settings,
     SpendLog, SpendStatus, serve_stdio,
 };
+use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{Clock, MATOMS_PER_ATOM, SystemClock};
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
@@ -26,7 +29,7 @@ pub(crate) const RPC_CONFIG: &str = "brmcp-bridge.conf";
 
 #[derive(Debug, Args)]
 pub(super) struct BridgeArgs {
-    /// Data directory: mcpclient.json, the spend log and stream progress.
+    /// Data directory: mcpclient.json, the spend log and the PM journal.
     #[arg(long, value_name = "DIR")]
     datadir: PathBuf,
     /// The clientrpc connection file (default: <datadir>/brmcp-bridge.conf).
@@ -218,50 +221,41 @@ impl Payer for TipPayer {
     }
 }
 
-/// Settles the spend log's unconfirmed payments from the tip outcomes that arrive
-/// after the bridge stopped waiting for them (also those redelivered after a restart),
-/// until the host closes. An outcome is acknowledged to the client before it is
-/// recorded here: one lost in between (a crash, a lagging receiver) leaves its payment
-/// pending, counted against the daily cap for its 24 hours, never undercounted.
-async fn settle_late_tips(bridge: Bridge, mut events: broadcast::Receiver<TipProgressEvent>) {
-    loop {
-        let event = match events.recv().await {
-            Ok(event) => event,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    missed,
-                    "late tip outcomes missed; their payments stay pending"
-                );
-                continue;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        // The bridge tips whole atoms.
-        let Some(atoms) = u64::try_from(event.amount_matoms)
-            .ok()
-            .filter(|m| m % MATOMS_PER_ATOM == 0)
-            .map(|m| m / MATOMS_PER_ATOM)
-        else {
-            continue;
-        };
-        let outcome = if event.completed {
-            Ok(())
-        } else if event.attempt_err.is_empty() {
-            Err("tip failed")
-        } else {
-            Err(event.attempt_err.as_str())
-        };
-        match bridge.resolve_spend(&event.uid, atoms, outcome) {
-            Ok(true) => {
-                tracing::info!(bot = %event.uid, atoms, paid = event.completed, "late tip outcome recorded")
-            }
-            // A tip sent by hand, or by another program on the same client.
-            Ok(false) => {
-                tracing::debug!(bot = %event.uid, atoms, "tip outcome matches no unconfirmed payment");
-            }
-            Err(e) => tracing::warn!(error = %e, "late tip outcome not recorded"),
+/// Settles the spend log's unconfirmed payment a tip outcome belongs to: the outcomes
+/// that arrive after the bridge stopped waiting for them (also those redelivered after
+/// a restart). The host acknowledges the outcome only after this returns `Ok`, so an
+/// outcome is never lost between its acknowledgement and its record; on `Err` it is
+/// offered again.
+async fn settle_late_tip(bridge: Bridge, event: TipProgressEvent) -> Result<(), BoxError> {
+    // The bridge tips whole atoms.
+    let Some(atoms) = u64::try_from(event.amount_matoms)
+        .ok()
+        .filter(|m| m % MATOMS_PER_ATOM == 0)
+        .map(|m| m / MATOMS_PER_ATOM)
+    else {
+        return Ok(());
+    };
+    let outcome = if event.completed {
+        Ok(())
+    } else if event.attempt_err.is_empty() {
+        Err("tip failed")
+    } else {
+        Err(event.attempt_err.as_str())
+    };
+    match bridge.resolve_spend(&event.uid, atoms, outcome) {
+        Ok(true) => {
+            tracing::info!(bot = %event.uid, atoms, paid = event.completed, "late tip outcome recorded");
+        }
+        // A tip sent by hand, or by another program on the same client.
+        Ok(false) => {
+            tracing::debug!(bot = %event.uid, atoms, "tip outcome matches no unconfirmed payment");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "late tip outcome not recorded; retrying");
+            return Err(e.into());
         }
     }
+    Ok(())
 }
 
 /// Connects to the client and builds the bridge on it.
@@ -281,14 +275,26 @@ pub(crate) async fn start_bridge(
     let router = Router::new(host.clone(), RouterConfig::client());
     std::fs::create_dir_all(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
-    let streams = Streams::new(FileAckStore::open(datadir)?).pms(router.clone());
-    // Before connecting: the stream redelivers unacknowledged outcomes at once.
-    let late_tips = host.subscribe_unclaimed_tip_results();
-    super::serve::connect(&host, streams).await?;
     let mut config = Config::new(datadir).with_listen(listen);
     config.allow_remote = allow_remote;
-    let bridge = Bridge::new(config, router, TipPayer(host.clone()))?;
-    tokio::spawn(settle_late_tips(bridge.clone(), late_tips));
+    // Before connecting: the stream redelivers unacknowledged outcomes at once.
+    let bridge = Bridge::new(config, router.clone(), TipPayer(host.clone()))?;
+    let inbox = Arc::new(Inbox::open(datadir)?);
+    let wake = Arc::new(Notify::new());
+    tokio::spawn(journal::forward(
+        inbox.clone(),
+        wake.clone(),
+        move |from, body| {
+            let router = router.clone();
+            async move { router.handle_pm(from, body).await.map_err(Into::into) }
+        },
+    ));
+    let settler = bridge.clone();
+    let streams = Streams::new()
+        .pms(JournalHandler::new(inbox.clone(), wake))
+        .tip_results(move |event| settle_late_tip(settler.clone(), event))
+        .identity(super::client_guard(inbox));
+    super::serve::connect(&host, streams).await?;
     Ok((bridge, host))
 }
 

@@ -1,15 +1,24 @@
 //! The `brmcp` command line: one file per subcommand.
 //!
-//! Every command prints its result on stdout and its diagnostics on stderr, and exits
+//! Every command prints its result on stdout and its diagnostics on stderr (warnings
+//! and errors of the library too; `BRMCP_LOG=info` or `debug` shows more), and exits
 //! non-zero on failure: 1 for an error while running, 2 for a usage error.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
+use brmcp_adapters::{BoxError, PeerId};
 use clap::{Parser, Subcommand};
+
+use crate::journal::Inbox;
+use crate::server::{Clock, SystemClock};
 
 mod bridge;
 mod demo;
 mod devnet;
+mod log;
 mod serve;
 mod wire;
 
@@ -50,6 +59,7 @@ impl<E: std::fmt::Display> From<E> for CliError {
 /// Runs the command line with the process's arguments.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    log::init();
     let result = match cli.command {
         Command::Wire(cmd) => wire::run(cmd),
         Command::Serve(args) => serve::run(args),
@@ -88,4 +98,115 @@ async fn wait_for_interrupt() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// How long a start waits for another consumer's hold on the client to go: rides out a
+/// previous run of this process (or of a test) that is still closing.
+const CLIENT_LOCK_WAIT: Duration = Duration::from_secs(3);
+
+/// How often the hold is tried within [`CLIENT_LOCK_WAIT`].
+const CLIENT_LOCK_RETRY: Duration = Duration::from_millis(50);
+
+/// The file whose lock marks the one brmcp consuming the client `identity` on this
+/// machine.
+fn client_lock_path(identity: &PeerId) -> PathBuf {
+    std::env::temp_dir().join(format!("brmcp-client-{identity}.lock"))
+}
+
+/// The identity check of a command consuming a client's streams: binds the data
+/// directory to the first client it serves (refusing another one), and holds the
+/// client for this process, refusing to start beside another brmcp consuming it.
+///
+/// One brmcp per client: the client's acknowledgements are per client, not per
+/// connection, so a second consumer (a `brmcp serve` and a `brmcp bridge` on one
+/// client, say) clears PMs and tips the first has not recorded. The hold is a lock
+/// file in the temporary directory named by the client's identity, so it catches a
+/// second consumer on this machine; one on another machine goes unseen.
+pub(crate) fn client_guard(
+    inbox: Arc<Inbox>,
+) -> impl Fn(PeerId) -> Result<(), BoxError> + Send + Sync + 'static {
+    let held: Mutex<Option<(PeerId, std::fs::File)>> = Mutex::new(None);
+    move |identity: PeerId| {
+        inbox.bind(&identity, SystemClock.unix())?;
+        let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.as_ref().is_some_and(|(id, _)| *id == identity) {
+            return Ok(());
+        }
+        let path = client_lock_path(&identity);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            // Another user's file: a lock needs no write access.
+            .or_else(|_| std::fs::File::open(&path))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let deadline = Instant::now() + CLIENT_LOCK_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(CLIENT_LOCK_RETRY);
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(format!(
+                        "another brmcp process consumes the Bison Relay client {identity} \
+                         (it holds {}); the client's acknowledgements are per client, so \
+                         two consumers would clear each other's PMs and tips: give each \
+                         brmcp its own client",
+                        path.display()
+                    )
+                    .into());
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(format!("{}: {e}", path.display()).into());
+                }
+            }
+        }
+        *held = Some((identity, file));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_consumer_of_one_client_is_refused() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut me = [0u8; 32];
+        getrandom::fill(&mut me).unwrap();
+        let me = PeerId::from_bytes(me);
+        let first = client_guard(Arc::new(Inbox::open(a.path()).unwrap()));
+        first(me).unwrap();
+        // Reconnecting is fine.
+        first(me).unwrap();
+        let second = client_guard(Arc::new(Inbox::open(b.path()).unwrap()));
+        let e = second(me).unwrap_err().to_string();
+        assert!(e.contains("another brmcp process consumes"), "{e}");
+        // Once the first is gone, the client is free.
+        drop(first);
+        second(me).unwrap();
+        let _ = std::fs::remove_file(client_lock_path(&me));
+    }
+
+    #[test]
+    fn a_data_directory_refuses_another_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ids = [[0u8; 32]; 2];
+        for id in &mut ids {
+            getrandom::fill(id).unwrap();
+        }
+        let [one, two] = ids.map(PeerId::from_bytes);
+        let guard = client_guard(Arc::new(Inbox::open(dir.path()).unwrap()));
+        guard(one).unwrap();
+        let e = guard(two).unwrap_err().to_string();
+        assert!(
+            e.contains(&one.to_string()) && e.contains("start fresh"),
+            "{e}"
+        );
+        let _ = std::fs::remove_file(client_lock_path(&one));
+    }
 }

@@ -3,15 +3,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use brmcp_adapters::PeerId;
-use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, FileAckStore, Streams};
+use brmcp_adapters::clientrpc::proto::ReceivedTip;
+use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
 use brmcp_adapters::wire::UnixTime;
+use brmcp_adapters::{BoxError, PeerId};
 use clap::{Args, Subcommand};
 use serde_json::json;
+use tokio::sync::Notify;
 
 use super::CliError;
+use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{
     AutoReply, CallContext, CallId, Clock, Harness, Ledger, MATOMS_PER_ATOM, ServeConfig,
     SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
@@ -37,7 +40,7 @@ const FORTUNES: [&str; 5] = [
 
 #[derive(Debug, Args)]
 pub(super) struct ServeArgs {
-    /// Data directory: brmcp-serve.conf, brmcp.json, the ledger and stream progress.
+    /// Data directory: brmcp-serve.conf, brmcp.json, the ledger and the PM journal.
     #[arg(long, value_name = "DIR")]
     datadir: PathBuf,
     /// The clientrpc connection file (default: <datadir>/brmcp-serve.conf).
@@ -218,7 +221,39 @@ pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<()
     })
 }
 
-/// Starts the harness on `host` and feeds it the host's PMs and tips.
+/// Records each tip in the ledger (which credits it once, whatever the redeliveries)
+/// before the host acknowledges it.
+struct ServeTips {
+    harness: Harness,
+    ledger: Arc<Ledger>,
+}
+
+impl TipHandler for ServeTips {
+    async fn handle_tip(&self, tip: ReceivedTip) -> Result<(), BoxError> {
+        let Ok(matoms) = u64::try_from(tip.amount_matoms) else {
+            // brclient reports settled amounts, never negative ones: nothing to credit.
+            tracing::error!(seq = tip.sequence_id, from = %tip.uid, matoms = tip.amount_matoms, "tip with a negative amount not credited");
+            return Ok(());
+        };
+        self.harness
+            .record_tip(Tip {
+                seq: tip.sequence_id,
+                caller: tip.uid,
+                matoms,
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
+        let ledger = self.ledger.clone();
+        tokio::task::spawn_blocking(move || ledger.clear_tips(up_to)).await??;
+        Ok(())
+    }
+}
+
+/// Starts the harness on `host` and feeds it the host's PMs (through the PM journal)
+/// and tips (through the ledger), the data directory bound to the client.
 pub(crate) async fn start_serving(
     datadir: &Path,
     config: &ServeConfig,
@@ -242,33 +277,26 @@ pub(crate) async fn start_serving(
         );
     }
     harness.start(host.clone())?;
-    let pms = harness.clone();
-    let tips = harness.clone();
-    let streams = Streams::new(FileAckStore::open(datadir)?)
-        .pms(move |pm: ReceivedPm| {
-            let harness = pms.clone();
-            async move {
-                harness
-                    .handle_pm(pm.uid, pm.msg.message)
-                    .await
-                    .map_err(Into::into)
-            }
-        })
-        .tips(move |tip: ReceivedTip| {
-            let harness = tips.clone();
-            async move {
-                let matoms = u64::try_from(tip.amount_matoms).unwrap_or(0);
-                harness
-                    .record_tip(Tip {
-                        seq: tip.sequence_id,
-                        caller: tip.uid,
-                        matoms,
-                    })
-                    .await
-                    .map(|_| ())
-                    .map_err(Into::into)
-            }
-        });
+    let inbox = Arc::new(Inbox::open(datadir)?);
+    let wake = Arc::new(Notify::new());
+    let forwarder = harness.clone();
+    tokio::spawn(journal::forward(
+        inbox.clone(),
+        wake.clone(),
+        move |from, body| {
+            let harness = forwarder.clone();
+            async move { harness.handle_pm(from, body).await.map_err(Into::into) }
+        },
+    ));
+    let tips = ServeTips {
+        harness: harness.clone(),
+        // The harness opened (and owns) it; this handle only marks cleared tips.
+        ledger: Arc::new(Ledger::attach(datadir)?),
+    };
+    let streams = Streams::new()
+        .pms(JournalHandler::new(inbox.clone(), wake))
+        .tips(tips)
+        .identity(super::client_guard(inbox));
     connect(host, streams).await?;
     Ok(harness)
 }
@@ -297,4 +325,149 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
     harness.close();
     host.close();
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::Duration;
+
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    use super::*;
+    use crate::bridge::{Mode, Settings};
+    use crate::devnet::{Devnet, NodeInfo};
+    use crate::server::CallState;
+
+    async fn until(what: &str, mut check: impl FnMut() -> bool) {
+        for _ in 0..400 {
+            if check() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for: {what}");
+    }
+
+    /// The bot dies after its PM journal recorded (and the client was told to clear) a
+    /// paid call, before the call reached the router. Restarted, it replays the call
+    /// for a session it no longer has: it answers "session not found", the bridge
+    /// re-establishes the session and reissues the call under the same call key, and
+    /// the agent's call succeeds, charged once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_journaled_before_a_crash_is_replayed_and_succeeds_charged_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let devnet = Devnet::start(dir.path().join("devnet"), &["alice", "bob"])
+            .await
+            .unwrap();
+        let [alice, bob] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+        let bob_id = PeerId::from_bytes(bob.uid);
+        let config = ServeConfig::parse(
+            &format!("{{\"allowed_uids\": [\"{}\"]}}", bob.uid_hex()),
+            &alice.dir.join("brmcp.json"),
+        )
+        .unwrap();
+        let host_a = host_from(&alice.config_path).unwrap();
+        let harness = start_serving(&alice.dir, &config, &host_a).await.unwrap();
+        // Credit for one fortune, so the call is charged without a tip.
+        Ledger::attach(&alice.dir)
+            .unwrap()
+            .manual_credit(&bob_id, FORTUNE_ATOMS * MATOMS_PER_ATOM, "test", now())
+            .unwrap();
+
+        let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+        let (bridge, host_b) = crate::cli::bridge::start_bridge(
+            &dir.path().join("bridge"),
+            &bob.config_path,
+            listen,
+            false,
+        )
+        .await
+        .unwrap();
+        let settings = Settings {
+            enabled: true,
+            mode: Mode::Autopay,
+            per_call_cap_atoms: 20_000,
+            per_day_cap_atoms: 100_000,
+            allowed_bots: vec![alice.uid_hex()],
+            ..Settings::default()
+        };
+        let settings = bridge.apply_settings(settings).await.unwrap();
+        bridge.start().await.unwrap();
+        let url = format!(
+            "http://{}/mcp/{}",
+            bridge.listen_addr().unwrap(),
+            alice.uid_hex()
+        );
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url).auth_header(settings.token),
+        );
+        let agent = ().serve(transport).await.unwrap();
+        // A first call establishes the session with the bot.
+        let echo = agent
+            .call_tool(
+                CallToolRequestParams::new("echo")
+                    .with_arguments(json!({"text": "hi"}).as_object().unwrap().clone()),
+            )
+            .await
+            .unwrap();
+        assert_ne!(echo.is_error, Some(true), "{echo:?}");
+
+        // The bot's router stops: PMs are still recorded and acknowledged, and stay in
+        // the journal, not handed on, as when the process dies in between.
+        harness.close();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let call = tokio::spawn(async move {
+            let result = agent.call_tool(CallToolRequestParams::new("fortune")).await;
+            (agent, result)
+        });
+        let inbox = Inbox::open(&alice.dir).unwrap();
+        until("the call journaled, not handed on", || {
+            !inbox.unprocessed(10).unwrap().is_empty()
+        })
+        .await;
+        until("acknowledged", || {
+            devnet
+                .log(alice.id, crate::devnet::StreamKind::Pm)
+                .unwrap()
+                .iter()
+                .all(|e| e.acked)
+        })
+        .await;
+        host_a.close();
+        drop(harness);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        // Restarted on the same directory.
+        let host_a = host_from(&alice.config_path).unwrap();
+        let harness = start_serving(&alice.dir, &config, &host_a).await.unwrap();
+        let (agent, result) = call.await.unwrap();
+        let result = result.unwrap();
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+        let text = result
+            .content
+            .last()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        assert!(text.contains("fortune"), "{text}");
+        let calls = Ledger::attach(&alice.dir)
+            .unwrap()
+            .journal(Some(&bob_id), 10)
+            .unwrap();
+        let fortunes: Vec<_> = calls.iter().filter(|c| c.tool == "fortune").collect();
+        assert_eq!(fortunes.len(), 1, "charged once: {calls:?}");
+        assert_eq!(fortunes[0].state, CallState::Completed);
+        assert_eq!(harness.balance_matoms(bob_id).await.unwrap(), 0);
+        assert!(bridge.spend_log().unwrap().0.is_empty(), "nothing paid");
+        drop(agent);
+        bridge.close().await;
+        host_b.close();
+        harness.close();
+        host_a.close();
+        devnet.shutdown().await;
+    }
 }

@@ -1,6 +1,7 @@
 //! The default [`Billing`] store: one SQLite file in the data directory.
 //!
-//! `<datadir>/`[`FILE_NAME`] holds balances, every tip sequence id ever received, the
+//! `<datadir>/`[`FILE_NAME`] holds balances, every tip received (by sequence id, caller
+//! and amount), the
 //! paid-call journal with the outcomes kept for call-key replay, and the operator's audit
 //! trail (schema in `ledger_schema.sql`). Every method that writes is one
 //! `BEGIN IMMEDIATE` transaction, so money and its record move together or not at all,
@@ -37,7 +38,26 @@ pub const FILE_NAME: &str = "brmcp.sqlite";
 pub const LOCK_FILE_NAME: &str = "brmcp.sqlite.lock";
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
+
+/// Schema 1 to 2: tips are identified by sequence id, caller and amount, and carry
+/// whether the client cleared their id. Schema 1's tips are kept, not cleared.
+const MIGRATE_1_TO_2: &str = "
+CREATE TABLE tips_v2 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER NOT NULL,
+    caller TEXT NOT NULL,
+    matoms INTEGER NOT NULL CHECK (matoms >= 0),
+    credited INTEGER NOT NULL CHECK (credited IN (0, 1)),
+    received_at INTEGER NOT NULL,
+    cleared INTEGER NOT NULL DEFAULT 0 CHECK (cleared IN (0, 1))
+) STRICT;
+INSERT INTO tips_v2 (seq, caller, matoms, credited, received_at)
+    SELECT seq, caller, matoms, credited, received_at FROM tips ORDER BY seq;
+DROP TABLE tips;
+ALTER TABLE tips_v2 RENAME TO tips;
+CREATE INDEX tips_uncleared ON tips (seq) WHERE cleared = 0;
+";
 
 /// `PRAGMA application_id` of a brmcp ledger: "brmc" in ASCII. Tells our file apart
 /// from any other SQLite database, whatever its tables.
@@ -607,7 +627,25 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The tip with sequence id `seq`, if it was ever received.
+    /// The client confirmed clearing every tip with a sequence id up to `up_to`: none
+    /// of them is delivered again, so a tip with such an id arriving later is new.
+    /// Returns how many tips were marked. Allowed beside the serving process too
+    /// ([`attach`](Self::attach)): it only marks.
+    ///
+    /// # Errors
+    ///
+    /// A SQLite failure.
+    pub fn clear_tips(&self, up_to: u64) -> Result<usize, LedgerError> {
+        let conn = self.conn();
+        // Ids above 2^63 - 1 are stored negative (see `seq_to_sql`).
+        Ok(conn.execute(
+            "UPDATE tips SET cleared = 1 WHERE cleared = 0 AND \
+             ((?1 >= 0 AND seq BETWEEN 0 AND ?1) OR (?1 < 0 AND (seq >= 0 OR seq <= ?1)))",
+            [seq_to_sql(up_to)],
+        )?)
+    }
+
+    /// The last tip received with sequence id `seq`, if any.
     ///
     /// # Errors
     ///
@@ -616,7 +654,8 @@ impl Ledger {
         let conn = self.conn();
         Ok(conn
             .query_row(
-                "SELECT caller, matoms, credited, received_at FROM tips WHERE seq = ?1",
+                "SELECT caller, matoms, credited, received_at FROM tips WHERE seq = ?1 \
+                 ORDER BY id DESC LIMIT 1",
                 [seq_to_sql(seq)],
                 |row| {
                     Ok(TipRecord {
@@ -728,26 +767,32 @@ impl Billing for Ledger {
         let caller = tip.caller.to_string();
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let seen = tx
-            .query_row(
-                "SELECT 1 FROM tips WHERE seq = ?1",
-                [seq_to_sql(tip.seq)],
-                |_| Ok(()),
-            )
-            .optional()?;
-        if seen.is_some() {
+        let matoms = amount_to_sql(tip.matoms)?;
+        let same_id: Vec<(String, i64)> = {
+            let mut stmt =
+                tx.prepare("SELECT caller, matoms FROM tips WHERE seq = ?1 AND cleared = 0")?;
+            stmt.query_map([seq_to_sql(tip.seq)], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?
+        };
+        if same_id.iter().any(|(c, m)| *c == caller && *m == matoms) {
             return Ok(TipOutcome::Duplicate);
+        }
+        if let Some((other, other_matoms)) = same_id.first() {
+            // Not a redelivery: the client reused the id (its logs were reset, or it is
+            // another client). Credited as the new tip it is.
+            tracing::warn!(
+                seq = tip.seq,
+                %caller,
+                matoms,
+                earlier_caller = %other,
+                earlier_matoms = other_matoms,
+                "tip sequence id reused by another tip; recorded as a new tip"
+            );
         }
         tx.execute(
             "INSERT INTO tips (seq, caller, matoms, credited, received_at) \
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                seq_to_sql(tip.seq),
-                caller,
-                amount_to_sql(tip.matoms)?,
-                allowed,
-                now.secs()
-            ],
+            params![seq_to_sql(tip.seq), caller, matoms, allowed, now.secs()],
         )?;
         if allowed {
             add_balance(&tx, &caller, tip.matoms)?;
@@ -819,7 +864,8 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
             "application id {app_id:#010x}, not {APPLICATION_ID:#010x}"
         )));
     }
-    if !fresh && version != SCHEMA_VERSION {
+    // Schema 1 is migrated by the process that serves from the ledger only.
+    if !fresh && version != SCHEMA_VERSION && !(version == 1 && create) {
         return Err(ConnectError::Schema(version));
     }
     quick_check(&conn)?;
@@ -831,6 +877,11 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
         let tx = conn.unchecked_transaction()?;
         tx.execute_batch(SCHEMA)?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()?;
+    } else if version == 1 {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(MIGRATE_1_TO_2)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
     }

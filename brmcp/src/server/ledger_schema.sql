@@ -1,4 +1,4 @@
--- The brmcp ledger, schema version 1 (`PRAGMA user_version`).
+-- The brmcp ledger, schema version 2 (`PRAGMA user_version`).
 -- Amounts: `matoms` milliatoms, `*_atoms` atoms. Times: unix seconds. Callers: a
 -- Bison Relay uid as 64 lowercase hex characters. Tables are STRICT so a wrong type is an
 -- error, not a silent conversion.
@@ -9,17 +9,24 @@ CREATE TABLE balances (
     matoms INTEGER NOT NULL CHECK (matoms >= 0)
 ) STRICT, WITHOUT ROWID;
 
--- Every tip ever received, credited or not. Never pruned: a redelivery, however old,
--- must find its sequence id here.
+-- Every tip received, credited or not. A tip is identified by its sequence id, its
+-- caller and its amount: a redelivery matches a row not yet cleared (the client has not
+-- confirmed clearing its id), while the same id with another caller or amount, or an id
+-- the client cleared already (its logs were reset and ids start over), is a new tip.
 CREATE TABLE tips (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     -- The u64 sequence id stored bit for bit as a signed integer (ids above
     -- 2^63 - 1 read as negative in the sqlite3 shell but round-trip exactly).
-    seq INTEGER PRIMARY KEY NOT NULL,
+    seq INTEGER NOT NULL,
     caller TEXT NOT NULL,
     matoms INTEGER NOT NULL CHECK (matoms >= 0),
     credited INTEGER NOT NULL CHECK (credited IN (0, 1)),
-    received_at INTEGER NOT NULL
+    received_at INTEGER NOT NULL,
+    -- 1 once the client confirmed clearing this id: it is never redelivered.
+    cleared INTEGER NOT NULL DEFAULT 0 CHECK (cleared IN (0, 1))
 ) STRICT;
+
+CREATE INDEX tips_uncleared ON tips (seq) WHERE cleared = 0;
 
 -- The paid-call journal: one row per charge.
 CREATE TABLE calls (

@@ -1,6 +1,10 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
+mod crash_streams;
 mod demo;
+/// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
+#[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]
+mod fake;
 mod operator;
 mod processes;
 mod wire;

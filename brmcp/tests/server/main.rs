@@ -20,6 +20,7 @@ mod ledger_milliatoms;
 mod ledger_open_errors;
 mod ledger_operator;
 mod ledger_restart_refund;
+mod ledger_tip_identity;
 mod ledger_tip_once;
 mod lifecycles;
 mod milliatoms;

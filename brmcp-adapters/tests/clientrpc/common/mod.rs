@@ -4,9 +4,15 @@
 //! The fake speaks the wire as clientrpc.md describes it: TLS with a required client
 //! certificate (unless told otherwise), `/ws`, optional basic auth checked before the
 //! upgrade, binary frames of JSON plus `\n`, decimal stream suffixes, replay logs per
-//! stream with cumulative acks and `unackedFrom`, ids above 2^32 growing by a
+//! stream with cumulative acks and `unackedFrom`, ids per stream type above 2^32 growing by a
 //! non-constant step. It records every request for assertions and can push items,
 //! delay or fail answers, drop or stall connections, and refuse connections.
+//!
+//! Faults brclient really produces (clientrpc.md §3.3, §3.4, §1.6): items stored in
+//! id order but sent live out of order ([`Fake::push_held`], [`Fake::release`]),
+//! replays of everything not cleared on every stream open, ids starting over once the
+//! logs are removed ([`Fake::reset_logs`]), and a stream open answered at once with an
+//! error ([`Fake::refuse_streams`]).
 // The callback type of tungstenite's `accept_hdr_async` is fixed.
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::result_large_err)]
 
@@ -38,6 +44,10 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
+
+/// The settle time of the hosts under test: short, and long enough for a held item
+/// released a few milliseconds later to come first.
+pub const ACK_SETTLE: Duration = Duration::from_millis(150);
 
 pub const PM_STREAM: &str = "ChatService.PMStream";
 pub const TIP_STREAM: &str = "PaymentsService.TipStream";
@@ -204,6 +214,7 @@ impl Certs {
         config.request_timeout = Some(Duration::from_secs(5));
         config.connect_timeout = Duration::from_secs(5);
         config.tip_timeout = Duration::from_secs(5);
+        config.ack_settle = ACK_SETTLE;
         config
     }
 }
@@ -265,10 +276,21 @@ pub fn default_reply(call: &Call) -> Reply {
     }
 }
 
-#[derive(Default)]
+/// One stream type's replay log; ids are independent per stream type.
 struct Log {
     entries: Vec<(u64, Value)>,
     cleared: u64,
+    next: u64,
+}
+
+impl Log {
+    const fn new(next: u64) -> Self {
+        Self {
+            entries: Vec::new(),
+            cleared: 0,
+            next,
+        }
+    }
 }
 
 struct ConnEntry {
@@ -293,6 +315,10 @@ struct State {
     paths: Vec<String>,
     max_in_flight: usize,
     fail_acks: usize,
+    /// Stream opens to refuse, per base method: (how many more, code, message).
+    refuse_streams: HashMap<String, (usize, i64, String)>,
+    /// Items stored but not yet sent live, per base method (a goroutine running late).
+    held: HashMap<String, Vec<Value>>,
     pongs: Vec<Vec<u8>>,
     pings_sent: usize,
 }
@@ -359,7 +385,7 @@ impl Fake {
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                next_seq: (1 << 32) + 97,
+                next_seq: FIRST_SEQ,
                 ..State::default()
             }),
             handler: Mutex::new(Arc::new(default_reply)),
@@ -477,9 +503,13 @@ impl Fake {
         lock(&self.shared.state).pings_sent
     }
 
-    /// The next pushed item's sequence id.
+    /// The next pushed item's sequence id, on every stream.
     pub fn set_next_seq(&self, seq: u64) {
-        lock(&self.shared.state).next_seq = seq;
+        let mut state = lock(&self.shared.state);
+        state.next_seq = seq;
+        for log in state.logs.values_mut() {
+            log.next = seq;
+        }
     }
 
     /// Closes the next `n` TCP connections right after accepting them.
@@ -521,47 +551,86 @@ impl Fake {
         }
     }
 
-    /// Appends an item to a stream's log and sends it to every live stream of that
-    /// kind; returns its sequence id.
-    pub fn push(&self, base: &str, mut params: Value) -> u64 {
+    /// Answers the next `n` opens of the stream `base` with this error at once, as
+    /// brclient does on a replay-log I/O error: nothing replayed, nothing registered.
+    pub fn refuse_streams(&self, base: &str, n: usize, code: i64, message: &str) {
+        lock(&self.shared.state)
+            .refuse_streams
+            .insert(base.to_owned(), (n, code, message.to_owned()));
+    }
+
+    /// brclient's replay logs removed (every entry acknowledged, the files gone): ids
+    /// start over from the first file, so they repeat earlier ones.
+    pub fn reset_logs(&self) {
         let mut state = lock(&self.shared.state);
-        let id = state.next_seq;
-        // Like brclient's fid<<32|endOffset: grows by the entry's length.
-        state.next_seq += params.to_string().len() as u64 + 1;
-        params["sequenceId"] = Value::String(id.to_string());
-        state
-            .logs
+        state.logs.clear();
+        state.held.clear();
+        state.next_seq = FIRST_SEQ;
+    }
+
+    /// Stores an item like [`push`](Self::push) but does not send it live yet: the
+    /// goroutine that sends it runs late. [`release`](Self::release) sends it.
+    pub fn push_held(&self, base: &str, params: Value) -> u64 {
+        let (id, params) = self.store(base, params);
+        lock(&self.shared.state)
+            .held
             .entry(base.to_owned())
             .or_default()
-            .entries
-            .push((id, params.clone()));
-        for conn in state.conns.values() {
-            for (b, method, _) in &conn.streams {
-                if b == base {
-                    let _ = conn.out.send(frame(&json!({
-                        "jsonrpc": "2.0", "params": params, "method": method
-                    })));
-                }
-            }
-        }
+            .push(params);
         id
     }
 
+    /// Sends the held items of `base` live, last stored first (out of id order).
+    pub fn release(&self, base: &str) {
+        let mut state = lock(&self.shared.state);
+        let held = state.held.remove(base).unwrap_or_default();
+        for params in held.into_iter().rev() {
+            send_live(&state, base, &params);
+        }
+    }
+
+    fn store(&self, base: &str, mut params: Value) -> (u64, Value) {
+        let mut state = lock(&self.shared.state);
+        let first = state.next_seq;
+        let log = state
+            .logs
+            .entry(base.to_owned())
+            .or_insert_with(|| Log::new(first));
+        let id = log.next;
+        // Like brclient's fid<<32|endOffset: grows by the entry's length.
+        log.next += params.to_string().len() as u64 + 1;
+        params["sequenceId"] = Value::String(id.to_string());
+        log.entries.push((id, params.clone()));
+        (id, params)
+    }
+
+    /// Appends an item to a stream's log and sends it to every live stream of that
+    /// kind; returns its sequence id.
+    pub fn push(&self, base: &str, params: Value) -> u64 {
+        let (id, params) = self.store(base, params);
+        send_live(&lock(&self.shared.state), base, &params);
+        id
+    }
+
+    /// The PM params brclient sends for a PM from `from`.
+    pub fn pm_params(from: &PeerId, text: &str) -> Value {
+        json!({
+            "uid": b64(from), "nick": "alice", "msg": {"message": text},
+            "timestampMs": "1765900000123"
+        })
+    }
+
+    /// The tip params brclient sends for a tip received from `from`.
+    pub fn tip_params(from: &PeerId, matoms: u64) -> Value {
+        json!({"uid": b64(from), "amountMatoms": matoms.to_string()})
+    }
+
     pub fn push_pm(&self, from: &PeerId, text: &str) -> u64 {
-        self.push(
-            PM_STREAM,
-            json!({
-                "uid": b64(from), "nick": "alice", "msg": {"message": text},
-                "timestampMs": "1765900000123"
-            }),
-        )
+        self.push(PM_STREAM, Self::pm_params(from, text))
     }
 
     pub fn push_tip(&self, from: &PeerId, matoms: u64) -> u64 {
-        self.push(
-            TIP_STREAM,
-            json!({"uid": b64(from), "amountMatoms": matoms.to_string()}),
-        )
+        self.push(TIP_STREAM, Self::tip_params(from, matoms))
     }
 
     /// A TipProgress event; zero values omitted as protojson does.
@@ -587,6 +656,22 @@ impl Fake {
             event["attemptErr"] = json!(attempt_err);
         }
         self.push(TIP_PROGRESS, event)
+    }
+}
+
+/// The first sequence id of a fresh log: file index 1, a little past the start.
+pub const FIRST_SEQ: u64 = (1 << 32) + 97;
+
+/// Sends a stored item to every live stream of its kind.
+fn send_live(state: &State, base: &str, params: &Value) {
+    for conn in state.conns.values() {
+        for (b, method, _) in &conn.streams {
+            if b == base {
+                let _ = conn.out.send(frame(&json!({
+                    "jsonrpc": "2.0", "params": params, "method": method
+                })));
+            }
+        }
     }
 }
 
@@ -778,6 +863,16 @@ fn handle(shared: &Arc<Shared>, conn: usize, data: &[u8]) -> bool {
     if let Some((base, _)) = split_suffix(&method) {
         // A stream: replay what is stored and not cleared, then go live; no answer.
         let base = base.to_owned();
+        if let Some((left, code, message)) = state.refuse_streams.get_mut(&base)
+            && *left > 0
+        {
+            *left -= 1;
+            let reply = json!({
+                "jsonrpc": "2.0", "id": id, "error": {"code": *code, "message": message.clone()}
+            });
+            send_reply(&mut state, conn, reply);
+            return true;
+        }
         let from = seq_of(&params["unackedFrom"]);
         let replay: Vec<Value> = state.logs.get(&base).map_or_else(Vec::new, |log| {
             log.entries
@@ -808,7 +903,11 @@ fn handle(shared: &Arc<Shared>, conn: usize, data: &[u8]) -> bool {
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "ack failed"}})
         } else {
             let seq = seq_of(&params["sequenceId"]);
-            let log = state.logs.entry(base.to_owned()).or_default();
+            let first = state.next_seq;
+            let log = state
+                .logs
+                .entry(base.to_owned())
+                .or_insert_with(|| Log::new(first));
             log.cleared = log.cleared.max(seq);
             lock(&shared.timeline).push(format!("ack {seq}"));
             json!({"jsonrpc": "2.0", "id": id, "result": {}})
@@ -865,31 +964,6 @@ pub async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> 
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// An [`AckStore`](brmcp_adapters::clientrpc::AckStore) in memory that also notes
-/// every save in a timeline (`save <kind> <id>`).
-pub struct TimelineStore {
-    pub inner: brmcp_adapters::clientrpc::MemoryAckStore,
-    pub timeline: Arc<Mutex<Vec<String>>>,
-}
-
-impl brmcp_adapters::clientrpc::AckStore for TimelineStore {
-    fn load(
-        &self,
-        kind: brmcp_adapters::clientrpc::StreamKind,
-    ) -> Result<u64, brmcp_adapters::BoxError> {
-        self.inner.load(kind)
-    }
-
-    fn save(
-        &self,
-        kind: brmcp_adapters::clientrpc::StreamKind,
-        sequence_id: u64,
-    ) -> Result<(), brmcp_adapters::BoxError> {
-        lock(&self.timeline).push(format!("save {} {sequence_id}", kind.name()));
-        self.inner.save(kind, sequence_id)
     }
 }
 
