@@ -32,15 +32,15 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use brmcp_adapters::{AdapterError, Authorizer, BoxError, PeerId, PmSender, Router, RouterConfig};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData, Peer, ServerHandler};
 
 use super::billing::{Billing, CallId, CallRequest, Charge, Keyed, Tip, TipOutcome};
 use super::call_key::{ArgsHash, CALL_KEY_META, CallKey};
@@ -48,6 +48,7 @@ use super::calls::{Claim, InFlight};
 use super::chat::{AutoReply, Throttle};
 use super::clock::{Clock, SystemClock};
 use super::config::ServeConfig;
+use super::dynamic::DynamicTools;
 use super::ledger::{Ledger, LedgerError};
 use super::rate_limit::{RATE_LIMITED, RateLimiter};
 use super::tools::{CallContext, PreparedCall, ToolSpec};
@@ -240,6 +241,7 @@ pub struct HarnessBuilder {
     calls_per_minute: u32,
     visibility: Option<Visibility>,
     tools: Vec<ToolSpec>,
+    dynamic: Option<DynamicTools>,
     chat_hook: Option<ChatHook>,
     auto_reply: Option<AutoReply>,
     tip_hook: Option<TipHook>,
@@ -269,6 +271,7 @@ impl HarnessBuilder {
             calls_per_minute: 0,
             visibility: None,
             tools: Vec::new(),
+            dynamic: None,
             chat_hook: None,
             auto_reply: None,
             tip_hook: None,
@@ -327,6 +330,14 @@ impl HarnessBuilder {
     /// Adds a tool.
     pub fn tool(mut self, tool: ToolSpec) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Serves these run-time tools too, after the fixed ones (a fixed tool's name
+    /// wins), and announces `tools.listChanged`: callers that listed the tools are
+    /// notified whenever the set changes.
+    pub fn dynamic_tools(mut self, tools: DynamicTools) -> Self {
+        self.dynamic = Some(tools);
         self
     }
 
@@ -398,7 +409,7 @@ impl HarnessBuilder {
                 return Err(HarnessError::DuplicateTool(name.to_string()));
             }
             order.push(name.clone());
-            tools.insert(name, spec);
+            tools.insert(name, Arc::new(spec));
         }
         let (billing, ledger, refunded_at_open) = match (self.billing, self.data_dir) {
             (Some(billing), _) => (billing, None, 0),
@@ -419,8 +430,13 @@ impl HarnessBuilder {
             }
             (None, None) => return Err(HarnessError::NoStore),
         };
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(self.info);
+        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
+        if self.dynamic.is_some()
+            && let Some(tools) = capabilities.tools.as_mut()
+        {
+            tools.list_changed = Some(true);
+        }
+        let mut info = ServerConfig::new(capabilities).with_server_info(self.info);
         if let Some(text) = self.instructions {
             info = info.with_instructions(text);
         }
@@ -437,6 +453,8 @@ impl HarnessBuilder {
                 visibility: self.visibility,
                 tools,
                 order,
+                dynamic: self.dynamic,
+                listeners: Mutex::default(),
                 in_flight: InFlight::new(),
                 clock: self.clock,
                 chat_hook: self.chat_hook,
@@ -473,9 +491,13 @@ struct Shared {
     gate: AllowGate,
     limiter: RateLimiter,
     visibility: Option<Visibility>,
-    tools: HashMap<Arc<str>, ToolSpec>,
+    tools: HashMap<Arc<str>, Arc<ToolSpec>>,
     /// Tool names in registration order, the order of `tools/list`.
     order: Vec<Arc<str>>,
+    dynamic: Option<DynamicTools>,
+    /// The session of each caller that listed the tools, told when the dynamic tools
+    /// change. One per caller (the latest), so bounded by the callers the gate admits.
+    listeners: Mutex<HashMap<PeerId, Peer<RoleServer>>>,
     in_flight: Arc<InFlight<CallToolResult>>,
     clock: Arc<dyn Clock>,
     chat_hook: Option<ChatHook>,
@@ -531,6 +553,12 @@ impl Harness {
         }
         if self.shared.gate.refuses_everyone() {
             tracing::warn!("the allowlist (allowed_uids) is empty: every caller is refused");
+        }
+        if let Some(dynamic) = &self.shared.dynamic {
+            tokio::spawn(notify_changes(
+                dynamic.subscribe(),
+                Arc::downgrade(&self.shared),
+            ));
         }
         // Weak: the router's acceptor must not keep the harness (which holds the
         // router) alive.
@@ -679,17 +707,36 @@ impl Shared {
     }
 
     fn visible_tools(&self, caller: &PeerId) -> Vec<Tool> {
-        self.order
+        let fixed = self
+            .order
             .iter()
-            .filter(|name| self.visible(caller, name))
-            .filter_map(|name| self.tools.get(name).map(|spec| spec.tool.clone()))
+            .filter_map(|name| self.tools.get(name).map(|spec| (name, spec.tool.clone())));
+        let dynamic = self.dynamic.iter().flat_map(DynamicTools::definitions);
+        let dynamic = dynamic.filter(|(name, _)| !self.tools.contains_key(name));
+        fixed
+            .map(|(name, tool)| (name.clone(), tool))
+            .chain(dynamic)
+            .filter(|(name, _)| self.visible(caller, name))
+            .map(|(_, tool)| tool)
             .collect()
     }
 
-    fn visible_tool(&self, caller: &PeerId, name: &str) -> Option<(&Arc<str>, &ToolSpec)> {
+    fn visible_tool(&self, caller: &PeerId, name: &str) -> Option<(Arc<str>, Arc<ToolSpec>)> {
         self.tools
             .get_key_value(name)
+            .map(|(name, spec)| (name.clone(), spec.clone()))
+            .or_else(|| self.dynamic.as_ref().and_then(|d| d.get(name)))
             .filter(|(name, _)| self.visible(caller, name))
+    }
+
+    /// Keeps `peer` to be told when the dynamic tools change.
+    fn listen(&self, caller: PeerId, peer: &Peer<RoleServer>) {
+        if self.dynamic.is_some() {
+            self.listeners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(caller, peer.clone());
+        }
     }
 
     /// Runs one billing call on the blocking pool.
@@ -933,11 +980,19 @@ impl ServerHandler for Session {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let shared = self.shared()?;
+        shared.listen(self.caller, &context.peer);
         Ok(ListToolsResult::with_all_items(
-            self.shared()?.visible_tools(&self.caller),
+            shared.visible_tools(&self.caller),
         ))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Ok(shared) = self.shared() {
+            shared.listen(self.caller, &context.peer);
+        }
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -959,7 +1014,6 @@ impl ServerHandler for Session {
                 None,
             ));
         };
-        let tool = tool.clone();
         // A key that is not a string of 8 to 128 bytes is ignored (WIRE.md §10).
         let key = context
             .meta
@@ -979,6 +1033,33 @@ impl ServerHandler for Session {
             keyed,
         };
         Ok(shared.call(call, prepared, context).await.into())
+    }
+}
+
+/// Tells the listening callers of every change of the dynamic tools, until the harness
+/// is gone. A session that cannot be told (closed) is forgotten.
+async fn notify_changes(mut changes: tokio::sync::watch::Receiver<u64>, shared: Weak<Shared>) {
+    while changes.changed().await.is_ok() {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let listeners: Vec<(PeerId, Peer<RoleServer>)> = shared
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(caller, peer)| (*caller, peer.clone()))
+            .collect();
+        for (caller, peer) in listeners {
+            if let Err(e) = peer.notify_tool_list_changed().await {
+                tracing::debug!(%caller, error = %e, "tools/list_changed not sent");
+                shared
+                    .listeners
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&caller);
+            }
+        }
     }
 }
 

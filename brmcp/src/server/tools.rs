@@ -238,6 +238,10 @@ trait ErasedTool: Send + Sync {
     fn prepare(&self, args: Option<JsonObject>) -> Result<Box<dyn PreparedCall>, String>;
 }
 
+/// Says whether a tool can be called now, or why not (the message becomes the tool
+/// error).
+pub type Availability = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 struct TypedTool<In, F> {
     price: Price<In>,
     handler: Arc<F>,
@@ -289,6 +293,7 @@ pub struct ToolSpec {
     pub(crate) tool: Tool,
     pub(crate) schema_error: Option<String>,
     erased: Arc<dyn ErasedTool>,
+    available: Option<Availability>,
 }
 
 impl fmt::Debug for ToolSpec {
@@ -328,7 +333,48 @@ impl ToolSpec {
                 price,
                 handler: Arc::new(handler),
             }),
+            available: None,
         }
+    }
+
+    /// A tool whose definition (name, description, schemas, annotations) is given as it
+    /// is, say mirrored from another MCP server, with raw JSON-object arguments. The
+    /// price `_meta` keys replace any the definition carries; its other `_meta` stays.
+    /// The schema is not checked: the handler sees whatever object the caller sent.
+    pub fn from_definition<Out, F, Fut>(
+        mut tool: Tool,
+        price: Price<JsonObject>,
+        handler: F,
+    ) -> Self
+    where
+        Out: IntoToolResult + 'static,
+        F: Fn(CallContext, JsonObject) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
+    {
+        let mut meta = tool.meta.take().unwrap_or_default();
+        meta.remove(PRICE_META);
+        meta.remove(PRICING_META);
+        meta.0.extend(price.meta().0);
+        Self {
+            tool: tool.with_meta(meta),
+            schema_error: None,
+            erased: Arc::new(TypedTool {
+                price,
+                handler: Arc::new(handler),
+            }),
+            available: None,
+        }
+    }
+
+    /// Refuses calls while `check` says the tool is unavailable: the refusal comes
+    /// before the rate limit and the price, so nothing is charged.
+    #[must_use]
+    pub fn when_available(
+        mut self,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.available = Some(Arc::new(check));
+        self
     }
 
     /// A free tool.
@@ -390,6 +436,9 @@ impl ToolSpec {
         &self,
         args: Option<JsonObject>,
     ) -> Result<Box<dyn PreparedCall>, String> {
+        if let Some(check) = &self.available {
+            check()?;
+        }
         self.erased.prepare(args)
     }
 }
