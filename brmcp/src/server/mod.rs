@@ -56,6 +56,7 @@ mod ledger;
 mod money;
 mod rate_limit;
 mod tools;
+pub mod upstream;
 
 pub use billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Keyed, Tip, TipOutcome};
 pub use call_key::{
