@@ -109,7 +109,7 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
         &serve_dir.join(super::serve::SERVE_CONFIG),
     )?;
     let host_a = super::serve::host_from(&alice.config_path)?;
-    let harness = within(
+    let (harness, _upstreams) = within(
         "start the bot",
         super::serve::start_serving(&serve_dir, &config, &host_a),
     )

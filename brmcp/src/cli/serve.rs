@@ -1,5 +1,6 @@
-//! `brmcp serve`: the serving harness on a running Bison Relay client, with the example
-//! tools `echo` (free) and `fortune` (10,000 atoms); and the operator's ledger commands.
+//! `brmcp serve`: the serving harness on a running Bison Relay client, with the tools of
+//! the upstream MCP servers `brmcp.json` names or else the example tools `echo` (free)
+//! and `fortune` (10,000 atoms); and the operator's ledger and status commands.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,9 +13,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::CliError;
+use crate::server::upstream::{STATUS_FILE, Upstreams, read_status};
 use crate::server::{
-    AutoReply, CallContext, CallId, Clock, Harness, Ledger, MATOMS_PER_ATOM, ServeConfig,
-    SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
+    AutoReply, CallContext, CallId, Clock, DynamicTools, Harness, Ledger, MATOMS_PER_ATOM,
+    ServeConfig, SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
 };
 
 /// The clientrpc connection file of a data directory (bisonbotkit format).
@@ -69,6 +71,8 @@ enum ServeAction {
         #[arg(long)]
         reason: String,
     },
+    /// Show each upstream MCP server's state (as the running server last wrote it).
+    Status,
     /// Show the most recent paid calls.
     Journal {
         /// Only this caller's calls.
@@ -92,6 +96,12 @@ fn now() -> UnixTime {
 }
 
 fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
+    if let ServeAction::Status = action {
+        for status in read_status(datadir).map_err(CliError)? {
+            println!("{status}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     // Stopped, the server's calls left pending are refunded as at its start; running,
     // they are in flight, and the operator works beside it.
     let opened = Ledger::open_for_operator(datadir, now())?;
@@ -125,6 +135,7 @@ fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
                 println!("{entry:?}");
             }
         }
+        ServeAction::Status => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -218,22 +229,38 @@ pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<()
     })
 }
 
-/// Starts the harness on `host` and feeds it the host's PMs and tips.
+/// Starts the harness on `host` and feeds it the host's PMs and tips; with upstreams
+/// in `config`, starts supervising them (their tools are served as they come up).
 pub(crate) async fn start_serving(
     datadir: &Path,
     config: &ServeConfig,
     host: &ClientRpcHost,
-) -> Result<Harness, CliError> {
+) -> Result<(Harness, Upstreams), CliError> {
     let mut builder = Harness::builder()
         .data_dir(datadir)
         .config(config)
-        .server_info("brmcp-example", env!("CARGO_PKG_VERSION"))
         .auto_reply(AutoReply::new(
             "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
         ));
-    for tool in example_tools() {
-        builder = builder.tool(tool);
-    }
+    let upstreams = if config.upstreams.is_empty() {
+        builder = builder.server_info("brmcp-example", env!("CARGO_PKG_VERSION"));
+        for tool in example_tools() {
+            builder = builder.tool(tool);
+        }
+        Upstreams::none()
+    } else {
+        let tools = DynamicTools::new();
+        builder = builder.dynamic_tools(tools.clone());
+        let log = std::sync::Arc::new(|s: &crate::server::upstream::UpstreamStatus| {
+            eprintln!("upstream {s}");
+        });
+        Upstreams::start(
+            &config.upstreams,
+            &tools,
+            Some(datadir.join(STATUS_FILE)),
+            Some(log),
+        )
+    };
     let harness = builder.build()?;
     if harness.refunded_at_open() > 0 {
         eprintln!(
@@ -270,7 +297,7 @@ pub(crate) async fn start_serving(
             }
         });
     connect(host, streams).await?;
-    Ok(harness)
+    Ok((harness, upstreams))
 }
 
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
@@ -284,17 +311,24 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         return Ok(ExitCode::SUCCESS);
     }
     let host = host_from(&rpc_config)?;
-    let harness = start_serving(datadir, &config, &host).await?;
+    let (harness, upstreams) = start_serving(datadir, &config, &host).await?;
     let me = host.public_identity().await?;
     let uid = me.peer_id().map_or_else(|| "?".into(), |p| p.to_string());
+    let what = if config.upstreams.is_empty() {
+        "echo and fortune".to_owned()
+    } else {
+        let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
+        format!("upstream(s) {}", names.join(", "))
+    };
     eprintln!(
-        "serving echo and fortune as {uid} ({}) for {} allowed caller(s); Ctrl-C stops",
+        "serving {what} as {uid} ({}) for {} allowed caller(s); Ctrl-C stops",
         me.nick,
         config.allowed_uids.len()
     );
     super::wait_for_interrupt().await;
     eprintln!("stopping");
     harness.close();
+    upstreams.shutdown().await;
     host.close();
     Ok(ExitCode::SUCCESS)
 }

@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn groups_replace_their_own_tools_and_names_stay_unique() {
         let set = DynamicTools::new();
-        let mut changes = set.subscribe();
+        let changes = set.subscribe();
         set.replace("a", vec![tool("x"), tool("y")]);
         set.replace("b", vec![tool("y"), tool("z")]);
         assert!(changes.has_changed().unwrap());

@@ -3,4 +3,5 @@
 mod demo;
 mod operator;
 mod processes;
+mod upstream;
 mod wire;
