@@ -348,10 +348,29 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
     .expect("brmcp bridge spend");
     let spend = String::from_utf8_lossy(&spend.stdout);
     assert!(spend.contains("last 24 hours: 1600 atoms"), "{spend}");
+    // One journal entry per call that ran (the bridge keys every call, so free ones
+    // too): the adds and get-sum completed, fail and hang refunded. The refused calls
+    // (pricey, the unnamed tools, those while the upstream was down) left none.
     let journal = serve_command(&alice_dir, &["journal"]);
-    for tool in ["py_add", "everything_get-sum", "py_fail", "py_hang"] {
-        assert!(journal.contains(tool), "{tool} missing from\n{journal}");
-    }
+    let entries = |tool: &str, state: &str| {
+        journal
+            .lines()
+            .filter(|l| l.contains(&format!("tool: {tool:?}")))
+            .map(|l| assert!(l.contains(&format!("state: {state}")), "{l}"))
+            .count()
+    };
+    assert_eq!(entries("py_add", "Completed"), 2, "{journal}");
+    assert_eq!(entries("everything_get-sum", "Completed"), 1, "{journal}");
+    assert_eq!(entries("py_fail", "Refunded"), 1, "{journal}");
+    assert_eq!(entries("py_hang", "Refunded"), 1, "{journal}");
+    assert_eq!(journal.lines().count(), 12, "{journal}");
+    let down_errors = after["errors"].as_array().expect("errors");
+    assert!(
+        down_errors.iter().any(|e| e[0]
+            .as_str()
+            .is_some_and(|t| t.contains("upstream py is down (restarting); nothing was charged"))),
+        "no call was refused while the upstream was down: {after}"
+    );
 
     // The logs said when the upstream failed and came back.
     let mut log = Vec::new();
