@@ -254,12 +254,16 @@ pub(crate) async fn start_serving(
         let log = std::sync::Arc::new(|s: &crate::server::upstream::UpstreamStatus| {
             eprintln!("upstream {s}");
         });
-        Upstreams::start(
+        let upstreams = Upstreams::start(
             &config.upstreams,
             &tools,
             Some(datadir.join(STATUS_FILE)),
             Some(log),
-        )
+        );
+        if let Some(catalog) = upstreams.catalog() {
+            builder = builder.catalog(catalog);
+        }
+        upstreams
     };
     let harness = builder.build()?;
     if harness.refunded_at_open() > 0 {

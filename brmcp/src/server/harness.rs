@@ -36,8 +36,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use brmcp_adapters::{AdapterError, Authorizer, BoxError, PeerId, PmSender, Router, RouterConfig};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, PromptsCapability,
+    ReadResourceRequestParams, ReadResourceResponse, ResourcesCapability, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, Peer, ServerHandler};
@@ -45,6 +48,7 @@ use rmcp::{ErrorData, Peer, ServerHandler};
 use super::billing::{Billing, CallId, CallRequest, Charge, Keyed, Tip, TipOutcome};
 use super::call_key::{ArgsHash, CALL_KEY_META, CallKey};
 use super::calls::{Claim, InFlight};
+use super::catalog::Catalog;
 use super::chat::{AutoReply, Throttle};
 use super::clock::{Clock, SystemClock};
 use super::config::ServeConfig;
@@ -242,6 +246,7 @@ pub struct HarnessBuilder {
     visibility: Option<Visibility>,
     tools: Vec<ToolSpec>,
     dynamic: Option<DynamicTools>,
+    catalog: Option<Arc<dyn Catalog>>,
     chat_hook: Option<ChatHook>,
     auto_reply: Option<AutoReply>,
     tip_hook: Option<TipHook>,
@@ -272,6 +277,7 @@ impl HarnessBuilder {
             visibility: None,
             tools: Vec::new(),
             dynamic: None,
+            catalog: None,
             chat_hook: None,
             auto_reply: None,
             tip_hook: None,
@@ -338,6 +344,13 @@ impl HarnessBuilder {
     /// notified whenever the set changes.
     pub fn dynamic_tools(mut self, tools: DynamicTools) -> Self {
         self.dynamic = Some(tools);
+        self
+    }
+
+    /// Serves the resources and prompts of `catalog` (free, to the callers the gate
+    /// admits, each request counted by the rate limit).
+    pub fn catalog(mut self, catalog: Arc<dyn Catalog>) -> Self {
+        self.catalog = Some(catalog);
         self
     }
 
@@ -436,6 +449,17 @@ impl HarnessBuilder {
         {
             tools.list_changed = Some(true);
         }
+        let (resources, prompts) = self.catalog.as_ref().map_or((false, false), |c| c.offers());
+        if resources {
+            let mut resources = ResourcesCapability::default();
+            resources.list_changed = Some(true);
+            capabilities.resources = Some(resources);
+        }
+        if prompts {
+            let mut prompts = PromptsCapability::default();
+            prompts.list_changed = Some(true);
+            capabilities.prompts = Some(prompts);
+        }
         let mut info = ServerConfig::new(capabilities).with_server_info(self.info);
         if let Some(text) = self.instructions {
             info = info.with_instructions(text);
@@ -454,6 +478,7 @@ impl HarnessBuilder {
                 tools,
                 order,
                 dynamic: self.dynamic,
+                catalog: self.catalog,
                 listeners: Mutex::default(),
                 in_flight: InFlight::new(),
                 clock: self.clock,
@@ -495,6 +520,7 @@ struct Shared {
     /// Tool names in registration order, the order of `tools/list`.
     order: Vec<Arc<str>>,
     dynamic: Option<DynamicTools>,
+    catalog: Option<Arc<dyn Catalog>>,
     /// The session of each caller that listed the tools, told when the dynamic tools
     /// change. One per caller (the latest), so bounded by the callers the gate admits.
     listeners: Mutex<HashMap<PeerId, Peer<RoleServer>>>,
@@ -558,6 +584,14 @@ impl Harness {
             tokio::spawn(notify_changes(
                 dynamic.subscribe(),
                 Arc::downgrade(&self.shared),
+                Changed::Tools,
+            ));
+        }
+        if let Some(catalog) = &self.shared.catalog {
+            tokio::spawn(notify_changes(
+                catalog.changes(),
+                Arc::downgrade(&self.shared),
+                Changed::Catalog(catalog.offers()),
             ));
         }
         // Weak: the router's acceptor must not keep the harness (which holds the
@@ -729,9 +763,9 @@ impl Shared {
             .filter(|(name, _)| self.visible(caller, name))
     }
 
-    /// Keeps `peer` to be told when the dynamic tools change.
+    /// Keeps `peer` to be told when the dynamic tools or the catalog change.
     fn listen(&self, caller: PeerId, peer: &Peer<RoleServer>) {
-        if self.dynamic.is_some() {
+        if self.dynamic.is_some() || self.catalog.is_some() {
             self.listeners
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -967,6 +1001,32 @@ impl Session {
             .upgrade()
             .ok_or_else(|| ErrorData::internal_error("server shutting down", None))
     }
+
+    /// The catalog for one request of the part `offered` selects: method not found
+    /// when it is not offered, refused by the rate limit like a call.
+    fn catalog(
+        &self,
+        context: &RequestContext<RoleServer>,
+        offered: impl Fn((bool, bool)) -> bool,
+    ) -> Result<Arc<dyn Catalog>, ErrorData> {
+        let shared = self.shared()?;
+        let Some(catalog) = shared.catalog.clone().filter(|c| offered(c.offers())) else {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "not offered by this server",
+                None,
+            ));
+        };
+        shared.listen(self.caller, &context.peer);
+        if !shared
+            .limiter
+            .try_take(&self.caller, shared.clock.since_epoch())
+        {
+            Counters::bump(&shared.counters.rate_limited);
+            return Err(ErrorData::invalid_request(RATE_LIMITED, None));
+        }
+        Ok(catalog)
+    }
 }
 
 impl ServerHandler for Session {
@@ -987,6 +1047,57 @@ impl ServerHandler for Session {
         Ok(ListToolsResult::with_all_items(
             shared.visible_tools(&self.caller),
         ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(ListResourcesResult::with_all_items(
+            catalog.list_resources().await?,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            catalog.list_resource_templates().await?,
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(catalog.read_resource(request).await?.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let catalog = self.catalog(&context, |(_, prompts)| prompts)?;
+        Ok(ListPromptsResult::with_all_items(
+            catalog.list_prompts().await?,
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let catalog = self.catalog(&context, |(_, prompts)| prompts)?;
+        Ok(catalog.get_prompt(request).await?.into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -1038,7 +1149,36 @@ impl ServerHandler for Session {
 
 /// Tells the listening callers of every change of the dynamic tools, until the harness
 /// is gone. A session that cannot be told (closed) is forgotten.
-async fn notify_changes(mut changes: tokio::sync::watch::Receiver<u64>, shared: Weak<Shared>) {
+/// What changed, for [`notify_changes`].
+#[derive(Clone, Copy)]
+enum Changed {
+    Tools,
+    /// The catalog, which offers (resources, prompts).
+    Catalog((bool, bool)),
+}
+
+impl Changed {
+    async fn notify(self, peer: &Peer<RoleServer>) -> Result<(), rmcp::ServiceError> {
+        match self {
+            Self::Tools => peer.notify_tool_list_changed().await,
+            Self::Catalog((resources, prompts)) => {
+                if resources {
+                    peer.notify_resource_list_changed().await?;
+                }
+                if prompts {
+                    peer.notify_prompt_list_changed().await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn notify_changes(
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    shared: Weak<Shared>,
+    what: Changed,
+) {
     while changes.changed().await.is_ok() {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -1051,8 +1191,8 @@ async fn notify_changes(mut changes: tokio::sync::watch::Receiver<u64>, shared: 
             .map(|(caller, peer)| (*caller, peer.clone()))
             .collect();
         for (caller, peer) in listeners {
-            if let Err(e) = peer.notify_tool_list_changed().await {
-                tracing::debug!(%caller, error = %e, "tools/list_changed not sent");
+            if let Err(e) = what.notify(&peer).await {
+                tracing::debug!(%caller, error = %e, "list_changed not sent");
                 shared
                     .listeners
                     .lock()

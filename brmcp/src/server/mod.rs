@@ -7,6 +7,7 @@
 //!   plus [`Harness::handle_pm`] for every PM and [`Harness::record_tip`] for every tip.
 //! - [`DynamicTools`]: tools known only at run time (say, mirrored from another MCP
 //!   server), served and billed like the fixed ones.
+//! - [`Catalog`]: resources and prompts served beside the tools.
 //! - [`ServeConfig`]: the operator's `brmcp.json` (Go field names), read fail-closed.
 //! - [`Billing`]: what the harness calls for every paid (or keyed) tool call and every
 //!   tip; synchronous, run on `spawn_blocking`.
@@ -47,6 +48,7 @@
 mod billing;
 mod call_key;
 mod calls;
+mod catalog;
 mod chat;
 mod clock;
 mod config;
@@ -63,6 +65,7 @@ pub use call_key::{
     ArgsHash, CALL_KEY_META, CallKey, CallKeyError, MAX_CALL_KEY_LEN, MAX_OUTCOME_BYTES,
     MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS,
 };
+pub use catalog::{Catalog, CatalogFuture};
 pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_THROTTLED_SENDERS};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CONFIG_FILE, CONFIG_TEMPLATE, ConfigError, ServeConfig};

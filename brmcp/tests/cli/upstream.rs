@@ -5,7 +5,8 @@
 //! and the upstream's annotations, tools the file does not name neither listed nor
 //! callable, free and paid calls (payment_required, the bridge's tip, the ledger),
 //! progress relayed, cancellation passed on, an upstream error refunded, a list change
-//! reaching the agent, and an upstream killed mid-call: refunded, restarted, and the
+//! reaching the agent, resources and prompts mirrored where offered, and an upstream
+//! killed mid-call: refunded, restarted, and the
 //! next paid call served, with nothing charged while it was down.
 
 use std::path::{Path, PathBuf};
@@ -129,7 +130,9 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
             "name": "everything",
             "command": node,
             "args": [everything, "stdio"],
-            "tools": {"echo": 0, "get-sum": 400, "trigger-long-running-operation": 0}
+            "tools": {"echo": 0, "get-sum": 400, "trigger-long-running-operation": 0},
+            "resources": true,
+            "prompts": true
         }
     ]);
     std::fs::write(&config_path, config.to_string()).expect("write brmcp.json");
@@ -312,6 +315,41 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
         "{grown}"
     );
     assert_eq!(texts("extra"), json!(["extra!"]));
+
+    // Resources and prompts of the upstream that offers them (free), prompts prefixed;
+    // none of the one that does not.
+    let resources = step(&steps, "resources");
+    let uris: Vec<&str> = resources["uris"]
+        .as_array()
+        .expect("uris")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        uris.contains(&"demo://resource/static/document/features.md"),
+        "{resources}"
+    );
+    assert!(!uris.iter().any(|u| u.starts_with("py://")), "{resources}");
+    assert!(
+        resources["read"][0].as_str().is_some_and(|t| !t.is_empty()),
+        "{resources}"
+    );
+    let prompts = step(&steps, "prompts");
+    let names: Vec<&str> = prompts["names"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(names.contains(&"everything_simple-prompt"), "{prompts}");
+    assert!(
+        names.iter().all(|n| n.starts_with("everything_")),
+        "{prompts}"
+    );
+    assert_eq!(
+        prompts["got"],
+        json!(["This is a simple prompt without arguments."])
+    );
 
     // Killed mid-call: the call fails, the supervisor restarts it, the next call works;
     // while it was down, calls were refused before any charge.

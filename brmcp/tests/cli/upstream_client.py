@@ -80,6 +80,23 @@ async def scenario(client, changes):
     emit("grown", changes=len(changes), names=[t.name for t in tools.tools])
     await call(client, "extra", "py_extra")
 
+    resources = await client.list_resources()
+    uris = [str(r.uri) for r in resources.resources]
+    doc = "demo://resource/static/document/features.md"
+    read = await client.read_resource(doc)
+    emit(
+        "resources",
+        uris=uris,
+        read=[getattr(c, "text", None) for c in read.contents],
+    )
+    prompts = await client.list_prompts()
+    got = await client.get_prompt("everything_simple-prompt")
+    emit(
+        "prompts",
+        names=[p.name for p in prompts.prompts],
+        got=[getattr(m.content, "text", None) for m in got.messages],
+    )
+
     await call(client, "hang", "py_hang")
     # The upstream was killed mid-call: retry a paid call until it is back.
     errors = []

@@ -87,6 +87,18 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+@app.resource("py://hidden")
+def hidden() -> str:
+    """Not offered: brmcp.json does not set resources for this upstream."""
+    return "hidden"
+
+
+@app.prompt()
+def hidden_prompt() -> str:
+    """Not offered: brmcp.json does not set prompts for this upstream."""
+    return "hidden"
+
+
 if __name__ == "__main__":
     record("starts", os.getpid())
     app.run()

@@ -11,7 +11,10 @@
 //!   call key), an upstream error or a crash mid-call refunded. A failed upstream is
 //!   restarted with backoff; while it is down its tools answer an error before any
 //!   charge. [`UpstreamStatus`] is each one's state, also written to [`STATUS_FILE`].
+//!   The resources and prompts of the upstreams that offer them are one
+//!   [`Catalog`](crate::server::Catalog) ([`Upstreams::catalog`]).
 
+mod catalog;
 mod client;
 mod config;
 mod mirror;

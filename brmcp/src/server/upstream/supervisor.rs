@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::catalog::UpstreamCatalog;
 use super::client::{Connection, Link, connect};
 use super::config::UpstreamConfig;
 use super::mirror::{Health, mirror_tools};
-use crate::server::{Clock, DynamicTools, SystemClock};
+use crate::server::{Catalog, Clock, DynamicTools, SystemClock};
 
 /// The status file's name in the data directory.
 pub const STATUS_FILE: &str = "upstreams-status.json";
@@ -162,6 +163,7 @@ pub fn read_status(datadir: &Path) -> Result<Vec<UpstreamStatus>, String> {
 /// The supervised upstreams. Dropping this stops them (and kills their processes).
 pub struct Upstreams {
     board: Arc<Board>,
+    catalog: Option<UpstreamCatalog>,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -208,6 +210,7 @@ impl Upstreams {
             hook,
         });
         let cancel = CancellationToken::new();
+        let catalog = UpstreamCatalog::new(configs);
         let tasks = configs
             .iter()
             .enumerate()
@@ -218,16 +221,28 @@ impl Upstreams {
                     tools: tools.clone(),
                     board: board.clone(),
                     health: Health::new(&config.name),
+                    catalog: catalog.clone(),
                     cancel: cancel.clone(),
                 };
                 tokio::spawn(supervisor.run())
             })
             .collect();
+        let offered = catalog.offers();
         Self {
             board,
+            catalog: (offered.0 || offered.1).then_some(catalog),
             cancel,
             tasks,
         }
+    }
+
+    /// The resources and prompts of the upstreams that offer them, for
+    /// [`HarnessBuilder::catalog`](crate::server::HarnessBuilder::catalog); `None`
+    /// when none does.
+    pub fn catalog(&self) -> Option<Arc<dyn Catalog>> {
+        self.catalog
+            .clone()
+            .map(|c| Arc::new(c) as Arc<dyn Catalog>)
     }
 
     /// None at all.
@@ -238,6 +253,7 @@ impl Upstreams {
                 file: None,
                 hook: None,
             }),
+            catalog: None,
             cancel: CancellationToken::new(),
             tasks: Vec::new(),
         }
@@ -273,6 +289,7 @@ struct Supervisor {
     tools: DynamicTools,
     board: Arc<Board>,
     health: Arc<Health>,
+    catalog: UpstreamCatalog,
     cancel: CancellationToken,
 }
 
@@ -292,6 +309,9 @@ impl Supervisor {
                 Ok(Err(e)) => e,
                 Ok(Ok((connection, link, count))) => {
                     self.health.set(true);
+                    if self.catalog.offers_any(self.index) {
+                        self.catalog.set_link(self.index, Some(link.clone()));
+                    }
                     let pid = connection.pid;
                     self.board.set_state(self.index, UpstreamState::Up, |s| {
                         s.tools = count;
@@ -302,6 +322,9 @@ impl Supervisor {
                     let up_since = Instant::now();
                     let ended = self.watch(connection, &link).await;
                     self.health.set(false);
+                    if self.catalog.offers_any(self.index) {
+                        self.catalog.set_link(self.index, None);
+                    }
                     let Some(reason) = ended else { break };
                     if up_since.elapsed() >= BACKOFF_RESET_AFTER {
                         backoff = BACKOFF_MIN;
@@ -352,6 +375,14 @@ impl Supervisor {
         Ok(count)
     }
 
+    /// Re-lists after the upstream said something changed.
+    async fn republish(&self, link: &Link) -> Result<usize, String> {
+        if self.catalog.offers_any(self.index) {
+            self.catalog.changed();
+        }
+        self.publish(link).await
+    }
+
     /// Serves until the connection ends (`Some(why)`) or the server stops (`None`).
     async fn watch(&self, connection: Connection, link: &Link) -> Option<String> {
         let Connection {
@@ -367,7 +398,7 @@ impl Supervisor {
                         Err(e) => format!("connection task failed: {e}"),
                     });
                 }
-                () = changed.notified() => match self.publish(link).await {
+                () = changed.notified() => match self.republish(link).await {
                     Ok(count) => {
                         tracing::info!(upstream = %self.config.name, tools = count, "upstream tools changed");
                         self.board.update(self.index, |s| s.tools = count);
