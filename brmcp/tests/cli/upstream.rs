@@ -1,6 +1,7 @@
 //! `brmcp serve` selling real upstream MCP servers (installed by `scripts/test-deps`): a
 //! Python server on the `mcp` SDK and `@modelcontextprotocol/server-everything`, each
-//! spawned over stdio, named in `brmcp.json` with prices. Devnet, serve and the bridge
+//! spawned over stdio (and server-everything over streamable HTTP too), named in
+//! `brmcp.json` with prices. Devnet, serve and the bridge
 //! run as processes; the Python `mcp` SDK is the agent. Shows: the listing with prices
 //! and the upstream's annotations, tools the file does not name neither listed nor
 //! callable, free and paid calls (payment_required, the bridge's tip, the ledger),
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::processes::{brmcp, spawn, start_bridge, start_devnet, wait_for};
+use crate::processes::{brmcp, free_port, spawn, start_bridge, start_devnet, wait_for};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -108,6 +109,12 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
     let (mut procs, alice, bob) = start_devnet(dir);
     let state = dir.join("py-state");
     std::fs::create_dir_all(&state).expect("state dir");
+    // server-everything over streamable HTTP too, for a url upstream.
+    let web_port = free_port();
+    let mut web = std::process::Command::new(&node);
+    web.args([everything.as_os_str(), "streamableHttp".as_ref()])
+        .env("PORT", web_port.to_string());
+    spawn(&mut procs, web);
 
     // alice's brmcp.json (devnet wrote it, allowing bob) gets the two upstreams.
     let alice_dir = dir.join("alice");
@@ -133,16 +140,22 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
             "tools": {"echo": 0, "get-sum": 400, "trigger-long-running-operation": 0},
             "resources": true,
             "prompts": true
+        },
+        {
+            "name": "web",
+            "url": format!("http://127.0.0.1:{web_port}/mcp"),
+            "headers": {"X-Brmcp-Test": "1"},
+            "bearer_env": "WEB_TOKEN",
+            "tools": {"get-sum": 300}
         }
     ]);
     std::fs::write(&config_path, config.to_string()).expect("write brmcp.json");
 
-    let serve = spawn(
-        &mut procs,
-        brmcp(&["serve", "--datadir", alice_dir.to_str().expect("utf-8")]),
-    );
-    wait_for(&serve, "serving upstream(s) py, everything");
-    let status = wait_until_up(&alice_dir, 2).await;
+    let mut serve = brmcp(&["serve", "--datadir", alice_dir.to_str().expect("utf-8")]);
+    serve.env("WEB_TOKEN", "web-s3cret");
+    let serve = spawn(&mut procs, serve);
+    wait_for(&serve, "serving upstream(s) py, everything, web");
+    let status = wait_until_up(&alice_dir, 3).await;
     assert!(
         status.contains("py (command): up, 8 tool(s), pid"),
         "{status}"
@@ -151,6 +164,9 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
         status.contains("everything (command): up, 3 tool(s)"),
         "{status}"
     );
+    // (The HTTP server may have started after serve's first tries.)
+    let web = status.lines().find(|l| l.starts_with("web (url): up"));
+    assert!(web.is_some_and(|l| l.ends_with(" 1 tool(s)")), "{status}");
     let (bridge_dir, listen, token) = start_bridge(&mut procs, dir, &alice, "autopay");
 
     let url = format!("http://{listen}/mcp/{alice}");
@@ -203,6 +219,7 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
             "py_pricey",
             "py_steps",
             "py_wait",
+            "web_get-sum",
         ]
     );
     let meta = &tools["meta"];
@@ -234,6 +251,12 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
     assert_eq!(sum["is_error"], json!(false), "{sum}");
     assert!(
         sum["texts"][0].as_str().is_some_and(|t| t.contains("42")),
+        "{sum}"
+    );
+    let sum = step(&steps, "web_sum");
+    assert_eq!(sum["is_error"], json!(false), "{sum}");
+    assert!(
+        sum["texts"][0].as_str().is_some_and(|t| t.contains("7")),
         "{sum}"
     );
     // Above the bridge's per-call cap, the bot's payment_required reaches the agent as
@@ -361,13 +384,13 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
     let starts: Vec<&str> = starts.lines().collect();
     assert_eq!(starts.len(), 2, "started once, restarted once: {starts:?}");
     assert_eq!(starts[0], killed);
-    let status = wait_until_up(&alice_dir, 2).await;
+    let status = wait_until_up(&alice_dir, 3).await;
     assert!(
         status.contains("py (command): up again after 1 restart(s), 8 tool(s)"),
         "{status}"
     );
 
-    // The money: tips for add (500), get-sum (400) and fail (700); fail and hang
+    // The money: tips for add (500), the get-sums (400, 300) and fail (700); fail and hang
     // refunded; the add after the restart paid from that credit: 700 - 500 left.
     let balances = serve_command(&alice_dir, &["balances"]);
     assert!(
@@ -385,7 +408,7 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
     .output()
     .expect("brmcp bridge spend");
     let spend = String::from_utf8_lossy(&spend.stdout);
-    assert!(spend.contains("last 24 hours: 1600 atoms"), "{spend}");
+    assert!(spend.contains("last 24 hours: 1900 atoms"), "{spend}");
     // One journal entry per call that ran (the bridge keys every call, so free ones
     // too): the adds and get-sum completed, fail and hang refunded. The refused calls
     // (pricey, the unnamed tools, those while the upstream was down) left none.
@@ -399,9 +422,10 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
     };
     assert_eq!(entries("py_add", "Completed"), 2, "{journal}");
     assert_eq!(entries("everything_get-sum", "Completed"), 1, "{journal}");
+    assert_eq!(entries("web_get-sum", "Completed"), 1, "{journal}");
     assert_eq!(entries("py_fail", "Refunded"), 1, "{journal}");
     assert_eq!(entries("py_hang", "Refunded"), 1, "{journal}");
-    assert_eq!(journal.lines().count(), 12, "{journal}");
+    assert_eq!(journal.lines().count(), 13, "{journal}");
     let down_errors = after["errors"].as_array().expect("errors");
     assert!(
         down_errors.iter().any(|e| e[0]

@@ -51,6 +51,7 @@ async def scenario(client, changes):
     await call(client, "pricey", "py_pricey")
     await call(client, "everything_echo", "everything_echo", {"message": "hello"})
     await call(client, "everything_sum", "everything_get-sum", {"a": 20, "b": 22})
+    await call(client, "web_sum", "web_get-sum", {"a": 3, "b": 4})
 
     for step, name, args in [
         ("steps", "py_steps", {"n": 3}),
