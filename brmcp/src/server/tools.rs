@@ -478,6 +478,43 @@ mod tests {
     }
 
     #[test]
+    fn a_given_definition_keeps_its_schema_and_gets_our_price_only() {
+        let schema: JsonObject = serde_json::from_value(serde_json::json!({
+            "type": "object", "properties": {"q": {"type": "string"}}
+        }))
+        .unwrap();
+        let mut meta = MetaObject::default();
+        // An upstream claiming its own price: replaced, never trusted.
+        meta.insert(PRICE_META.into(), 0.into());
+        meta.insert(PRICING_META.into(), DYNAMIC_PRICING.into());
+        meta.insert("x-upstream".into(), "kept".into());
+        let tool = Tool::new("t", "d", Arc::new(schema.clone())).with_meta(meta);
+        let spec =
+            ToolSpec::from_definition(tool, Price::Fixed(700), |_, args: JsonObject| async move {
+                Ok(serde_json::Value::Object(args))
+            });
+        assert_eq!(
+            serde_json::to_value(&spec.definition().meta).unwrap(),
+            serde_json::json!({"brmcp/priceAtoms": 700, "x-upstream": "kept"})
+        );
+        assert_eq!(*spec.definition().input_schema, schema);
+        let call = spec
+            .prepare(serde_json::json!({"q": 1}).as_object().cloned())
+            .unwrap();
+        assert_eq!(call.price(&PeerId::from_bytes([0; 32])), Ok(700));
+    }
+
+    #[test]
+    fn an_unavailable_tool_is_refused_before_pricing() {
+        let spec = ToolSpec::fixed("b", "", 500, ok).when_available(|| Err("down".into()));
+        let err = spec
+            .prepare(serde_json::json!({"n": 1}).as_object().cloned())
+            .err()
+            .unwrap();
+        assert_eq!(err, "down");
+    }
+
+    #[test]
     fn non_object_inputs_are_reported() {
         async fn num(_: CallContext, _: u32) -> Result<String, ToolError> {
             Ok(String::new())

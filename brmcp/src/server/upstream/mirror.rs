@@ -43,7 +43,12 @@ impl Health {
     }
 }
 
-/// The exposed tools of `listed`, forwarding over `link`.
+/// The most tools mirrored from one upstream: its listing is held in memory and sent
+/// to every caller that lists, and a runaway upstream must not grow it without end.
+pub const MAX_TOOLS_PER_UPSTREAM: usize = 1024;
+
+/// The exposed tools of `listed` (at most [`MAX_TOOLS_PER_UPSTREAM`]), forwarding over
+/// `link`.
 pub(crate) fn mirror_tools(
     config: &UpstreamConfig,
     listed: Vec<Tool>,
@@ -74,5 +79,6 @@ pub(crate) fn mirror_tools(
             );
             Some(spec.when_available(move || health.check()))
         })
+        .take(MAX_TOOLS_PER_UPSTREAM)
         .collect()
 }

@@ -25,6 +25,7 @@ pub(crate) use config::parse_upstreams;
 pub use config::{
     Endpoint, MAX_NAME_LEN, MAX_PRICE_ATOMS, MAX_UPSTREAMS, ToolPrice, UpstreamConfig,
 };
+pub use mirror::MAX_TOOLS_PER_UPSTREAM;
 pub use supervisor::{
     BACKOFF_MAX, BACKOFF_MIN, BACKOFF_RESET_AFTER, START_TIMEOUT, STATUS_FILE, StatusHook,
     UpstreamState, UpstreamStatus, Upstreams, read_status,
