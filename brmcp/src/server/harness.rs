@@ -32,7 +32,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use brmcp_adapters::{AdapterError, Authorizer, BoxError, PeerId, PmSender, Router, RouterConfig};
 use rmcp::model::{
@@ -54,6 +54,7 @@ use super::clock::{Clock, SystemClock};
 use super::config::ServeConfig;
 use super::dynamic::DynamicTools;
 use super::ledger::{Ledger, LedgerError};
+use super::listeners::{Changed, Listeners};
 use super::rate_limit::{RATE_LIMITED, RateLimiter};
 use super::tools::{CallContext, PreparedCall, ToolSpec};
 
@@ -479,7 +480,7 @@ impl HarnessBuilder {
                 order,
                 dynamic: self.dynamic,
                 catalog: self.catalog,
-                listeners: Mutex::default(),
+                listeners: Arc::default(),
                 in_flight: InFlight::new(),
                 clock: self.clock,
                 chat_hook: self.chat_hook,
@@ -521,9 +522,8 @@ struct Shared {
     order: Vec<Arc<str>>,
     dynamic: Option<DynamicTools>,
     catalog: Option<Arc<dyn Catalog>>,
-    /// The session of each caller that listed the tools, told when the dynamic tools
-    /// change. One per caller (the latest), so bounded by the callers the gate admits.
-    listeners: Mutex<HashMap<PeerId, Peer<RoleServer>>>,
+    /// Told when the dynamic tools or the catalog change.
+    listeners: Arc<Listeners>,
     in_flight: Arc<InFlight<CallToolResult>>,
     clock: Arc<dyn Clock>,
     chat_hook: Option<ChatHook>,
@@ -580,19 +580,12 @@ impl Harness {
         if self.shared.gate.refuses_everyone() {
             tracing::warn!("the allowlist (allowed_uids) is empty: every caller is refused");
         }
+        let listeners = &self.shared.listeners;
         if let Some(dynamic) = &self.shared.dynamic {
-            tokio::spawn(notify_changes(
-                dynamic.subscribe(),
-                Arc::downgrade(&self.shared),
-                Changed::Tools,
-            ));
+            listeners.notify_on(dynamic.subscribe(), Changed::Tools);
         }
         if let Some(catalog) = &self.shared.catalog {
-            tokio::spawn(notify_changes(
-                catalog.changes(),
-                Arc::downgrade(&self.shared),
-                Changed::Catalog(catalog.offers()),
-            ));
+            listeners.notify_on(catalog.changes(), Changed::Catalog(catalog.offers()));
         }
         // Weak: the router's acceptor must not keep the harness (which holds the
         // router) alive.
@@ -766,10 +759,7 @@ impl Shared {
     /// Keeps `peer` to be told when the dynamic tools or the catalog change.
     fn listen(&self, caller: PeerId, peer: &Peer<RoleServer>) {
         if self.dynamic.is_some() || self.catalog.is_some() {
-            self.listeners
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(caller, peer.clone());
+            self.listeners.listen(caller, peer);
         }
     }
 
@@ -1144,62 +1134,6 @@ impl ServerHandler for Session {
             keyed,
         };
         Ok(shared.call(call, prepared, context).await.into())
-    }
-}
-
-/// Tells the listening callers of every change of the dynamic tools, until the harness
-/// is gone. A session that cannot be told (closed) is forgotten.
-/// What changed, for [`notify_changes`].
-#[derive(Clone, Copy)]
-enum Changed {
-    Tools,
-    /// The catalog, which offers (resources, prompts).
-    Catalog((bool, bool)),
-}
-
-impl Changed {
-    async fn notify(self, peer: &Peer<RoleServer>) -> Result<(), rmcp::ServiceError> {
-        match self {
-            Self::Tools => peer.notify_tool_list_changed().await,
-            Self::Catalog((resources, prompts)) => {
-                if resources {
-                    peer.notify_resource_list_changed().await?;
-                }
-                if prompts {
-                    peer.notify_prompt_list_changed().await?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-async fn notify_changes(
-    mut changes: tokio::sync::watch::Receiver<u64>,
-    shared: Weak<Shared>,
-    what: Changed,
-) {
-    while changes.changed().await.is_ok() {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        let listeners: Vec<(PeerId, Peer<RoleServer>)> = shared
-            .listeners
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(caller, peer)| (*caller, peer.clone()))
-            .collect();
-        for (caller, peer) in listeners {
-            if let Err(e) = what.notify(&peer).await {
-                tracing::debug!(%caller, error = %e, "list_changed not sent");
-                shared
-                    .listeners
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&caller);
-            }
-        }
     }
 }
 

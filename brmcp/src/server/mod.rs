@@ -55,6 +55,7 @@ mod config;
 mod dynamic;
 mod harness;
 mod ledger;
+mod listeners;
 mod money;
 mod rate_limit;
 mod tools;
