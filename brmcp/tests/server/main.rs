@@ -10,6 +10,7 @@ mod chat;
 mod crash;
 mod duplicate_waits;
 mod dynamic_price;
+mod dynamic_tools;
 mod key_conflict;
 mod ledger_call_key;
 mod ledger_concurrency;
