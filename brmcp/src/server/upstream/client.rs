@@ -38,6 +38,10 @@ const EARLY_TOKENS: usize = 64;
 /// Early progress notifications kept per token.
 const EARLY_PER_TOKEN: usize = 16;
 
+/// Progress notifications of one call queued for a caller who reads slower than the
+/// upstream sends: the rest are dropped (progress is advisory), not held without end.
+const QUEUED_PER_CALL: usize = 64;
+
 /// A live connection to an upstream.
 pub(crate) struct Connection {
     /// The service; dropping it closes the connection (and kills a child process).
@@ -230,7 +234,7 @@ struct Routes(Mutex<RoutesInner>);
 
 #[derive(Default)]
 struct RoutesInner {
-    routes: HashMap<ProgressToken, mpsc::UnboundedSender<rmcp::model::ProgressNotificationParam>>,
+    routes: HashMap<ProgressToken, mpsc::Sender<rmcp::model::ProgressNotificationParam>>,
     early: HashMap<ProgressToken, Vec<rmcp::model::ProgressNotificationParam>>,
     early_order: VecDeque<ProgressToken>,
 }
@@ -248,10 +252,10 @@ impl Routes {
         caller: Peer<rmcp::RoleServer>,
         token: Option<ProgressToken>,
     ) -> tokio::task::JoinHandle<()> {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = mpsc::channel(QUEUED_PER_CALL);
         let mut inner = self.lock();
         for params in inner.early.remove(&upstream).unwrap_or_default() {
-            let _ = tx.send(params);
+            let _ = tx.try_send(params);
         }
         inner.early_order.retain(|t| *t != upstream);
         inner.routes.insert(upstream, tx);
@@ -278,7 +282,9 @@ impl Routes {
     fn dispatch(&self, params: rmcp::model::ProgressNotificationParam) {
         let mut inner = self.lock();
         if let Some(tx) = inner.routes.get(&params.progress_token) {
-            let _ = tx.send(params);
+            if tx.try_send(params).is_err() {
+                tracing::debug!("progress dropped: the caller is behind");
+            }
             return;
         }
         let token = params.progress_token.clone();

@@ -156,7 +156,16 @@ fn write_status(file: &Path, statuses: &[UpstreamStatus]) -> std::io::Result<()>
 /// The file is missing (no upstreams, or never served) or unreadable.
 pub fn read_status(datadir: &Path) -> Result<Vec<UpstreamStatus>, String> {
     let file = datadir.join(STATUS_FILE);
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "{}: no upstream status (brmcp.json names no upstreams, or the server has not run with them)",
+                file.display()
+            )
+        } else {
+            format!("{}: {e}", file.display())
+        }
+    })?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
 }
 
