@@ -446,3 +446,87 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
         "{log}"
     );
 }
+
+/// `brmcp serve` killed (SIGKILL) while a paid forwarded call runs: the charge stays
+/// pending in the ledger, and the next opening refunds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_killed_mid_forward_refunds_at_the_next_open() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let python = installed("venv/bin/python");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = dir.path();
+    let (mut procs, alice, bob) = start_devnet(dir);
+    let state = dir.join("py-state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    let alice_dir = dir.join("alice");
+    let config_path = alice_dir.join("brmcp.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).expect("brmcp.json"))
+            .expect("json");
+    config["upstreams"] = json!([{
+        "name": "py",
+        "command": python,
+        "args": [here("upstream_server.py")],
+        "env": {"UPSTREAM_STATE": state},
+        "tools": {"hang": 700}
+    }]);
+    std::fs::write(&config_path, config.to_string()).expect("write brmcp.json");
+    let serve = spawn(
+        &mut procs,
+        brmcp(&["serve", "--datadir", alice_dir.to_str().expect("utf-8")]),
+    );
+    wait_for(&serve, "serving upstream(s) py");
+    wait_until_up(&alice_dir, 1).await;
+    let serve_index = procs.0.len() - 1;
+    let (_bridge_dir, listen, token) = start_bridge(&mut procs, dir, &alice, "autopay");
+
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/{alice}"))
+            .auth_header(token),
+    );
+    let client = ().serve(transport).await.expect("MCP session through the bridge");
+    let call = tokio::spawn(async move {
+        let _ = client.call_tool(CallToolRequestParams::new("hang")).await;
+        client
+    });
+    // Inside the upstream's handler, the call is charged and pending: kill the server.
+    // (One upstream: its tools keep their names.)
+    let pid_file = state.join("hang.pid");
+    for _ in 0..1200 {
+        if pid_file.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(pid_file.exists(), "the upstream never entered hang");
+    let serve_child = &mut procs.0[serve_index];
+    serve_child.kill().expect("SIGKILL serve");
+    let _ = serve_child.wait();
+    call.abort();
+
+    // Opening the ledger refunds the call the dead server left pending.
+    let mut all = vec!["serve", "--datadir", alice_dir.to_str().expect("utf-8")];
+    all.push("journal");
+    let out = brmcp(&all).output().expect("brmcp serve journal");
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refunded 1 interrupted call(s)"),
+        "{stderr}"
+    );
+    let journal = String::from_utf8_lossy(&out.stdout);
+    let hang = journal
+        .lines()
+        .find(|l| l.contains("tool: \"hang\""))
+        .unwrap_or_else(|| panic!("no hang entry in\n{journal}"));
+    assert!(hang.contains("state: Refunded"), "{hang}");
+    let balances = serve_command(&alice_dir, &["balances"]);
+    assert!(
+        balances.contains(&format!("{bob} 700000 matoms")),
+        "{balances}"
+    );
+}
