@@ -79,6 +79,10 @@ pub(crate) async fn connect(name: &str, endpoint: &Endpoint) -> Result<(Connecti
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
             }
+            let mut cmd = process_wrap::tokio::CommandWrap::from(cmd);
+            // Its own group: killing it (restart, stop) ends what it started too.
+            #[cfg(unix)]
+            cmd.wrap(process_wrap::tokio::ProcessGroup::leader());
             let (child, _) = TokioChildProcess::builder(cmd)
                 .stderr(std::process::Stdio::inherit())
                 .spawn()
