@@ -362,6 +362,22 @@ mod tests {
         );
     }
 
+    /// The README's example is a file this parser takes as documented.
+    #[test]
+    fn the_readme_example_parses() {
+        let readme = include_str!("../../../../README.md");
+        let section = &readme[readme.find("## Selling any MCP server").unwrap()..];
+        let start = section.find("```json\n").unwrap() + "```json\n".len();
+        let text = &section[start..start + section[start..].find("```").unwrap()];
+        let text = text.replace("<caller uid>", &"ab".repeat(32));
+        let config = crate::server::ServeConfig::parse(&text, "README.md".as_ref()).unwrap();
+        let everything = &config.upstreams[0];
+        assert_eq!(everything.price_of("get-sum"), Some(500));
+        assert_eq!(everything.price_of("echo"), Some(0));
+        assert_eq!(everything.price_of("get-env"), None);
+        assert!(everything.prompts && everything.resources);
+    }
+
     #[test]
     fn mistakes_name_their_key() {
         let cases = [
