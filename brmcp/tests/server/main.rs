@@ -30,4 +30,5 @@ mod replay_restart;
 mod restart_refund;
 mod support;
 mod tip_once;
+mod upstream_supervision;
 mod visibility;
