@@ -160,6 +160,8 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
         status.contains("py (command): up, 8 tool(s), pid"),
         "{status}"
     );
+    // `extra` is priced but appears only once `grow` runs.
+    assert!(status.contains("; not listed by it: extra"), "{status}");
     assert!(
         status.contains("everything (command): up, 3 tool(s)"),
         "{status}"

@@ -72,6 +72,9 @@ pub struct UpstreamStatus {
     pub error: Option<String>,
     /// When down: the seconds until the next try.
     pub retry_in_secs: Option<u64>,
+    /// Tools `brmcp.json` prices that the upstream does not list (a typo, or another
+    /// version of the server).
+    pub unlisted: Vec<String>,
 }
 
 impl std::fmt::Display for UpstreamStatus {
@@ -99,6 +102,9 @@ impl std::fmt::Display for UpstreamStatus {
         }
         if let Some(pid) = self.pid {
             write!(f, ", pid {pid}")?;
+        }
+        if !self.unlisted.is_empty() {
+            write!(f, "; not listed by it: {}", self.unlisted.join(", "))?;
         }
         Ok(())
     }
@@ -211,6 +217,7 @@ impl Upstreams {
                 pid: None,
                 error: None,
                 retry_in_secs: None,
+                unlisted: Vec::new(),
             })
             .collect();
         let board = Arc::new(Board {
@@ -371,16 +378,28 @@ impl Supervisor {
         Ok((connection, link, count))
     }
 
-    /// Lists the upstream's tools and mirrors the exposed ones.
+    /// Lists the upstream's tools and mirrors the exposed ones; notes the priced ones
+    /// it does not list.
     async fn publish(&self, link: &Link) -> Result<usize, String> {
         let listed = link
             .peer()
             .list_all_tools()
             .await
             .map_err(|e| format!("tools/list: {e}"))?;
+        let unlisted: Vec<String> = self
+            .config
+            .tools
+            .keys()
+            .filter(|name| !listed.iter().any(|t| t.name == name.as_str()))
+            .cloned()
+            .collect();
+        if !unlisted.is_empty() {
+            tracing::warn!(upstream = %self.config.name, ?unlisted, "priced tools the upstream does not list");
+        }
         let specs = mirror_tools(&self.config, listed, link, &self.health);
         let count = specs.len();
         self.tools.replace(&self.config.name, specs);
+        self.board.update(self.index, |s| s.unlisted = unlisted);
         Ok(count)
     }
 
