@@ -171,23 +171,29 @@ impl Link {
             call.request().meta.get_progress_token(),
         );
         let ct = call.request().ct.clone();
+        let response = handle.await_response();
+        tokio::pin!(response);
+        let mut cancelled = false;
         let answer = tokio::select! {
-            answer = handle.await_response() => Some(answer),
-            () = ct.cancelled() => None,
-        };
-        self.routes.finish(&token);
-        let _ = relay.await;
-        match answer {
-            None => {
+            answer = &mut response => answer,
+            () = ct.cancelled() => {
+                cancelled = true;
+                // Sending the cancellation also ends the pending request here, so the
+                // response future finishes (and cleans up) promptly.
                 let cancel = CancelledNotificationParam::new(
                     Some(id),
                     Some("cancelled by the caller".into()),
                 );
                 let _ = self.peer.notify_cancelled(cancel).await;
-                Err(ToolError::new("cancelled"))
+                response.await
             }
-            Some(Err(e)) => Err(failed(&e)),
-            Some(Ok(ServerResult::CallToolResult(result))) if result.is_error == Some(true) => {
+        };
+        self.routes.finish(&token);
+        let _ = relay.await;
+        match answer {
+            Err(_) if cancelled => Err(ToolError::new("cancelled")),
+            Err(e) => Err(failed(&e)),
+            Ok(ServerResult::CallToolResult(result)) if result.is_error == Some(true) => {
                 let text: Vec<&str> = result
                     .content
                     .iter()
@@ -199,8 +205,9 @@ impl Link {
                     text.join(" ")
                 }))
             }
-            Some(Ok(ServerResult::CallToolResult(result))) => Ok(result),
-            Some(Ok(_)) => Err(failed(&"unexpected answer to tools/call")),
+            // An answer that beat the cancellation stands: the work was done.
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(_) => Err(failed(&"unexpected answer to tools/call")),
         }
     }
 }
