@@ -13,10 +13,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::CliError;
-use crate::server::upstream::{STATUS_FILE, Upstreams, read_status};
+use crate::server::upstream::{STATUS_FILE, UpstreamStatus, Upstreams, read_status};
 use crate::server::{
-    AutoReply, CallContext, CallId, Clock, DynamicTools, Harness, Ledger, MATOMS_PER_ATOM,
-    ServeConfig, SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
+    AutoReply, CallContext, CallId, Clock, DynamicTools, Harness, HarnessBuilder, Ledger,
+    MATOMS_PER_ATOM, ServeConfig, SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
 };
 
 /// The clientrpc connection file of a data directory (bisonbotkit format).
@@ -236,35 +236,13 @@ pub(crate) async fn start_serving(
     config: &ServeConfig,
     host: &ClientRpcHost,
 ) -> Result<(Harness, Upstreams), CliError> {
-    let mut builder = Harness::builder()
+    let builder = Harness::builder()
         .data_dir(datadir)
         .config(config)
         .auto_reply(AutoReply::new(
             "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
         ));
-    let upstreams = if config.upstreams.is_empty() {
-        builder = builder.server_info("brmcp-example", env!("CARGO_PKG_VERSION"));
-        for tool in example_tools() {
-            builder = builder.tool(tool);
-        }
-        Upstreams::none()
-    } else {
-        let tools = DynamicTools::new();
-        builder = builder.dynamic_tools(tools.clone());
-        let log = std::sync::Arc::new(|s: &crate::server::upstream::UpstreamStatus| {
-            eprintln!("upstream {s}");
-        });
-        let upstreams = Upstreams::start(
-            &config.upstreams,
-            &tools,
-            Some(datadir.join(STATUS_FILE)),
-            Some(log),
-        );
-        if let Some(catalog) = upstreams.catalog() {
-            builder = builder.catalog(catalog);
-        }
-        upstreams
-    };
+    let (builder, upstreams) = with_tools(builder, datadir, config);
     let harness = builder.build()?;
     if harness.refunded_at_open() > 0 {
         eprintln!(
@@ -335,4 +313,33 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
     upstreams.shutdown().await;
     host.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// The tools `config` sells: its upstreams' (supervised from now on, their state in
+/// the data directory's status file and on stderr), or else the example tools.
+fn with_tools(
+    builder: HarnessBuilder,
+    datadir: &Path,
+    config: &ServeConfig,
+) -> (HarnessBuilder, Upstreams) {
+    if config.upstreams.is_empty() {
+        let builder = example_tools()
+            .into_iter()
+            .fold(builder, HarnessBuilder::tool)
+            .server_info("brmcp-example", env!("CARGO_PKG_VERSION"));
+        return (builder, Upstreams::none());
+    }
+    let tools = DynamicTools::new();
+    let log = std::sync::Arc::new(|s: &UpstreamStatus| eprintln!("upstream {s}"));
+    let upstreams = Upstreams::start(
+        &config.upstreams,
+        &tools,
+        Some(datadir.join(STATUS_FILE)),
+        Some(log),
+    );
+    let mut builder = builder.dynamic_tools(tools);
+    if let Some(catalog) = upstreams.catalog() {
+        builder = builder.catalog(catalog);
+    }
+    (builder, upstreams)
 }
