@@ -75,7 +75,7 @@ def fail() -> str:
 
 @app.tool()
 def secret() -> str:
-    """Not named in brmcp.json: never sold."""
+    """Not named in the upstream tests' brmcp.json: never sold there."""
     return "the secret"
 
 
