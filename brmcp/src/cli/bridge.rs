@@ -490,9 +490,10 @@ mod tests {
         )
         .unwrap();
         let host_a = super::super::serve::host_from(&alice.config_path).unwrap();
-        let harness = super::super::serve::start_serving(&alice.dir, &config, &host_a)
-            .await
-            .unwrap();
+        let (harness, _upstreams) =
+            super::super::serve::start_serving(&alice.dir, &config, &host_a)
+                .await
+                .unwrap();
         let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
         let (bridge, host_b) =
             start_bridge(&dir.path().join("bridge"), &bob.config_path, listen, false)

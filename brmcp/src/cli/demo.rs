@@ -3,6 +3,10 @@
 //! client that lists the tools, calls the free one, and calls the paid one (the bot
 //! answers payment_required, the bridge tips, the bot credits the tip, the bridge
 //! reissues the call, the result comes back).
+//!
+//! With `--upstream "<command>"` the bot sells that stdio MCP server instead, every
+//! tool at `--price` atoms: the agent lists its tools with their prices and calls the
+//! first one that needs no arguments, paying for it the same way.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -11,7 +15,8 @@ use std::time::Duration;
 
 use clap::Args;
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
@@ -28,6 +33,12 @@ const DEMO_PER_DAY_CAP_ATOMS: u64 = 1_000_000;
 /// Bound on each step of the demo, so a broken setup fails instead of hanging.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The default price of each tool of `--upstream`: a tenth of the example fortune.
+const DEMO_UPSTREAM_PRICE_ATOMS: u64 = 1_000;
+
+/// How often the agent lists again while the upstream is still starting.
+const UPSTREAM_POLL: Duration = Duration::from_millis(250);
+
 #[derive(Debug, Args)]
 pub(super) struct DemoArgs {
     /// Leave the bridge running and print its URL and token for a real agent.
@@ -36,6 +47,14 @@ pub(super) struct DemoArgs {
     /// Directory for the simulated network's files (default: a fresh temporary one).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Sell this stdio MCP server instead of the example tools: a program and its
+    /// arguments, split at whitespace (no shell quoting), e.g.
+    /// "npx -y @modelcontextprotocol/server-everything".
+    #[arg(long, value_name = "COMMAND")]
+    upstream: Option<String>,
+    /// The price of each tool of --upstream, in atoms.
+    #[arg(long, value_name = "ATOMS", default_value_t = DEMO_UPSTREAM_PRICE_ATOMS, requires = "upstream")]
+    price: u64,
 }
 
 pub(super) fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
@@ -46,7 +65,24 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
             (dir, true)
         }
     };
-    let result = super::runtime()?.block_on(demo(&dir, args.keep_running));
+    let upstream = match &args.upstream {
+        None => None,
+        Some(line) => {
+            let mut words = line.split_whitespace().map(str::to_owned);
+            let command = words
+                .next()
+                .ok_or_else(|| CliError("--upstream: no command given".into()))?;
+            Some(serde_json::json!([{
+                "name": "upstream",
+                "command": command,
+                "args": words.collect::<Vec<_>>(),
+                "default_price_atoms": args.price,
+                "resources": true,
+                "prompts": true,
+            }]))
+        }
+    };
+    let result = super::runtime()?.block_on(demo(&dir, args.keep_running, upstream));
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -86,7 +122,11 @@ fn text_of(result: &CallToolResult) -> String {
         .join(" ")
 }
 
-async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, CliError> {
+async fn demo(
+    dir: &std::path::Path,
+    keep_running: bool,
+    upstreams: Option<serde_json::Value>,
+) -> Result<ExitCode, CliError> {
     println!("== brmcp demo: MCP over (simulated) Bison Relay, paid with tips");
     let devnet = Devnet::start(dir.join("devnet"), &["alice", "bob"]).await?;
     let (alice, bob) = match devnet.nodes().as_slice() {
@@ -99,17 +139,20 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
         short(&bob.uid_hex())
     );
 
-    // The bot on alice: echo (free) and fortune (paid), callable by bob.
+    // The bot on alice, callable by bob: echo (free) and fortune (paid), or the
+    // upstream's tools.
     let serve_dir = alice.dir.clone();
+    let mut config = json!({"allowed_uids": [bob.uid_hex()], "calls_per_minute": 30});
+    let upstream = upstreams.is_some();
+    if let Some(upstreams) = upstreams {
+        config["upstreams"] = upstreams;
+    }
     let config = ServeConfig::parse(
-        &format!(
-            "{{\"allowed_uids\": [\"{}\"], \"calls_per_minute\": 30}}",
-            bob.uid_hex()
-        ),
+        &config.to_string(),
         &serve_dir.join(super::serve::SERVE_CONFIG),
     )?;
     let host_a = super::serve::host_from(&alice.config_path)?;
-    let harness = within(
+    let (harness, _upstreams) = within(
         "start the bot",
         super::serve::start_serving(&serve_dir, &config, &host_a),
     )
@@ -147,53 +190,20 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
             .auth_header(settings.token.clone()),
     );
     let client = step("connect the MCP client", ().serve(transport)).await?;
-    let tools = step("tools/list", client.list_all_tools()).await?;
-    println!("\nagent -> tools/list");
-    for tool in &tools {
-        let price = tool
-            .meta
-            .as_ref()
-            .and_then(|m| m.get(crate::server::PRICE_META))
-            .map_or_else(|| "?".into(), ToString::to_string);
-        println!(
-            "  {:<8} {} atoms  {}",
-            tool.name,
-            price,
-            tool.description.as_deref().unwrap_or("")
-        );
-    }
-
-    println!("\nagent -> tools/call echo {{\"text\": \"hello over Bison Relay\"}}");
-    let echo = step(
-        "call echo",
-        client.call_tool(
-            CallToolRequestParams::new("echo").with_arguments(
-                json!({"text": "hello over Bison Relay"})
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-        ),
-    )
-    .await?;
-    println!("  <- {}", text_of(&echo));
-
     let wallet = |uid: &[u8; 32]| devnet.balance(uid);
     let (alice_before, bob_before) = (wallet(&alice.uid), wallet(&bob.uid));
-    println!("\nagent -> tools/call fortune (10000 atoms)");
-    let fortune = step(
-        "call fortune",
-        client.call_tool(CallToolRequestParams::new("fortune")),
-    )
-    .await?;
+    let calls_ok = if upstream {
+        upstream_calls(&client).await?
+    } else {
+        example_calls(&client).await?
+    };
     let (spend, today) = bridge.spend_log()?;
     for payment in &spend {
         println!(
-            "  bot answered payment_required; the bridge tipped {} atoms ({:?}) and reissued the call",
+            "  (the bot answered payment_required; the bridge tipped {} atoms ({:?}) and reissued the call)",
             payment.atoms, payment.status
         );
     }
-    println!("  <- {}", text_of(&fortune));
     let (alice_after, bob_after) = (wallet(&alice.uid), wallet(&bob.uid));
     let credit = step(
         "read the bot's ledger",
@@ -209,8 +219,7 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
         spend.len()
     );
 
-    let ok =
-        fortune.is_error != Some(true) && echo.is_error != Some(true) && alice_after > alice_before;
+    let ok = calls_ok && alice_after > alice_before;
     if keep_running {
         println!("\nThe bridge stays up for a real agent:");
         println!("  URL:   {url}");
@@ -225,11 +234,94 @@ async fn demo(dir: &std::path::Path, keep_running: bool) -> Result<ExitCode, Cli
     host_a.close();
     devnet.shutdown().await;
     if ok {
-        println!("\ndemo complete: a free call and a paid call crossed Bison Relay");
+        if upstream {
+            println!("\ndemo complete: a paid call to the upstream crossed Bison Relay");
+        } else {
+            println!("\ndemo complete: a free call and a paid call crossed Bison Relay");
+        }
         Ok(ExitCode::SUCCESS)
     } else {
         Err(CliError("the demo's calls did not both succeed".into()))
     }
+}
+
+fn print_tools(tools: &[Tool]) {
+    println!("\nagent -> tools/list");
+    for tool in tools {
+        let price = tool
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(crate::server::PRICE_META))
+            .map_or_else(|| "?".into(), ToString::to_string);
+        println!(
+            "  {:<8} {} atoms  {}",
+            tool.name,
+            price,
+            tool.description.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// The example bot's calls: echo (free), then fortune (paid). Whether both succeeded.
+async fn example_calls(client: &RunningService<RoleClient, ()>) -> Result<bool, CliError> {
+    print_tools(&step("tools/list", client.list_all_tools()).await?);
+    println!("\nagent -> tools/call echo {{\"text\": \"hello over Bison Relay\"}}");
+    let echo = step(
+        "call echo",
+        client.call_tool(
+            CallToolRequestParams::new("echo").with_arguments(
+                json!({"text": "hello over Bison Relay"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        ),
+    )
+    .await?;
+    println!("  <- {}", text_of(&echo));
+    println!("\nagent -> tools/call fortune (10000 atoms)");
+    let fortune = step(
+        "call fortune",
+        client.call_tool(CallToolRequestParams::new("fortune")),
+    )
+    .await?;
+    println!("  <- {}", text_of(&fortune));
+    Ok(fortune.is_error != Some(true) && echo.is_error != Some(true))
+}
+
+/// The upstream's calls: its tools once it is up, then the first one that needs no
+/// arguments. Whether that call succeeded.
+async fn upstream_calls(client: &RunningService<RoleClient, ()>) -> Result<bool, CliError> {
+    let tools = within("the upstream's tools/list", async {
+        loop {
+            let tools = client.list_all_tools().await?;
+            if !tools.is_empty() {
+                return Ok(tools);
+            }
+            tokio::time::sleep(UPSTREAM_POLL).await;
+        }
+    })
+    .await?;
+    print_tools(&tools);
+    let needs_nothing = |tool: &&Tool| {
+        tool.input_schema
+            .get("required")
+            .and_then(serde_json::Value::as_array)
+            .is_none_or(Vec::is_empty)
+    };
+    let Some(tool) = tools.iter().find(needs_nothing) else {
+        return Err(CliError(
+            "every tool of the upstream needs arguments: nothing to call without them".into(),
+        ));
+    };
+    println!("\nagent -> tools/call {} {{}}", tool.name);
+    let result = step(
+        "call the upstream's tool",
+        client.call_tool(CallToolRequestParams::new(tool.name.clone())),
+    )
+    .await?;
+    println!("  <- {}", text_of(&result));
+    Ok(result.is_error != Some(true))
 }
 
 fn short(hex: &str) -> &str {

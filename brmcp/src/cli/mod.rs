@@ -32,7 +32,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the example tools (echo, free; fortune, paid) over a Bison Relay client.
+    /// Serve tools over a Bison Relay client: the upstream MCP servers brmcp.json names,
+    /// or else the example tools (echo, free; fortune, paid).
     Serve(serve::ServeArgs),
     /// Serve Bison Relay bots to local MCP agents (HTTP or stdio), paying them with tips.
     Bridge(bridge::BridgeArgs),

@@ -1,5 +1,6 @@
-//! `brmcp serve`: the serving harness on a running Bison Relay client, with the example
-//! tools `echo` (free) and `fortune` (10,000 atoms); and the operator's ledger commands.
+//! `brmcp serve`: the serving harness on a running Bison Relay client, with the tools of
+//! the upstream MCP servers `brmcp.json` names or else the example tools `echo` (free)
+//! and `fortune` (10,000 atoms); and the operator's ledger and status commands.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,9 +16,10 @@ use tokio::sync::Notify;
 
 use super::CliError;
 use crate::journal::{self, Inbox, JournalHandler};
+use crate::server::upstream::{STATUS_FILE, UpstreamStatus, Upstreams, read_status};
 use crate::server::{
-    AutoReply, CallContext, CallId, Clock, Harness, Ledger, MATOMS_PER_ATOM, ServeConfig,
-    SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
+    AutoReply, CallContext, CallId, Clock, DynamicTools, Harness, HarnessBuilder, Ledger,
+    MATOMS_PER_ATOM, ServeConfig, SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
 };
 
 /// The clientrpc connection file of a data directory (bisonbotkit format).
@@ -72,6 +74,8 @@ enum ServeAction {
         #[arg(long)]
         reason: String,
     },
+    /// Show each upstream MCP server's state (as the running server last wrote it).
+    Status,
     /// Show the most recent paid calls.
     Journal {
         /// Only this caller's calls.
@@ -95,6 +99,12 @@ fn now() -> UnixTime {
 }
 
 fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
+    if let ServeAction::Status = action {
+        for status in read_status(datadir).map_err(CliError)? {
+            println!("{status}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     // Stopped, the server's calls left pending are refunded as at its start; running,
     // they are in flight, and the operator works beside it.
     let opened = Ledger::open_for_operator(datadir, now())?;
@@ -128,6 +138,7 @@ fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
                 println!("{entry:?}");
             }
         }
+        ServeAction::Status => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -253,22 +264,21 @@ impl TipHandler for ServeTips {
 }
 
 /// Starts the harness on `host` and feeds it the host's PMs (through the PM journal)
-/// and tips (through the ledger), the data directory bound to the client.
+/// and tips (through the ledger), the data directory bound to the client; with
+/// upstreams in `config`, starts supervising them (their tools are served as they come
+/// up).
 pub(crate) async fn start_serving(
     datadir: &Path,
     config: &ServeConfig,
     host: &ClientRpcHost,
-) -> Result<Harness, CliError> {
-    let mut builder = Harness::builder()
+) -> Result<(Harness, Upstreams), CliError> {
+    let builder = Harness::builder()
         .data_dir(datadir)
         .config(config)
-        .server_info("brmcp-example", env!("CARGO_PKG_VERSION"))
         .auto_reply(AutoReply::new(
             "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
         ));
-    for tool in example_tools() {
-        builder = builder.tool(tool);
-    }
+    let (builder, upstreams) = with_tools(builder, datadir, config);
     let harness = builder.build()?;
     if harness.refunded_at_open() > 0 {
         eprintln!(
@@ -298,7 +308,7 @@ pub(crate) async fn start_serving(
         .tips(tips)
         .identity(super::client_guard(inbox));
     connect(host, streams).await?;
-    Ok(harness)
+    Ok((harness, upstreams))
 }
 
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
@@ -312,19 +322,55 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         return Ok(ExitCode::SUCCESS);
     }
     let host = host_from(&rpc_config)?;
-    let harness = start_serving(datadir, &config, &host).await?;
+    let (harness, upstreams) = start_serving(datadir, &config, &host).await?;
     let me = host.public_identity().await?;
     let uid = me.peer_id().map_or_else(|| "?".into(), |p| p.to_string());
+    let what = if config.upstreams.is_empty() {
+        "echo and fortune".to_owned()
+    } else {
+        let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
+        format!("upstream(s) {}", names.join(", "))
+    };
     eprintln!(
-        "serving echo and fortune as {uid} ({}) for {} allowed caller(s); Ctrl-C stops",
+        "serving {what} as {uid} ({}) for {} allowed caller(s); Ctrl-C stops",
         me.nick,
         config.allowed_uids.len()
     );
     super::wait_for_interrupt().await;
     eprintln!("stopping");
     harness.close();
+    upstreams.shutdown().await;
     host.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// The tools `config` sells: its upstreams' (supervised from now on, their state in
+/// the data directory's status file and on stderr), or else the example tools.
+fn with_tools(
+    builder: HarnessBuilder,
+    datadir: &Path,
+    config: &ServeConfig,
+) -> (HarnessBuilder, Upstreams) {
+    if config.upstreams.is_empty() {
+        let builder = example_tools()
+            .into_iter()
+            .fold(builder, HarnessBuilder::tool)
+            .server_info("brmcp-example", env!("CARGO_PKG_VERSION"));
+        return (builder, Upstreams::none());
+    }
+    let tools = DynamicTools::new();
+    let log = Arc::new(|s: &UpstreamStatus| eprintln!("upstream {s}"));
+    let upstreams = Upstreams::start(
+        &config.upstreams,
+        &tools,
+        Some(datadir.join(STATUS_FILE)),
+        Some(log),
+    );
+    let mut builder = builder.dynamic_tools(tools);
+    if let Some(catalog) = upstreams.catalog() {
+        builder = builder.catalog(catalog);
+    }
+    (builder, upstreams)
 }
 
 #[cfg(test)]
@@ -371,7 +417,7 @@ mod tests {
         )
         .unwrap();
         let host_a = host_from(&alice.config_path).unwrap();
-        let harness = start_serving(&alice.dir, &config, &host_a).await.unwrap();
+        let (harness, _upstreams) = start_serving(&alice.dir, &config, &host_a).await.unwrap();
         // Credit for one fortune, so the call is charged without a tip.
         Ledger::attach(&alice.dir)
             .unwrap()
@@ -443,7 +489,7 @@ mod tests {
 
         // Restarted on the same directory.
         let host_a = host_from(&alice.config_path).unwrap();
-        let harness = start_serving(&alice.dir, &config, &host_a).await.unwrap();
+        let (harness, _upstreams) = start_serving(&alice.dir, &config, &host_a).await.unwrap();
         let (agent, result) = call.await.unwrap();
         let result = result.unwrap();
         assert_ne!(result.is_error, Some(true), "{result:?}");

@@ -1,8 +1,11 @@
 //! The operator's settings file, `brmcp.json`, with the Go harness's field names:
 //!
 //! ```json
-//! {"allowed_uids": ["<64 hex>", "..."], "calls_per_minute": 30}
+//! {"allowed_uids": ["<64 hex>", "..."], "calls_per_minute": 30, "upstreams": []}
 //! ```
+//!
+//! `upstreams` (this implementation's own) lists the MCP servers `brmcp serve` sells;
+//! see [`UpstreamConfig`] for its strict format.
 //!
 //! Read fail-closed: a file that does not parse, or names a uid that is not 64 hex
 //! characters, is an error, never an empty (or open) allowlist. Keys this version does
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 use brmcp_adapters::PeerId;
 
 use super::rate_limit::DEFAULT_CALLS_PER_MINUTE;
+use super::upstream::{UpstreamConfig, parse_upstreams};
 
 /// The settings file's name in the data directory.
 pub const CONFIG_FILE: &str = "brmcp.json";
@@ -31,6 +35,8 @@ pub struct ServeConfig {
     pub allowed_uids: Vec<PeerId>,
     /// Calls per minute per caller.
     pub calls_per_minute: u32,
+    /// The upstream MCP servers whose tools are sold (none: the example tools).
+    pub upstreams: Vec<UpstreamConfig>,
 }
 
 impl Default for ServeConfig {
@@ -38,6 +44,7 @@ impl Default for ServeConfig {
         Self {
             allowed_uids: Vec::new(),
             calls_per_minute: DEFAULT_CALLS_PER_MINUTE,
+            upstreams: Vec::new(),
         }
     }
 }
@@ -77,6 +84,16 @@ pub enum ConfigError {
         #[source]
         source: brmcp_adapters::PeerIdError,
     },
+    /// An entry of `upstreams` is wrong.
+    #[error("config {}: {key}: {reason}", .path.display())]
+    BadUpstream {
+        /// The file.
+        path: PathBuf,
+        /// The entry's key, as `upstreams[0].tools.echo`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// `calls_per_minute` is above what a `u32` holds.
     #[error("config {}: calls_per_minute {value} is too large", .path.display())]
     BadRate {
@@ -94,6 +111,8 @@ struct Raw {
     allowed_uids: Option<Vec<String>>,
     #[serde(default)]
     calls_per_minute: Option<i64>,
+    #[serde(default)]
+    upstreams: Option<serde_json::Value>,
 }
 
 impl ServeConfig {
@@ -101,7 +120,8 @@ impl ServeConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`], [`ConfigError::BadUid`], [`ConfigError::BadRate`].
+    /// [`ConfigError::Parse`], [`ConfigError::BadUid`], [`ConfigError::BadRate`],
+    /// [`ConfigError::BadUpstream`].
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let raw: Raw = serde_json::from_str(text).map_err(|source| ConfigError::Parse {
             path: path.to_owned(),
@@ -129,9 +149,20 @@ impl ServeConfig {
                 value: n,
             })?,
         };
+        let upstreams = match &raw.upstreams {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(value) => {
+                parse_upstreams(value).map_err(|(key, reason)| ConfigError::BadUpstream {
+                    path: path.to_owned(),
+                    key,
+                    reason,
+                })?
+            }
+        };
         Ok(Self {
             allowed_uids,
             calls_per_minute,
+            upstreams,
         })
     }
 
@@ -228,6 +259,13 @@ mod tests {
             parse(r#"{"calls_per_minute": 99999999999}"#),
             Err(ConfigError::BadRate { .. })
         ));
+        assert_eq!(
+            parse(r#"{"upstreams": [{"name": "a", "command": "x", "tools": {"t": "9"}}]}"#)
+                .unwrap_err()
+                .to_string(),
+            "config brmcp.json: upstreams[0].tools.t: expected a price in atoms \
+             (0 to 9223372036854775) or \"off\""
+        );
     }
 
     #[test]

@@ -36,19 +36,25 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use brmcp_adapters::{AdapterError, Authorizer, BoxError, PeerId, PmSender, Router, RouterConfig};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, PromptsCapability,
+    ReadResourceRequestParams, ReadResourceResponse, ResourcesCapability, ServerCapabilities,
+    ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData, Peer, ServerHandler};
 
 use super::billing::{Billing, CallId, CallRequest, Charge, Keyed, Tip, TipOutcome};
 use super::call_key::{ArgsHash, CALL_KEY_META, CallKey};
 use super::calls::{Claim, InFlight};
+use super::catalog::Catalog;
 use super::chat::{AutoReply, Throttle};
 use super::clock::{Clock, SystemClock};
 use super::config::ServeConfig;
+use super::dynamic::DynamicTools;
 use super::ledger::{Ledger, LedgerError};
+use super::listeners::{Changed, Listeners};
 use super::rate_limit::{RATE_LIMITED, RateLimiter};
 use super::tools::{CallContext, PreparedCall, ToolSpec};
 
@@ -240,6 +246,8 @@ pub struct HarnessBuilder {
     calls_per_minute: u32,
     visibility: Option<Visibility>,
     tools: Vec<ToolSpec>,
+    dynamic: Option<DynamicTools>,
+    catalog: Option<Arc<dyn Catalog>>,
     chat_hook: Option<ChatHook>,
     auto_reply: Option<AutoReply>,
     tip_hook: Option<TipHook>,
@@ -269,6 +277,8 @@ impl HarnessBuilder {
             calls_per_minute: 0,
             visibility: None,
             tools: Vec::new(),
+            dynamic: None,
+            catalog: None,
             chat_hook: None,
             auto_reply: None,
             tip_hook: None,
@@ -327,6 +337,21 @@ impl HarnessBuilder {
     /// Adds a tool.
     pub fn tool(mut self, tool: ToolSpec) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Serves these run-time tools too, after the fixed ones (a fixed tool's name
+    /// wins), and announces `tools.listChanged`: callers that listed the tools are
+    /// notified whenever the set changes.
+    pub fn dynamic_tools(mut self, tools: DynamicTools) -> Self {
+        self.dynamic = Some(tools);
+        self
+    }
+
+    /// Serves the resources and prompts of `catalog` (free, to the callers the gate
+    /// admits, each request counted by the rate limit).
+    pub fn catalog(mut self, catalog: Arc<dyn Catalog>) -> Self {
+        self.catalog = Some(catalog);
         self
     }
 
@@ -398,7 +423,7 @@ impl HarnessBuilder {
                 return Err(HarnessError::DuplicateTool(name.to_string()));
             }
             order.push(name.clone());
-            tools.insert(name, spec);
+            tools.insert(name, Arc::new(spec));
         }
         let (billing, ledger, refunded_at_open) = match (self.billing, self.data_dir) {
             (Some(billing), _) => (billing, None, 0),
@@ -419,8 +444,24 @@ impl HarnessBuilder {
             }
             (None, None) => return Err(HarnessError::NoStore),
         };
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(self.info);
+        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
+        if self.dynamic.is_some()
+            && let Some(tools) = capabilities.tools.as_mut()
+        {
+            tools.list_changed = Some(true);
+        }
+        let (resources, prompts) = self.catalog.as_ref().map_or((false, false), |c| c.offers());
+        if resources {
+            let mut resources = ResourcesCapability::default();
+            resources.list_changed = Some(true);
+            capabilities.resources = Some(resources);
+        }
+        if prompts {
+            let mut prompts = PromptsCapability::default();
+            prompts.list_changed = Some(true);
+            capabilities.prompts = Some(prompts);
+        }
+        let mut info = ServerConfig::new(capabilities).with_server_info(self.info);
         if let Some(text) = self.instructions {
             info = info.with_instructions(text);
         }
@@ -437,6 +478,9 @@ impl HarnessBuilder {
                 visibility: self.visibility,
                 tools,
                 order,
+                dynamic: self.dynamic,
+                catalog: self.catalog,
+                listeners: Arc::default(),
                 in_flight: InFlight::new(),
                 clock: self.clock,
                 chat_hook: self.chat_hook,
@@ -473,9 +517,13 @@ struct Shared {
     gate: AllowGate,
     limiter: RateLimiter,
     visibility: Option<Visibility>,
-    tools: HashMap<Arc<str>, ToolSpec>,
+    tools: HashMap<Arc<str>, Arc<ToolSpec>>,
     /// Tool names in registration order, the order of `tools/list`.
     order: Vec<Arc<str>>,
+    dynamic: Option<DynamicTools>,
+    catalog: Option<Arc<dyn Catalog>>,
+    /// Told when the dynamic tools or the catalog change.
+    listeners: Arc<Listeners>,
     in_flight: Arc<InFlight<CallToolResult>>,
     clock: Arc<dyn Clock>,
     chat_hook: Option<ChatHook>,
@@ -531,6 +579,13 @@ impl Harness {
         }
         if self.shared.gate.refuses_everyone() {
             tracing::warn!("the allowlist (allowed_uids) is empty: every caller is refused");
+        }
+        let listeners = &self.shared.listeners;
+        if let Some(dynamic) = &self.shared.dynamic {
+            listeners.notify_on(dynamic.subscribe(), Changed::Tools);
+        }
+        if let Some(catalog) = &self.shared.catalog {
+            listeners.notify_on(catalog.changes(), Changed::Catalog(catalog.offers()));
         }
         // Weak: the router's acceptor must not keep the harness (which holds the
         // router) alive.
@@ -679,17 +734,33 @@ impl Shared {
     }
 
     fn visible_tools(&self, caller: &PeerId) -> Vec<Tool> {
-        self.order
+        let fixed = self
+            .order
             .iter()
-            .filter(|name| self.visible(caller, name))
-            .filter_map(|name| self.tools.get(name).map(|spec| spec.tool.clone()))
+            .filter_map(|name| self.tools.get(name).map(|spec| (name, spec.tool.clone())));
+        let dynamic = self.dynamic.iter().flat_map(DynamicTools::definitions);
+        let dynamic = dynamic.filter(|(name, _)| !self.tools.contains_key(name));
+        fixed
+            .map(|(name, tool)| (name.clone(), tool))
+            .chain(dynamic)
+            .filter(|(name, _)| self.visible(caller, name))
+            .map(|(_, tool)| tool)
             .collect()
     }
 
-    fn visible_tool(&self, caller: &PeerId, name: &str) -> Option<(&Arc<str>, &ToolSpec)> {
+    fn visible_tool(&self, caller: &PeerId, name: &str) -> Option<(Arc<str>, Arc<ToolSpec>)> {
         self.tools
             .get_key_value(name)
+            .map(|(name, spec)| (name.clone(), spec.clone()))
+            .or_else(|| self.dynamic.as_ref().and_then(|d| d.get(name)))
             .filter(|(name, _)| self.visible(caller, name))
+    }
+
+    /// Keeps `peer` to be told when the dynamic tools or the catalog change.
+    fn listen(&self, caller: PeerId, peer: &Peer<RoleServer>) {
+        if self.dynamic.is_some() || self.catalog.is_some() {
+            self.listeners.listen(caller, peer);
+        }
     }
 
     /// Runs one billing call on the blocking pool.
@@ -920,6 +991,32 @@ impl Session {
             .upgrade()
             .ok_or_else(|| ErrorData::internal_error("server shutting down", None))
     }
+
+    /// The catalog for one request of the part `offered` selects: method not found
+    /// when it is not offered, refused by the rate limit like a call.
+    fn catalog(
+        &self,
+        context: &RequestContext<RoleServer>,
+        offered: impl Fn((bool, bool)) -> bool,
+    ) -> Result<Arc<dyn Catalog>, ErrorData> {
+        let shared = self.shared()?;
+        let Some(catalog) = shared.catalog.clone().filter(|c| offered(c.offers())) else {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "not offered by this server",
+                None,
+            ));
+        };
+        shared.listen(self.caller, &context.peer);
+        if !shared
+            .limiter
+            .try_take(&self.caller, shared.clock.since_epoch())
+        {
+            Counters::bump(&shared.counters.rate_limited);
+            return Err(ErrorData::invalid_request(RATE_LIMITED, None));
+        }
+        Ok(catalog)
+    }
 }
 
 impl ServerHandler for Session {
@@ -933,11 +1030,70 @@ impl ServerHandler for Session {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let shared = self.shared()?;
+        shared.listen(self.caller, &context.peer);
         Ok(ListToolsResult::with_all_items(
-            self.shared()?.visible_tools(&self.caller),
+            shared.visible_tools(&self.caller),
         ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(ListResourcesResult::with_all_items(
+            catalog.list_resources().await?,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            catalog.list_resource_templates().await?,
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(catalog.read_resource(request).await?.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let catalog = self.catalog(&context, |(_, prompts)| prompts)?;
+        Ok(ListPromptsResult::with_all_items(
+            catalog.list_prompts().await?,
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let catalog = self.catalog(&context, |(_, prompts)| prompts)?;
+        Ok(catalog.get_prompt(request).await?.into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Ok(shared) = self.shared() {
+            shared.listen(self.caller, &context.peer);
+        }
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -959,7 +1115,6 @@ impl ServerHandler for Session {
                 None,
             ));
         };
-        let tool = tool.clone();
         // A key that is not a string of 8 to 128 bytes is ignored (WIRE.md §10).
         let key = context
             .meta

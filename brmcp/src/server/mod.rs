@@ -5,6 +5,9 @@
 //!   [`AllowGate`] admits, rate limited per caller, charged per call from their balance
 //!   and idempotent per call key. Runs with any host: a [`PmSender`](brmcp_adapters::PmSender)
 //!   plus [`Harness::handle_pm`] for every PM and [`Harness::record_tip`] for every tip.
+//! - [`DynamicTools`]: tools known only at run time (say, mirrored from another MCP
+//!   server), served and billed like the fixed ones.
+//! - [`Catalog`]: resources and prompts served beside the tools.
 //! - [`ServeConfig`]: the operator's `brmcp.json` (Go field names), read fail-closed.
 //! - [`Billing`]: what the harness calls for every paid (or keyed) tool call and every
 //!   tip; synchronous, run on `spawn_blocking`.
@@ -45,23 +48,29 @@
 mod billing;
 mod call_key;
 mod calls;
+mod catalog;
 mod chat;
 mod clock;
 mod config;
+mod dynamic;
 mod harness;
 mod ledger;
+mod listeners;
 mod money;
 mod rate_limit;
 mod tools;
+pub mod upstream;
 
 pub use billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Keyed, Tip, TipOutcome};
 pub use call_key::{
     ArgsHash, CALL_KEY_META, CallKey, CallKeyError, MAX_CALL_KEY_LEN, MAX_OUTCOME_BYTES,
     MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS,
 };
+pub use catalog::{Catalog, CatalogFuture};
 pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_THROTTLED_SENDERS};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CONFIG_FILE, CONFIG_TEMPLATE, ConfigError, ServeConfig};
+pub use dynamic::DynamicTools;
 pub use harness::{
     AllowGate, ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook,
     Visibility,
@@ -77,6 +86,6 @@ pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, PRUNE_AT, RATE_LIMITED, RateLimit
 /// without a direct dependency.
 pub use rmcp::schemars;
 pub use tools::{
-    CallContext, DYNAMIC_PRICING, IntoToolResult, NoArgs, PRICE_META, PRICING_META, Price, PriceFn,
-    ToolError, ToolSpec,
+    Availability, CallContext, DYNAMIC_PRICING, IntoToolResult, NoArgs, PRICE_META, PRICING_META,
+    Price, PriceFn, ToolError, ToolSpec,
 };

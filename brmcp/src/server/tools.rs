@@ -238,6 +238,10 @@ trait ErasedTool: Send + Sync {
     fn prepare(&self, args: Option<JsonObject>) -> Result<Box<dyn PreparedCall>, String>;
 }
 
+/// Says whether a tool can be called now, or why not (the message becomes the tool
+/// error).
+pub type Availability = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 struct TypedTool<In, F> {
     price: Price<In>,
     handler: Arc<F>,
@@ -289,6 +293,7 @@ pub struct ToolSpec {
     pub(crate) tool: Tool,
     pub(crate) schema_error: Option<String>,
     erased: Arc<dyn ErasedTool>,
+    available: Option<Availability>,
 }
 
 impl fmt::Debug for ToolSpec {
@@ -328,7 +333,48 @@ impl ToolSpec {
                 price,
                 handler: Arc::new(handler),
             }),
+            available: None,
         }
+    }
+
+    /// A tool whose definition (name, description, schemas, annotations) is given as it
+    /// is, say mirrored from another MCP server, with raw JSON-object arguments. The
+    /// price `_meta` keys replace any the definition carries; its other `_meta` stays.
+    /// The schema is not checked: the handler sees whatever object the caller sent.
+    pub fn from_definition<Out, F, Fut>(
+        mut tool: Tool,
+        price: Price<JsonObject>,
+        handler: F,
+    ) -> Self
+    where
+        Out: IntoToolResult + 'static,
+        F: Fn(CallContext, JsonObject) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
+    {
+        let mut meta = tool.meta.take().unwrap_or_default();
+        meta.remove(PRICE_META);
+        meta.remove(PRICING_META);
+        meta.0.extend(price.meta().0);
+        Self {
+            tool: tool.with_meta(meta),
+            schema_error: None,
+            erased: Arc::new(TypedTool {
+                price,
+                handler: Arc::new(handler),
+            }),
+            available: None,
+        }
+    }
+
+    /// Refuses calls while `check` says the tool is unavailable: the refusal comes
+    /// before the rate limit and the price, so nothing is charged.
+    #[must_use]
+    pub fn when_available(
+        mut self,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.available = Some(Arc::new(check));
+        self
     }
 
     /// A free tool.
@@ -390,6 +436,9 @@ impl ToolSpec {
         &self,
         args: Option<JsonObject>,
     ) -> Result<Box<dyn PreparedCall>, String> {
+        if let Some(check) = &self.available {
+            check()?;
+        }
         self.erased.prepare(args)
     }
 }
@@ -426,6 +475,43 @@ mod tests {
             Some(&serde_json::json!("object"))
         );
         assert!(fixed.schema_error.is_none());
+    }
+
+    #[test]
+    fn a_given_definition_keeps_its_schema_and_gets_our_price_only() {
+        let schema: JsonObject = serde_json::from_value(serde_json::json!({
+            "type": "object", "properties": {"q": {"type": "string"}}
+        }))
+        .unwrap();
+        let mut meta = MetaObject::default();
+        // An upstream claiming its own price: replaced, never trusted.
+        meta.insert(PRICE_META.into(), 0.into());
+        meta.insert(PRICING_META.into(), DYNAMIC_PRICING.into());
+        meta.insert("x-upstream".into(), "kept".into());
+        let tool = Tool::new("t", "d", Arc::new(schema.clone())).with_meta(meta);
+        let spec =
+            ToolSpec::from_definition(tool, Price::Fixed(700), |_, args: JsonObject| async move {
+                Ok(serde_json::Value::Object(args))
+            });
+        assert_eq!(
+            serde_json::to_value(&spec.definition().meta).unwrap(),
+            serde_json::json!({"brmcp/priceAtoms": 700, "x-upstream": "kept"})
+        );
+        assert_eq!(*spec.definition().input_schema, schema);
+        let call = spec
+            .prepare(serde_json::json!({"q": 1}).as_object().cloned())
+            .unwrap();
+        assert_eq!(call.price(&PeerId::from_bytes([0; 32])), Ok(700));
+    }
+
+    #[test]
+    fn an_unavailable_tool_is_refused_before_pricing() {
+        let spec = ToolSpec::fixed("b", "", 500, ok).when_available(|| Err("down".into()));
+        let err = spec
+            .prepare(serde_json::json!({"n": 1}).as_object().cloned())
+            .err()
+            .unwrap();
+        assert_eq!(err, "down");
     }
 
     #[test]

@@ -7,4 +7,5 @@ mod demo;
 mod fake;
 mod operator;
 mod processes;
+mod upstream;
 mod wire;

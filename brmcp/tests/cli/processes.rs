@@ -15,10 +15,10 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 
 /// How long any one process may take to report it is ready.
-const READY: Duration = Duration::from_secs(60);
+pub(super) const READY: Duration = Duration::from_secs(60);
 
 /// Children killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
+pub(super) struct Procs(pub(super) Vec<Child>);
 
 impl Drop for Procs {
     fn drop(&mut self) {
@@ -29,14 +29,14 @@ impl Drop for Procs {
     }
 }
 
-fn brmcp(args: &[&str]) -> Command {
+pub(super) fn brmcp(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_brmcp"));
     cmd.args(args);
     cmd
 }
 
 /// Starts `cmd` and returns its lines (stdout and stderr) as they come.
-fn spawn(procs: &mut Procs, mut cmd: Command) -> mpsc::Receiver<String> {
+pub(super) fn spawn(procs: &mut Procs, mut cmd: Command) -> mpsc::Receiver<String> {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -59,7 +59,7 @@ fn spawn(procs: &mut Procs, mut cmd: Command) -> mpsc::Receiver<String> {
 }
 
 /// Lines until one contains `marker`; all of them, for parsing and for error messages.
-fn wait_for(lines: &mpsc::Receiver<String>, marker: &str) -> Vec<String> {
+pub(super) fn wait_for(lines: &mpsc::Receiver<String>, marker: &str) -> Vec<String> {
     let mut seen = Vec::new();
     let deadline = std::time::Instant::now() + READY;
     while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
@@ -80,7 +80,7 @@ fn wait_for(lines: &mpsc::Receiver<String>, marker: &str) -> Vec<String> {
     );
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -111,8 +111,8 @@ struct Stack {
     token: String,
 }
 
-/// A devnet and `brmcp serve` on alice: the processes and the uids of alice and bob.
-fn serving(dir: &Path) -> (Procs, String, String) {
+/// A devnet of two nodes: the process and the uids of alice and bob.
+pub(super) fn start_devnet(dir: &Path) -> (Procs, String, String) {
     let mut procs = Procs(Vec::new());
     let dir_arg = dir.to_str().expect("utf-8 path");
     let devnet = spawn(
@@ -129,7 +129,12 @@ fn serving(dir: &Path) -> (Procs, String, String) {
             .flatten()
             .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
     };
-    let (alice, bob) = (uid("alice"), uid("bob"));
+    (procs, uid("alice"), uid("bob"))
+}
+
+/// A devnet and `brmcp serve` on alice: the processes and the uids of alice and bob.
+fn serving(dir: &Path) -> (Procs, String, String) {
+    let (mut procs, alice, bob) = start_devnet(dir);
     let serve = spawn(
         &mut procs,
         brmcp(&[
@@ -143,7 +148,7 @@ fn serving(dir: &Path) -> (Procs, String, String) {
 }
 
 /// Allows alice in bob's bridge directory with the given spending mode.
-fn bridge_settings(dir: &Path, alice: &str, mode: &str) -> String {
+pub(super) fn bridge_settings(dir: &Path, alice: &str, mode: &str) -> String {
     let bridge_dir = dir.join("bob-bridge");
     let bridge_arg = bridge_dir.to_str().expect("utf-8").to_owned();
     let added = brmcp(&[
@@ -162,37 +167,49 @@ fn bridge_settings(dir: &Path, alice: &str, mode: &str) -> String {
     bridge_arg
 }
 
+/// `brmcp bridge` on bob, serving alice over HTTP: its data directory, listen
+/// address and bearer token.
+pub(super) fn start_bridge(
+    procs: &mut Procs,
+    dir: &Path,
+    alice: &str,
+    mode: &str,
+) -> (String, String, String) {
+    let bridge_arg = bridge_settings(dir, alice, mode);
+    let rpc = dir.join("bob").join("brmcp-serve.conf");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let bridge = spawn(
+        procs,
+        brmcp(&[
+            "bridge",
+            "--datadir",
+            &bridge_arg,
+            "--rpc-config",
+            rpc.to_str().expect("utf-8"),
+            "--listen",
+            &listen,
+        ]),
+    );
+    let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
+    let token = out
+        .iter()
+        .find_map(|l| l.split("Bearer ").nth(1))
+        .expect("token line")
+        .trim()
+        .to_owned();
+    let url = format!("http://{listen}/mcp/{alice}");
+    assert!(
+        out.iter().any(|l| l.contains(&url)),
+        "the bridge lists {url}:\n{}",
+        out.join("\n")
+    );
+    (bridge_arg, listen, token)
+}
+
 impl Stack {
     fn start(dir: &Path, mode: &str) -> Self {
         let (mut procs, alice, bob) = serving(dir);
-        let bridge_arg = bridge_settings(dir, &alice, mode);
-        let rpc = dir.join("bob").join("brmcp-serve.conf");
-        let listen = format!("127.0.0.1:{}", free_port());
-        let bridge = spawn(
-            &mut procs,
-            brmcp(&[
-                "bridge",
-                "--datadir",
-                &bridge_arg,
-                "--rpc-config",
-                rpc.to_str().expect("utf-8"),
-                "--listen",
-                &listen,
-            ]),
-        );
-        let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
-        let token = out
-            .iter()
-            .find_map(|l| l.split("Bearer ").nth(1))
-            .expect("token line")
-            .trim()
-            .to_owned();
-        let url = format!("http://{listen}/mcp/{alice}");
-        assert!(
-            out.iter().any(|l| l.contains(&url)),
-            "the bridge lists {url}:\n{}",
-            out.join("\n")
-        );
+        let (bridge_arg, listen, token) = start_bridge(&mut procs, dir, &alice, mode);
         Self {
             _procs: procs,
             dir: dir.to_owned(),

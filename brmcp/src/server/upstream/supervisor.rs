@@ -1,0 +1,449 @@
+//! Supervision: each upstream in its own task, connected, listed and mirrored into the
+//! harness's [`DynamicTools`]; reconnected (a command restarted) with exponential
+//! backoff when it fails; re-listed when it says its tools changed. Each state change
+//! is logged and written to the status file `brmcp serve status` reads.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::UpstreamCatalog;
+use super::client::{Connection, Link, connect};
+use super::config::UpstreamConfig;
+use super::mirror::{Health, mirror_tools};
+use crate::server::{Catalog, Clock, DynamicTools, SystemClock};
+
+/// The status file's name in the data directory.
+pub const STATUS_FILE: &str = "upstreams-status.json";
+
+/// The first wait before a restart.
+pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
+
+/// The longest wait between restarts: a broken upstream is retried at least this often.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// An upstream up this long before failing starts again from [`BACKOFF_MIN`]; one that
+/// fails sooner keeps backing off (a crash loop is not retried every second).
+pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
+
+/// How long starting an upstream (spawn or connect, handshake, first listing) may take:
+/// `npx` may first fetch its package.
+pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The longest error message kept in the status, in bytes.
+const MAX_ERROR_LEN: usize = 300;
+
+/// What an upstream is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamState {
+    /// Being started or connected.
+    Starting,
+    /// Connected; its tools are served.
+    Up,
+    /// Failed; retried after a backoff. Its tools answer an error and charge nothing.
+    Down,
+    /// The server stopped.
+    Stopped,
+}
+
+/// One upstream's state, as `brmcp serve status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct UpstreamStatus {
+    /// The upstream's name.
+    pub name: String,
+    /// `"command"` or `"url"`.
+    pub kind: String,
+    /// What it is doing.
+    pub state: UpstreamState,
+    /// Unix seconds since it is in this state.
+    pub since: i64,
+    /// Tools exposed from it.
+    pub tools: usize,
+    /// Restarts (reconnections) so far.
+    pub restarts: u32,
+    /// The process id of a running command upstream.
+    pub pid: Option<u32>,
+    /// Why it last failed.
+    pub error: Option<String>,
+    /// When down: the seconds until the next try.
+    pub retry_in_secs: Option<u64>,
+    /// Tools `brmcp.json` prices that the upstream does not list (a typo, or another
+    /// version of the server).
+    pub unlisted: Vec<String>,
+}
+
+impl std::fmt::Display for UpstreamStatus {
+    /// One line: `everything (command): up, 12 tool(s), pid 4242`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): ", self.name, self.kind)?;
+        match self.state {
+            UpstreamState::Starting if self.restarts > 0 => {
+                write!(f, "restarting (restart {})", self.restarts)?;
+            }
+            UpstreamState::Starting => f.write_str("starting")?,
+            UpstreamState::Up if self.restarts > 0 => write!(
+                f,
+                "up again after {} restart(s), {} tool(s)",
+                self.restarts, self.tools
+            )?,
+            UpstreamState::Up => write!(f, "up, {} tool(s)", self.tools)?,
+            UpstreamState::Down => {
+                write!(f, "down: {}", self.error.as_deref().unwrap_or("failed"))?;
+                if let Some(secs) = self.retry_in_secs {
+                    write!(f, "; retrying in {secs} s")?;
+                }
+            }
+            UpstreamState::Stopped => f.write_str("stopped")?,
+        }
+        if let Some(pid) = self.pid {
+            write!(f, ", pid {pid}")?;
+        }
+        if !self.unlisted.is_empty() {
+            write!(f, "; not listed by it: {}", self.unlisted.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Told of every state change of an upstream (to log it).
+pub type StatusHook = Arc<dyn Fn(&UpstreamStatus) + Send + Sync>;
+
+/// The upstreams' states, kept in memory and in the status file.
+struct Board {
+    statuses: Mutex<Vec<UpstreamStatus>>,
+    file: Option<PathBuf>,
+    hook: Option<StatusHook>,
+}
+
+impl Board {
+    fn update(&self, index: usize, f: impl FnOnce(&mut UpstreamStatus)) {
+        let mut statuses = self.statuses.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(status) = statuses.get_mut(index) {
+            f(status);
+        }
+        if let Some(file) = &self.file
+            && let Err(e) = write_status(file, &statuses)
+        {
+            tracing::warn!(file = %file.display(), error = %e, "upstream status not written");
+        }
+    }
+
+    fn set_state(&self, index: usize, state: UpstreamState, f: impl FnOnce(&mut UpstreamStatus)) {
+        let mut changed = None;
+        self.update(index, |status| {
+            status.state = state;
+            status.since = SystemClock.unix().secs();
+            status.retry_in_secs = None;
+            f(status);
+            changed = Some(status.clone());
+        });
+        if let (Some(hook), Some(status)) = (&self.hook, changed) {
+            hook(&status);
+        }
+    }
+}
+
+/// Writes `statuses` to `file` atomically (a reader never sees half a file).
+fn write_status(file: &Path, statuses: &[UpstreamStatus]) -> std::io::Result<()> {
+    let tmp = file.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(statuses)?)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// Reads the status file a running (or stopped) `brmcp serve` wrote in `datadir`.
+///
+/// # Errors
+///
+/// The file is missing (no upstreams, or never served) or unreadable.
+pub fn read_status(datadir: &Path) -> Result<Vec<UpstreamStatus>, String> {
+    let file = datadir.join(STATUS_FILE);
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "{}: no upstream status (brmcp.json names no upstreams, or the server has not run with them)",
+                file.display()
+            )
+        } else {
+            format!("{}: {e}", file.display())
+        }
+    })?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// The supervised upstreams. Dropping this stops them (and kills their processes).
+pub struct Upstreams {
+    board: Arc<Board>,
+    catalog: Option<UpstreamCatalog>,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstreams")
+            .field("statuses", &self.status())
+            .finish()
+    }
+}
+
+impl Upstreams {
+    /// Starts supervising each of `configs`, mirroring their tools into `tools`; each
+    /// state change goes to `status_file` and `hook` too, when given.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(
+        configs: &[UpstreamConfig],
+        tools: &DynamicTools,
+        status_file: Option<PathBuf>,
+        hook: Option<StatusHook>,
+    ) -> Self {
+        let now = SystemClock.unix().secs();
+        let statuses = configs
+            .iter()
+            .map(|c| UpstreamStatus {
+                name: c.name.clone(),
+                kind: c.endpoint.kind().to_owned(),
+                state: UpstreamState::Starting,
+                since: now,
+                tools: 0,
+                restarts: 0,
+                pid: None,
+                error: None,
+                retry_in_secs: None,
+                unlisted: Vec::new(),
+            })
+            .collect();
+        let board = Arc::new(Board {
+            statuses: Mutex::new(statuses),
+            file: status_file,
+            hook,
+        });
+        let cancel = CancellationToken::new();
+        let catalog = UpstreamCatalog::new(configs);
+        let tasks = configs
+            .iter()
+            .enumerate()
+            .map(|(index, config)| {
+                let supervisor = Supervisor {
+                    index,
+                    config: config.clone(),
+                    tools: tools.clone(),
+                    board: board.clone(),
+                    health: Health::new(&config.name),
+                    catalog: catalog.clone(),
+                    cancel: cancel.clone(),
+                };
+                tokio::spawn(supervisor.run())
+            })
+            .collect();
+        let offered = catalog.offers();
+        Self {
+            board,
+            catalog: (offered.0 || offered.1).then_some(catalog),
+            cancel,
+            tasks,
+        }
+    }
+
+    /// The resources and prompts of the upstreams that offer them, for
+    /// [`HarnessBuilder::catalog`](crate::server::HarnessBuilder::catalog); `None`
+    /// when none does.
+    pub fn catalog(&self) -> Option<Arc<dyn Catalog>> {
+        self.catalog
+            .clone()
+            .map(|c| Arc::new(c) as Arc<dyn Catalog>)
+    }
+
+    /// None at all.
+    pub fn none() -> Self {
+        Self {
+            board: Arc::new(Board {
+                statuses: Mutex::default(),
+                file: None,
+                hook: None,
+            }),
+            catalog: None,
+            cancel: CancellationToken::new(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Each upstream's state now.
+    pub fn status(&self) -> Vec<UpstreamStatus> {
+        self.board
+            .statuses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops every upstream (a command's process is killed) and waits for it.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Upstreams {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+struct Supervisor {
+    index: usize,
+    config: UpstreamConfig,
+    tools: DynamicTools,
+    board: Arc<Board>,
+    health: Arc<Health>,
+    catalog: UpstreamCatalog,
+    cancel: CancellationToken,
+}
+
+impl Supervisor {
+    async fn run(self) {
+        let name = &self.config.name;
+        let mut backoff = BACKOFF_MIN;
+        let mut restarts: u32 = 0;
+        loop {
+            tracing::info!(upstream = %name, restarts, "upstream starting");
+            let started = tokio::select! {
+                started = tokio::time::timeout(START_TIMEOUT, self.start()) => started,
+                () = self.cancel.cancelled() => break,
+            };
+            let error = match started {
+                Err(_) => format!("no answer in {START_TIMEOUT:?}"),
+                Ok(Err(e)) => e,
+                Ok(Ok((connection, link, count))) => {
+                    self.health.set(true);
+                    if self.catalog.offers_any(self.index) {
+                        self.catalog.set_link(self.index, Some(link.clone()));
+                    }
+                    let pid = connection.pid;
+                    self.board.set_state(self.index, UpstreamState::Up, |s| {
+                        s.tools = count;
+                        s.pid = pid;
+                        s.error = None;
+                    });
+                    tracing::info!(upstream = %name, tools = count, restarts, "upstream up");
+                    let up_since = Instant::now();
+                    let ended = self.watch(connection, &link).await;
+                    self.health.set(false);
+                    if self.catalog.offers_any(self.index) {
+                        self.catalog.set_link(self.index, None);
+                    }
+                    let Some(reason) = ended else { break };
+                    if up_since.elapsed() >= BACKOFF_RESET_AFTER {
+                        backoff = BACKOFF_MIN;
+                    }
+                    reason
+                }
+            };
+            let error = cut(&error);
+            tracing::warn!(upstream = %name, %error, retry_in = ?backoff, "upstream failed");
+            self.board.set_state(self.index, UpstreamState::Down, |s| {
+                s.pid = None;
+                s.error = Some(error);
+                s.retry_in_secs = Some(backoff.as_secs());
+            });
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = self.cancel.cancelled() => break,
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            restarts = restarts.saturating_add(1);
+            self.board
+                .set_state(self.index, UpstreamState::Starting, |s| {
+                    s.restarts = restarts;
+                });
+        }
+        self.health.set(false);
+        self.board
+            .set_state(self.index, UpstreamState::Stopped, |s| s.pid = None);
+    }
+
+    /// Connects and publishes the tools: the connection, its link and the tool count.
+    async fn start(&self) -> Result<(Connection, Link, usize), String> {
+        let (connection, link) = connect(&self.config.name, &self.config.endpoint).await?;
+        let count = self.publish(&link).await?;
+        Ok((connection, link, count))
+    }
+
+    /// Lists the upstream's tools and mirrors the exposed ones; notes the priced ones
+    /// it does not list.
+    async fn publish(&self, link: &Link) -> Result<usize, String> {
+        let listed = link
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list: {e}"))?;
+        let unlisted: Vec<String> = self
+            .config
+            .tools
+            .keys()
+            .filter(|name| !listed.iter().any(|t| t.name == name.as_str()))
+            .cloned()
+            .collect();
+        if !unlisted.is_empty() {
+            tracing::warn!(upstream = %self.config.name, ?unlisted, "priced tools the upstream does not list");
+        }
+        let specs = mirror_tools(&self.config, listed, link, &self.health);
+        let count = specs.len();
+        self.tools.replace(&self.config.name, specs);
+        self.board.update(self.index, |s| s.unlisted = unlisted);
+        Ok(count)
+    }
+
+    /// Re-lists after the upstream said something changed.
+    async fn republish(&self, link: &Link) -> Result<usize, String> {
+        if self.catalog.offers_any(self.index) {
+            self.catalog.changed();
+        }
+        self.publish(link).await
+    }
+
+    /// Serves until the connection ends (`Some(why)`) or the server stops (`None`).
+    async fn watch(&self, connection: Connection, link: &Link) -> Option<String> {
+        let Connection {
+            running, changed, ..
+        } = connection;
+        let done = running.waiting();
+        tokio::pin!(done);
+        loop {
+            tokio::select! {
+                quit = &mut done => {
+                    return Some(match quit {
+                        Ok(reason) => format!("connection ended ({reason:?})"),
+                        Err(e) => format!("connection task failed: {e}"),
+                    });
+                }
+                () = changed.notified() => match self.republish(link).await {
+                    Ok(count) => {
+                        tracing::info!(upstream = %self.config.name, tools = count, "upstream tools changed");
+                        self.board.update(self.index, |s| s.tools = count);
+                    }
+                    Err(e) => tracing::warn!(upstream = %self.config.name, error = %e, "upstream tools not re-listed"),
+                },
+                () = self.cancel.cancelled() => return None,
+            }
+        }
+    }
+}
+
+/// `message` cut to [`MAX_ERROR_LEN`] bytes on a char boundary.
+fn cut(message: &str) -> String {
+    let mut end = message.len().min(MAX_ERROR_LEN);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message[..end].to_owned()
+}
