@@ -1,6 +1,6 @@
 package wire
 
-// The reference's quirks beyond its own tests (the reference inventory, §2):
+// The reference's quirks beyond what its own tests check:
 // what a client may rely on, kept here on purpose.
 
 import (
