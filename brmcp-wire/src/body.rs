@@ -79,6 +79,22 @@ pub(crate) fn decode(body: &[u8], out: &mut [u8], canonical: bool) -> Result<usi
 ///
 /// # Errors
 /// As [`Part::decode_body`](crate::Part::decode_body).
+///
+/// # Example
+///
+/// ```
+/// use brmcp_wire::{BodyError, Mode, decode_body, parse};
+///
+/// let part = parse("--mcp[v=1,sid=aa,mid=bb,seq=1/1,exp=0]--QU JD")?;
+/// let mut out = [0u8; 3];
+/// assert_eq!(decode_body(part.body(), Mode::Compatible, &mut out), Ok(3));
+/// assert_eq!(&out, b"ABC");
+/// assert_eq!(
+///     decode_body(part.body(), Mode::Canonical, &mut out),
+///     Err(BodyError::Whitespace { offset: 2 })
+/// );
+/// # Ok::<(), brmcp_wire::ParseError>(())
+/// ```
 pub fn decode_body(body: &[u8], mode: Mode, out: &mut [u8]) -> Result<usize, BodyError> {
     decode(body, out, mode == Mode::Canonical)
 }
