@@ -12,6 +12,7 @@ use base64::engine::{DecodePaddingMode, Engine, GeneralPurpose, GeneralPurposeCo
 use base64::{DecodeError, DecodeSliceError, alphabet};
 
 use crate::error::BodyError;
+use crate::parse::Mode;
 
 /// Compatible mode: padding required, non-zero trailing bits tolerated (as Go's decoder).
 const COMPAT_CONFIG: GeneralPurposeConfig = GeneralPurposeConfig::new()
@@ -67,6 +68,35 @@ pub(crate) fn decode(body: &[u8], out: &mut [u8], canonical: bool) -> Result<usi
             decode_with(&SCALAR_COMPAT, body, out, false)
         }
     }
+}
+
+/// Decodes a part's base64 body, as [`Part::body`](crate::Part::body) returns it, into
+/// `out`; returns the bytes written.
+///
+/// The same decoder as [`Part::decode_body`](crate::Part::decode_body), for callers that
+/// keep the body apart from its part (the C binding hands out offsets into the PM text).
+/// `mode` is the mode the part was parsed in.
+///
+/// # Errors
+/// As [`Part::decode_body`](crate::Part::decode_body).
+///
+/// # Example
+///
+/// ```
+/// use brmcp_wire::{BodyError, Mode, decode_body, parse};
+///
+/// let part = parse("--mcp[v=1,sid=aa,mid=bb,seq=1/1,exp=0]--QU JD")?;
+/// let mut out = [0u8; 3];
+/// assert_eq!(decode_body(part.body(), Mode::Compatible, &mut out), Ok(3));
+/// assert_eq!(&out, b"ABC");
+/// assert_eq!(
+///     decode_body(part.body(), Mode::Canonical, &mut out),
+///     Err(BodyError::Whitespace { offset: 2 })
+/// );
+/// # Ok::<(), brmcp_wire::ParseError>(())
+/// ```
+pub fn decode_body(body: &[u8], mode: Mode, out: &mut [u8]) -> Result<usize, BodyError> {
+    decode(body, out, mode == Mode::Canonical)
 }
 
 /// Encodes `chunk` as padded standard base64 into `out`; returns the bytes written.

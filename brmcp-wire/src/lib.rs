@@ -92,6 +92,7 @@ mod parse;
 mod reassembly;
 mod time;
 
+pub use body::decode_body;
 pub use encode::{Chunks, encode_part};
 pub use envelope::{Header, Part};
 pub use error::{AssembleError, BodyError, EncodeError, Field, ParseError};
