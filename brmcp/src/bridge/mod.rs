@@ -43,6 +43,7 @@ mod http;
 mod link;
 mod policy;
 mod proxy;
+pub(crate) mod quote;
 mod settings;
 mod spend;
 mod stdio;

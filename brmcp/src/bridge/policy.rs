@@ -1,15 +1,15 @@
 //! The spending policy: caps, approval, payment through the host's [`Payer`], and the
 //! spend log.
 //!
-//! [`Policy::settle`] runs, for one `payment_required` answer:
-//! 1. the amount: the bot's shortfall, or the price if it gave none;
-//! 2. the per-call cap (0: never pay);
-//! 3. a first look at the daily cap, so the user is not asked for a payment that
+//! [`Policy::settle`] runs, for one amount the quote rules allowed
+//! ([`quote::decide`](super::quote::decide)):
+//! 1. the per-call cap (0: never pay);
+//! 2. a first look at the daily cap, so the user is not asked for a payment that
 //!    cannot be made;
-//! 4. in approval mode, the user's decision, with a timeout;
-//! 5. the daily cap again, reserving the amount in the spend log in the same
+//! 3. in approval mode, the user's decision, with a timeout;
+//! 4. the daily cap again, reserving the amount in the spend log in the same
 //!    transaction ([`SpendLog::reserve`]): this is the check that binds;
-//! 6. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an
+//! 5. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an
 //!    error marks it failed, a timeout leaves it pending (still counted; a late tip
 //!    event resolves it through [`Bridge::resolve_spend`](super::Bridge::resolve_spend)).
 //!
@@ -130,21 +130,16 @@ impl Policy {
         }
     }
 
-    /// Decides and makes one payment of `shortfall` (or `price`) to `bot` for `tool`.
+    /// Decides and makes one payment of `amount` to `bot` for `tool`.
     pub(crate) async fn settle(
         &self,
         settings: &Settings,
         bot: &PeerId,
         tool: &str,
-        price: i64,
-        shortfall: i64,
-    ) -> Result<u64, Refusal> {
-        let amount = if shortfall > 0 { shortfall } else { price };
-        let Ok(amount) = u64::try_from(amount) else {
-            return Err("bot requested a nonpositive amount".into());
-        };
+        amount: u64,
+    ) -> Result<(), Refusal> {
         if amount == 0 {
-            return Err("bot requested a nonpositive amount".into());
+            return Err("nothing to pay".into());
         }
         let cap = settings.per_call_cap_atoms;
         if cap == 0 || amount > cap {
@@ -199,7 +194,7 @@ impl Policy {
         match outcome {
             Ok(()) => {
                 tracing::info!(%bot, tool, amount, "paid");
-                Ok(amount)
+                Ok(())
             }
             Err((reason, _)) => Err(reason),
         }

@@ -9,6 +9,7 @@ mod credit_polling;
 mod daily_cap_concurrent;
 mod fidelity;
 mod harness_e2e;
+mod hostile_bot;
 mod http_gate;
 mod interop_conformance;
 mod interop_python;
