@@ -61,13 +61,14 @@ use std::time::Duration;
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
 pub use link::LinkError;
-pub use policy::{Payer, PaymentUnconfirmed, PendingPayment};
+pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use settings::{
     DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, Mode, NamedBot,
     SETTINGS_FILE, Settings, SettingsError,
 };
 pub use spend::{
-    DAY_SECS, KEEP_SECS, OverDailyCap, SPEND_FILE, SpendEntry, SpendError, SpendLog, SpendStatus,
+    DAY_SECS, KEEP_SECS, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError, SpendLog,
+    SpendStatus, TipOutcomeEvent,
 };
 pub use stdio::serve_stdio;
 
@@ -399,21 +400,16 @@ impl Bridge {
         ))
     }
 
-    /// Settles the oldest unconfirmed payment (one the bridge stopped waiting for, in
-    /// the last 24 hours) to `bot` of `atoms` from a tip-progress event the host
-    /// received later: `Ok(())` paid, `Err(reason)` failed. `false` if none matches;
-    /// payments still awaited are never touched.
+    /// Settles the payment a tip outcome the host received late belongs to (one the
+    /// bridge stopped waiting for, whatever its age), by the attribution rule of
+    /// [`SpendLog::resolve_outcome`]: a replayed outcome, or one that cannot belong to
+    /// any unresolved payment, settles nothing. Payments still awaited are never
+    /// touched.
     ///
     /// # Errors
     /// SQLite's.
-    pub fn resolve_spend(
-        &self,
-        bot: &PeerId,
-        atoms: u64,
-        outcome: Result<(), &str>,
-    ) -> Result<bool, SpendError> {
-        let now = self.inner.config.clock.now();
-        self.inner.policy.spend.resolve(bot, atoms, outcome, now)
+    pub fn resolve_spend(&self, event: &TipOutcomeEvent<'_>) -> Result<Resolution, SpendError> {
+        self.inner.policy.spend.resolve_outcome(event)
     }
 
     /// Establishes (or reuses) the session to `bot` within the connect timeout.

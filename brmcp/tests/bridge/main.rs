@@ -15,6 +15,7 @@ mod interop_conformance;
 mod interop_python;
 mod listener_lifecycle;
 mod settings;
+mod spend_log_prop;
 mod spend_outcomes;
 mod spending_caps;
 mod transport_retry;
