@@ -279,47 +279,45 @@ impl TipPayer {
         });
         Self { host, stream }
     }
+}
 
-    /// The oldest unclaimed terminal event in `events` for `bot` and `matoms` above
-    /// `position`, claimed.
-    fn claim(
-        &self,
-        events: &mut broadcast::Receiver<TipProgressEvent>,
-        bot: PeerId,
-        matoms: i64,
-        position: u64,
-    ) -> Option<TipProgressEvent> {
-        let mut candidates = Vec::new();
-        loop {
-            match events.try_recv() {
-                Ok(event) => {
-                    if event.is_terminal()
-                        && event.uid == bot
-                        && event.amount_matoms == matoms
-                        && event.sequence_id > position
-                    {
-                        candidates.push(event);
-                    }
+/// The oldest terminal event in `events` (those received since the tip was sent) for
+/// `bot` and `matoms` above `position` that is not in `claimed`, claimed.
+fn claim_outcome(
+    events: &mut broadcast::Receiver<TipProgressEvent>,
+    claimed: &Mutex<VecDeque<u64>>,
+    bot: PeerId,
+    matoms: i64,
+    position: u64,
+) -> Option<TipProgressEvent> {
+    let mut candidates = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(event) => {
+                if event.is_terminal()
+                    && event.uid == bot
+                    && event.amount_matoms == matoms
+                    && event.sequence_id > position
+                {
+                    candidates.push(event);
                 }
-                Err(broadcast::error::TryRecvError::Lagged(_)) => {}
-                Err(_) => break,
             }
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => break,
         }
-        candidates.sort_by_key(|e| e.sequence_id);
-        let mut claimed = self
-            .stream
-            .claimed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let event = candidates
-            .into_iter()
-            .find(|e| !claimed.contains(&e.sequence_id))?;
-        if claimed.len() == MAX_CLAIMED {
-            claimed.pop_front();
-        }
-        claimed.push_back(event.sequence_id);
-        Some(event)
     }
+    candidates.sort_by_key(|e| e.sequence_id);
+    let mut claimed = claimed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let event = candidates
+        .into_iter()
+        .find(|e| !claimed.contains(&e.sequence_id))?;
+    if claimed.len() == MAX_CLAIMED {
+        claimed.pop_front();
+    }
+    claimed.push_back(event.sequence_id);
+    Some(event)
 }
 
 impl Payer for TipPayer {
@@ -360,7 +358,7 @@ impl Payer for TipPayer {
             // here, from the events seen since it was sent.
             Ok(_) => {}
         }
-        match self.claim(&mut events, bot, matoms, position) {
+        match claim_outcome(&mut events, &self.stream.claimed, bot, matoms, position) {
             Some(event) if event.completed => Ok(Some(event.sequence_id)),
             Some(event) => Err(PaymentFailed {
                 id: event.sequence_id,
@@ -630,6 +628,50 @@ mod tests {
     use crate::bridge::SpendEntry;
     use crate::devnet::{Devnet, NodeInfo};
     use crate::server::{Harness, ServeConfig};
+
+    fn terminal(id: u64, bot: PeerId, matoms: i64, completed: bool) -> TipProgressEvent {
+        serde_json::from_value(serde_json::json!({
+            "sequenceId": id.to_string(),
+            "uid": base64_uid(bot),
+            "amountMatoms": matoms.to_string(),
+            "completed": completed,
+            "attempt": 1,
+            "attemptErr": if completed { "" } else { "no route" },
+        }))
+        .unwrap()
+    }
+
+    fn base64_uid(bot: PeerId) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(bot.as_bytes())
+    }
+
+    #[test]
+    fn a_tip_takes_only_an_outcome_that_can_be_its_own() {
+        let (tx, mut rx) = broadcast::channel(16);
+        let claimed = Mutex::new(VecDeque::new());
+        let (bot, other) = (PeerId::from_bytes([1; 32]), PeerId::from_bytes([2; 32]));
+        // Replayed from before the tip was sent (at position 100), another bot's, another
+        // amount, a retrying attempt: none of them is this tip's outcome.
+        tx.send(terminal(90, bot, 5000, true)).unwrap();
+        tx.send(terminal(110, other, 5000, true)).unwrap();
+        tx.send(terminal(111, bot, 6000, true)).unwrap();
+        let mut retrying = terminal(112, bot, 5000, false);
+        retrying.will_retry = true;
+        tx.send(retrying).unwrap();
+        assert_eq!(claim_outcome(&mut rx, &claimed, bot, 5000, 100), None);
+        // Two tips of one amount in flight: each takes its own outcome, once.
+        tx.send(terminal(130, bot, 5000, false)).unwrap();
+        tx.send(terminal(120, bot, 5000, true)).unwrap();
+        let mut second = tx.subscribe();
+        let first = claim_outcome(&mut rx, &claimed, bot, 5000, 100).unwrap();
+        assert_eq!((first.sequence_id, first.completed), (120, true));
+        tx.send(terminal(120, bot, 5000, true)).unwrap();
+        tx.send(terminal(130, bot, 5000, false)).unwrap();
+        let next = claim_outcome(&mut second, &claimed, bot, 5000, 100).unwrap();
+        assert_eq!((next.sequence_id, next.completed), (130, false));
+        assert_eq!(claim_outcome(&mut rx, &claimed, bot, 5000, 100), None);
+    }
 
     /// A devnet with the example bot on alice and the CLI's bridge on bob, tipping
     /// through bob's clientrpc, and an agent connected to the bridge. The bridge waits

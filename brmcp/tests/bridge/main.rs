@@ -18,4 +18,5 @@ mod settings;
 mod spend_log_prop;
 mod spend_outcomes;
 mod spending_caps;
+mod tip_attribution;
 mod transport_retry;
