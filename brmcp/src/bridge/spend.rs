@@ -244,7 +244,7 @@ impl SpendLog {
 
     /// Marks every pending row unconfirmed: called by a bridge starting on this log,
     /// for the payments an earlier run was waiting for when it stopped. Their outcomes
-    /// can then settle them ([`resolve`](Self::resolve)). Returns how many.
+    /// can then settle them ([`resolve_outcome`](Self::resolve_outcome)). Returns how many.
     ///
     /// # Errors
     /// SQLite's.
