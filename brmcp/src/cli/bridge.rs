@@ -204,7 +204,7 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
                 );
             }
             println!(
-                "counted against the daily cap: {} atoms (paid in the last 24 hours and every pending payment)",
+                "last 24 hours: {} atoms (paid in the last 24 hours, and every pending payment whatever its age)",
                 log.spent_today(now())?
             );
             Ok(ExitCode::SUCCESS)
@@ -644,6 +644,44 @@ mod tests {
     fn base64_uid(bot: PeerId) -> String {
         use base64::Engine;
         base64::engine::general_purpose::STANDARD.encode(bot.as_bytes())
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: BridgeArgs,
+    }
+
+    fn command(dir: &Path, words: &[&str]) -> Result<ExitCode, CliError> {
+        use clap::Parser;
+        let datadir = dir.to_str().unwrap();
+        let argv = ["brmcp-bridge", "--datadir", datadir]
+            .into_iter()
+            .chain(words.iter().copied());
+        run(Command::try_parse_from(argv)
+            .map_err(|e| CliError(e.to_string()))?
+            .args)
+    }
+
+    #[test]
+    fn spend_resolve_settles_a_pending_payment_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let bot = PeerId::from_bytes([1; 32]);
+        let log = SpendLog::open(dir.path(), now()).unwrap();
+        let id = log
+            .reserve(now(), &bot, "t", 700, 1000, 0)
+            .unwrap()
+            .unwrap();
+        log.unconfirm(id).unwrap();
+        assert_eq!(log.spent_today(now()).unwrap(), 700);
+        let id_arg = id.to_string();
+        assert!(command(dir.path(), &["spend", "resolve", &id_arg, "maybe"]).is_err());
+        command(dir.path(), &["spend", "resolve", &id_arg, "failed"]).unwrap();
+        assert_eq!(log.spent_today(now()).unwrap(), 0, "its budget is free");
+        assert_eq!(log.entries().unwrap()[0].status, SpendStatus::Failed);
+        let again = command(dir.path(), &["spend", "resolve", &id_arg, "paid"]).unwrap_err();
+        assert!(again.0.contains("no pending payment"), "{again:?}");
+        assert_eq!(log.entries().unwrap()[0].status, SpendStatus::Failed);
     }
 
     #[test]
