@@ -44,10 +44,8 @@ pub fn bridge_quote(data: &[u8]) {
             Listed::Tool(ToolPrice::from_meta(t.meta.as_deref()))
         });
     let Some(first) = first else { return };
-    let quote = match PaymentRequired::from_result(&first) {
-        Ok(None) => return,
-        Ok(Some(q)) => Ok(q),
-        Err(e) => Err(e),
+    let Some(quote) = PaymentRequired::from_result(&first).transpose() else {
+        return;
     };
     if let Ok(q) = &quote {
         let again = PaymentRequired::from_json(&q.to_json());
@@ -84,10 +82,8 @@ pub fn bridge_quote(data: &[u8]) {
     assert_eq!(q.balance_atoms.checked_add(atoms), Some(price_atoms));
 
     let Some(second) = second else { return };
-    let quote = match PaymentRequired::from_result(&second) {
-        Ok(None) => return,
-        Ok(Some(q)) => Ok(q),
-        Err(e) => Err(e),
+    let Some(quote) = PaymentRequired::from_result(&second).transpose() else {
+        return;
     };
     let paid = Paid { price_atoms, atoms };
     match decide(&tool, listed, &quote, Some(paid)) {

@@ -197,11 +197,13 @@ impl BotLink {
     }
 
     /// Lists the bot's tools again on the live session (a quote disagreed with the
-    /// cached listing).
+    /// cached listing), within the connect timeout: a bot that does not answer keeps
+    /// its old listing.
     pub(crate) async fn relist(&self) -> Result<(), LinkError> {
         let conn = self.live().ok_or(LinkError::Closed)?;
-        let tools = list_all_tools(conn.peer())
+        let tools = tokio::time::timeout(self.connect_timeout, list_all_tools(conn.peer()))
             .await
+            .map_err(|_| LinkError::Timeout(self.connect_timeout))?
             .map_err(|e| LinkError::Failed(format!("list tools: {e}")))?;
         self.hub.set_tools(tools);
         Ok(())

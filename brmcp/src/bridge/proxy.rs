@@ -246,10 +246,8 @@ impl ProxyServer {
                 other => expect::<CallToolResult>(other)?,
             };
             complete(&mut result.result_type);
-            let quote = match PaymentRequired::from_result(&result) {
-                Ok(None) => return Ok(CallToolResponse::Complete(result)),
-                Ok(Some(quote)) => Ok(quote),
-                Err(e) => Err(e),
+            let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
+                return Ok(CallToolResponse::Complete(result));
             };
             let mut decision = decide(&tool, self.link.listed(&tool), &quote, paid);
             if let Decision::Refuse(refusal) = decision
@@ -259,7 +257,11 @@ impl ProxyServer {
                 // The listing may be stale (a price changed since tools/list): the
                 // fresh one decides, once per call.
                 relisted = true;
-                if let Err(e) = self.link.relist().await {
+                let relist = tokio::select! {
+                    r = self.link.relist() => r,
+                    () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                };
+                if let Err(e) = relist {
                     tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
                 }
                 decision = decide(&tool, self.link.listed(&tool), &quote, paid);
