@@ -5,5 +5,7 @@ pub use brmcp_adapters as adapters;
 pub mod bridge;
 pub mod cli;
 pub mod devnet;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 pub mod journal;
 pub mod server;
