@@ -1,11 +1,20 @@
 //! What both roles share on top of MCP (WIRE.md §8 and §10): the `_meta` keys of priced
-//! tools and call keys, and the JSON-RPC error codes a router answers with.
+//! tools and call keys, a tool's price and the `payment_required` refusal
+//! ([`ToolPrice`], [`PaymentRequired`]), and the JSON-RPC error codes a router answers
+//! with.
 //!
 //! This is the one home of these names and numbers, as the Go implementation's root
 //! package is for it: the serving harness, the client bridge and the directory read them
 //! from here, and this module reads none of them.
 
 use rmcp::model::{ErrorCode, ErrorData};
+
+mod money;
+
+pub use money::{
+    MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired, PaymentRequiredError,
+    PriceMetaError, TIP_RAIL, ToolPrice,
+};
 
 /// `_meta` key of a listed tool: its price per call in atoms (0 for a free tool).
 pub const PRICE_META: &str = "brmcp/priceAtoms";

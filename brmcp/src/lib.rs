@@ -5,4 +5,6 @@ pub use brmcp_adapters as adapters;
 pub mod bridge;
 pub mod cli;
 pub mod devnet;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 pub mod server;

@@ -37,6 +37,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lock;
+use super::quote::Listed;
+use brmcp_adapters::protocol::ToolPrice;
 
 /// Notifications kept per upstream progress token before its call is registered.
 const EARLY_PER_TOKEN: usize = 32;
@@ -181,6 +183,28 @@ impl BotLink {
             .map_err(|e| LinkError::Failed(format!("list tools: {e}")))?;
         self.hub.set_tools(tools);
         Ok(Arc::new(Conn { service, info }))
+    }
+
+    /// The tool named `tool` as last listed, with its price.
+    pub(crate) fn listed(&self, tool: &str) -> Listed {
+        self.hub
+            .tools()
+            .iter()
+            .find(|t| t.name == tool)
+            .map_or(Listed::Unknown, |t| {
+                Listed::Tool(ToolPrice::from_meta(t.meta.as_deref()))
+            })
+    }
+
+    /// Lists the bot's tools again on the live session (a quote disagreed with the
+    /// cached listing).
+    pub(crate) async fn relist(&self) -> Result<(), LinkError> {
+        let conn = self.live().ok_or(LinkError::Closed)?;
+        let tools = list_all_tools(conn.peer())
+            .await
+            .map_err(|e| LinkError::Failed(format!("list tools: {e}")))?;
+        self.hub.set_tools(tools);
+        Ok(())
     }
 
     /// Forgets `conn` if it is still the current session (after a transport failure).

@@ -23,8 +23,12 @@
 //!   `resultType` for agents on the 2026-07-28 protocol.
 //! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10); a
 //!   transport retry and the reissue after payment reuse it, so the bot runs and charges
-//!   one logical call at most once. A refused payment appends
-//!   `<name>: payment not made: <reason>` to the bot's `payment_required` result.
+//!   one logical call at most once. What is paid is decided by the quote rules
+//!   (`quote.rs`): never for a free, unlisted or unpriced tool, never more than the
+//!   listed price or the quoted shortfall, at most one payment per call, caps on top.
+//!   A refused payment appends `<name>: payment not made: <reason>` to the bot's
+//!   `payment_required` result; a refused quote's reason names the bot, the tool and
+//!   the numbers.
 //! - [`serve_stdio`] serves one bot over stdio for hosts that spawn MCP servers.
 //!
 //! # Limits of the shared link
@@ -43,6 +47,7 @@ mod http;
 mod link;
 mod policy;
 mod proxy;
+pub(crate) mod quote;
 mod settings;
 mod spend;
 mod stdio;
@@ -56,13 +61,14 @@ use std::time::Duration;
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
 pub use link::LinkError;
-pub use policy::{Payer, PaymentUnconfirmed, PendingPayment};
+pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use settings::{
     DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, Mode, NamedBot,
     SETTINGS_FILE, Settings, SettingsError,
 };
 pub use spend::{
-    DAY_SECS, KEEP_SECS, OverDailyCap, SPEND_FILE, SpendEntry, SpendError, SpendLog, SpendStatus,
+    DAY_SECS, KEEP_SECS, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError, SpendLog,
+    SpendStatus, TipOutcomeEvent,
 };
 pub use stdio::serve_stdio;
 
@@ -394,21 +400,16 @@ impl Bridge {
         ))
     }
 
-    /// Settles the oldest unconfirmed payment (one the bridge stopped waiting for, in
-    /// the last 24 hours) to `bot` of `atoms` from a tip-progress event the host
-    /// received later: `Ok(())` paid, `Err(reason)` failed. `false` if none matches;
-    /// payments still awaited are never touched.
+    /// Settles the payment a tip outcome the host received late belongs to (one the
+    /// bridge stopped waiting for, whatever its age), by the attribution rule of
+    /// [`SpendLog::resolve_outcome`]: a replayed outcome, or one that cannot belong to
+    /// any unresolved payment, settles nothing. Payments still awaited are never
+    /// touched.
     ///
     /// # Errors
     /// SQLite's.
-    pub fn resolve_spend(
-        &self,
-        bot: &PeerId,
-        atoms: u64,
-        outcome: Result<(), &str>,
-    ) -> Result<bool, SpendError> {
-        let now = self.inner.config.clock.now();
-        self.inner.policy.spend.resolve(bot, atoms, outcome, now)
+    pub fn resolve_spend(&self, event: &TipOutcomeEvent<'_>) -> Result<Resolution, SpendError> {
+        self.inner.policy.spend.resolve_outcome(event)
     }
 
     /// Establishes (or reuses) the session to `bot` within the connect timeout.

@@ -1,17 +1,21 @@
 //! The spending policy: caps, approval, payment through the host's [`Payer`], and the
 //! spend log.
 //!
-//! [`Policy::settle`] runs, for one `payment_required` answer:
-//! 1. the amount: the bot's shortfall, or the price if it gave none;
-//! 2. the per-call cap (0: never pay);
-//! 3. a first look at the daily cap, so the user is not asked for a payment that
+//! [`Policy::settle`] runs, for one amount the quote rules allowed
+//! ([`quote::decide`](super::quote::decide)):
+//! 1. the per-call cap (0: never pay);
+//! 2. a first look at the daily cap, so the user is not asked for a payment that
 //!    cannot be made;
-//! 4. in approval mode, the user's decision, with a timeout;
-//! 5. the daily cap again, reserving the amount in the spend log in the same
+//! 3. in approval mode, the user's decision, with a timeout;
+//! 4. the daily cap again, reserving the amount in the spend log in the same
 //!    transaction ([`SpendLog::reserve`]): this is the check that binds;
-//! 6. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an
-//!    error marks it failed, a timeout leaves it pending (still counted; a late tip
-//!    event resolves it through [`Bridge::resolve_spend`](super::Bridge::resolve_spend)).
+//! 5. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an
+//!    error marks it failed, a timeout leaves it pending (still counted whatever its
+//!    age; a late tip outcome resolves it through
+//!    [`Bridge::resolve_spend`](super::Bridge::resolve_spend), or the user does).
+//!    The row records the rail's stream position first ([`Payer::position`]), and the
+//!    outcome's id when it settles, for the attribution rule of
+//!    [`SpendLog::resolve_outcome`](super::SpendLog::resolve_outcome).
 //!
 //! Caps bind in both modes; approving cannot override them.
 
@@ -33,13 +37,54 @@ pub trait Payer: Send + Sync + 'static {
     /// Pays `atoms` to `bot`. Resolves `Ok` only once the payment is confirmed; an
     /// error's text reaches the agent verbatim.
     fn pay(&self, bot: PeerId, atoms: u64) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// The rail's outcome-stream position now: the highest outcome id seen, so that
+    /// no outcome at or below it can belong to a payment sent from now on. The spend
+    /// log records it with each payment before [`pay_traced`](Self::pay_traced) (see
+    /// [`SpendLog::resolve_outcome`](super::SpendLog::resolve_outcome)). 0 (the default)
+    /// for a rail without outcome ids.
+    fn position(&self) -> u64 {
+        0
+    }
+
+    /// [`pay`](Self::pay) for a payment recorded at stream position `position`,
+    /// resolving to the id of the outcome that confirmed it, if the rail has ids; a
+    /// failure the rail reported with an outcome id is [`PaymentFailed`]. The id is
+    /// recorded, so a replay of that outcome settles nothing later.
+    fn pay_traced(
+        &self,
+        bot: PeerId,
+        atoms: u64,
+        position: u64,
+    ) -> impl Future<Output = Result<Option<u64>, BoxError>> + Send {
+        let _ = position;
+        async move { self.pay(bot, atoms).await.map(|()| None) }
+    }
 }
+
+/// A [`Payer`]'s error for a payment that failed with a known outcome: the rail's
+/// outcome `id` and its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentFailed {
+    /// The outcome's id on the rail's stream.
+    pub id: u64,
+    /// Why it failed, as the agent will read it.
+    pub reason: String,
+}
+
+impl std::fmt::Display for PaymentFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for PaymentFailed {}
 
 /// A [`Payer`]'s error for a payment that may still complete: it stopped waiting for
 /// the confirmation (a tip sent, its outcome not known in time). The spend log keeps
 /// the payment `pending`, counting against the daily cap, until
-/// [`Bridge::resolve_spend`](super::Bridge::resolve_spend) settles it; any other
-/// error records it `failed`.
+/// [`Bridge::resolve_spend`](super::Bridge::resolve_spend) or the user settles it; any
+/// other error records it `failed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PaymentUnconfirmed;
 
@@ -51,16 +96,21 @@ impl std::fmt::Display for PaymentUnconfirmed {
 
 impl std::error::Error for PaymentUnconfirmed {}
 
-type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
+type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<Option<u64>, BoxError>> + Send + 'a>>;
 
 /// Object-safe form of [`Payer`].
 pub(crate) trait DynPayer: Send + Sync + 'static {
-    fn pay_dyn(&self, bot: PeerId, atoms: u64) -> PayFuture<'_>;
+    fn position_dyn(&self) -> u64;
+    fn pay_dyn(&self, bot: PeerId, atoms: u64, position: u64) -> PayFuture<'_>;
 }
 
 impl<P: Payer> DynPayer for P {
-    fn pay_dyn(&self, bot: PeerId, atoms: u64) -> PayFuture<'_> {
-        Box::pin(self.pay(bot, atoms))
+    fn position_dyn(&self) -> u64 {
+        self.position()
+    }
+
+    fn pay_dyn(&self, bot: PeerId, atoms: u64, position: u64) -> PayFuture<'_> {
+        Box::pin(self.pay_traced(bot, atoms, position))
     }
 }
 
@@ -130,21 +180,16 @@ impl Policy {
         }
     }
 
-    /// Decides and makes one payment of `shortfall` (or `price`) to `bot` for `tool`.
+    /// Decides and makes one payment of `amount` to `bot` for `tool`.
     pub(crate) async fn settle(
         &self,
         settings: &Settings,
         bot: &PeerId,
         tool: &str,
-        price: i64,
-        shortfall: i64,
-    ) -> Result<u64, Refusal> {
-        let amount = if shortfall > 0 { shortfall } else { price };
-        let Ok(amount) = u64::try_from(amount) else {
-            return Err("bot requested a nonpositive amount".into());
-        };
+        amount: u64,
+    ) -> Result<(), Refusal> {
         if amount == 0 {
-            return Err("bot requested a nonpositive amount".into());
+            return Err("nothing to pay".into());
         }
         let cap = settings.per_call_cap_atoms;
         if cap == 0 || amount > cap {
@@ -166,42 +211,54 @@ impl Policy {
             }
             self.approve(settings, bot, tool, amount).await?;
         }
+        let position = self.payer.position_dyn();
         let id = match self
             .spend
-            .reserve(self.clock.now(), bot, tool, amount, daily)
+            .reserve(self.clock.now(), bot, tool, amount, daily, position)
             .map_err(|e| e.to_string())?
         {
             Ok(id) => id,
             Err(over) => return Err(over_daily(over.spent)),
         };
         let wait = Duration::from_secs(settings.tip_wait_secs);
-        let outcome = match tokio::time::timeout(wait, self.payer.pay_dyn(*bot, amount)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) if e.is::<PaymentUnconfirmed>() => Err((e.to_string(), true)),
-            Ok(Err(e)) => Err((e.to_string(), false)),
+        let paying = self.payer.pay_dyn(*bot, amount, position);
+        let outcome = match tokio::time::timeout(wait, paying).await {
+            Ok(Ok(outcome_id)) => Ok(outcome_id),
+            Ok(Err(e)) if e.is::<PaymentUnconfirmed>() => Err((e.to_string(), None, true)),
+            Ok(Err(e)) => {
+                let outcome_id = e.downcast_ref::<PaymentFailed>().map(|f| f.id);
+                Err((e.to_string(), outcome_id, false))
+            }
             Err(_) => Err((
                 format!("tip not confirmed within {}s", settings.tip_wait_secs),
+                None,
                 true,
             )),
         };
         let recorded = match &outcome {
-            Ok(()) => self.spend.settle(id, Ok(())),
-            Err((reason, false)) => self.spend.settle(id, Err(reason)),
+            Ok(outcome_id) => self.spend.settle_with(id, Ok(()), *outcome_id),
+            Err((reason, outcome_id, false)) => {
+                self.spend.settle_with(id, Err(reason), *outcome_id)
+            }
             // Still pending: the tip may yet go through, so it keeps counting until
             // its late outcome settles it.
-            Err((_, true)) => self.spend.unconfirm(id),
+            Err((_, _, true)) => self.spend.unconfirm(id),
         };
         match recorded {
             Ok(true) => {}
             Ok(false) => tracing::warn!(id, "spend log row was no longer pending"),
             Err(e) => tracing::warn!(error = %e, id, "spend log not updated"),
         }
+        // Every outcome the rail saw by now is older than any later payment.
+        if let Err(e) = self.spend.raise_floor(self.payer.position_dyn()) {
+            tracing::warn!(error = %e, "spend log position not recorded");
+        }
         match outcome {
-            Ok(()) => {
+            Ok(_) => {
                 tracing::info!(%bot, tool, amount, "paid");
-                Ok(amount)
+                Ok(())
             }
-            Err((reason, _)) => Err(reason),
+            Err((reason, _, _)) => Err(reason),
         }
     }
 

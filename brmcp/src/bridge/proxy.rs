@@ -25,7 +25,8 @@ use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn};
-use brmcp_adapters::protocol::CALL_KEY_META;
+use super::quote::{Decision, Paid, decide};
+use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
 /// agent's request to the bridge, not the bridge's to the bot.
@@ -58,34 +59,6 @@ impl From<Failure> for ErrorData {
             Failure::Cancelled => Self::new(ErrorCode::INTERNAL_ERROR, "request cancelled", None),
         }
     }
-}
-
-/// A `payment_required` answer's numbers (WIRE.md §10).
-#[derive(Debug, Clone, Copy)]
-struct PaymentRequired {
-    price: i64,
-    shortfall: i64,
-}
-
-/// The `payment_required` object in an `isError` result's text content, if any.
-fn payment_required(result: &CallToolResult) -> Option<PaymentRequired> {
-    if result.is_error != Some(true) {
-        return None;
-    }
-    result.content.iter().find_map(|c| {
-        let text = c.as_text()?;
-        let Ok(Value::Object(body)) = serde_json::from_str::<Value>(&text.text) else {
-            return None;
-        };
-        if body.get("error")?.as_str()? != "payment_required" {
-            return None;
-        }
-        let number = |k: &str| body.get(k).and_then(Value::as_i64).unwrap_or(0);
-        Some(PaymentRequired {
-            price: number("priceAtoms"),
-            shortfall: number("shortfallAtoms"),
-        })
-    })
 }
 
 /// The agent's `_meta` without its progress token and protocol fields.
@@ -260,7 +233,7 @@ impl ProxyServer {
         let tool = params.name.to_string();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let config = &self.bridge.config;
-        let (mut retried, mut paid, mut polls) = (false, false, 0);
+        let (mut retried, mut paid, mut polls, mut relisted) = (false, None, 0, false);
         loop {
             let result = self
                 .forward_retrying(&request, &meta, ctx, &mut retried)
@@ -274,28 +247,52 @@ impl ProxyServer {
                 other => expect::<CallToolResult>(other)?,
             };
             complete(&mut result.result_type);
-            let Some(required) = payment_required(&result) else {
-                return Ok(CallToolResponse::Complete(result));
+            let quote = match PaymentRequired::from_result(&result) {
+                Ok(None) => return Ok(CallToolResponse::Complete(result)),
+                Ok(Some(quote)) => Ok(quote),
+                Err(e) => Err(e),
             };
-            if !paid {
-                let settings = self.bridge.settings();
-                let settled = tokio::select! {
-                    s = self.bridge.policy.settle(&settings, &self.link.bot, &tool, required.price, required.shortfall) => s,
-                    () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-                };
-                match settled {
-                    Ok(_) => {
-                        paid = true;
-                        continue;
-                    }
-                    Err(reason) => {
-                        result.content.push(ContentBlock::text(format!(
-                            "{}: payment not made: {reason}",
-                            config.name
-                        )));
-                        return Ok(CallToolResponse::Complete(result));
+            let mut decision = decide(&tool, self.link.listed(&tool), &quote, paid);
+            if let Decision::Refuse(refusal) = decision
+                && refusal.relist()
+                && !relisted
+            {
+                // The listing may be stale (a price changed since tools/list): the
+                // fresh one decides, once per call.
+                relisted = true;
+                if let Err(e) = self.link.relist().await {
+                    tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
+                }
+                decision = decide(&tool, self.link.listed(&tool), &quote, paid);
+            }
+            let refused = |reason: &dyn std::fmt::Display, mut result: CallToolResult| {
+                result.content.push(ContentBlock::text(format!(
+                    "{}: payment not made: {reason}",
+                    config.name
+                )));
+                Ok(CallToolResponse::Complete(result))
+            };
+            match decision {
+                Decision::Pay { atoms, price_atoms } => {
+                    let settings = self.bridge.settings();
+                    let settled = tokio::select! {
+                        s = self.bridge.policy.settle(&settings, &self.link.bot, &tool, atoms) => s,
+                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                    };
+                    match settled {
+                        Ok(()) => {
+                            paid = Some(Paid { price_atoms, atoms });
+                            continue;
+                        }
+                        Err(reason) => return refused(&reason, result),
                     }
                 }
+                Decision::Refuse(refusal) => {
+                    tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
+                    let reason = format!("bot {} tool {tool:?}: {refusal}", self.link.bot);
+                    return refused(&reason, result);
+                }
+                Decision::Wait => {}
             }
             // Paid, but the credit has not reached the bot yet.
             if polls >= config.poll_attempts {

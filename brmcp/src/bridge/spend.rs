@@ -1,11 +1,27 @@
 //! The spend log: every payment the bridge made or tried, in SQLite.
 //!
 //! `<datadir>/`[`SPEND_FILE`] has one row per payment: `pending` from the moment the
-//! daily budget is reserved until the payment settles, then `paid` or `failed`. The
-//! rolling daily total counts `pending` and `paid` rows of the last 24 hours. A pending
-//! row the bridge stopped waiting for is marked unconfirmed ([`SpendLog::unconfirm`]);
-//! only such rows are settled by a tip outcome that arrives later
-//! ([`SpendLog::resolve`]), so a late event never settles a payment still in flight.
+//! daily budget is reserved until the payment settles, then `paid` or `failed`.
+//!
+//! **What counts against the daily cap**: `paid` rows of the last 24 hours, and every
+//! `pending` row whatever its age. A payment whose outcome is unknown may still
+//! complete, so it counts until its outcome is known or the user resolves it
+//! ([`SpendLog::resolve_by_user`], `brmcp bridge spend resolve ID paid|failed`).
+//! Pending rows are never pruned, so a late outcome always finds its row.
+//!
+//! **Which outcome settles which payment** ([`SpendLog::resolve_outcome`]): tip
+//! outcomes carry no tag, only their id on the client's outcome stream (ids increase
+//! in the order the client stores events). Each row records the stream position when
+//! its tip was sent: the highest outcome id seen by then (and never below any
+//! position or outcome this log has recorded, so a restart does not lower it). An
+//! outcome can settle a row only if it is later than the row's position (an event
+//! stored before the tip was sent is not its outcome), is for the same bot and amount,
+//! and the row is pending with nobody waiting for it (unconfirmed); the oldest such
+//! row takes it. The outcome's id is recorded with the row it settled, so a replay of
+//! it settles nothing. What the stream cannot tell apart, it cannot: a tip sent by
+//! hand to the same bot for the same amount after the bridge's payment was sent may
+//! be taken for it.
+//!
 //! [`SpendLog::reserve`] checks the daily cap and inserts the row in one `BEGIN
 //! IMMEDIATE` transaction, so concurrent payments can never exceed the cap together
 //! (the Go bridge's check-then-record race).
@@ -24,7 +40,7 @@ pub const SPEND_FILE: &str = "mcpspend.sqlite";
 pub const DAY_SECS: i64 = 24 * 60 * 60;
 
 /// Settled rows older than this are pruned when the log is opened: 90 days. The daily
-/// cap needs one day; the rest is the user's history.
+/// cap needs one day; the rest is the user's history. Pending rows are never pruned.
 pub const KEEP_SECS: i64 = 90 * DAY_SECS;
 
 /// `PRAGMA application_id` of a spend log: "brsp" in ASCII.
@@ -40,10 +56,27 @@ CREATE TABLE IF NOT EXISTS spend (
     atoms  INTEGER NOT NULL CHECK (atoms > 0),
     status TEXT    NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
     err    TEXT,
-    unconfirmed INTEGER NOT NULL DEFAULT 0
+    unconfirmed INTEGER NOT NULL DEFAULT 0,
+    tip_pos INTEGER NOT NULL DEFAULT 0,
+    outcome INTEGER
 );
 CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
+CREATE TABLE IF NOT EXISTS tip_floor (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    pos INTEGER NOT NULL
+);
 ";
+
+/// Columns added after version 1, with their declarations: a version 1 or 2 log
+/// gains them when opened.
+const ADDED_COLUMNS: [(&str, &str); 3] = [
+    ("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),
+    ("tip_pos", "INTEGER NOT NULL DEFAULT 0"),
+    ("outcome", "INTEGER"),
+];
+
+/// The schema version written to `PRAGMA user_version`.
+const USER_VERSION: i32 = 3;
 
 /// Where a payment stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +130,35 @@ pub struct SpendEntry {
     /// Pending with nobody waiting for it: the bridge gave up waiting for the tip's
     /// confirmation (or an earlier run did); its outcome may still arrive.
     pub unconfirmed: bool,
+    /// The outcome stream's position when the tip was sent (see the module docs).
+    pub tip_pos: u64,
+    /// The id of the outcome that settled it, if an outcome did.
+    pub outcome: Option<u64>,
+}
+
+/// A tip outcome from the client's outcome stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TipOutcomeEvent<'a> {
+    /// Its id on the stream.
+    pub id: u64,
+    /// The tip's payee.
+    pub bot: PeerId,
+    /// The tip's amount, in atoms.
+    pub atoms: u64,
+    /// Paid, or failed with the client's reason.
+    pub outcome: Result<(), &'a str>,
+}
+
+/// What a tip outcome did to the spend log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// It settled this row.
+    Settled(i64),
+    /// It was recorded before: a replay, which settles nothing.
+    Replay,
+    /// No unresolved payment can be its: a tip sent by hand or by another program,
+    /// or one whose payment was settled otherwise.
+    NotOurs,
 }
 
 /// Why the spend log failed.
@@ -130,8 +192,15 @@ pub struct SpendLog {
     db: Mutex<Connection>,
 }
 
-fn i64_of(atoms: u64) -> i64 {
-    i64::try_from(atoms).unwrap_or(i64::MAX)
+/// `n` as SQLite's integer, saturating: amounts come within `i64` from the protocol
+/// reader, and a saturated stream position only refuses more outcomes.
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A stored non-negative integer; a negative one (not written by this log) is 0.
+fn u64_of(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or_default()
 }
 
 impl SpendLog {
@@ -153,18 +222,19 @@ impl SpendLog {
         }
         db.pragma_update(None, "application_id", APPLICATION_ID)?;
         db.execute_batch(SCHEMA)?;
-        // Version 1 had no `unconfirmed` column.
-        let has_unconfirmed: bool = db.query_row(
-            "SELECT count(*) FROM pragma_table_info('spend') WHERE name = 'unconfirmed'",
-            [],
-            |r| r.get::<_, i64>(0).map(|n| n > 0),
-        )?;
-        if !has_unconfirmed {
-            db.execute_batch(
-                "ALTER TABLE spend ADD COLUMN unconfirmed INTEGER NOT NULL DEFAULT 0",
+        for (name, decl) in ADDED_COLUMNS {
+            let present: bool = db.query_row(
+                "SELECT count(*) FROM pragma_table_info('spend') WHERE name = ?1",
+                params![name],
+                |r| r.get::<_, i64>(0).map(|n| n > 0),
             )?;
+            if !present {
+                db.execute_batch(&format!("ALTER TABLE spend ADD COLUMN {name} {decl}"))?;
+            }
         }
-        db.pragma_update(None, "user_version", 2)?;
+        // An outcome settles at most one row.
+        db.execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS spend_outcome ON spend (outcome)")?;
+        db.pragma_update(None, "user_version", USER_VERSION)?;
         db.execute(
             "DELETE FROM spend WHERE status != 'pending' AND ts < ?1",
             params![now.0.saturating_sub(KEEP_SECS)],
@@ -174,7 +244,7 @@ impl SpendLog {
 
     /// Marks every pending row unconfirmed: called by a bridge starting on this log,
     /// for the payments an earlier run was waiting for when it stopped. Their outcomes
-    /// can then settle them ([`resolve`](Self::resolve)). Returns how many.
+    /// can then settle them ([`resolve_outcome`](Self::resolve_outcome)). Returns how many.
     ///
     /// # Errors
     /// SQLite's.
@@ -189,7 +259,8 @@ impl SpendLog {
         self.db.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Atoms pending or paid in the 24 hours before `now`.
+    /// Atoms counted against the daily cap at `now`: paid in the 24 hours before it,
+    /// and pending whatever their age.
     ///
     /// # Errors
     /// SQLite's.
@@ -198,7 +269,9 @@ impl SpendLog {
     }
 
     /// Reserves `atoms` for a payment to `bot` if the daily total stays within
-    /// `daily_cap`, as one transaction; the row starts `pending`.
+    /// `daily_cap`, as one transaction; the row starts `pending`. `tip_pos` is the
+    /// outcome stream's position now (see the module docs); the row records it, raised
+    /// to the highest position or outcome this log has recorded.
     ///
     /// # Errors
     /// `Ok(Err(OverDailyCap))` when it would not fit; `Err` for SQLite's errors.
@@ -209,6 +282,7 @@ impl SpendLog {
         tool: &str,
         atoms: u64,
         daily_cap: u64,
+        tip_pos: u64,
     ) -> Result<Result<i64, OverDailyCap>, SpendError> {
         let mut db = self.db();
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -216,29 +290,73 @@ impl SpendLog {
         if !fits_daily_cap(spent, atoms, daily_cap) {
             return Ok(Err(OverDailyCap { spent }));
         }
+        let tip_pos = raise_floor(&tx, tip_pos)?;
         tx.execute(
-            "INSERT INTO spend (ts, bot, tool, rail, atoms, status) VALUES (?1, ?2, ?3, 'tip', ?4, 'pending')",
-            params![now.0, bot.to_string(), tool, i64_of(atoms)],
+            "INSERT INTO spend (ts, bot, tool, rail, atoms, status, tip_pos) \
+             VALUES (?1, ?2, ?3, 'tip', ?4, 'pending', ?5)",
+            params![now.0, bot.to_string(), tool, i64_of(atoms), i64_of(tip_pos)],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
         Ok(Ok(id))
     }
 
-    /// Settles a pending row: `Ok` is paid, `Err(reason)` failed.
+    /// Records that the outcome stream reached `pos` (every outcome up to it was seen),
+    /// so later payments are recorded at no lower position, across restarts too.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn raise_floor(&self, pos: u64) -> Result<(), SpendError> {
+        raise_floor(&self.db(), pos)?;
+        Ok(())
+    }
+
+    /// Settles a pending row: `Ok` is paid, `Err(reason)` failed. `false` if it was
+    /// not pending.
     ///
     /// # Errors
     /// SQLite's.
     pub fn settle(&self, id: i64, outcome: Result<(), &str>) -> Result<bool, SpendError> {
-        let (status, err) = match outcome {
-            Ok(()) => (SpendStatus::Paid, None),
-            Err(e) => (SpendStatus::Failed, Some(e)),
+        self.settle_with(id, outcome, None)
+    }
+
+    /// [`settle`](Self::settle) by the outcome with stream id `outcome_id`, which is
+    /// recorded with the row: `false` as well if that outcome settled a row already.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn settle_with(
+        &self,
+        id: i64,
+        outcome: Result<(), &str>,
+        outcome_id: Option<u64>,
+    ) -> Result<bool, SpendError> {
+        let mut db = self.db();
+        let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(outcome_id) = outcome_id {
+            if recorded(&tx, outcome_id)? {
+                return Ok(false);
+            }
+            raise_floor(&tx, outcome_id)?;
+        }
+        let settled = settle_row(&tx, id, outcome, outcome_id)?;
+        tx.commit()?;
+        Ok(settled)
+    }
+
+    /// Settles a pending row as the user says (`brmcp bridge spend resolve`), whatever
+    /// its age: `paid` keeps counting for its 24 hours, `failed` frees its budget.
+    /// `false` if no pending row has this id.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn resolve_by_user(&self, id: i64, paid: bool) -> Result<bool, SpendError> {
+        let outcome = if paid {
+            Ok(())
+        } else {
+            Err("marked failed by the user")
         };
-        let n = self.db().execute(
-            "UPDATE spend SET status = ?2, err = ?3 WHERE id = ?1 AND status = 'pending'",
-            params![id, status.as_str(), err],
-        )?;
-        Ok(n == 1)
+        self.settle(id, outcome)
     }
 
     /// Marks a pending row unconfirmed: the bridge stopped waiting for its payment,
@@ -254,36 +372,36 @@ impl SpendLog {
         Ok(n == 1)
     }
 
-    /// Resolves the oldest unconfirmed payment of the 24 hours before `now` to `bot` of
-    /// exactly `atoms` (a tip that settled, or failed, after the bridge stopped waiting
-    /// for it). Payments still awaited are never touched. `false` if none matches.
+    /// Settles the payment `event` is the outcome of, by the rule of the module docs:
+    /// the oldest unconfirmed pending row to the same bot of the same amount whose
+    /// position is below the outcome's id, whatever its age. Payments still awaited are
+    /// never touched. The outcome is recorded, so a replay of it settles nothing.
     ///
     /// # Errors
     /// SQLite's.
-    pub fn resolve(
-        &self,
-        bot: &PeerId,
-        atoms: u64,
-        outcome: Result<(), &str>,
-        now: UnixTime,
-    ) -> Result<bool, SpendError> {
-        let id: Option<i64> = self
-            .db()
+    pub fn resolve_outcome(&self, event: &TipOutcomeEvent<'_>) -> Result<Resolution, SpendError> {
+        let mut db = self.db();
+        let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if recorded(&tx, event.id)? {
+            return Ok(Resolution::Replay);
+        }
+        raise_floor(&tx, event.id)?;
+        let row: Option<i64> = tx
             .query_row(
                 "SELECT id FROM spend WHERE status = 'pending' AND unconfirmed = 1 \
-                 AND bot = ?1 AND atoms = ?2 AND ts > ?3 ORDER BY id LIMIT 1",
-                params![
-                    bot.to_string(),
-                    i64_of(atoms),
-                    now.0.saturating_sub(DAY_SECS)
-                ],
+                 AND bot = ?1 AND atoms = ?2 AND tip_pos < ?3 ORDER BY id LIMIT 1",
+                params![event.bot.to_string(), i64_of(event.atoms), i64_of(event.id)],
                 |r| r.get(0),
             )
             .optional()?;
-        match id {
-            Some(id) => self.settle(id, outcome),
-            None => Ok(false),
-        }
+        let resolution = match row {
+            Some(row) if settle_row(&tx, row, event.outcome, Some(event.id))? => {
+                Resolution::Settled(row)
+            }
+            _ => Resolution::NotOurs,
+        };
+        tx.commit()?;
+        Ok(resolution)
     }
 
     /// Every row, oldest first.
@@ -293,7 +411,7 @@ impl SpendLog {
     pub fn entries(&self) -> Result<Vec<SpendEntry>, SpendError> {
         let db = self.db();
         let mut stmt = db
-            .prepare("SELECT id, ts, bot, tool, rail, atoms, status, err, unconfirmed FROM spend ORDER BY id")?;
+            .prepare("SELECT id, ts, bot, tool, rail, atoms, status, err, unconfirmed, tip_pos, outcome FROM spend ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
             Ok(SpendEntry {
                 id: r.get(0)?,
@@ -301,10 +419,12 @@ impl SpendLog {
                 bot: r.get(2)?,
                 tool: r.get(3)?,
                 rail: r.get(4)?,
-                atoms: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
+                atoms: u64_of(r.get(5)?),
                 status: SpendStatus::parse(&r.get::<_, String>(6)?),
                 err: r.get(7)?,
                 unconfirmed: r.get(8)?,
+                tip_pos: u64_of(r.get(9)?),
+                outcome: r.get::<_, Option<i64>>(10)?.map(u64_of),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -313,11 +433,50 @@ impl SpendLog {
 
 fn spent(db: &Connection, now: UnixTime) -> rusqlite::Result<u64> {
     let total: i64 = db.query_row(
-        "SELECT COALESCE(SUM(atoms), 0) FROM spend WHERE status != 'failed' AND ts > ?1",
+        "SELECT COALESCE(SUM(atoms), 0) FROM spend \
+         WHERE status = 'pending' OR (status = 'paid' AND ts > ?1)",
         params![now.0.saturating_sub(DAY_SECS)],
         |r| r.get(0),
     )?;
-    Ok(u64::try_from(total).unwrap_or(0))
+    Ok(u64_of(total))
+}
+
+/// Whether an outcome with this id settled a row already.
+fn recorded(db: &Connection, outcome_id: u64) -> rusqlite::Result<bool> {
+    db.query_row(
+        "SELECT count(*) FROM spend WHERE outcome = ?1",
+        params![i64_of(outcome_id)],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )
+}
+
+/// Raises the recorded floor of stream positions to `pos`; returns the floor.
+fn raise_floor(db: &Connection, pos: u64) -> rusqlite::Result<u64> {
+    db.execute(
+        "INSERT INTO tip_floor (id, pos) VALUES (1, ?1) \
+         ON CONFLICT (id) DO UPDATE SET pos = max(pos, excluded.pos)",
+        params![i64_of(pos)],
+    )?;
+    db.query_row("SELECT pos FROM tip_floor WHERE id = 1", [], |r| {
+        r.get(0).map(u64_of)
+    })
+}
+
+fn settle_row(
+    db: &Connection,
+    id: i64,
+    outcome: Result<(), &str>,
+    outcome_id: Option<u64>,
+) -> rusqlite::Result<bool> {
+    let (status, err) = match outcome {
+        Ok(()) => (SpendStatus::Paid, None),
+        Err(e) => (SpendStatus::Failed, Some(e)),
+    };
+    let n = db.execute(
+        "UPDATE spend SET status = ?2, err = ?3, outcome = ?4 WHERE id = ?1 AND status = 'pending'",
+        params![id, status.as_str(), err, outcome_id.map(i64_of)],
+    )?;
+    Ok(n == 1)
 }
 
 #[cfg(test)]
@@ -333,68 +492,139 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = SpendLog::open(dir.path(), UnixTime(1_000_000)).unwrap();
         let t0 = UnixTime(1_000_000);
-        let a = log.reserve(t0, &bot(1), "t", 600, 1000).unwrap().unwrap();
+        let a = log
+            .reserve(t0, &bot(1), "t", 600, 1000, 0)
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            log.reserve(t0, &bot(1), "t", 500, 1000).unwrap(),
+            log.reserve(t0, &bot(1), "t", 500, 1000, 0).unwrap(),
             Err(OverDailyCap { spent: 600 })
         );
         assert!(log.settle(a, Err("no route")).unwrap());
         assert!(!log.settle(a, Ok(())).unwrap(), "settled once");
-        let b = log.reserve(t0, &bot(1), "t", 1000, 1000).unwrap().unwrap();
+        let b = log
+            .reserve(t0, &bot(1), "t", 1000, 1000, 0)
+            .unwrap()
+            .unwrap();
         assert!(log.settle(b, Ok(())).unwrap());
         assert_eq!(log.spent_today(t0).unwrap(), 1000);
         // 24 h later the paid row has left the window.
         let t1 = UnixTime(t0.0 + DAY_SECS);
         assert_eq!(log.spent_today(t1).unwrap(), 0);
-        assert!(log.reserve(t1, &bot(1), "t", 1000, 1000).unwrap().is_ok());
+        assert!(
+            log.reserve(t1, &bot(1), "t", 1000, 1000, 0)
+                .unwrap()
+                .is_ok()
+        );
         assert_eq!(
-            log.reserve(t1, &bot(1), "t", 1, 0).unwrap(),
+            log.reserve(t1, &bot(1), "t", 1, 0, 0).unwrap(),
             Err(OverDailyCap { spent: 1000 }),
             "a cap of 0 never pays"
         );
     }
 
+    fn outcome(id: u64, bot: PeerId, atoms: u64, outcome: Result<(), &str>) -> TipOutcomeEvent<'_> {
+        TipOutcomeEvent {
+            id,
+            bot,
+            atoms,
+            outcome,
+        }
+    }
+
     #[test]
-    fn resolve_takes_the_oldest_matching_unconfirmed_row() {
+    fn an_outcome_settles_the_oldest_unconfirmed_row_it_can_belong_to() {
         let dir = tempfile::tempdir().unwrap();
         let t = UnixTime(5_000_000);
         let log = SpendLog::open(dir.path(), t).unwrap();
-        let first = log.reserve(t, &bot(1), "t", 5, 100).unwrap().unwrap();
-        let second = log.reserve(t, &bot(1), "t", 5, 100).unwrap().unwrap();
-        assert!(
-            !log.resolve(&bot(1), 5, Ok(()), t).unwrap(),
+        let first = log.reserve(t, &bot(1), "t", 5, 100, 10).unwrap().unwrap();
+        let second = log.reserve(t, &bot(1), "t", 5, 100, 20).unwrap().unwrap();
+        assert_eq!(
+            log.resolve_outcome(&outcome(30, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::NotOurs,
             "both still awaited"
         );
         assert!(log.unconfirm(first).unwrap());
-        assert!(!log.resolve(&bot(2), 5, Ok(()), t).unwrap(), "other bot");
-        assert!(!log.resolve(&bot(1), 6, Ok(()), t).unwrap(), "other amount");
-        let next_day = UnixTime(t.0 + DAY_SECS);
-        assert!(
-            !log.resolve(&bot(1), 5, Ok(()), next_day).unwrap(),
-            "older than a day"
+        assert!(log.unconfirm(second).unwrap());
+        for other in [
+            outcome(31, bot(2), 5, Ok(())),
+            outcome(32, bot(1), 6, Ok(())),
+            outcome(10, bot(1), 5, Ok(())),
+        ] {
+            assert_eq!(log.resolve_outcome(&other).unwrap(), Resolution::NotOurs);
+        }
+        // Outcomes carry no time: however late, they land.
+        assert_eq!(
+            log.resolve_outcome(&outcome(40, bot(1), 5, Err("expired")))
+                .unwrap(),
+            Resolution::Settled(first)
         );
-        assert!(log.resolve(&bot(1), 5, Err("expired"), t).unwrap());
+        assert_eq!(
+            log.resolve_outcome(&outcome(40, bot(1), 5, Err("expired")))
+                .unwrap(),
+            Resolution::Replay,
+            "a replay settles nothing"
+        );
         let entries = log.entries().unwrap();
-        assert_eq!(entries[0].id, first);
         assert_eq!(entries[0].status, SpendStatus::Failed);
         assert_eq!(entries[0].err.as_deref(), Some("expired"));
-        assert_eq!(entries[1].id, second);
+        assert_eq!(entries[0].outcome, Some(40));
         assert_eq!(entries[1].status, SpendStatus::Pending);
-        assert!(!entries[1].unconfirmed);
-        assert!(
-            !log.resolve(&bot(1), 5, Ok(()), t).unwrap(),
-            "still awaited"
-        );
         assert_eq!(log.spent_today(t).unwrap(), 5);
         drop(log);
-        // Reopened, a read leaves it as it is; a bridge starting on the log takes it
-        // as left pending by an earlier run: unconfirmed, resolvable.
+        // Reopened: a bridge starting on the log takes what was left pending as
+        // unconfirmed; a new payment's position is never below what was recorded.
         let log = SpendLog::open(dir.path(), t).unwrap();
-        assert!(!log.entries().unwrap()[1].unconfirmed);
-        assert_eq!(log.unconfirm_left_pending().unwrap(), 1);
-        assert!(log.entries().unwrap()[1].unconfirmed);
-        assert!(log.resolve(&bot(1), 5, Ok(()), t).unwrap());
-        assert_eq!(log.entries().unwrap()[1].status, SpendStatus::Paid);
+        log.unconfirm_left_pending().unwrap();
+        let third = log.reserve(t, &bot(1), "t", 5, 100, 0).unwrap().unwrap();
+        assert_eq!(log.entries().unwrap()[2].tip_pos, 40);
+        log.unconfirm(third).unwrap();
+        assert_eq!(
+            log.resolve_outcome(&outcome(25, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::Settled(second),
+            "older than the third payment's position: only the second's"
+        );
+        assert_eq!(
+            log.resolve_outcome(&outcome(35, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::NotOurs
+        );
+        assert_eq!(
+            log.resolve_outcome(&outcome(41, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::Settled(third)
+        );
+    }
+
+    #[test]
+    fn pending_rows_count_whatever_their_age_until_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = UnixTime(7_000_000);
+        let log = SpendLog::open(dir.path(), t).unwrap();
+        let id = log.reserve(t, &bot(1), "t", 600, 1000, 0).unwrap().unwrap();
+        log.unconfirm(id).unwrap();
+        let much_later = UnixTime(t.0 + KEEP_SECS + 1);
+        assert_eq!(log.spent_today(much_later).unwrap(), 600);
+        assert_eq!(
+            log.reserve(much_later, &bot(1), "t", 500, 1000, 0).unwrap(),
+            Err(OverDailyCap { spent: 600 })
+        );
+        drop(log);
+        let log = SpendLog::open(dir.path(), much_later).unwrap();
+        assert_eq!(
+            log.entries().unwrap().len(),
+            1,
+            "never pruned while pending"
+        );
+        assert!(log.resolve_by_user(id, false).unwrap());
+        assert!(!log.resolve_by_user(id, true).unwrap(), "resolved once");
+        assert_eq!(log.spent_today(much_later).unwrap(), 0);
+        assert_eq!(
+            log.entries().unwrap()[0].err.as_deref(),
+            Some("marked failed by the user")
+        );
     }
 
     #[test]
@@ -402,9 +632,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = UnixTime(10_000_000);
         let log = SpendLog::open(dir.path(), t).unwrap();
-        let paid = log.reserve(t, &bot(1), "t", 1, 10).unwrap().unwrap();
+        let paid = log.reserve(t, &bot(1), "t", 1, 10, 0).unwrap().unwrap();
         log.settle(paid, Ok(())).unwrap();
-        log.reserve(t, &bot(1), "t", 2, 10).unwrap().unwrap();
+        log.reserve(t, &bot(1), "t", 2, 10, 0).unwrap().unwrap();
         drop(log);
         let later = UnixTime(t.0 + KEEP_SECS + 1);
         let log = SpendLog::open(dir.path(), later).unwrap();
@@ -434,7 +664,10 @@ mod tests {
         assert_eq!(log.unconfirm_left_pending().unwrap(), 1);
         let entries = log.entries().unwrap();
         assert!(entries[0].unconfirmed, "left pending by an earlier run");
-        assert!(log.resolve(&bot(1), 7, Ok(()), UnixTime(200)).unwrap());
+        assert_eq!(
+            log.resolve_outcome(&outcome(1, bot(1), 7, Ok(()))).unwrap(),
+            Resolution::Settled(1)
+        );
         assert_eq!(log.spent_today(UnixTime(200)).unwrap(), 7);
     }
 

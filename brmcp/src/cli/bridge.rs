@@ -1,12 +1,15 @@
 //! `brmcp bridge`: local MCP endpoints for agents, proxying to Bison Relay bots through
 //! a running Bison Relay client and paying them with tips under `mcpclient.json`.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use brmcp_adapters::clientrpc::{
-    ClientRpcError, ClientRpcHost, FileAckStore, Streams, TipOutcome, proto::TipProgressEvent,
+    ClientRpcError, ClientRpcHost, FileAckStore, Streams, proto::TipProgressEvent,
 };
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, PeerId, Router, RouterConfig};
@@ -16,8 +19,8 @@ use tokio::sync::broadcast;
 
 use super::CliError;
 use crate::bridge::{
-    Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentUnconfirmed, SETTINGS_FILE, Settings,
-    SpendLog, SpendStatus, serve_stdio,
+    Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentFailed, PaymentUnconfirmed, Resolution,
+    SETTINGS_FILE, Settings, SpendLog, SpendStatus, TipOutcomeEvent, serve_stdio,
 };
 use crate::server::{Clock, MATOMS_PER_ATOM, SystemClock};
 
@@ -56,12 +59,39 @@ enum BridgeAction {
     /// Show or rotate the bearer token agents present.
     #[command(subcommand)]
     Token(TokenAction),
-    /// Show the spend log and the rolling 24-hour total.
-    Spend,
+    /// Show the spend log and what counts against the daily cap, or resolve a payment
+    /// whose outcome is unknown.
+    Spend {
+        #[command(subcommand)]
+        action: Option<SpendAction>,
+    },
     /// List, approve or deny the payments a running bridge holds for approval (it is
     /// reached at --listen with the token of mcpclient.json).
     #[command(subcommand)]
     Approvals(ApprovalsAction),
+}
+
+#[derive(Debug, Subcommand)]
+enum SpendAction {
+    /// Settle a pending payment yourself (check the bot's balance or your client's
+    /// tips first): `paid` keeps it counted for its 24 hours, `failed` frees its
+    /// budget. A pending payment otherwise counts against the daily cap until its
+    /// tip's outcome arrives, however long that takes.
+    Resolve {
+        /// The payment's id (the first column of `spend`).
+        id: i64,
+        /// What became of it.
+        outcome: Resolved,
+    },
+}
+
+/// The outcome a user gives a pending payment.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Resolved {
+    /// The tip was paid.
+    Paid,
+    /// The tip was not paid.
+    Failed,
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,11 +173,22 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
             let settings = load(&settings_path)?;
             super::runtime()?.block_on(approvals_command(args.listen, &settings.token, action))
         }
-        Some(BridgeAction::Spend) => {
+        Some(BridgeAction::Spend { action }) => {
             let log = SpendLog::open(&args.datadir, now())?;
+            if let Some(SpendAction::Resolve { id, outcome }) = action {
+                let paid = matches!(outcome, Resolved::Paid);
+                if !log.resolve_by_user(id, paid)? {
+                    return Err(CliError(format!("no pending payment {id} (see `spend`)")));
+                }
+                println!(
+                    "payment {id} resolved {}",
+                    if paid { "paid" } else { "failed" }
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             for e in log.entries()? {
                 let unconfirmed = if e.unconfirmed && e.status == SpendStatus::Pending {
-                    " (unconfirmed: waiting for the tip's outcome)"
+                    " (unconfirmed: waiting for the tip's outcome; counted until it arrives or `spend resolve`)"
                 } else {
                     ""
                 };
@@ -162,7 +203,10 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
                     e.err.map(|why| format!(": {why}")).unwrap_or_default()
                 );
             }
-            println!("last 24 hours: {} atoms", log.spent_today(now())?);
+            println!(
+                "last 24 hours: {} atoms (paid in the last 24 hours, and every pending payment whatever its age)",
+                log.spent_today(now())?
+            );
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -188,13 +232,116 @@ fn new_token() -> Result<String, CliError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Terminal outcomes a [`TipPayer`] remembers having claimed: a tip's outcome is
+/// claimed within the tip wait, so the last 1024 cover every payment in flight.
+const MAX_CLAIMED: usize = 1024;
+
+/// What the payer knows of the client's TipProgress stream: the highest id seen (its
+/// position) and the outcomes already taken by a payment.
+#[derive(Default)]
+struct OutcomeStream {
+    position: AtomicU64,
+    claimed: Mutex<VecDeque<u64>>,
+}
+
 /// Pays bots with Bison Relay tips through the client.
-pub(crate) struct TipPayer(pub(crate) ClientRpcHost);
+///
+/// TipProgress events carry no tag, so the host's own matching (payee and amount) can
+/// hand a tip a replayed or unrelated outcome. The payer therefore decides itself which
+/// outcome is its tip's: the oldest terminal event for the same bot and amount that it
+/// saw after sending, whose id is above the stream position recorded when the payment
+/// was made and that no other payment claimed. With none, the payment stays
+/// unconfirmed, and the spend log's rule settles it later from the late outcomes.
+pub(crate) struct TipPayer {
+    host: ClientRpcHost,
+    stream: Arc<OutcomeStream>,
+}
+
+impl TipPayer {
+    /// A payer on `host`, following its TipProgress stream from now on: make it before
+    /// the host connects, so replayed outcomes raise its position too.
+    pub(crate) fn new(host: ClientRpcHost) -> Self {
+        let stream = Arc::new(OutcomeStream::default());
+        let mut events = host.subscribe_tip_progress();
+        let weak = Arc::downgrade(&stream);
+        tokio::spawn(async move {
+            loop {
+                let id = match events.recv().await {
+                    Ok(event) => event.sequence_id,
+                    // Missed ids leave the position lower, never higher: outcomes are
+                    // then only less likely to be refused.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(stream) = weak.upgrade() else { return };
+                stream.position.fetch_max(id, Ordering::SeqCst);
+            }
+        });
+        Self { host, stream }
+    }
+}
+
+/// The oldest terminal event in `events` (those received since the tip was sent) for
+/// `bot` and `matoms` above `position` that is not in `claimed`, claimed.
+fn claim_outcome(
+    events: &mut broadcast::Receiver<TipProgressEvent>,
+    claimed: &Mutex<VecDeque<u64>>,
+    bot: PeerId,
+    matoms: i64,
+    position: u64,
+) -> Option<TipProgressEvent> {
+    let mut candidates = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(event) => {
+                if event.is_terminal()
+                    && event.uid == bot
+                    && event.amount_matoms == matoms
+                    && event.sequence_id > position
+                {
+                    candidates.push(event);
+                }
+            }
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => break,
+        }
+    }
+    candidates.sort_by_key(|e| e.sequence_id);
+    let mut claimed = claimed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let event = candidates
+        .into_iter()
+        .find(|e| !claimed.contains(&e.sequence_id))?;
+    if claimed.len() == MAX_CLAIMED {
+        claimed.pop_front();
+    }
+    claimed.push_back(event.sequence_id);
+    Some(event)
+}
 
 impl Payer for TipPayer {
     async fn pay(&self, bot: PeerId, atoms: u64) -> Result<(), BoxError> {
-        let outcome = match self.0.tip(bot, atoms).await {
-            Ok(outcome) => outcome,
+        self.pay_traced(bot, atoms, self.position()).await.map(drop)
+    }
+
+    fn position(&self) -> u64 {
+        self.stream.position.load(Ordering::SeqCst)
+    }
+
+    async fn pay_traced(
+        &self,
+        bot: PeerId,
+        atoms: u64,
+        position: u64,
+    ) -> Result<Option<u64>, BoxError> {
+        let matoms = atoms
+            .checked_mul(MATOMS_PER_ATOM)
+            .and_then(|m| i64::try_from(m).ok())
+            .ok_or("tip too large")?;
+        // Subscribed before TipUser: the tip's outcome cannot be missed.
+        let mut events = self.host.subscribe_tip_progress();
+        match self.host.tip(bot, atoms).await {
             // Refused by the client, or never sent.
             Err(
                 e @ (ClientRpcError::Rpc { .. }
@@ -207,22 +354,32 @@ impl Payer for TipPayer {
                 tracing::warn!(error = %e, %bot, atoms, "tip outcome unknown");
                 return Err(PaymentUnconfirmed.into());
             }
-        };
-        match outcome {
-            TipOutcome::Paid { .. } => Ok(()),
-            TipOutcome::Failed { error, .. } => Err(format!("tip failed: {error}").into()),
-            // The tip may still be paid: the spend log keeps it pending until its
-            // outcome arrives (see `settle_late_tips`).
-            _ => Err(PaymentUnconfirmed.into()),
+            // Whatever the host matched, the outcome this payment takes is decided
+            // here, from the events seen since it was sent.
+            Ok(_) => {}
+        }
+        match claim_outcome(&mut events, &self.stream.claimed, bot, matoms, position) {
+            Some(event) if event.completed => Ok(Some(event.sequence_id)),
+            Some(event) => Err(PaymentFailed {
+                id: event.sequence_id,
+                reason: format!("tip failed: {}", event.attempt_err),
+            }
+            .into()),
+            // No outcome yet, or only ones that cannot be this tip's: it may still be
+            // paid; the spend log keeps it pending until its outcome arrives (see
+            // `settle_late_tips`).
+            None => Err(PaymentUnconfirmed.into()),
         }
     }
 }
 
 /// Settles the spend log's unconfirmed payments from the tip outcomes that arrive
 /// after the bridge stopped waiting for them (also those redelivered after a restart),
-/// until the host closes. An outcome is acknowledged to the client before it is
+/// until the host closes, by the spend log's attribution rule
+/// ([`SpendLog::resolve_outcome`]): a replayed outcome or one of a tip sent before the
+/// payment settles nothing. An outcome is acknowledged to the client before it is
 /// recorded here: one lost in between (a crash, a lagging receiver) leaves its payment
-/// pending, counted against the daily cap for its 24 hours, never undercounted.
+/// pending, counted against the daily cap until `spend resolve`, never undercounted.
 async fn settle_late_tips(bridge: Bridge, mut events: broadcast::Receiver<TipProgressEvent>) {
     loop {
         let event = match events.recv().await {
@@ -236,32 +393,45 @@ async fn settle_late_tips(bridge: Bridge, mut events: broadcast::Receiver<TipPro
             }
             Err(broadcast::error::RecvError::Closed) => return,
         };
-        // The bridge tips whole atoms.
-        let Some(atoms) = u64::try_from(event.amount_matoms)
-            .ok()
-            .filter(|m| m % MATOMS_PER_ATOM == 0)
-            .map(|m| m / MATOMS_PER_ATOM)
-        else {
+        let Some(outcome) = late_outcome(&event) else {
             continue;
         };
-        let outcome = if event.completed {
-            Ok(())
-        } else if event.attempt_err.is_empty() {
-            Err("tip failed")
-        } else {
-            Err(event.attempt_err.as_str())
-        };
-        match bridge.resolve_spend(&event.uid, atoms, outcome) {
-            Ok(true) => {
-                tracing::info!(bot = %event.uid, atoms, paid = event.completed, "late tip outcome recorded")
+        match bridge.resolve_spend(&outcome) {
+            Ok(Resolution::Settled(id)) => {
+                tracing::info!(id, bot = %event.uid, atoms = outcome.atoms, paid = event.completed, "late tip outcome recorded");
+            }
+            Ok(Resolution::Replay) => {
+                tracing::debug!(outcome = event.sequence_id, "replayed tip outcome ignored");
             }
             // A tip sent by hand, or by another program on the same client.
-            Ok(false) => {
-                tracing::debug!(bot = %event.uid, atoms, "tip outcome matches no unconfirmed payment");
+            Ok(Resolution::NotOurs) => {
+                tracing::debug!(bot = %event.uid, atoms = outcome.atoms, "tip outcome matches no unconfirmed payment");
             }
             Err(e) => tracing::warn!(error = %e, "late tip outcome not recorded"),
         }
     }
+}
+
+/// A terminal TipProgress event as a spend-log outcome; `None` for an amount the
+/// bridge never tips (not whole atoms).
+fn late_outcome(event: &TipProgressEvent) -> Option<TipOutcomeEvent<'_>> {
+    let atoms = u64::try_from(event.amount_matoms)
+        .ok()
+        .filter(|m| m % MATOMS_PER_ATOM == 0)
+        .map(|m| m / MATOMS_PER_ATOM)?;
+    let outcome = if event.completed {
+        Ok(())
+    } else if event.attempt_err.is_empty() {
+        Err("tip failed")
+    } else {
+        Err(event.attempt_err.as_str())
+    };
+    Some(TipOutcomeEvent {
+        id: event.sequence_id,
+        bot: event.uid,
+        atoms,
+        outcome,
+    })
 }
 
 /// Connects to the client and builds the bridge on it.
@@ -284,10 +454,11 @@ pub(crate) async fn start_bridge(
     let streams = Streams::new(FileAckStore::open(datadir)?).pms(router.clone());
     // Before connecting: the stream redelivers unacknowledged outcomes at once.
     let late_tips = host.subscribe_unclaimed_tip_results();
+    let payer = TipPayer::new(host.clone());
     super::serve::connect(&host, streams).await?;
     let mut config = Config::new(datadir).with_listen(listen);
     config.allow_remote = allow_remote;
-    let bridge = Bridge::new(config, router, TipPayer(host.clone()))?;
+    let bridge = Bridge::new(config, router, payer)?;
     tokio::spawn(settle_late_tips(bridge.clone(), late_tips));
     Ok((bridge, host))
 }
@@ -457,6 +628,88 @@ mod tests {
     use crate::bridge::SpendEntry;
     use crate::devnet::{Devnet, NodeInfo};
     use crate::server::{Harness, ServeConfig};
+
+    fn terminal(id: u64, bot: PeerId, matoms: i64, completed: bool) -> TipProgressEvent {
+        serde_json::from_value(serde_json::json!({
+            "sequenceId": id.to_string(),
+            "uid": base64_uid(bot),
+            "amountMatoms": matoms.to_string(),
+            "completed": completed,
+            "attempt": 1,
+            "attemptErr": if completed { "" } else { "no route" },
+        }))
+        .unwrap()
+    }
+
+    fn base64_uid(bot: PeerId) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(bot.as_bytes())
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: BridgeArgs,
+    }
+
+    fn command(dir: &Path, words: &[&str]) -> Result<ExitCode, CliError> {
+        use clap::Parser;
+        let datadir = dir.to_str().unwrap();
+        let argv = ["brmcp-bridge", "--datadir", datadir]
+            .into_iter()
+            .chain(words.iter().copied());
+        run(Command::try_parse_from(argv)
+            .map_err(|e| CliError(e.to_string()))?
+            .args)
+    }
+
+    #[test]
+    fn spend_resolve_settles_a_pending_payment_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let bot = PeerId::from_bytes([1; 32]);
+        let log = SpendLog::open(dir.path(), now()).unwrap();
+        let id = log
+            .reserve(now(), &bot, "t", 700, 1000, 0)
+            .unwrap()
+            .unwrap();
+        log.unconfirm(id).unwrap();
+        assert_eq!(log.spent_today(now()).unwrap(), 700);
+        let id_arg = id.to_string();
+        assert!(command(dir.path(), &["spend", "resolve", &id_arg, "maybe"]).is_err());
+        command(dir.path(), &["spend", "resolve", &id_arg, "failed"]).unwrap();
+        assert_eq!(log.spent_today(now()).unwrap(), 0, "its budget is free");
+        assert_eq!(log.entries().unwrap()[0].status, SpendStatus::Failed);
+        let again = command(dir.path(), &["spend", "resolve", &id_arg, "paid"]).unwrap_err();
+        assert!(again.0.contains("no pending payment"), "{again:?}");
+        assert_eq!(log.entries().unwrap()[0].status, SpendStatus::Failed);
+    }
+
+    #[test]
+    fn a_tip_takes_only_an_outcome_that_can_be_its_own() {
+        let (tx, mut rx) = broadcast::channel(16);
+        let claimed = Mutex::new(VecDeque::new());
+        let (bot, other) = (PeerId::from_bytes([1; 32]), PeerId::from_bytes([2; 32]));
+        // Replayed from before the tip was sent (at position 100), another bot's, another
+        // amount, a retrying attempt: none of them is this tip's outcome.
+        tx.send(terminal(90, bot, 5000, true)).unwrap();
+        tx.send(terminal(110, other, 5000, true)).unwrap();
+        tx.send(terminal(111, bot, 6000, true)).unwrap();
+        let mut retrying = terminal(112, bot, 5000, false);
+        retrying.will_retry = true;
+        tx.send(retrying).unwrap();
+        assert_eq!(claim_outcome(&mut rx, &claimed, bot, 5000, 100), None);
+        // Two tips of one amount in flight: each takes its own outcome, once.
+        tx.send(terminal(130, bot, 5000, false)).unwrap();
+        tx.send(terminal(120, bot, 5000, true)).unwrap();
+        let mut second = tx.subscribe();
+        let first = claim_outcome(&mut rx, &claimed, bot, 5000, 100).unwrap();
+        assert_eq!((first.sequence_id, first.completed), (120, true));
+        tx.send(terminal(120, bot, 5000, true)).unwrap();
+        tx.send(terminal(130, bot, 5000, false)).unwrap();
+        let next = claim_outcome(&mut second, &claimed, bot, 5000, 100).unwrap();
+        assert_eq!((next.sequence_id, next.completed), (130, false));
+        assert_eq!(claim_outcome(&mut rx, &claimed, bot, 5000, 100), None);
+    }
 
     /// A devnet with the example bot on alice and the CLI's bridge on bob, tipping
     /// through bob's clientrpc, and an agent connected to the bridge. The bridge waits

@@ -4,6 +4,8 @@
 //! remainder below one atom must not be lost; prices and everything on the wire are in
 //! whole atoms.
 
+use brmcp_adapters::protocol::PaymentRequired;
+
 /// Milliatoms in one atom. Bison Relay tips are counted in milliatoms.
 pub const MATOMS_PER_ATOM: u64 = 1000;
 
@@ -51,20 +53,18 @@ impl Shortfall {
         }
     }
 
-    /// The `payment_required` body for a call of `tool`: compact JSON, fields in the
-    /// order WIRE.md §10 fixes.
+    /// The `payment_required` body for a call of `tool`: the protocol's one writer
+    /// ([`PaymentRequired::to_json`]), payable by tip.
     ///
     /// The harness sends it as the only text content of an `isError` result.
     pub fn payment_required_json(&self, tool: &str) -> String {
-        // Written by hand: the field order is part of the contract, and a derive would
-        // tie it to struct layout and serde's map handling.
-        format!(
-            r#"{{"error":"payment_required","tool":{},"priceAtoms":{},"balanceAtoms":{},"shortfallAtoms":{},"acceptedRails":["tip"]}}"#,
-            serde_json::Value::from(tool),
+        PaymentRequired::tip(
+            tool,
             self.price_atoms,
             self.balance_atoms,
             self.shortfall_atoms,
         )
+        .to_json()
     }
 }
 

@@ -3,9 +3,22 @@
 //! stays `pending` and counts; a late tip event resolves it (`resolve_spend`), freeing
 //! the budget when it failed.
 
-use crate::common::{FORTUNE_PRICE, PayMode, agent, autopay, call, env};
-use brmcp::bridge::SpendStatus;
+use crate::common::{Env, FORTUNE_PRICE, PayMode, agent, autopay, call, env};
+use brmcp::adapters::PeerId;
+use brmcp::bridge::{Resolution, SpendStatus, TipOutcomeEvent};
 use serde_json::json;
+
+/// A late tip outcome with stream id `id`.
+fn late(env: &Env, id: u64, bot: PeerId, atoms: u64, outcome: Result<(), &str>) -> Resolution {
+    env.bridge
+        .resolve_spend(&TipOutcomeEvent {
+            id,
+            bot,
+            atoms,
+            outcome,
+        })
+        .unwrap()
+}
 
 fn last_text(r: &rmcp::model::CallToolResult) -> String {
     r.content
@@ -62,22 +75,24 @@ async fn unconfirmed_payment_stays_pending_until_resolved() {
         last_text(&r)
     );
     // The host learns the tip failed: wrong payee and amount do not match.
-    assert!(
-        !env.bridge
-            .resolve_spend(&env.bridge_id, FORTUNE_PRICE, Err("x"))
-            .unwrap()
+    let late_fail = |id, bot, atoms| late(&env, id, bot, atoms, Err("route expired"));
+    assert_eq!(
+        late_fail(1, env.bridge_id, FORTUNE_PRICE),
+        Resolution::NotOurs
     );
-    assert!(!env.bridge.resolve_spend(&env.bot_id, 1, Err("x")).unwrap());
-    assert!(
-        env.bridge
-            .resolve_spend(&env.bot_id, FORTUNE_PRICE, Err("route expired"))
-            .unwrap()
-    );
-    assert!(
-        !env.bridge
-            .resolve_spend(&env.bot_id, FORTUNE_PRICE, Ok(()))
-            .unwrap(),
+    assert_eq!(late_fail(2, env.bot_id, 1), Resolution::NotOurs);
+    assert!(matches!(
+        late_fail(3, env.bot_id, FORTUNE_PRICE),
+        Resolution::Settled(_)
+    ));
+    assert_eq!(
+        late(&env, 3, env.bot_id, FORTUNE_PRICE, Ok(())),
+        Resolution::Replay,
         "resolved once"
+    );
+    assert_eq!(
+        late(&env, 4, env.bot_id, FORTUNE_PRICE, Ok(())),
+        Resolution::NotOurs
     );
     let (entries, today) = env.bridge.spend_log().unwrap();
     assert_eq!(entries[0].status, SpendStatus::Failed);
@@ -110,11 +125,10 @@ async fn payer_reported_unconfirmed_stays_pending() {
     assert_eq!(entries[0].status, SpendStatus::Pending);
     assert_eq!(today, FORTUNE_PRICE, "it may yet be paid, so it counts");
     // The tip went through after all.
-    assert!(
-        env.bridge
-            .resolve_spend(&env.bot_id, FORTUNE_PRICE, Ok(()))
-            .unwrap()
-    );
+    assert!(matches!(
+        late(&env, 1, env.bot_id, FORTUNE_PRICE, Ok(())),
+        Resolution::Settled(_)
+    ));
     let (entries, today) = env.bridge.spend_log().unwrap();
     assert_eq!(entries[0].status, SpendStatus::Paid);
     assert_eq!(today, FORTUNE_PRICE);
