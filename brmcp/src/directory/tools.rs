@@ -37,7 +37,7 @@ fn tool_err(e: DirError) -> ToolError {
 
 /// Defines a tool whose handler gets the directory core.
 macro_rules! tool {
-    ($weak:expr, $name:expr, $desc:expr, $price:expr, |$core:ident, $call:ident, $input:ident: $ty:ty| $body:expr) => {{
+    ($weak:expr, $name:expr, $desc:expr, $price:expr, |$core:ident, $call:ident, $input:ident: $ty:ty| $body:block) => {{
         let weak: std::sync::Weak<Core> = $weak.clone();
         ToolSpec::new(
             $name,
