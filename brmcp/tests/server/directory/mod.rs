@@ -138,7 +138,7 @@ pub struct World {
     pub clock: ManualClock,
     pub provider: Provider,
     pub payer: FakePayer,
-    pub directory: Directory,
+    pub dir: Option<Directory>,
     pub dir_router: Router,
     pub data: tempfile::TempDir,
     pub tips: AtomicU64,
@@ -181,7 +181,7 @@ pub async fn world_with(mode: Mode) -> World {
         clock,
         provider,
         payer,
-        directory,
+        dir: Some(directory),
         dir_router,
         data,
         tips: AtomicU64::new(1),
@@ -195,6 +195,11 @@ pub async fn world() -> World {
 pub type Session = RunningService<RoleClient, ()>;
 
 impl World {
+    /// The running directory.
+    pub fn directory(&self) -> &Directory {
+        self.dir.as_ref().expect("a directory runs")
+    }
+
     /// A session from the provider (through its own router) to the directory.
     pub async fn as_provider(&self) -> Session {
         ().serve(self.provider.router.dial(uid(DIR)).unwrap())
@@ -212,7 +217,7 @@ impl World {
     /// The provider tips the directory.
     pub async fn tip(&self, atoms: u64) {
         let seq = self.tips.fetch_add(1, Ordering::SeqCst);
-        self.directory
+        self.directory()
             .harness()
             .record_tip(Tip {
                 seq,
@@ -224,7 +229,7 @@ impl World {
     }
 
     pub fn entry(&self) -> Entry {
-        self.directory.entry(&uid(PROVIDER)).unwrap()
+        self.directory().entry(&uid(PROVIDER)).unwrap()
     }
 
     /// Waits until the provider's registration reaches `state` (or has gone).
@@ -232,7 +237,7 @@ impl World {
         for _ in 0..1000 {
             let entry = self.entry();
             if entry.reg.as_ref().map(|r| r.state) == state {
-                self.directory.settle().await;
+                self.directory().settle().await;
                 return self.entry();
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -242,7 +247,7 @@ impl World {
 
     /// The directory's ledger balance of the provider, in atoms.
     pub async fn balance(&self) -> u64 {
-        self.directory
+        self.directory()
             .harness()
             .balance_matoms(uid(PROVIDER))
             .await

@@ -60,7 +60,7 @@ async fn registration_end_to_end() {
         1500,
         "fee 1000 and the 500 test left 1500"
     );
-    assert_eq!(w.directory.stats().unwrap().spend_atoms, 500);
+    assert_eq!(w.directory().stats().unwrap().spend_atoms, 500);
 
     let hits = ok(&consumer, "search", json!({"query": "paid"})).await;
     assert_eq!(
@@ -203,7 +203,7 @@ async fn a_failed_payment_refunds_the_escrow() {
         2000,
         "the 500 debit came back; the fee did not"
     );
-    assert_eq!(w.directory.stats().unwrap().spend_entries, 0);
+    assert_eq!(w.directory().stats().unwrap().spend_entries, 0);
     assert_eq!(w.provider.runs.load(Ordering::SeqCst), 0);
 }
 
@@ -316,7 +316,7 @@ async fn sweeps_expire_listings_and_recrawl_for_free() {
     approve(&admin).await;
     let before = w.entry().live.unwrap();
     w.clock.advance(Duration::from_secs(25 * 3600));
-    w.directory.sweep().await.unwrap();
+    w.directory().sweep().await.unwrap();
     let after = w.entry().live.unwrap();
     assert_eq!(
         after.catalog_checked_at,
@@ -334,7 +334,7 @@ async fn sweeps_expire_listings_and_recrawl_for_free() {
     );
 
     w.clock.advance(Duration::from_secs(30 * 86_400));
-    w.directory.sweep().await.unwrap();
+    w.directory().sweep().await.unwrap();
     assert_eq!(
         ok(&consumer, "search", json!({})).await,
         json!({"hits": [], "total": 0})
