@@ -189,15 +189,14 @@ impl Directory {
         }
     }
 
-    /// Starts serving through `sender`, settles test payments a dead process left
-    /// unresolved, resumes every registration where it stopped and starts the sweep.
-    /// Returns the router (hand it the host's PMs through [`harness`](Self::harness)).
+    /// Starts serving through `sender` and starts the sweep. Returns the router: hand it
+    /// the host's PMs (through [`harness`](Self::harness)), then call
+    /// [`resume`](Self::resume).
     ///
     /// # Errors
     /// [`BuildError`].
-    pub async fn start(&self, sender: impl PmSender) -> Result<Router, BuildError> {
+    pub fn start(&self, sender: impl PmSender) -> Result<Router, BuildError> {
         let router = self.core.harness().start(sender)?;
-        self.core.clone().resume().await?;
         let weak = Arc::downgrade(&self.core);
         let mut shutdown = self.core.shutdown.subscribe();
         tokio::spawn(async move {
@@ -213,6 +212,16 @@ impl Directory {
             }
         });
         Ok(router)
+    }
+
+    /// Settles the test payments a dead process left unresolved and resumes every
+    /// registration where it stopped. Call it once the router receives the host's
+    /// PMs: resumed pipelines dial providers at once.
+    ///
+    /// # Errors
+    /// [`DirError`].
+    pub async fn resume(&self) -> Result<(), DirError> {
+        self.core.clone().resume().await
     }
 
     /// The serving harness (for the host's PMs and tips).

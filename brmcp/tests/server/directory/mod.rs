@@ -4,6 +4,7 @@
 //! signature rules. One directory, one provider with a free `echo` and a 500-atom
 //! `paid_echo`, a consumer and an operator; a fake payer tips the provider's harness.
 
+mod crash;
 mod pipeline;
 mod restart;
 
@@ -158,8 +159,9 @@ pub async fn start_directory(
         .self_uid(uid(DIR))
         .build()
         .unwrap();
-    let router = directory.start(fabric.sender(uid(DIR))).await.unwrap();
+    let router = directory.start(fabric.sender(uid(DIR))).unwrap();
     fabric.attach(uid(DIR), &router);
+    directory.resume().await.unwrap();
     (directory, router)
 }
 
