@@ -143,3 +143,56 @@ async fn a_debit_whose_tip_was_never_sent_is_refunded_at_restart() {
     );
     assert_eq!(w.provider.runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fee_debited_before_a_crash_is_not_charged_again() {
+    use brmcp::adapters::wire::UnixTime;
+    use brmcp::server::{ArgsHash, Billing, CallKey, CallRequest, Charge, Keyed, Ledger};
+
+    let mut w = world().await;
+    let provider = w.as_provider().await;
+    ok(&provider, "register", registration(2000)).await;
+    drop(provider);
+    let old = w.dir.take().unwrap();
+    old.close().await;
+    drop(old);
+    // What a crash between the fee debit and the state change leaves: the tips
+    // credited, the fee debited under the registration's key, the state unchanged.
+    let fund_key = Store::open(w.data.path())
+        .unwrap()
+        .get(&provider_uid())
+        .unwrap()
+        .fund_key;
+    {
+        let ledger = Ledger::open(w.data.path(), UnixTime(T0 as i64))
+            .unwrap()
+            .ledger;
+        let tip = Tip {
+            seq: 99,
+            caller: uid(PROVIDER),
+            matoms: 3_000_000,
+        };
+        ledger.record_tip(&tip, true, UnixTime(T0 as i64)).unwrap();
+        let key = CallKey::new(&fund_key).unwrap();
+        let request = CallRequest {
+            caller: uid(PROVIDER),
+            tool: brmcp::directory::FEE_TOOL,
+            price_atoms: 1000,
+            keyed: Some(Keyed {
+                key: &key,
+                args: ArgsHash::of_arguments(None),
+            }),
+        };
+        let Charge::Run(id) = ledger.charge(&request, UnixTime(T0 as i64)).unwrap() else {
+            panic!("the fee debit runs")
+        };
+        ledger.complete(id, "{}", UnixTime(T0 as i64)).unwrap();
+    }
+    let payer = w.payer.clone();
+    let (directory, router) = start_directory(&w.fabric, &w.clock, w.data.path(), payer).await;
+    w.dir = Some(directory);
+    w.dir_router = router;
+    let entry = w.wait_reg(Some(State::PendingReview)).await;
+    assert_eq!(entry.reg.unwrap().test_err, "");
+    assert_eq!(w.balance().await, 1500, "one fee, one test payment");
+}
