@@ -32,12 +32,35 @@ pub const RESULT_TEXT_MAX: usize = 512;
 pub const CLIENT_VERSION: &str = "0.1.0";
 
 /// A boxed payment future.
-pub type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
+pub type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PayError>> + Send + 'a>>;
+
+/// Why a payment did not confirm.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PayError {
+    /// It definitively failed: nothing was paid (the directory gives the escrow back).
+    Failed(BoxError),
+    /// Its outcome is unknown: it may still land (the directory never refunds it).
+    Unconfirmed,
+}
+
+impl std::fmt::Display for PayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed(e) => write!(f, "{e}"),
+            Self::Unconfirmed => f.write_str(UNCONFIRMED),
+        }
+    }
+}
+
+impl std::error::Error for PayError {}
+
+/// The reference's text for a payment whose outcome is unknown.
+pub(crate) const UNCONFIRMED: &str = "tip not confirmed in time; the attempt keeps running in the background and still credits the payee";
 
 /// How the directory pays providers: a tip to `payee`. Resolves `Ok` once the payment
-/// is confirmed; an `Err` is a definitive failure (nothing was paid). The directory
-/// treats a payment still unresolved after [`PAY_WAIT`] as ambiguous (it may still
-/// land) and never refunds it.
+/// is confirmed, [`PayError::Failed`] when nothing was paid, [`PayError::Unconfirmed`]
+/// when it may still land. A payment unresolved after [`PAY_WAIT`] is unconfirmed.
 pub trait Payer: Send + Sync + 'static {
     /// Pays `atoms` to `payee`.
     fn pay(&self, payee: PeerId, atoms: u64) -> PayFuture<'_>;

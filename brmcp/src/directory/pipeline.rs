@@ -18,7 +18,9 @@ use brmcp_adapters::PeerId;
 use brmcp_adapters::protocol::PaymentRequired;
 use rmcp::model::JsonObject;
 
-use super::client::{self, Answer, CREDIT_POLL_DELAY, CREDIT_POLL_TRIES, PAY_WAIT};
+use super::client::{
+    self, Answer, CREDIT_POLL_DELAY, CREDIT_POLL_TRIES, PAY_WAIT, PayError, UNCONFIRMED,
+};
 use super::money::{self, Debit, ESCROW_TOOL, FEE_TOOL};
 use super::service::{Core, promote};
 use super::store::{DirError, SpendState};
@@ -295,17 +297,19 @@ impl Core {
         let amount = u64::try_from(atoms).unwrap_or(0);
         let mut shutdown = self.shutdown.subscribe();
         let outcome = tokio::select! {
-            r = tokio::time::timeout(PAY_WAIT, self.payer.pay(payee, amount)) => r.ok(),
-            _ = shutdown.wait_for(|s| *s) => None,
+            r = tokio::time::timeout(PAY_WAIT, self.payer.pay(payee, amount)) => {
+                r.unwrap_or(Err(PayError::Unconfirmed))
+            }
+            _ = shutdown.wait_for(|s| *s) => Err(PayError::Unconfirmed),
         };
         match outcome {
-            Some(Ok(())) => {
+            Ok(()) => {
                 self.store
                     .set_spend(spend, SpendState::Paid, None, Some((&key, fund_key)))
                     .map_err(store_err)?;
                 Ok(())
             }
-            Some(Err(e)) => {
+            Err(PayError::Failed(e)) => {
                 self.store
                     .set_spend(spend, SpendState::Refunding, None, None)
                     .map_err(store_err)?;
@@ -315,11 +319,11 @@ impl Core {
                 self.store.delete_spend(spend).map_err(store_err)?;
                 Err(format!("payment: {e}"))
             }
-            None => {
+            Err(PayError::Unconfirmed) => {
                 self.store
                     .set_spend(spend, SpendState::Ambiguous, None, Some((&key, fund_key)))
                     .map_err(store_err)?;
-                Err("payment: tip not confirmed in time; the attempt keeps running in the background and still credits the payee".to_owned())
+                Err(format!("payment: {UNCONFIRMED}"))
             }
         }
     }

@@ -14,7 +14,7 @@ use super::money;
 use super::snapshot::{KeyError, Signer};
 use super::store::{DirError, Store, Stored, Table, refuse};
 use super::types::{Entry, Listing, Outcome, State, StatsOut, StatusOut};
-use crate::server::{Clock, Harness, HarnessError, SystemClock};
+use crate::server::{AutoReply, Clock, Harness, HarnessError, SystemClock};
 
 /// How often the maintenance sweep runs (expiry, free recrawls, funding checks).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
@@ -55,6 +55,7 @@ pub struct DirectoryBuilder {
     clock: Arc<dyn Clock>,
     payer: Option<Arc<dyn Payer>>,
     self_uid: Option<PeerId>,
+    auto_reply: Option<AutoReply>,
 }
 
 impl std::fmt::Debug for DirectoryBuilder {
@@ -106,6 +107,12 @@ impl DirectoryBuilder {
         self
     }
 
+    /// Answers plain chat, at most once per sender per interval.
+    pub fn auto_reply(mut self, reply: AutoReply) -> Self {
+        self.auto_reply = Some(reply);
+        self
+    }
+
     /// Opens the store and the harness ledger and builds the tools.
     ///
     /// # Errors
@@ -126,7 +133,7 @@ impl DirectoryBuilder {
             data_dir: dir.clone(),
             clock: self.clock.clone(),
             payer,
-            self_uid: self.self_uid,
+            self_uid: self.self_uid.map(OnceLock::from).unwrap_or_default(),
             harness: OnceLock::new(),
             lock: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(HashSet::new()),
@@ -151,6 +158,9 @@ impl DirectoryBuilder {
                     tokio::spawn(async move { core.poke_funding(event.caller).await });
                 }
             });
+        if let Some(reply) = self.auto_reply {
+            builder = builder.auto_reply(reply);
+        }
         for tool in super::tools::public(&core)
             .into_iter()
             .chain(super::admin::tools(&core))
@@ -186,6 +196,7 @@ impl Directory {
             clock: Arc::new(SystemClock),
             payer: None,
             self_uid: None,
+            auto_reply: None,
         }
     }
 
@@ -224,9 +235,20 @@ impl Directory {
         self.core.clone().resume().await
     }
 
+    /// Sets the directory's own uid (known once the host is connected); a second call
+    /// changes nothing.
+    pub fn set_self_uid(&self, uid: PeerId) {
+        let _ = self.core.self_uid.set(uid);
+    }
+
     /// The serving harness (for the host's PMs and tips).
     pub fn harness(&self) -> &Harness {
         self.core.harness()
+    }
+
+    /// The snapshot public key, 64 hex characters (`policy.pubKey`).
+    pub fn public_key(&self) -> String {
+        self.core.signer.public_hex()
     }
 
     /// The policy in force (defaults applied).
@@ -281,7 +303,8 @@ pub(crate) struct Core {
     pub(crate) data_dir: PathBuf,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) payer: Arc<dyn Payer>,
-    pub(crate) self_uid: Option<PeerId>,
+    /// The directory's own uid, once known: it refuses to list itself.
+    pub(crate) self_uid: OnceLock<PeerId>,
     harness: OnceLock<Harness>,
     /// The index lock: registration, funding and review decisions take it.
     pub(crate) lock: tokio::sync::Mutex<()>,

@@ -188,7 +188,7 @@ async fn register(
     input: RegisterIn,
 ) -> Result<CallToolResult, ToolError> {
     let caller = call.caller();
-    if core.self_uid == Some(caller) {
+    if core.self_uid.get() == Some(&caller) {
         return Err(ToolError::new("the directory cannot list itself"));
     }
     input

@@ -54,7 +54,7 @@ impl Payer for SlowPayer {
                     matoms: atoms * 1000,
                 })
                 .await
-                .map_err(|e| BoxError::from(e.to_string()))?;
+                .map_err(|e| PayError::Failed(BoxError::from(e.to_string())))?;
             assert_eq!(payee, uid(PROVIDER));
             tokio::time::sleep(Duration::from_millis(random() % 15)).await;
             Ok(())

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{BoxError, PeerId, Router, RouterConfig};
-use brmcp::directory::{Directory, Entry, PayFuture, Payer, Policy, State};
+use brmcp::directory::{Directory, Entry, PayError, PayFuture, Payer, Policy, State};
 use brmcp::server::{Harness, ManualClock, Tip, ToolSpec};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -74,7 +74,7 @@ impl Payer for FakePayer {
             match self.mode {
                 Mode::Pay => {}
                 Mode::Hang => std::future::pending::<()>().await,
-                Mode::Fail => return Err(BoxError::from("rail down")),
+                Mode::Fail => return Err(PayError::Failed(BoxError::from("rail down"))),
             }
             let seq = self.seq.fetch_add(1, Ordering::SeqCst);
             self.provider
@@ -84,7 +84,7 @@ impl Payer for FakePayer {
                     matoms: atoms * 1000,
                 })
                 .await
-                .map_err(|e| BoxError::from(e.to_string()))?;
+                .map_err(|e| PayError::Failed(BoxError::from(e.to_string())))?;
             Ok(())
         })
     }
@@ -156,7 +156,6 @@ pub async fn start_directory(
         .policy(policy())
         .clock(clock.clone())
         .payer(payer)
-        .self_uid(uid(DIR))
         .build()
         .unwrap();
     let router = directory.start(fabric.sender(uid(DIR))).unwrap();
