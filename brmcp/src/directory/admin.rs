@@ -25,6 +25,11 @@ pub const ADMIN_TOOLS: &[&str] = &[
     "unlist",
     "flag",
     "stats",
+    "leads",
+    "pursue_lead",
+    "add_peer",
+    "remove_peer",
+    "verify_peer",
 ];
 
 /// The audit log's file name in the data directory: one JSON object per line.
@@ -34,7 +39,7 @@ fn tool_err(e: DirError) -> ToolError {
     ToolError::new(e.to_string())
 }
 
-fn check(core: &Core, call: &CallContext) -> Result<PeerId, ToolError> {
+pub(crate) fn check(core: &Core, call: &CallContext) -> Result<PeerId, ToolError> {
     let caller = call.caller();
     if core.policy.admins().contains(&caller) {
         Ok(caller)
@@ -44,7 +49,7 @@ fn check(core: &Core, call: &CallContext) -> Result<PeerId, ToolError> {
 }
 
 /// Appends one audit line (best effort, as the reference does).
-fn audit(core: &Core, actor: PeerId, action: &str, args: &impl Serialize) {
+pub(crate) fn audit(core: &Core, actor: PeerId, action: &str, args: &impl Serialize) {
     let line = serde_json::json!({
         "ts": core.now(),
         "actor": actor.to_string(),

@@ -101,14 +101,19 @@ pub(crate) async fn crawl(
     serde_json::to_value(page.tools).map_err(|e| format!("list tools: {e}"))
 }
 
-/// The text content of a result, joined with `\n` and cut to [`RESULT_TEXT_MAX`] bytes.
-pub(crate) fn result_text(result: &CallToolResult) -> String {
-    let text = result
+/// Every text content of a result, joined with `\n`.
+pub(crate) fn result_text_whole(result: &CallToolResult) -> String {
+    result
         .content
         .iter()
         .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
         .collect::<Vec<_>>()
-        .join("\n");
+        .join("\n")
+}
+
+/// The text content of a result, joined with `\n` and cut to [`RESULT_TEXT_MAX`] bytes.
+pub(crate) fn result_text(result: &CallToolResult) -> String {
+    let text = result_text_whole(result);
     let mut end = text.len().min(RESULT_TEXT_MAX);
     while !text.is_char_boundary(end) {
         end -= 1;

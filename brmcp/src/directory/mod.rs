@@ -20,8 +20,10 @@
 mod admin;
 mod client;
 mod config;
+mod federation;
 mod money;
 mod pipeline;
+mod registrant;
 mod search;
 mod service;
 mod snapshot;
@@ -38,7 +40,15 @@ pub use config::{
     DEFAULT_EXPIRY_DAYS, DEFAULT_LISTING_FEE_ATOMS, DEFAULT_NAME, DEFAULT_RECRAWL_HOURS,
     DEFAULT_SNAPSHOT_PRICE_ATOMS, DEFAULT_TEST_BUDGET_MAX_ATOMS, POLICY_FILE, Policy, PolicyError,
 };
+pub use federation::{
+    AWAITING_KX, AddPeerIn, IntroduceFuture, Introducer, InviteIn, InviteOut, Lead, LeadState,
+    PEER_SNAPSHOT_BUDGET_FACTOR, Peer,
+};
 pub use money::{ESCROW_TOOL, FEE_TOOL};
+pub use registrant::{
+    AutoFund, DEFAULT_REGISTRANT_NAME, FUND_HISTORY_FILE, FUND_WINDOW, Notify, RENEW_AHEAD,
+    Registrant, RegistrantConfig,
+};
 pub use search::{SEARCH_HIT_CAP, SearchHit, SearchIn, SearchOut, search};
 pub use service::{BUSY_NOTE, BuildError, Directory, DirectoryBuilder, SWEEP_INTERVAL};
 pub use snapshot::{

@@ -25,6 +25,7 @@ use super::money::{self, Debit, ESCROW_TOOL, FEE_TOOL};
 use super::service::{Core, promote};
 use super::store::{DirError, SpendState};
 use super::types::{Outcome, State};
+use crate::server::CallId;
 
 /// The refund reason of a test payment that definitively failed.
 const PAYMENT_FAILED: &str = "directory: test payment failed";
@@ -152,7 +153,7 @@ impl Core {
                             reg.test.args.as_ref(),
                             &reg.call_key,
                             remaining,
-                            &fund_key,
+                            Some(&fund_key),
                         )
                         .await;
                     let (outcome, err, latency) = match &tested {
@@ -198,16 +199,17 @@ impl Core {
     }
 
     /// One logical paid call: every attempt carries `call_key`; at most one payment,
-    /// of the quoted shortfall, if it is within `max_atoms`, debited from the
-    /// provider's escrow first.
-    async fn paid_call(
+    /// of the quoted shortfall, if it is within `max_atoms`; with `escrow` (the
+    /// registration's fund key) debited from the provider's balance first, else paid
+    /// from the directory's own wallet.
+    pub(crate) async fn paid_call(
         &self,
         uid: PeerId,
         tool: &str,
         args: Option<&JsonObject>,
         call_key: &str,
         max_atoms: i64,
-        fund_key: &str,
+        escrow: Option<&str>,
     ) -> Result<Answer, String> {
         let router = self
             .harness()
@@ -254,7 +256,7 @@ impl Core {
                 Ok(amount) => amount,
                 Err(e) => break Err(e),
             };
-            if let Err(e) = self.pay(uid, tool, amount, fund_key).await {
+            if let Err(e) = self.pay(uid, tool, amount, escrow).await {
                 break Err(e);
             }
             paid = true;
@@ -263,8 +265,15 @@ impl Core {
         answer
     }
 
-    /// One test payment out of the provider's escrow (see the module's crash rules).
-    async fn pay(&self, uid: PeerId, tool: &str, atoms: i64, fund_key: &str) -> Result<(), String> {
+    /// One payment, recorded before money moves: with `escrow`, out of the provider's
+    /// balance (see the module's crash rules), else from the directory's wallet.
+    async fn pay(
+        &self,
+        uid: PeerId,
+        tool: &str,
+        atoms: i64,
+        escrow: Option<&str>,
+    ) -> Result<(), String> {
         let harness = self.harness();
         let key = uid.to_string();
         let debit_key = money::new_key().map_err(|e| e.to_string())?;
@@ -273,39 +282,36 @@ impl Core {
             .store
             .launch_spend(self.now(), &key, tool, atoms, &debit_key)
             .map_err(store_err)?;
-        let call = match money::debit(
-            harness,
-            uid,
-            ESCROW_TOOL,
-            atoms,
-            &debit_key,
-            self.clock.unix(),
-        )
-        .await
-        {
-            Ok(Debit::Done(call)) => call,
-            Ok(Debit::Short) => {
-                self.store.delete_spend(spend).map_err(store_err)?;
-                return Err("escrow debit: insufficient balance".to_owned());
+        let call = match escrow {
+            None => None,
+            Some(_) => {
+                let now = self.clock.unix();
+                match money::debit(harness, uid, ESCROW_TOOL, atoms, &debit_key, now).await {
+                    Ok(Debit::Done(call)) => Some(call),
+                    Ok(Debit::Short) => {
+                        self.store.delete_spend(spend).map_err(store_err)?;
+                        return Err("escrow debit: insufficient balance".to_owned());
+                    }
+                    Err(e) => return Err(format!("escrow debit: {e}")),
+                }
             }
-            Err(e) => return Err(format!("escrow debit: {e}")),
         };
         self.store
-            .set_spend(spend, SpendState::Paying, Some(call.get()), None)
+            .set_spend(spend, SpendState::Paying, call.map(CallId::get), None)
             .map_err(store_err)?;
-        let payee = uid;
         let amount = u64::try_from(atoms).unwrap_or(0);
         let mut shutdown = self.shutdown.subscribe();
         let outcome = tokio::select! {
-            r = tokio::time::timeout(PAY_WAIT, self.payer.pay(payee, amount)) => {
+            r = tokio::time::timeout(PAY_WAIT, self.payer.pay(uid, amount)) => {
                 r.unwrap_or(Err(PayError::Unconfirmed))
             }
             _ = shutdown.wait_for(|s| *s) => Err(PayError::Unconfirmed),
         };
+        let paid_into = escrow.map(|fund_key| (key.as_str(), fund_key));
         match outcome {
             Ok(()) => {
                 self.store
-                    .set_spend(spend, SpendState::Paid, None, Some((&key, fund_key)))
+                    .set_spend(spend, SpendState::Paid, None, paid_into)
                     .map_err(store_err)?;
                 Ok(())
             }
@@ -313,15 +319,17 @@ impl Core {
                 self.store
                     .set_spend(spend, SpendState::Refunding, None, None)
                     .map_err(store_err)?;
-                money::refund(harness, call, PAYMENT_FAILED, self.clock.unix())
-                    .await
-                    .map_err(store_err)?;
+                if let Some(call) = call {
+                    money::refund(harness, call, PAYMENT_FAILED, self.clock.unix())
+                        .await
+                        .map_err(store_err)?;
+                }
                 self.store.delete_spend(spend).map_err(store_err)?;
                 Err(format!("payment: {e}"))
             }
             Err(PayError::Unconfirmed) => {
                 self.store
-                    .set_spend(spend, SpendState::Ambiguous, None, Some((&key, fund_key)))
+                    .set_spend(spend, SpendState::Ambiguous, None, paid_into)
                     .map_err(store_err)?;
                 Err(format!("payment: {UNCONFIRMED}"))
             }
@@ -340,7 +348,7 @@ impl Core {
             match spend.state {
                 SpendState::Launched | SpendState::Refunding => {
                     let call = match spend.call_id {
-                        Some(id) => Some(crate::server::CallId::new(id)),
+                        Some(id) => Some(CallId::new(id)),
                         None => money::standing(harness, uid, &spend.debit_key).await?,
                     };
                     if let Some(call) = call {
@@ -350,11 +358,13 @@ impl Core {
                 }
                 SpendState::Paying => {
                     let stored = self.store.get(&spend.uid)?;
-                    let testing = stored
-                        .entry
-                        .reg
-                        .as_ref()
-                        .is_some_and(|r| r.state == State::Testing);
+                    // Only an escrowed payment (it has a debit) counts against a test.
+                    let testing = spend.call_id.is_some()
+                        && stored
+                            .entry
+                            .reg
+                            .as_ref()
+                            .is_some_and(|r| r.state == State::Testing);
                     let into = testing.then_some((spend.uid.as_str(), stored.fund_key.as_str()));
                     self.store
                         .set_spend(spend.id, SpendState::Ambiguous, None, into)?;

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::client::{CLIENT_VERSION, Payer};
 use super::config::Policy;
+use super::federation::Introducer;
 use super::money;
 use super::snapshot::{KeyError, Signer};
 use super::store::{DirError, Store, Stored, Table, refuse};
@@ -56,6 +57,7 @@ pub struct DirectoryBuilder {
     payer: Option<Arc<dyn Payer>>,
     self_uid: Option<PeerId>,
     auto_reply: Option<AutoReply>,
+    introducer: Option<Arc<dyn Introducer>>,
 }
 
 impl std::fmt::Debug for DirectoryBuilder {
@@ -107,6 +109,13 @@ impl DirectoryBuilder {
         self
     }
 
+    /// How `pursue_lead` asks a peer directory to introduce a provider whose invite
+    /// failed (default: none, and such a lead stays as it is).
+    pub fn introducer(mut self, introducer: impl Introducer) -> Self {
+        self.introducer = Some(Arc::new(introducer));
+        self
+    }
+
     /// Answers plain chat, at most once per sender per interval.
     pub fn auto_reply(mut self, reply: AutoReply) -> Self {
         self.auto_reply = Some(reply);
@@ -133,6 +142,7 @@ impl DirectoryBuilder {
             data_dir: dir.clone(),
             clock: self.clock.clone(),
             payer,
+            introducer: self.introducer,
             self_uid: self.self_uid.map(OnceLock::from).unwrap_or_default(),
             harness: OnceLock::new(),
             lock: tokio::sync::Mutex::new(()),
@@ -164,6 +174,7 @@ impl DirectoryBuilder {
         for tool in super::tools::public(&core)
             .into_iter()
             .chain(super::admin::tools(&core))
+            .chain(super::federation::tools(&core))
         {
             builder = builder.tool(tool);
         }
@@ -197,6 +208,7 @@ impl Directory {
             payer: None,
             self_uid: None,
             auto_reply: None,
+            introducer: None,
         }
     }
 
@@ -233,6 +245,12 @@ impl Directory {
     /// [`DirError`].
     pub async fn resume(&self) -> Result<(), DirError> {
         self.core.clone().resume().await
+    }
+
+    /// Tells the directory a key exchange with `uid` completed: a lead waiting for it
+    /// gets one invite.
+    pub async fn notify_kx(&self, uid: PeerId) {
+        self.core.notify_kx(uid).await;
     }
 
     /// Sets the directory's own uid (known once the host is connected); a second call
@@ -303,6 +321,7 @@ pub(crate) struct Core {
     pub(crate) data_dir: PathBuf,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) payer: Arc<dyn Payer>,
+    pub(crate) introducer: Option<Arc<dyn Introducer>>,
     /// The directory's own uid, once known: it refuses to list itself.
     pub(crate) self_uid: OnceLock<PeerId>,
     harness: OnceLock<Harness>,

@@ -351,6 +351,95 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
+    /// One row of a federation table.
+    ///
+    /// # Errors
+    /// [`DirError::Store`], [`DirError::Corrupt`].
+    pub fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+        uid: &str,
+    ) -> Result<Option<T>, DirError> {
+        let sql = format!(
+            "SELECT {} FROM {} WHERE uid = ?1",
+            table.column(),
+            table.name()
+        );
+        let json: Option<String> = self
+            .conn()
+            .query_row(&sql, [uid], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        json.map(|j| {
+            serde_json::from_str(&j).map_err(|e| DirError::Corrupt {
+                uid: uid.to_owned(),
+                message: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    /// Every row of a federation table, by uid.
+    ///
+    /// # Errors
+    /// [`DirError::Store`], [`DirError::Corrupt`].
+    pub fn list_json<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+    ) -> Result<Vec<(String, T)>, DirError> {
+        let sql = format!(
+            "SELECT uid, {} FROM {} ORDER BY uid",
+            table.column(),
+            table.name()
+        );
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&sql).map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (uid, json) = row.map_err(|e| self.sql(e))?;
+            let value = serde_json::from_str(&json).map_err(|e| DirError::Corrupt {
+                uid: uid.clone(),
+                message: e.to_string(),
+            })?;
+            out.push((uid, value));
+        }
+        Ok(out)
+    }
+
+    /// Writes (or, with `None`, deletes) one row of a federation table.
+    ///
+    /// # Errors
+    /// [`DirError::Store`].
+    pub fn put_json<T: serde::Serialize>(
+        &self,
+        table: Table,
+        uid: &str,
+        value: Option<&T>,
+    ) -> Result<(), DirError> {
+        let conn = self.conn();
+        let done = match value {
+            None => conn.execute(
+                &format!("DELETE FROM {} WHERE uid = ?1", table.name()),
+                [uid],
+            ),
+            Some(value) => {
+                let json = serde_json::to_string(value).expect("a row serializes");
+                conn.execute(
+                    &format!(
+                        "INSERT INTO {0} (uid, {1}) VALUES (?1, ?2) ON CONFLICT (uid) DO UPDATE SET {1} = ?2",
+                        table.name(),
+                        table.column()
+                    ),
+                    params![uid, json],
+                )
+            }
+        };
+        done.map(drop).map_err(|e| self.sql(e))
+    }
+
     fn lift(&self, e: ReadError) -> DirError {
         match e {
             ReadError::Sql(source) => self.sql(source),
@@ -366,6 +455,22 @@ pub enum Table {
     Leads,
     /// Curated peer directories.
     Peers,
+}
+
+impl Table {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Leads => "leads",
+            Self::Peers => "peers",
+        }
+    }
+
+    const fn column(self) -> &'static str {
+        match self {
+            Self::Leads => "lead",
+            Self::Peers => "peer",
+        }
+    }
 }
 
 enum ReadError {

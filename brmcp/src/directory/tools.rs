@@ -43,7 +43,7 @@ macro_rules! tool {
             $name,
             $desc,
             $price,
-            move |$call: CallContext, $input: $ty| {
+            move |$call: $crate::server::CallContext, $input: $ty| {
                 let weak = weak.clone();
                 async move {
                     let $core = Core::upgrade(&weak)?;
@@ -230,6 +230,7 @@ async fn register(
             .map_err(tool_err)?
     };
     if !busy {
+        core.convert_lead(&uid).map_err(tool_err)?;
         core.clone().poke_funding(caller).await;
     }
     let mut status = core.status_for(caller).await.map_err(tool_err)?;
