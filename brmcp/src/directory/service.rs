@@ -355,6 +355,9 @@ impl Core {
 
     /// The `statusFor` rules.
     pub(crate) async fn status_for(&self, uid: PeerId) -> Result<StatusOut, DirError> {
+        // Under the index lock: a funding check between its fee debit and its state
+        // change would show a balance short of the fee.
+        let _index = self.lock.lock().await;
         let stored = self.store.get(&uid.to_string())?;
         let balance = match &stored.entry.reg {
             Some(reg) if reg.state == State::AwaitingFunding => {
