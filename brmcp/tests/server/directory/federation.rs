@@ -15,6 +15,12 @@ use super::*;
 
 const DIR_B: u32 = 20;
 
+/// What a Registrant's notify saw: each status and error.
+type Notified = Arc<Mutex<Vec<(StatusOut, Option<String>)>>>;
+
+/// A provider with its Registrant: harness, router, registrant, test runs, notices.
+type ProviderParts = (Harness, Router, Registrant, Arc<AtomicUsize>, Notified);
+
 /// Tips from `from` land in the payee's harness.
 #[derive(Clone)]
 struct RoutingPayer {
@@ -66,7 +72,7 @@ struct Fed {
     provider_router: Router,
     registrant: Registrant,
     runs: Arc<AtomicUsize>,
-    notified: Arc<Mutex<Vec<(StatusOut, Option<String>)>>>,
+    notified: Notified,
     introducer: FakeIntroducer,
     _dirs: Vec<tempfile::TempDir>,
 }
@@ -124,13 +130,7 @@ fn provider_with(
     auto_fund: AutoFund,
     invite: bool,
     dirs: &mut Vec<tempfile::TempDir>,
-) -> (
-    Harness,
-    Router,
-    Registrant,
-    Arc<AtomicUsize>,
-    Arc<Mutex<Vec<(StatusOut, Option<String>)>>>,
-) {
+) -> ProviderParts {
     let data = tempfile::tempdir().unwrap();
     let notified = Arc::new(Mutex::new(Vec::new()));
     let seen = notified.clone();
