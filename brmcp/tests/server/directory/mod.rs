@@ -56,6 +56,9 @@ pub enum Mode {
     Hang,
     /// Fails definitively without paying.
     Fail,
+    /// Confirms without paying (a rail that lies, or a payee that keeps the tip and
+    /// still refuses).
+    Vanish,
 }
 
 /// A payer that credits the provider's harness directly.
@@ -76,6 +79,7 @@ impl Payer for FakePayer {
                 Mode::Pay => {}
                 Mode::Hang => std::future::pending::<()>().await,
                 Mode::Fail => return Err(PayError::Failed(BoxError::from("rail down"))),
+                Mode::Vanish => return Ok(()),
             }
             let seq = self.seq.fetch_add(1, Ordering::SeqCst);
             self.provider
@@ -236,7 +240,13 @@ impl World {
 
     /// Waits until the provider's registration reaches `state` (or has gone).
     pub async fn wait_reg(&self, state: Option<State>) -> Entry {
-        for _ in 0..1000 {
+        self.wait_reg_for(state, Duration::from_secs(10)).await
+    }
+
+    /// [`wait_reg`](Self::wait_reg) for up to `limit`.
+    pub async fn wait_reg_for(&self, state: Option<State>, limit: Duration) -> Entry {
+        let polls = limit.as_millis() / 10;
+        for _ in 0..polls {
             let entry = self.entry();
             if entry.reg.as_ref().map(|r| r.state) == state {
                 self.directory().settle().await;

@@ -366,3 +366,32 @@ async fn a_spot_check_renews_without_a_fee() {
     assert_eq!(w.provider.runs.load(Ordering::SeqCst), 2);
     assert_eq!(w.balance().await, 1500, "500 for the second test, no fee");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payee_that_keeps_refusing_after_payment_is_paid_once() {
+    let w = world_with(Mode::Vanish).await;
+    let provider = w.as_provider().await;
+    ok(&provider, "register", registration(2000)).await;
+    w.tip(3000).await;
+    // Six retries three seconds apart, then the test fails.
+    let entry = w
+        .wait_reg_for(Some(State::PendingReview), Duration::from_secs(40))
+        .await;
+    assert_eq!(
+        entry.reg.unwrap().test_err,
+        "payment made but the call still refuses; credit did not land"
+    );
+    assert_eq!(
+        w.payer.calls.load(Ordering::SeqCst),
+        1,
+        "one payment per call"
+    );
+    assert_eq!(w.provider.runs.load(Ordering::SeqCst), 0);
+    let stats = w.directory().stats().unwrap();
+    assert_eq!((stats.spend_entries, stats.spend_atoms), (1, 500));
+    assert_eq!(
+        w.balance().await,
+        1500,
+        "a confirmed payment is not refunded"
+    );
+}
