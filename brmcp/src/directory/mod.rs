@@ -16,6 +16,16 @@
 //! state change), the harness ledger (balances: tips credit them, the fee and each test
 //! payment debit them), [`POLICY_FILE`] and [`KEY_FILE`] (the snapshot signing key).
 //! Outputs are the Go JSON shapes, as the text content of each result.
+//!
+//! Federation: curated peers (`add_peer`) whose signed snapshots `verify_peer` turns
+//! into leads, never listings; `pursue_lead` invites a lead through its
+//! `listing_invite`, or asks an [`Introducer`] for a key exchange through the peer, and
+//! [`Directory::notify_kx`] sends one invite when that exchange completes. The provider
+//! side is a [`Registrant`]: it serves `listing_invite` and registers with directories
+//! within its [`AutoFund`] policy.
+//!
+//! The directory pays through a [`Payer`], which must tell a failed payment (nothing
+//! paid; the escrow is given back) from an unconfirmed one (it may land; never refunded).
 
 mod admin;
 mod client;
