@@ -26,13 +26,25 @@ use super::*;
 use crate::support::{child_dir, log_line, read_lines, spawn_child};
 
 /// Registrations per run: a first listing, then renewals.
-const ROUNDS: u64 = 20;
+const ROUNDS: u64 = 40;
 /// Kills per run.
 const KILLS: usize = 30;
 /// The one tip every start redelivers, in atoms: enough for every round.
 const TIP_ATOMS: u64 = 100_000;
 
-/// Random bytes' worth of u64, for kill delays and tip ids.
+/// Replays a run's kill delays.
+const SEED_ENV: &str = "BRMCP_DIRECTORY_CRASH_SEED";
+
+/// SplitMix64 over `state`, for the kill delays.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Random bytes' worth of u64, for the child's delays and tip ids.
 fn random() -> u64 {
     let mut b = [0u8; 8];
     getrandom::fill(&mut b).unwrap();
@@ -66,7 +78,12 @@ async fn child(dir: &Path) {
     let log = dir.join("log");
     let fabric = Fabric::new(random());
     let clock = ManualClock::at_unix(T0);
+    // Every crawl and test opens a fresh session, and sessions end only when idle
+    // (there is no close frame): room for every round of one generation.
+    let mut sessions = RouterConfig::server();
+    sessions.max_sessions_per_peer = 4 * ROUNDS as usize;
     let provider_harness = Harness::builder()
+        .router_config(sessions)
         .data_dir(dir.join("provider"))
         .clock(clock.clone())
         .allow(|_| true)
@@ -243,6 +260,11 @@ fn directory_crash_injection() {
         runtime.block_on(child(&dir));
         return;
     }
+    let mut seed = std::env::var(SEED_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(random);
+    eprintln!("directory crash: {SEED_ENV}={seed}");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let started = Instant::now();
@@ -250,8 +272,8 @@ fn directory_crash_injection() {
     loop {
         generation += 1;
         let mut process = spawn_child(module_path!(), "directory_crash_injection", dir.path(), &[]);
-        let deadline =
-            (kills < KILLS).then(|| Instant::now() + Duration::from_millis(10 + random() % 200));
+        let deadline = (kills < KILLS)
+            .then(|| Instant::now() + Duration::from_millis(10 + next(&mut seed) % 150));
         let status = loop {
             if let Some(status) = process.try_wait().unwrap() {
                 break Some(status);
