@@ -171,11 +171,14 @@ impl DirectoryBuilder {
         if let Some(reply) = self.auto_reply {
             builder = builder.auto_reply(reply);
         }
-        for tool in super::tools::public(&core)
+        let mut tools: Vec<_> = super::tools::public(&core)
             .into_iter()
             .chain(super::admin::tools(&core))
             .chain(super::federation::tools(&core))
-        {
+            .collect();
+        // `tools/list` by name, as the Go directory lists them.
+        tools.sort_by(|a, b| a.name().cmp(b.name()));
+        for tool in tools {
             builder = builder.tool(tool);
         }
         let harness = builder.build()?;

@@ -80,6 +80,33 @@ async fn registration_end_to_end() {
         .await
         .unwrap_err();
     assert!(refusal.to_string().contains("unknown tool"), "{refusal}");
+    let names: Vec<_> = listed.iter().map(|t| t.name.to_string()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "tools/list is ordered by name");
+    assert_eq!(
+        names,
+        [
+            "get_provider",
+            "get_snapshot",
+            "introduce",
+            "list_categories",
+            "my_status",
+            "policy",
+            "register",
+            "search"
+        ]
+    );
+    let snapshot = listed.iter().find(|t| t.name == "get_snapshot").unwrap();
+    assert_eq!(
+        serde_json::to_value(&snapshot.meta).unwrap(),
+        json!({"brmcp/priceAtoms": 50})
+    );
+    let register = listed.iter().find(|t| t.name == "register").unwrap();
+    assert_eq!(
+        register.input_schema.get("additionalProperties"),
+        Some(&json!(false))
+    );
     let admin_tools = admin.list_all_tools().await.unwrap();
     assert!(admin_tools.iter().any(|t| t.name == "approve"));
 
