@@ -18,6 +18,7 @@ use crate::server::{Clock, SystemClock};
 mod bridge;
 mod demo;
 mod devnet;
+mod directory;
 mod log;
 mod serve;
 mod wire;
@@ -37,6 +38,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Serve Bison Relay bots to local MCP agents (HTTP or stdio), paying them with tips.
     Bridge(bridge::BridgeArgs),
+    /// Run a verifying directory of tool providers (compatible with brmcpdir) over a
+    /// Bison Relay client.
+    Directory(directory::DirectoryArgs),
     /// Run a local Bison Relay simulator (relay and clients) until interrupted.
     Devnet(devnet::DevnetArgs),
     /// Show the whole thing working: a simulated network, a bot with a paid tool, a
@@ -65,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Wire(cmd) => wire::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Devnet(args) => devnet::run(args),
+        Command::Directory(args) => directory::run(args),
         Command::Bridge(args) => bridge::run(args),
         Command::Demo(args) => demo::run(args),
     };

@@ -287,6 +287,15 @@ pub(crate) async fn start_serving(
         );
     }
     harness.start(host.clone())?;
+    let streams = harness_streams(datadir, &harness)?;
+    connect(host, streams).await?;
+    Ok((harness, upstreams))
+}
+
+/// The streams that feed `harness` from a client: PMs through the data directory's PM
+/// journal (record, then ack), tips through the ledger (credit, then ack), and the data
+/// directory bound to the client's identity at every connect.
+pub(crate) fn harness_streams(datadir: &Path, harness: &Harness) -> Result<Streams, CliError> {
     let inbox = Arc::new(Inbox::open(datadir)?);
     let wake = Arc::new(Notify::new());
     let forwarder = harness.clone();
@@ -303,12 +312,10 @@ pub(crate) async fn start_serving(
         // The harness opened (and owns) it; this handle only marks cleared tips.
         ledger: Arc::new(Ledger::attach(datadir)?),
     };
-    let streams = Streams::new()
+    Ok(Streams::new()
         .pms(JournalHandler::new(inbox.clone(), wake))
         .tips(tips)
-        .identity(super::client_guard(inbox));
-    connect(host, streams).await?;
-    Ok((harness, upstreams))
+        .identity(super::client_guard(inbox)))
 }
 
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {

@@ -8,6 +8,7 @@ mod call_key;
 mod cancel;
 mod chat;
 mod crash;
+mod directory;
 mod duplicate_waits;
 mod dynamic_price;
 mod dynamic_tools;

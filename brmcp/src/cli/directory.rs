@@ -1,0 +1,111 @@
+//! `brmcp directory`: the verifying directory (`brmcp::directory`) on a running Bison
+//! Relay client, paying providers' test calls with tips.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use brmcp_adapters::PeerId;
+use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, TipOutcome};
+use clap::Args;
+
+use super::CliError;
+use super::serve::{connect, harness_streams, host_from, write_rpc_template};
+use crate::directory::{Directory, POLICY_FILE, PayError, PayFuture, Payer, Policy};
+use crate::server::AutoReply;
+
+/// The clientrpc connection file of a directory's data directory (bisonbotkit format).
+const RPC_CONFIG: &str = "brmcpdir.conf";
+
+/// The answer to plain chat.
+const HELP: &str = "This is a brmcp directory of verified MCP tool providers. Connect an MCP \
+                    agent with `brmcp bridge`, allow this bot, and call `search`, \
+                    `get_provider`, `register` or `policy`.";
+
+#[derive(Debug, Args)]
+pub(super) struct DirectoryArgs {
+    /// Data directory: brmcpdir.conf, brmcpdir.json, the directory's state, the ledger,
+    /// the snapshot key and the PM journal.
+    #[arg(long, value_name = "DIR")]
+    datadir: PathBuf,
+    /// The clientrpc connection file (default: <datadir>/brmcpdir.conf).
+    #[arg(long, value_name = "FILE")]
+    rpc_config: Option<PathBuf>,
+}
+
+pub(super) fn run(args: DirectoryArgs) -> Result<ExitCode, CliError> {
+    super::runtime()?.block_on(serve(&args.datadir, args.rpc_config))
+}
+
+/// Tips through the Bison Relay client, telling a refused or failed tip (nothing paid)
+/// from one whose outcome is unknown.
+struct HostPayer(ClientRpcHost);
+
+impl Payer for HostPayer {
+    fn pay(&self, payee: PeerId, atoms: u64) -> PayFuture<'_> {
+        Box::pin(async move {
+            match self.0.tip(payee, atoms).await {
+                Ok(TipOutcome::Paid { .. }) => Ok(()),
+                Ok(TipOutcome::Failed { error, .. }) => {
+                    Err(PayError::Failed(format!("tip failed: {error}").into()))
+                }
+                Err(
+                    e @ (ClientRpcError::Rpc { .. }
+                    | ClientRpcError::Config(_)
+                    | ClientRpcError::NoTipProgress),
+                ) => Err(PayError::Failed(format!("tip: {e}").into())),
+                Ok(_) | Err(_) => Err(PayError::Unconfirmed),
+            }
+        })
+    }
+}
+
+async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
+    std::fs::create_dir_all(datadir)
+        .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
+    let rpc_config = rpc_config.unwrap_or_else(|| datadir.join(RPC_CONFIG));
+    let wrote = write_rpc_template(&rpc_config)?;
+    let (policy, created) = Policy::load_or_create(datadir)?;
+    if created {
+        eprintln!(
+            "created {} - add operator uids to admin_uids",
+            datadir.join(POLICY_FILE).display()
+        );
+    }
+    if wrote {
+        eprintln!(
+            "edit the file(s) above, then run `brmcp directory --datadir {}` again",
+            datadir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if policy.admin_uids.is_empty() {
+        eprintln!("admin_uids is empty: the admin tools are unreachable");
+    }
+    let host = host_from(&rpc_config)?;
+    let directory = Directory::builder()
+        .data_dir(datadir)
+        .policy(policy)
+        .payer(HostPayer(host.clone()))
+        .auto_reply(AutoReply::new(HELP))
+        .build()?;
+    directory.start(host.clone())?;
+    let streams = harness_streams(datadir, directory.harness())?;
+    connect(&host, streams).await?;
+    let me = host.public_identity().await?;
+    if let Some(uid) = me.peer_id() {
+        directory.set_self_uid(uid);
+    }
+    directory.resume().await?;
+    let uid = me.peer_id().map_or_else(|| "?".into(), |p| p.to_string());
+    eprintln!(
+        "directory {} serving as {uid} ({}); snapshot key {}; Ctrl-C stops",
+        directory.policy().name,
+        me.nick,
+        &directory.public_key()[..16],
+    );
+    super::wait_for_interrupt().await;
+    eprintln!("stopping");
+    directory.close().await;
+    host.close();
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,193 @@
+//! The directory as an MCP client: it dials providers over the harness's router to
+//! read their catalog and to make paid calls, paying through a [`Payer`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::{BoxError, PeerId, Router};
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    JsonObject, RequestMetaObject,
+};
+use rmcp::service::{RoleClient, RunningService};
+
+/// How long opening a session (`initialize`) may take.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a `tools/list` may take.
+pub const CRAWL_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long one attempt of a paid call may take (the tool itself may be slow).
+pub const TEST_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a payment may take to be confirmed; past it the payment is ambiguous.
+pub const PAY_WAIT: Duration = Duration::from_secs(180);
+/// Retries of a call still refused after paying, while the credit lands.
+pub const CREDIT_POLL_TRIES: u32 = 6;
+/// The wait between those retries.
+pub const CREDIT_POLL_DELAY: Duration = Duration::from_secs(3);
+/// The longest tool-error text kept as a test error, in bytes.
+pub const RESULT_TEXT_MAX: usize = 512;
+/// The version announced when dialing.
+pub const CLIENT_VERSION: &str = "0.1.0";
+
+/// A boxed payment future.
+pub type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PayError>> + Send + 'a>>;
+
+/// Why a payment did not confirm.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PayError {
+    /// It definitively failed: nothing was paid (the directory gives the escrow back).
+    Failed(BoxError),
+    /// Its outcome is unknown: it may still land (the directory never refunds it).
+    Unconfirmed,
+}
+
+impl std::fmt::Display for PayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed(e) => write!(f, "{e}"),
+            Self::Unconfirmed => f.write_str(UNCONFIRMED),
+        }
+    }
+}
+
+impl std::error::Error for PayError {}
+
+/// The reference's text for a payment whose outcome is unknown.
+pub(crate) const UNCONFIRMED: &str = "tip not confirmed in time; the attempt keeps running in the background and still credits the payee";
+
+/// How the directory pays providers: a tip to `payee`. Resolves `Ok` once the payment
+/// is confirmed, [`PayError::Failed`] when nothing was paid, [`PayError::Unconfirmed`]
+/// when it may still land. A payment unresolved after [`PAY_WAIT`] is unconfirmed.
+pub trait Payer: Send + Sync + 'static {
+    /// Pays `atoms` to `payee`.
+    fn pay(&self, payee: PeerId, atoms: u64) -> PayFuture<'_>;
+}
+
+/// A session to a provider.
+pub(crate) type Session = RunningService<RoleClient, ClientConfig>;
+
+/// Opens a fresh MCP session to `uid`.
+pub(crate) async fn dial(router: &Router, uid: PeerId, name: &str) -> Result<Session, String> {
+    let short: String = uid.to_string().chars().take(8).collect();
+    let transport = router.dial(uid).map_err(|e| e.to_string())?;
+    let info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new(name, CLIENT_VERSION),
+    );
+    match tokio::time::timeout(DIAL_TIMEOUT, info.serve(transport)).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(e)) => Err(format!("connect to {short}: {e}")),
+        Err(_) => Err(format!("connect to {short}: initialize timed out")),
+    }
+}
+
+/// Reads `uid`'s catalog: the `tools` array of the first `tools/list` page.
+pub(crate) async fn crawl(
+    router: &Router,
+    uid: PeerId,
+    name: &str,
+) -> Result<serde_json::Value, String> {
+    let session = dial(router, uid, name).await?;
+    let listed = tokio::time::timeout(CRAWL_TIMEOUT, session.list_tools(None)).await;
+    let _ = session.cancel().await;
+    let page = match listed {
+        Ok(Ok(page)) => page,
+        Ok(Err(e)) => return Err(format!("list tools: {e}")),
+        Err(_) => return Err("list tools: timed out".to_owned()),
+    };
+    serde_json::to_value(page.tools).map_err(|e| format!("list tools: {e}"))
+}
+
+/// Every text content of a result, joined with `\n`.
+pub(crate) fn result_text_whole(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The text content of a result, joined with `\n` and cut to [`RESULT_TEXT_MAX`] bytes.
+pub(crate) fn result_text(result: &CallToolResult) -> String {
+    let text = result_text_whole(result);
+    let mut end = text.len().min(RESULT_TEXT_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// One `tools/call` with the call key in `_meta`.
+pub(crate) async fn call_once(
+    session: &Session,
+    tool: &str,
+    args: Option<&JsonObject>,
+    call_key: &str,
+) -> Result<CallToolResult, String> {
+    let mut params = CallToolRequestParams::new(tool.to_owned());
+    params.arguments = args.cloned();
+    let mut meta = RequestMetaObject::default();
+    meta.insert(CALL_KEY_META.into(), call_key.into());
+    params.meta = Some(meta);
+    match tokio::time::timeout(TEST_CALL_TIMEOUT, session.call_tool(params)).await {
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("call timed out".to_owned()),
+    }
+}
+
+/// What to do with a quote: the amount to pay, or the reference's refusal.
+pub(crate) fn quote_amount(quote: &PaymentRequired, max_atoms: i64) -> Result<i64, String> {
+    let amount = if quote.shortfall_atoms > 0 {
+        quote.shortfall_atoms
+    } else {
+        quote.price_atoms
+    };
+    let amount = i64::try_from(amount).unwrap_or(i64::MAX);
+    if amount <= 0 {
+        return Err("payment_required without an amount".to_owned());
+    }
+    if amount > max_atoms {
+        return Err(format!(
+            "quote {amount} atoms exceeds the {max_atoms} atom budget"
+        ));
+    }
+    Ok(amount)
+}
+
+/// The final answer of a paid call and how long its last attempt took.
+pub(crate) struct Answer {
+    pub(crate) result: CallToolResult,
+    pub(crate) latency_ms: i64,
+}
+
+/// Milliseconds since `start`.
+pub(crate) fn elapsed_ms(start: Instant) -> i64 {
+    i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_are_checked_against_the_budget() {
+        let q = PaymentRequired::tip("t", 500, 0, 500);
+        assert_eq!(quote_amount(&q, 2000), Ok(500));
+        assert_eq!(
+            quote_amount(&q, 100).unwrap_err(),
+            "quote 500 atoms exceeds the 100 atom budget"
+        );
+        let q = PaymentRequired::tip("t", 500, 600, 0);
+        assert_eq!(quote_amount(&q, 500), Ok(500), "no shortfall: the price");
+        let q = PaymentRequired::tip("t", 0, 0, 0);
+        assert_eq!(
+            quote_amount(&q, 5).unwrap_err(),
+            "payment_required without an amount"
+        );
+    }
+}
