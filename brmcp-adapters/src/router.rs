@@ -39,6 +39,7 @@ use crate::clock::sleep_until_opt;
 use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
 use crate::error::AdapterError;
 use crate::host::PmSender;
+use crate::inbound_queue::{InboundPm, QueueRx, QueueTx, inbound_queue};
 use crate::inbox::{InboxTx, Refused, inbox};
 use crate::peer::PeerId;
 use crate::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
@@ -79,12 +80,6 @@ pub(crate) enum Ctl {
 /// Takes each new inbound session; runs on the router task, so it must not block.
 type Acceptor = Box<dyn FnMut(BrTransport<RoleServer>) + Send>;
 
-/// One inbound PM as the host handed it over.
-struct InboundPm {
-    from: PeerId,
-    body: String,
-}
-
 /// Routes brmcp PMs of one Bison Relay identity to MCP sessions, in both roles.
 ///
 /// Cheap to clone; every clone drives the same router. The router task runs until
@@ -96,7 +91,7 @@ pub struct Router {
 }
 
 struct Inner {
-    pm_tx: mpsc::Sender<InboundPm>,
+    inbound: QueueTx,
     ctl_tx: mpsc::UnboundedSender<Ctl>,
     counters: Arc<Counters>,
     accept_rx: Mutex<mpsc::Receiver<BrTransport<RoleServer>>>,
@@ -132,7 +127,11 @@ impl Router {
             chunk_len: config.chunk_len,
             ttl: config.ttl,
         });
-        let (pm_tx, pm_rx) = mpsc::channel(config.inbound_queue.max(1));
+        let (inbound, pm_rx) = inbound_queue(
+            config.inbound_queue,
+            config.max_inbound_bytes,
+            counters.clone(),
+        );
         let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
         let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
         let (reply_tx, reply_rx) = mpsc::channel(REPLY_QUEUE);
@@ -157,7 +156,7 @@ impl Router {
         tokio::spawn(driver.run(pm_rx, ctl_rx));
         Self {
             inner: Arc::new(Inner {
-                pm_tx,
+                inbound,
                 ctl_tx,
                 counters,
                 accept_rx: Mutex::new(accept_rx),
@@ -173,7 +172,8 @@ impl Router {
     }
 
     /// Hands the router one PM the host received from `from`, chat included. Waits
-    /// while the router's inbound queue is full.
+    /// while the router's inbound queue, or this peer's share of it, is full (bounded
+    /// in PMs and bytes, served round robin per peer).
     ///
     /// # Errors
     /// [`AdapterError::RouterClosed`] once the router has stopped.
@@ -187,8 +187,8 @@ impl Router {
             body: body.into(),
         };
         self.inner
-            .pm_tx
-            .send(pm)
+            .inbound
+            .push(pm)
             .await
             .map_err(|_| AdapterError::RouterClosed)
     }
@@ -351,11 +351,7 @@ struct Driver {
 type PeerKey = [u8; 32];
 
 impl Driver {
-    async fn run(
-        mut self,
-        mut pm_rx: mpsc::Receiver<InboundPm>,
-        mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
-    ) {
+    async fn run(mut self, pm_rx: QueueRx, mut ctl_rx: mpsc::UnboundedReceiver<Ctl>) {
         // The reassembler borrows its storage, so both live in this task's frame. The
         // arena is zeroed by the allocator lazily: untouched pages cost no memory.
         let limits = self.config.limits;
@@ -378,7 +374,7 @@ impl Driver {
                     None | Some(Ctl::Shutdown) => break,
                     Some(ctl) => self.on_ctl(ctl),
                 },
-                pm = pm_rx.recv() => match pm {
+                pm = pm_rx.pop() => match pm {
                     Some(pm) => self.on_pm(&mut assembler, pm),
                     // Every router handle is gone: no PM can arrive, so no session
                     // can make progress. Close them all and stop.
