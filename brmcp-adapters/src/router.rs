@@ -10,7 +10,9 @@
 //!    counted and logged at debug;
 //! 2. the allow gate, before any state exists for the part (replies on sessions we
 //!    dialed pass it);
-//! 3. reassembly (duplicates of messages already delivered are dropped first);
+//! 3. reassembly (duplicates of messages already delivered are dropped first, and
+//!    parts the reassembler refuses on their header are refused before their body is
+//!    decoded);
 //! 4. JSON-RPC decode (failures are counted and dropped);
 //! 5. the session (peer, sid): its bounded inbox, or a new session from an allowed
 //!    peer handed to [`Router::accept`].
@@ -24,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use brmcp_wire::{
-    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, parse,
+    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, Verdict, parse,
 };
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -555,7 +557,13 @@ impl Driver {
         }
         let mid = *part.mid();
         let now = self.config.clock.now();
-        match assembler.add(*peer.as_bytes(), &part, now) {
+        // Refusals the header decides cost no decode.
+        let added = match assembler.check(peer.as_bytes(), &part, now) {
+            Ok(Verdict::Undecided) => assembler.add(*peer.as_bytes(), &part, now),
+            Ok(Verdict::Duplicate) => Ok(Accepted::Duplicate),
+            Err(e) => Err(e),
+        };
+        match added {
             Ok(Accepted::Complete(payload)) => self.on_message(peer, key.1, mid, payload),
             Ok(Accepted::Pending) => {}
             Ok(Accepted::Duplicate) => Counters::bump(&self.counters.dropped_duplicate),
