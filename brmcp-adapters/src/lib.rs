@@ -64,6 +64,8 @@ pub mod clientrpc;
 mod clock;
 mod config;
 mod error;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 mod host;
 mod inbound_queue;
 mod inbox;
