@@ -128,7 +128,7 @@ async fn measure() {
     );
     println!(
         "  so per pair the two rmcp services hold about {} bytes",
-        both - 2 * transport_bytes - handler_bytes as i128
+        both - 2 * transport_bytes - handler_bytes
     );
     println!(
         "  (an inbound queue slot holds a ClientJsonRpcMessage of {} or a ServerJsonRpcMessage of {} bytes)",

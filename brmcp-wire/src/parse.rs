@@ -334,7 +334,7 @@ mod grammar {
     }
 
     /// Where the ids end in `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,`, the form of every
-    /// id this crate draws ([`SessionId::random`], [`MessageId::random`]).
+    /// id this crate draws (`SessionId::random`, `MessageId::random`).
     const IDS16_END: usize = 52;
 
     /// The two ids of the usual header, checked a word at a time at their fixed places
