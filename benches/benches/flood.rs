@@ -105,9 +105,8 @@ async fn measure() {
         );
         async move {
             for n in 0..FLOOD_PMS {
-                let pm = format!(
-                    "--mcp[v=1,sid=00000000000000ff,mid={n:016x},seq=1/64,exp=0]--{body}"
-                );
+                let pm =
+                    format!("--mcp[v=1,sid=00000000000000ff,mid={n:016x},seq=1/64,exp=0]--{body}");
                 router.handle_pm(uid(3), pm).await.expect("router up");
                 sent.store(n + 1, Relaxed);
                 if n % 256 == 0 {
