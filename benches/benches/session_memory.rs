@@ -1,6 +1,6 @@
 //! Memory per idle session: not a timing.
 //!
-//! Opens N = 1000 sessions over the in-memory PM fabric (legacy `initialize`, no calls
+//! Opens N = 10,000 sessions over the in-memory PM fabric (legacy `initialize`, no calls
 //! in flight) between one client router and one server router, and reports the live
 //! heap they hold, counted by a global allocator (deterministic), and the growth of the
 //! resident set (noisy: the allocator keeps freed pages and grows in steps).
@@ -8,6 +8,10 @@
 //! Both ends live in this process, so the first figure is client plus server. Closing
 //! the clients does not tell the server (a Bison Relay session ends at the server by
 //! idle expiry), so the heap still live after they close is the server's share.
+//!
+//! Where the bytes go: the transport alone (router entry, session state, inbound queue,
+//! writer task; dialed without an rmcp service on top), the handler, and the rest, the
+//! rmcp service of each end. Target: at most 32 KiB per idle session, both ends.
 //!
 //! Run: `cargo bench -p brmcp-benches --bench session_memory`.
 
@@ -27,7 +31,7 @@ use common::{BenchServer, Client};
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Sessions measured.
-const N: usize = 1000;
+const N: usize = 10_000;
 
 /// Sessions opened (and kept) before the baseline, so one-time setup is not counted.
 const WARM_UP: usize = 8;
@@ -81,6 +85,16 @@ async fn measure() {
     let handler_bytes = live_heap() - handler_before;
     drop(handler);
 
+    // The transport alone: dialed, never used, so nothing exists at the server.
+    let transport_before = live_heap();
+    let transports: Vec<_> = (0..N)
+        .map(|_| pair.client.dial(pair.server_id).expect("dial"))
+        .collect();
+    settle().await;
+    let transport_bytes = per_session(live_heap() - transport_before);
+    drop(transports);
+    settle().await;
+
     let heap_before = live_heap();
     let rss_before = rss();
     for _ in 0..N {
@@ -108,6 +122,18 @@ async fn measure() {
     println!("  client end: {} bytes/session", both - server_side);
     println!(
         "  of the server end, the handler (BenchServer and its tool router): {handler_bytes} bytes"
+    );
+    println!(
+        "  per end, the transport alone (router entry, session, inbound queue, writer): {transport_bytes} bytes"
+    );
+    println!(
+        "  so per pair the two rmcp services hold about {} bytes",
+        both - 2 * transport_bytes - handler_bytes
+    );
+    println!(
+        "  (an inbound queue slot holds a ClientJsonRpcMessage of {} or a ServerJsonRpcMessage of {} bytes)",
+        size_of::<rmcp::model::ClientJsonRpcMessage>(),
+        size_of::<rmcp::model::ServerJsonRpcMessage>()
     );
     match (rss_before, rss_open) {
         (Some(before), Some(after)) => println!(

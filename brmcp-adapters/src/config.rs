@@ -46,6 +46,15 @@ pub const DEFAULT_MAX_OUTBOUND_BYTES: usize = 64 << 20;
 /// and the router task; a full queue makes `handle_pm` wait (backpressure on the host).
 pub const DEFAULT_INBOUND_QUEUE: usize = 1024;
 
+/// Default bound on the bytes of PM text in the queue between
+/// [`Router::handle_pm`](crate::Router::handle_pm) and the router task: 16 MiB, sixteen
+/// PMs of Bison Relay's maximal size ([`brmcp_wire::MAX_PM_LEN`]). The PM count alone
+/// (1024) would let peers park a gigabyte of large PMs before reassembly sees one; this
+/// keeps the queue to a few full-size messages' worth of parts. Each peer may hold a
+/// quarter of it, so a flooding peer leaves room for others. A full queue makes
+/// `handle_pm` wait.
+pub const DEFAULT_MAX_INBOUND_BYTES: usize = 16 << 20;
+
 /// Default number of accepted sessions waiting for
 /// [`Router::accept`](crate::Router::accept); beyond it new sessions are refused.
 pub const DEFAULT_ACCEPT_BACKLOG: usize = 128;
@@ -84,8 +93,11 @@ pub struct RouterConfig {
     pub max_outbound_bytes: usize,
     /// Reassembly bounds; `max_total_bytes` also sizes the reassembly storage.
     pub limits: Limits,
-    /// Depth of the inbound PM queue.
+    /// Depth of the inbound PM queue, in PMs.
     pub inbound_queue: usize,
+    /// Bytes of PM text the inbound PM queue holds; an empty queue takes one PM of any
+    /// size.
+    pub max_inbound_bytes: usize,
     /// Accepted sessions waiting for `accept`.
     pub accept_backlog: usize,
     /// Which peers may talk to us (checked before any state is allocated).
@@ -114,6 +126,7 @@ impl RouterConfig {
             max_outbound_bytes: DEFAULT_MAX_OUTBOUND_BYTES,
             limits: Limits::default(),
             inbound_queue: DEFAULT_INBOUND_QUEUE,
+            max_inbound_bytes: DEFAULT_MAX_INBOUND_BYTES,
             accept_backlog: DEFAULT_ACCEPT_BACKLOG,
             authorizer: Arc::new(AllowAll),
             clock: Arc::new(SystemClock),
@@ -165,6 +178,7 @@ impl fmt::Debug for RouterConfig {
             .field("max_outbound_bytes", &self.max_outbound_bytes)
             .field("limits", &self.limits)
             .field("inbound_queue", &self.inbound_queue)
+            .field("max_inbound_bytes", &self.max_inbound_bytes)
             .field("accept_backlog", &self.accept_backlog)
             .finish_non_exhaustive()
     }

@@ -64,7 +64,10 @@ pub mod clientrpc;
 mod clock;
 mod config;
 mod error;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 mod host;
+mod inbound_queue;
 mod inbox;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
@@ -82,8 +85,9 @@ pub use brmcp_wire as wire;
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use config::{
     ASSEMBLER_SLOTS, DEFAULT_ACCEPT_BACKLOG, DEFAULT_INBOUND_QUEUE, DEFAULT_INBOX_CAPACITY,
-    DEFAULT_MAX_INBOX_BYTES, DEFAULT_MAX_OUTBOUND_BYTES, DEFAULT_MAX_SESSIONS_PER_PEER,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_IDLE_TIMEOUT, DEFAULT_TTL, RouterConfig,
+    DEFAULT_MAX_INBOUND_BYTES, DEFAULT_MAX_INBOX_BYTES, DEFAULT_MAX_OUTBOUND_BYTES,
+    DEFAULT_MAX_SESSIONS_PER_PEER, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_IDLE_TIMEOUT,
+    DEFAULT_TTL, RouterConfig,
 };
 pub use error::{AdapterError, BoxError};
 pub use host::{AllowAll, Authorizer, PmSender};

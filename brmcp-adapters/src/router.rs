@@ -10,7 +10,9 @@
 //!    counted and logged at debug;
 //! 2. the allow gate, before any state exists for the part (replies on sessions we
 //!    dialed pass it);
-//! 3. reassembly (duplicates of messages already delivered are dropped first);
+//! 3. reassembly (duplicates of messages already delivered are dropped first, and
+//!    parts the reassembler refuses on their header are refused before their body is
+//!    decoded);
 //! 4. JSON-RPC decode (failures are counted and dropped);
 //! 5. the session (peer, sid): its bounded inbox, or a new session from an allowed
 //!    peer handed to [`Router::accept`], or a session it expired, resumed (see
@@ -25,7 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use brmcp_wire::{
-    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, UnixTime, parse,
+    Accepted, AssembleError, Assembler, MAX_PM_PAYLOAD_LEN, MessageId, SessionId, UnixTime,
+    Verdict, parse,
 };
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -40,6 +43,7 @@ use crate::clock::sleep_until_opt;
 use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
 use crate::error::AdapterError;
 use crate::host::PmSender;
+use crate::inbound_queue::{InboundPm, QueueRx, QueueTx, inbound_queue};
 use crate::inbox::{InboxTx, Refused, inbox};
 use crate::peer::PeerId;
 use crate::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
@@ -76,12 +80,6 @@ pub(crate) enum Ctl {
 /// Takes each new inbound session; runs on the router task, so it must not block.
 type Acceptor = Box<dyn FnMut(BrTransport<RoleServer>) + Send>;
 
-/// One inbound PM as the host handed it over.
-struct InboundPm {
-    from: PeerId,
-    body: String,
-}
-
 /// Routes brmcp PMs of one Bison Relay identity to MCP sessions, in both roles.
 ///
 /// Cheap to clone; every clone drives the same router. The router task runs until
@@ -93,7 +91,7 @@ pub struct Router {
 }
 
 struct Inner {
-    pm_tx: mpsc::Sender<InboundPm>,
+    inbound: QueueTx,
     ctl_tx: mpsc::UnboundedSender<Ctl>,
     counters: Arc<Counters>,
     accept_rx: Mutex<mpsc::Receiver<BrTransport<RoleServer>>>,
@@ -129,7 +127,11 @@ impl Router {
             chunk_len: config.chunk_len,
             ttl: config.ttl,
         });
-        let (pm_tx, pm_rx) = mpsc::channel(config.inbound_queue.max(1));
+        let (inbound, pm_rx) = inbound_queue(
+            config.inbound_queue,
+            config.max_inbound_bytes,
+            counters.clone(),
+        );
         let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
         let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
         let (reply_tx, reply_rx) = mpsc::channel(REPLY_QUEUE);
@@ -154,7 +156,7 @@ impl Router {
         tokio::spawn(driver.run(pm_rx, ctl_rx));
         Self {
             inner: Arc::new(Inner {
-                pm_tx,
+                inbound,
                 ctl_tx,
                 counters,
                 accept_rx: Mutex::new(accept_rx),
@@ -170,7 +172,8 @@ impl Router {
     }
 
     /// Hands the router one PM the host received from `from`, chat included. Waits
-    /// while the router's inbound queue is full.
+    /// while the router's inbound queue, or this peer's share of it, is full (bounded
+    /// in PMs and bytes, served round robin per peer).
     ///
     /// # Errors
     /// [`AdapterError::RouterClosed`] once the router has stopped.
@@ -184,8 +187,8 @@ impl Router {
             body: body.into(),
         };
         self.inner
-            .pm_tx
-            .send(pm)
+            .inbound
+            .push(pm)
             .await
             .map_err(|_| AdapterError::RouterClosed)
     }
@@ -352,11 +355,7 @@ struct Driver {
 type PeerKey = [u8; 32];
 
 impl Driver {
-    async fn run(
-        mut self,
-        mut pm_rx: mpsc::Receiver<InboundPm>,
-        mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
-    ) {
+    async fn run(mut self, pm_rx: QueueRx, mut ctl_rx: mpsc::UnboundedReceiver<Ctl>) {
         // The reassembler borrows its storage, so both live in this task's frame. The
         // arena is zeroed by the allocator lazily: untouched pages cost no memory.
         let limits = self.config.limits;
@@ -379,7 +378,7 @@ impl Driver {
                     None | Some(Ctl::Shutdown) => break,
                     Some(ctl) => self.on_ctl(ctl),
                 },
-                pm = pm_rx.recv() => match pm {
+                pm = pm_rx.pop() => match pm {
                     Some(pm) => self.on_pm(&mut assembler, pm),
                     // Every router handle is gone: no PM can arrive, so no session
                     // can make progress. Close them all and stop.
@@ -567,7 +566,13 @@ impl Driver {
         }
         let mid = *part.mid();
         let now = self.config.clock.now();
-        match assembler.add(*peer.as_bytes(), &part, now) {
+        // Refusals the header decides cost no decode.
+        let added = match assembler.check(peer.as_bytes(), &part, now) {
+            Ok(Verdict::Undecided) => assembler.add(*peer.as_bytes(), &part, now),
+            Ok(Verdict::Duplicate) => Ok(Accepted::Duplicate),
+            Err(e) => Err(e),
+        };
+        match added {
             Ok(Accepted::Complete(payload)) => self.on_message(peer, key.1, mid, payload),
             Ok(Accepted::Pending) => {}
             Ok(Accepted::Duplicate) => Counters::bump(&self.counters.dropped_duplicate),

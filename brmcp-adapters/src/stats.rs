@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 macro_rules! counters {
     ($( $(#[$doc:meta])* $name:ident, )*) => {
         /// A snapshot of a router's counters. Counts are totals since the router started,
-        /// except the gauges `sessions_open`, `bytes_buffered` and `messages_buffered`.
+        /// except the gauges `sessions_open`, `bytes_buffered`, `messages_buffered`,
+        /// `queue_pms` and `queue_bytes`.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         #[non_exhaustive]
         pub struct RouterStats {
@@ -78,6 +79,10 @@ counters! {
     bytes_buffered,
     /// Partial messages held by the reassembler now.
     messages_buffered,
+    /// PMs waiting in the router's inbound queue now.
+    queue_pms,
+    /// Bytes of the PMs waiting in the router's inbound queue now.
+    queue_bytes,
 }
 
 impl Counters {

@@ -434,11 +434,12 @@ impl Bytes<'_> {
 ///   than `max_peer_bytes` and `max_pending_per_peer` messages.
 /// - After an `Add` or an `Expire`, `next_deadline()` is `None` or later than now.
 /// - A completed message equals the chunks accepted for it, joined in `seq` order.
+/// - [`Assembler::check`] changes nothing, and what it decides `add` then does.
 pub fn assembler_ops(data: &[u8]) {
     use std::collections::BTreeMap;
 
     use crate::limits::Limits;
-    use crate::reassembly::{Accepted, Assembler};
+    use crate::reassembly::{Accepted, Assembler, Verdict};
     use crate::time::UnixTime;
 
     const SLOTS: usize = 4;
@@ -513,7 +514,18 @@ pub fn assembler_ops(data: &[u8]) {
                     chunk
                 };
                 let key = (peer, s, m, part.seq());
-                match assembler.add(peer, &part, UnixTime(now)) {
+                let before = assembler.stats();
+                let verdict = assembler.check(&peer, &part, UnixTime(now));
+                assert_eq!(assembler.stats(), before, "check changed the assembler");
+                let added = assembler.add(peer, &part, UnixTime(now));
+                // `check` is exact: what it decides, `add` does.
+                match (&verdict, &added) {
+                    (Ok(Verdict::Undecided), _)
+                    | (Ok(Verdict::Duplicate), Ok(Accepted::Duplicate)) => {}
+                    (Err(e), Err(got)) if e == got => {}
+                    _ => panic!("check said {verdict:?}, add did {added:?}"),
+                }
+                match added {
                     Ok(Accepted::Complete(message)) => {
                         let mut want = Vec::new();
                         for q in 1..=part.total() {

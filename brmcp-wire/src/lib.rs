@@ -103,5 +103,5 @@ pub use limits::{
     DEFAULT_CHUNK_LEN, Limits, MAX_ID_LEN, MAX_PARTS, MAX_PM_LEN, MAX_PM_PAYLOAD_LEN, VERSION,
 };
 pub use parse::{Mode, parse, parse_bytes, parse_canonical, parse_with};
-pub use reassembly::{Accepted, Assembler, Stats};
+pub use reassembly::{Accepted, Assembler, Stats, Verdict};
 pub use time::{UnixTime, is_expired};

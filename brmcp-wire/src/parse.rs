@@ -56,7 +56,12 @@ pub fn parse_canonical(text: &str) -> Result<Part<'_>, ParseError> {
 /// As [`parse`].
 pub fn parse_with(bytes: &[u8], mode: Mode) -> Result<Part<'_>, ParseError> {
     let canonical = mode == Mode::Canonical;
-    let trimmed = grammar::trim_space(bytes);
+    // Text that starts with `-` and ends in a printable ASCII byte has nothing to trim
+    // (every other White_Space character ends in a byte of 0x80 or above).
+    let trimmed = match bytes {
+        [b'-', .., last] if last.is_ascii_graphic() => bytes,
+        _ => grammar::trim_space(bytes),
+    };
     // Nearly every part is in the encoder's form: read it in one straight pass, and leave
     // anything else (and every error) to the general parser below.
     if (!canonical || trimmed.len() == bytes.len())
@@ -251,8 +256,36 @@ mod grammar {
             self.until(b',', crate::MAX_ID_LEN, crate::id::is_id_byte)
         }
 
+        /// A canonical number of one or two digits ended by `end`: a part number, as
+        /// every valid one is at most [`MAX_PARTS`](crate::MAX_PARTS).
+        fn small(&mut self, end: u8) -> Option<u16> {
+            let digit = |at: usize| {
+                let d = self.text.get(at)?.wrapping_sub(b'0');
+                (d <= 9).then_some(u16::from(d))
+            };
+            let first = digit(self.at)?;
+            let (value, next) = match digit(self.at + 1) {
+                Some(second) if first != 0 => (first * 10 + second, self.at + 2),
+                Some(_) => return None,
+                None => (first, self.at + 1),
+            };
+            (self.text.get(next) == Some(&end)).then(|| {
+                self.at = next + 1;
+                value
+            })
+        }
+
         /// A canonical unsigned number (no sign, no leading zero) ended by `end`.
         fn number(&mut self, end: u8) -> Option<u64> {
+            if let Some((value, n)) = self.text.get(self.at..).and_then(digit_run) {
+                let first = self.text[self.at];
+                let next = self.at + n;
+                return (n > 0 && (n == 1 || first != b'0') && self.text.get(next) == Some(&end))
+                    .then(|| {
+                        self.at = next + 1;
+                        value
+                    });
+            }
             let digits = self.until(end, 19, |b| b.is_ascii_digit())?;
             if digits.len() > 1 && digits[0] == b'0' {
                 return None;
@@ -271,34 +304,122 @@ mod grammar {
     pub(super) fn encoder_form(text: &[u8]) -> Option<(Header, &[u8])> {
         let mut c = Cursor { text, at: 0 };
         c.literal(b"--mcp[v=1,sid=")?;
-        let sid = c.id()?;
-        c.literal(b"mid=")?;
-        let mid = c.id()?;
+        let (sid, mid) = match ids16(text) {
+            Some(ids) => {
+                c.at = IDS16_END;
+                ids
+            }
+            None => {
+                let sid = SessionId::from_checked(c.id()?);
+                c.literal(b"mid=")?;
+                (sid, MessageId::from_checked(c.id()?))
+            }
+        };
         c.literal(b"seq=")?;
-        let seq = c.number(b'/')?;
-        let total = c.number(b',')?;
+        let seq = c.small(b'/')?;
+        let total = c.small(b',')?;
         c.literal(b"exp=")?;
         let negative = c.literal(b"-").is_some();
         let magnitude = c.number(b']')?;
         c.literal(b"--")?;
+        let body = text.get(c.at..).filter(|b| !b.is_empty())?;
         let exp = if negative {
             // "-0" is not the encoder's form.
             0i64.checked_sub_unsigned(magnitude).filter(|&e| e != 0)?
         } else {
             i64::try_from(magnitude).ok()?
         };
-        if c.at == text.len() {
-            return None;
+        let header = Header::new(sid, mid, seq, total, exp).ok()?;
+        Some((header, body))
+    }
+
+    /// Where the ids end in `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,`, the form of every
+    /// id this crate draws (`SessionId::random`, `MessageId::random`).
+    const IDS16_END: usize = 52;
+
+    /// The two ids of the usual header, checked a word at a time at their fixed places
+    /// (the prefix before them is already checked); `None` for any other shape, which
+    /// the byte-wise scan then reads.
+    fn ids16(text: &[u8]) -> Option<(SessionId, MessageId)> {
+        let head: &[u8; IDS16_END] = text.get(..IDS16_END)?.try_into().ok()?;
+        let word = |at: usize| word_at(head, at).unwrap_or(0);
+        let hex = [word(14), word(22), word(35), word(43)]
+            .into_iter()
+            .fold(true, |ok, w| ok & all_id_bytes(w));
+        (hex && head[30..35] == *b",mid=" && head[51] == b',').then(|| {
+            (
+                SessionId::from_checked(&head[14..30]),
+                MessageId::from_checked(&head[35..51]),
+            )
+        })
+    }
+
+    /// The 8 bytes at `at` as a little-endian word, if there are 8.
+    fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
+        let w: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
+        Some(u64::from_le_bytes(w))
+    }
+
+    /// The value and length of the run of ASCII digits that starts `bytes`, read eight
+    /// at a time; `None` when a word cannot be read (too near the end) or the run is
+    /// longer than 19 digits. The caller reads those byte by byte.
+    fn digit_run(bytes: &[u8]) -> Option<(u64, usize)> {
+        const ONES: u64 = u64::from_ne_bytes([1; 8]);
+        const HIGH: u64 = ONES * 0x80;
+        let mut value = 0u64;
+        let mut n = 0;
+        loop {
+            let w = word_at(bytes, n)?;
+            // Non-digit bytes: a high bit set, or outside b'0'..=b'9' (see `all_id_bytes`).
+            let low = w & !HIGH;
+            let digit = low.wrapping_add(ONES * (0x80 - u64::from(b'0')))
+                & !low.wrapping_add(ONES * (0x80 - u64::from(b'9' + 1)))
+                & !w
+                & HIGH;
+            let k = ((digit ^ HIGH).trailing_zeros() / 8) as usize;
+            if k > 0 {
+                // The k digits to the top of the word (the first digit stays most
+                // significant), zero digits below them; then pairs, quads, octets.
+                let d = w.wrapping_sub(ONES * u64::from(b'0')) << (8 * (8 - k));
+                let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
+                let d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff;
+                let d = (d.wrapping_mul(10_000) + (d >> 32)) & 0xffff_ffff;
+                const POW10: [u64; 9] = [
+                    1,
+                    10,
+                    100,
+                    1_000,
+                    10_000,
+                    100_000,
+                    1_000_000,
+                    10_000_000,
+                    100_000_000,
+                ];
+                value = value.checked_mul(POW10[k])?.checked_add(d)?;
+            }
+            n += k;
+            if n > 19 {
+                return None;
+            }
+            if k < 8 {
+                return Some((value, n));
+            }
         }
-        let header = Header::new(
-            SessionId::from_checked(sid),
-            MessageId::from_checked(mid),
-            u16::try_from(seq).ok()?,
-            u16::try_from(total).ok()?,
-            exp,
-        )
-        .ok()?;
-        Some((header, &text[c.at..]))
+    }
+
+    /// Whether all eight bytes of `w` are lowercase hex digits ([`crate::id::is_id_byte`]),
+    /// with no branch per byte.
+    const fn all_id_bytes(w: u64) -> bool {
+        const ONES: u64 = u64::from_ne_bytes([1; 8]);
+        const HIGH: u64 = ONES * 0x80;
+        // With every byte below 0x80, `byte + (0x80 - n)` carries into no other byte and
+        // has its high bit set exactly when `byte >= n`.
+        const fn at_least(w: u64, n: u8) -> u64 {
+            w.wrapping_add(ONES * (0x80 - n as u64)) & HIGH
+        }
+        let digit = at_least(w, b'0') & !at_least(w, b'9' + 1);
+        let lower = at_least(w, b'a') & !at_least(w, b'f' + 1);
+        w & HIGH == 0 && digit | lower == HIGH
     }
 
     /// A decimal integer as Go's `strconv.ParseInt(s, 10, 64)`: an optional sign, one or
@@ -420,6 +541,44 @@ mod grammar {
                         prop_assert_eq!(general.map(|p| (p.header, p.body)), Ok((header, body)));
                     }
                 }
+            }
+        }
+
+        #[test]
+        fn word_check_matches_byte_check() {
+            for b in 0..=255u8 {
+                for at in 0..8 {
+                    let mut w = *b"0123abcd";
+                    w[at] = b;
+                    let want = w.iter().all(|&x| crate::id::is_id_byte(x));
+                    assert_eq!(all_id_bytes(u64::from_le_bytes(w)), want, "{w:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn digit_runs_read_by_words() {
+            let run = |s: &str| digit_run(s.as_bytes());
+            assert_eq!(run("1767225600]--QQ=="), Some((1_767_225_600, 10)));
+            assert_eq!(run("0]--QQ==xx"), Some((0, 1)));
+            assert_eq!(run("12345678,exp=0]--QQ=="), Some((12_345_678, 8)));
+            assert_eq!(run("12345678,e"), None, "no second word");
+            assert_eq!(run("]--QQ==xxx"), Some((0, 0)));
+            assert_eq!(
+                run("9223372036854775807]--QQ=="),
+                Some((i64::MAX as u64, 19))
+            );
+            assert_eq!(
+                run("9999999999999999999]--QQ=="),
+                Some((9_999_999_999_999_999_999, 19))
+            );
+            assert_eq!(run("12345678901234567890]--QQ=="), None, "20 digits");
+            assert_eq!(run("1]--"), None, "fewer than 8 bytes");
+            assert_eq!(run("1\u{e9}234567"), Some((1, 1)));
+            for n in 0..=u16::MAX {
+                let text = std::format!("{n},exp=0]--");
+                let want = (u64::from(n), text.find(',').unwrap_or(0));
+                assert_eq!(run(&text), Some(want), "{text}");
             }
         }
 

@@ -45,6 +45,17 @@ pub enum Accepted<'a> {
     Duplicate,
 }
 
+/// What [`Assembler::check`] found [`Assembler::add`] would do with a part, short of
+/// an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// `add` would ignore the part as a duplicate ([`Accepted::Duplicate`]).
+    Duplicate,
+    /// Only `add` can tell: the part may be stored, complete its message, or be refused
+    /// for its body or for what it does to a message already held.
+    Undecided,
+}
+
 /// Bytes and messages held, in total or for one peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {
@@ -214,13 +225,104 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
         }
     }
 
-    fn add_single(&mut self, part: &Part<'_>) -> Result<Accepted<'_>, AssembleError> {
+    /// What [`add`](Self::add) would do with `part` from `peer` at `now`, judged from
+    /// its header and its body's length, without decoding or copying the body and
+    /// without changing anything: a host can refuse a part before paying for its body.
+    ///
+    /// Exact: `Err(e)` means `add` would return `Err(e)`, and [`Verdict::Duplicate`]
+    /// that it would return [`Accepted::Duplicate`]; in both cases `add` would change
+    /// nothing but [`expire`](Self::expire) partial messages due at `now`. Refusals
+    /// decided here: [`AssembleError::Expired`], a single-part message over its size
+    /// bound, and a new message over the peer's pending bound, the slot count, the
+    /// message size bound or a byte budget. A part that would make `add` drop a message
+    /// it holds is left [`Verdict::Undecided`].
+    ///
+    /// # Errors
+    /// The error `add` would return.
+    pub fn check(
+        &self,
+        peer: &P,
+        part: &Part<'_>,
+        now: UnixTime,
+    ) -> Result<Verdict, AssembleError> {
+        let h = part.header();
+        if h.is_expired(now) {
+            return Err(AssembleError::Expired);
+        }
+        if h.total() == 1 {
+            return self.single_fits(part.body()).map(|()| Verdict::Undecided);
+        }
+        let timeout = self.limits.partial_timeout_secs;
+        let mut live = self.slots.iter().filter(|s| !s.expired(now, timeout));
+        if let Some(slot) = live
+            .clone()
+            .find(|s| s.peer == *peer && s.sid == *h.sid() && s.mid == *h.mid())
+        {
+            return Ok(if slot.total == h.total() && slot.has(h.seq()) {
+                Verdict::Duplicate
+            } else {
+                Verdict::Undecided
+            });
+        }
+        // A new message: `add` would open a slot, plan, and on refusal drop the slot.
+        let (mut count, mut pending, mut peer_bytes, mut total_bytes) = (0, 0, 0, 0);
+        for s in &mut live {
+            count += 1;
+            total_bytes += s.size;
+            if s.peer == *peer {
+                pending += 1;
+                peer_bytes += s.size;
+            }
+        }
+        if pending >= self.limits.max_pending_per_peer {
+            return Err(AssembleError::PeerPending);
+        }
+        if count >= SLOTS {
+            return Err(AssembleError::SlotsFull);
+        }
+        let slot = Slot {
+            peer: *peer,
+            sid: *h.sid(),
+            mid: *h.mid(),
+            total: h.total(),
+            received: 0,
+            chunk_len: 0,
+            last_len: 0,
+            offset: 0,
+            size: 0,
+            exp: h.exp(),
+            first_seen: now,
+        };
+        let plan = |len| self.plan_for(&slot, h.seq(), len, peer_bytes, total_bytes);
+        // As `store`: the claimed length, then the exact one if they differ.
+        let claimed = part.decoded_len_max();
+        let Err(e) = plan(claimed) else {
+            return Ok(Verdict::Undecided);
+        };
+        let exact = part.decoded_len();
+        if exact == claimed {
+            return Err(e);
+        }
+        if exact == 0 {
+            // `add` reports the body's own fault.
+            return Ok(Verdict::Undecided);
+        }
+        plan(exact).map(|_| Verdict::Undecided)
+    }
+
+    /// Whether a single-part body fits the scratch buffer and the message size bound.
+    fn single_fits(&self, body: &[u8]) -> Result<(), AssembleError> {
         let bound = self.limits.max_message_bytes.min(self.scratch.len());
-        let body = part.body();
         // The cheap upper bound decides in the common case; count symbols only near the bound.
         if body::decoded_len_max(body) > bound && body::decoded_len_exact(body) > bound {
             return Err(AssembleError::MessageTooLarge);
         }
+        Ok(())
+    }
+
+    fn add_single(&mut self, part: &Part<'_>) -> Result<Accepted<'_>, AssembleError> {
+        self.single_fits(part.body())?;
+        let bound = self.limits.max_message_bytes.min(self.scratch.len());
         let n = part.decode_body(&mut self.scratch[..bound])?;
         Ok(Accepted::Complete(&self.scratch[..n]))
     }
@@ -344,6 +446,21 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
     /// Step 5: the layout part `seq` of `len` bytes gives slot `index`, or the bound it breaks.
     fn plan(&self, index: usize, seq: u16, len: usize) -> Result<Plan, AssembleError> {
         let slot = &self.slots[index];
+        let peer = self.peer_stats(&slot.peer).bytes - slot.size;
+        let others = self.stats().bytes - slot.size;
+        self.plan_for(slot, seq, len, peer, others)
+    }
+
+    /// [`plan`](Self::plan) for `slot`, with the bytes the peer's other messages and all
+    /// other messages reserve.
+    fn plan_for(
+        &self,
+        slot: &Slot<P>,
+        seq: u16,
+        len: usize,
+        peer: usize,
+        others: usize,
+    ) -> Result<Plan, AssembleError> {
         let total = usize::from(slot.total);
         let is_last = seq == slot.total;
         if len == 0 {
@@ -376,12 +493,10 @@ impl<'s, P: Copy + Eq, const SLOTS: usize> Assembler<'s, P, SLOTS> {
         if min_final > self.limits.max_message_bytes {
             return Err(AssembleError::MessageTooLarge);
         }
-        let peer = self.peer_stats(&slot.peer).bytes - slot.size;
         if peer.saturating_add(size) > self.limits.max_peer_bytes {
             return Err(AssembleError::PeerBytes);
         }
-        let total_bytes = self.stats().bytes - slot.size;
-        if total_bytes.saturating_add(size) > self.total_limit() {
+        if others.saturating_add(size) > self.total_limit() {
             return Err(AssembleError::TotalBytes);
         }
         Ok(Plan {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use base64::Engine as _;
 use brmcp_wire::{
     Accepted, AssembleError, Assembler, Chunks, Header, Limits, MessageId, Part, SessionId,
-    UnixTime, encode_part, parse,
+    UnixTime, Verdict, encode_part, parse,
 };
 use proptest::prelude::*;
 
@@ -361,11 +361,23 @@ proptest! {
                     let text = text_for(&plans[usize::from(msg)], seq_pick, mutate);
                     let part = parse(&text).expect("parses");
                     let want = model.add(peer, &part, now);
-                    let got = match real.add(peer, &part, UnixTime(now)) {
-                        Ok(Accepted::Complete(b)) => Outcome::Complete(b.to_vec()),
-                        Ok(Accepted::Pending) => Outcome::Pending,
-                        Ok(Accepted::Duplicate) => Outcome::Duplicate,
-                        Err(e) => err(e),
+                    // A part `check` refuses or calls a duplicate is not added: the
+                    // assembler only expires what is due, as `add` would first.
+                    let got = match real.check(&peer, &part, UnixTime(now)) {
+                        Err(e) => {
+                            real.expire(UnixTime(now));
+                            err(e)
+                        }
+                        Ok(Verdict::Duplicate) => {
+                            real.expire(UnixTime(now));
+                            Outcome::Duplicate
+                        }
+                        Ok(Verdict::Undecided) => match real.add(peer, &part, UnixTime(now)) {
+                            Ok(Accepted::Complete(b)) => Outcome::Complete(b.to_vec()),
+                            Ok(Accepted::Pending) => Outcome::Pending,
+                            Ok(Accepted::Duplicate) => Outcome::Duplicate,
+                            Err(e) => err(e),
+                        },
                     };
                     prop_assert_eq!(got, want, "{}", text);
                     let d = real.next_deadline();
@@ -388,6 +400,63 @@ proptest! {
                 prop_assert!(s.bytes <= limits.max_peer_bytes);
                 prop_assert!(s.messages <= limits.max_pending_per_peer);
             }
+        }
+    }
+}
+
+/// `check` refuses on the header what `add` refuses, and changes nothing.
+#[test]
+fn check_refuses_on_the_header_alone() {
+    let limits = Limits::DEFAULT
+        .with_max_pending_per_peer(2)
+        .with_max_peer_bytes(1000);
+    let mut arena = vec![0u8; 4000];
+    let mut scratch = vec![0u8; 100];
+    let mut real: Assembler<'_, u8, 4> = Assembler::new(&mut arena, &mut scratch, limits);
+    let sid = SessionId::from_entropy([1; 8]);
+    let text = |m: u8, seq: u16, total: u16, exp: i64, len: usize| {
+        let h = Header::new(sid, MessageId::from_entropy([m; 8]), seq, total, exp).expect("h");
+        pm(&h, &vec![m; len])
+    };
+    let now = UnixTime(T0);
+    let (a, b, c) = (
+        text(1, 1, 3, 0, 100),
+        text(2, 1, 3, 0, 100),
+        text(3, 1, 3, 0, 100),
+    );
+    for t in [&a, &b] {
+        let part = parse(t).expect("parse");
+        assert_eq!(real.check(&0, &part, now), Ok(Verdict::Undecided));
+        assert_eq!(real.add(0, &part, now), Ok(Accepted::Pending));
+    }
+    let before = real.stats();
+    let cases = [
+        (a.clone(), 0, Ok(Verdict::Duplicate)),
+        (c.clone(), 0, Err(AssembleError::PeerPending)),
+        (c.clone(), 1, Ok(Verdict::Undecided)),
+        (text(4, 1, 3, 0, 600), 1, Err(AssembleError::PeerBytes)),
+        (
+            text(5, 1, 1, 0, 200),
+            1,
+            Err(AssembleError::MessageTooLarge),
+        ),
+        (text(6, 1, 3, T0 - 1, 10), 1, Err(AssembleError::Expired)),
+        // A different part count drops the held message: only `add` may do that.
+        (text(1, 1, 2, 0, 100), 0, Ok(Verdict::Undecided)),
+    ];
+    for (t, peer, want) in cases {
+        let part = parse(&t).expect("parse");
+        assert_eq!(real.check(&peer, &part, now), want, "{t}");
+        assert_eq!(real.stats(), before, "check changes nothing");
+    }
+    for (t, peer) in [(a, 0), (c, 0)] {
+        let part = parse(&t).expect("parse");
+        let verdict = real.check(&peer, &part, now);
+        let added = real.add(peer, &part, now);
+        match verdict {
+            Ok(Verdict::Duplicate) => assert_eq!(added, Ok(Accepted::Duplicate)),
+            Err(e) => assert_eq!(added, Err(e)),
+            Ok(Verdict::Undecided) => panic!("decided above"),
         }
     }
 }

@@ -10,6 +10,7 @@ mod disallowed_peer_no_state;
 mod drops_time_out;
 mod expired_parts_dropped;
 mod faults_reorder_duplicate;
+mod flood_fair_queue;
 mod go_router_recovery;
 mod huge_timeouts_do_not_panic;
 mod idle_expiry_recovery;

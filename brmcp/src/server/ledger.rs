@@ -66,6 +66,19 @@ pub const APPLICATION_ID: i32 = 0x6272_6d63;
 /// The refund reason of a call found pending at open: its process died mid-call.
 pub const INTERRUPTED: &str = "interrupted";
 
+/// Bytes of replayable outcomes the journal keeps for one caller: 16 MiB, sixteen
+/// maximal outcomes ([`MAX_OUTCOME_BYTES`]). Outcomes are kept for their replay window
+/// ([`OUTCOME_TTL_SECS`]), so without a bound one caller at the rate limit holds
+/// gigabytes of the operator's disk. Past it the caller's oldest outcome goes first; its
+/// key stays held, so a retry is answered "outcome not retained" instead of running and
+/// paying again.
+pub const MAX_OUTCOME_BYTES_PER_CALLER: usize = 16 << 20;
+
+/// Replayable outcomes the journal keeps for one caller: 1024, more than a caller at
+/// the default rate limit finishes in one replay window. Bounds the rows the per-caller
+/// byte check reads.
+pub const MAX_OUTCOMES_PER_CALLER: usize = 1024;
+
 /// How long open waits for the directory lock. Rides out a previous process that is
 /// still closing, or an operator command that took the lock while no server ran; a
 /// live server holds it for its lifetime, so waiting longer gains nothing.
@@ -1134,7 +1147,31 @@ fn close(
             replay_until
         ],
     )?;
+    if kept.is_some() {
+        bound_outcomes(conn, &found.caller)?;
+    }
     Ok(())
+}
+
+/// Drops `caller`'s oldest replayable outcomes past [`MAX_OUTCOME_BYTES_PER_CALLER`]
+/// or [`MAX_OUTCOMES_PER_CALLER`]; their keys stay held. Returns how many.
+fn bound_outcomes(conn: &Connection, caller: &str) -> Result<usize, LedgerError> {
+    Ok(conn.execute(
+        "UPDATE calls SET outcome = NULL WHERE id IN ( \
+           SELECT id FROM ( \
+             SELECT id, \
+               SUM(length(CAST(outcome AS BLOB))) OVER newest AS bytes, \
+               ROW_NUMBER() OVER newest AS n \
+             FROM calls \
+             WHERE caller = ?1 AND key_held = 1 AND outcome IS NOT NULL \
+             WINDOW newest AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) \
+           WHERE bytes > ?2 OR n > ?3)",
+        params![
+            caller,
+            sql_limit(MAX_OUTCOME_BYTES_PER_CALLER),
+            sql_limit(MAX_OUTCOMES_PER_CALLER),
+        ],
+    )?)
 }
 
 fn balance(conn: &Connection, caller: &str) -> Result<u64, LedgerError> {

@@ -21,6 +21,7 @@ mod ledger_lifecycle;
 mod ledger_milliatoms;
 mod ledger_open_errors;
 mod ledger_operator;
+mod ledger_outcome_bound;
 mod ledger_restart_refund;
 mod ledger_tip_identity;
 mod ledger_tip_once;
