@@ -55,6 +55,10 @@ use std::time::Duration;
 
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
+pub use http::{
+    HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
+    SESSION_IDLE,
+};
 pub use link::LinkError;
 pub use policy::{Payer, PaymentUnconfirmed, PendingPayment};
 pub use settings::{
@@ -116,6 +120,8 @@ pub struct Config {
     /// cannot send headers (the MCP conformance suite): it is honoured only while the
     /// listen address is loopback.
     pub require_token: bool,
+    /// The HTTP endpoints' connection and session bounds.
+    pub http_limits: HttpLimits,
 }
 
 impl Config {
@@ -133,6 +139,7 @@ impl Config {
             poll_attempts: DEFAULT_POLL_ATTEMPTS,
             clock: Arc::new(SystemClock),
             require_token: true,
+            http_limits: HttpLimits::default(),
         }
     }
 
@@ -163,6 +170,7 @@ impl std::fmt::Debug for Config {
             .field("poll_interval", &self.poll_interval)
             .field("poll_attempts", &self.poll_attempts)
             .field("require_token", &self.require_token)
+            .field("http_limits", &self.http_limits)
             .finish_non_exhaustive()
     }
 }
@@ -187,7 +195,9 @@ pub enum BridgeError {
         source: std::io::Error,
     },
     /// A non-loopback listen address without [`Config::allow_remote`].
-    #[error("refusing to listen on non-loopback {0} (set allow_remote to mean it)")]
+    #[error(
+        "refusing to listen on non-loopback {0} without --allow-remote (Config::allow_remote) and a token"
+    )]
     RemoteRefused(SocketAddr),
     /// The bot is not an allowed bot.
     #[error("bot {0} is not allowed")]

@@ -41,6 +41,10 @@ pub(super) struct BridgeArgs {
     /// Allow a non-loopback --listen address (a token is always required).
     #[arg(long)]
     allow_remote: bool,
+    /// A host name (or `host:port`) agents may use to reach a remote listener, besides
+    /// the loopback names and the address they connect to (repeatable).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
     #[command(subcommand)]
     action: Option<BridgeAction>,
 }
@@ -265,6 +269,17 @@ pub(crate) async fn start_bridge(
     listen: SocketAddr,
     allow_remote: bool,
 ) -> Result<(Bridge, ClientRpcHost), CliError> {
+    start_bridge_hosts(datadir, rpc_config, listen, allow_remote, &[]).await
+}
+
+/// As [`start_bridge`], accepting `allow_hosts` in the `Host` header too.
+pub(crate) async fn start_bridge_hosts(
+    datadir: &Path,
+    rpc_config: &Path,
+    listen: SocketAddr,
+    allow_remote: bool,
+    allow_hosts: &[String],
+) -> Result<(Bridge, ClientRpcHost), CliError> {
     if super::serve::write_rpc_template(rpc_config)? {
         return Err(CliError(format!(
             "edit {} to point at your Bison Relay client, then run the command again",
@@ -277,6 +292,7 @@ pub(crate) async fn start_bridge(
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let mut config = Config::new(datadir).with_listen(listen);
     config.allow_remote = allow_remote;
+    config.allowed_hosts = allow_hosts.to_vec();
     // Before connecting: the stream redelivers unacknowledged outcomes at once.
     let bridge = Bridge::new(config, router.clone(), TipPayer(host.clone()))?;
     let inbox = Arc::new(Inbox::open(datadir)?);
@@ -302,9 +318,16 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
     let rpc_config = args
         .rpc_config
         .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
-    let (bridge, host) =
-        start_bridge(&args.datadir, &rpc_config, args.listen, args.allow_remote).await?;
+    let (bridge, host) = start_bridge_hosts(
+        &args.datadir,
+        &rpc_config,
+        args.listen,
+        args.allow_remote,
+        &args.allow_hosts,
+    )
+    .await?;
     let mut settings = bridge.settings();
+    let minted = settings.token.is_empty();
     if !settings.enabled {
         settings.enabled = true;
         settings = bridge.apply_settings(settings).await?;
@@ -330,10 +353,18 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
             args.datadir.display()
         );
     }
-    eprintln!(
-        "agents authenticate with: Authorization: Bearer {}",
-        settings.token
-    );
+    // The token is shown once, when made; later starts must not copy it into logs.
+    if minted {
+        eprintln!(
+            "agents authenticate with: Authorization: Bearer {}",
+            settings.token
+        );
+    } else {
+        eprintln!(
+            "agents authenticate with: Authorization: Bearer <token> (`brmcp bridge --datadir {} token show`)",
+            args.datadir.display()
+        );
+    }
     if settings.mode == Mode::Approval {
         eprintln!(
             "payments wait for approval: type `approve ID` or `deny ID` here, or use `brmcp bridge --datadir {} approvals`",
@@ -432,8 +463,14 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
     let rpc_config = args
         .rpc_config
         .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
-    let (bridge, host) =
-        start_bridge(&args.datadir, &rpc_config, args.listen, args.allow_remote).await?;
+    let (bridge, host) = start_bridge_hosts(
+        &args.datadir,
+        &rpc_config,
+        args.listen,
+        args.allow_remote,
+        &args.allow_hosts,
+    )
+    .await?;
     let uid = bridge
         .bots()
         .into_iter()

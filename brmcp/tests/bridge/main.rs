@@ -10,6 +10,7 @@ mod daily_cap_concurrent;
 mod fidelity;
 mod go_bot_sessions;
 mod harness_e2e;
+mod http_abuse;
 mod http_gate;
 mod interop_conformance;
 mod interop_python;
