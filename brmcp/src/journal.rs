@@ -538,6 +538,7 @@ impl From<rusqlite::Error> for Open {
 }
 
 fn connect(path: &Path) -> Result<Connection, Open> {
+    crate::secure_fs::prepare_sqlite(path)?;
     let conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_WAIT)?;
     let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;

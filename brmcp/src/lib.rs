@@ -6,4 +6,5 @@ pub mod bridge;
 pub mod cli;
 pub mod devnet;
 pub mod journal;
+pub mod secure_fs;
 pub mod server;

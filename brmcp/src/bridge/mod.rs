@@ -265,7 +265,7 @@ impl Bridge {
     /// [`BridgeError::Settings`], [`BridgeError::Spend`].
     pub fn new(config: Config, router: Router, payer: impl Payer) -> Result<Self, BridgeError> {
         let settings = Settings::load(&config.data_dir.join(SETTINGS_FILE))?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| SettingsError::Io {
+        crate::secure_fs::create_dir(&config.data_dir).map_err(|source| SettingsError::Io {
             path: config.data_dir.clone(),
             source,
         })?;

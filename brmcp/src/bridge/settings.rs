@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
@@ -260,7 +259,7 @@ impl Settings {
     /// [`SettingsError::Io`], [`SettingsError::Parse`], or any error of
     /// [`normalized`](Self::normalized).
     pub fn load(path: &Path) -> Result<Self, SettingsError> {
-        let text = match fs::read(path) {
+        let text = match crate::secure_fs::refuse_symlink(path).and_then(|()| fs::read(path)) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
             Err(source) => {
@@ -286,32 +285,8 @@ impl Settings {
         };
         let mut text = serde_json::to_vec_pretty(self).map_err(SettingsError::Parse)?;
         text.push(b'\n');
-        write_atomic(path, &text).map_err(io)
+        crate::secure_fs::write_atomic(path, &text).map_err(io)
     }
-}
-
-/// Writes `bytes` to a temporary file next to `path`, syncs it, and renames it over
-/// `path`, then syncs the directory.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    fs::create_dir_all(dir)?;
-    let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    {
-        let mut options = fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Ok(dir) = fs::File::open(dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
 }
 
 fn parse_uid(text: &str) -> Result<PeerId, SettingsError> {

@@ -184,7 +184,7 @@ fn load(path: &Path) -> Result<Settings, CliError> {
 }
 
 fn save(datadir: &Path, path: &Path, settings: &Settings) -> Result<(), CliError> {
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     Ok(settings.clone().normalized()?.save(path)?)
 }
@@ -288,7 +288,7 @@ pub(crate) async fn start_bridge_hosts(
     }
     let host = super::serve::host_from(rpc_config)?;
     let router = Router::new(host.clone(), RouterConfig::client());
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let mut config = Config::new(datadir).with_listen(listen);
     config.allow_remote = allow_remote;

@@ -175,10 +175,9 @@ pub(crate) fn write_rpc_template(path: &Path) -> Result<bool, CliError> {
                     clientkeypath=~/.brclient/rpc-client.key\n\
                     rpcuser=\n\
                     rpcpass=\n";
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
-    }
-    std::fs::write(path, template).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    // It will hold `rpcpass`: the owner's only, and never through a planted link.
+    crate::secure_fs::write_new(path, template.as_bytes())
+        .map_err(|e| CliError(format!("{}: {e}", path.display())))?;
     eprintln!(
         "wrote {}: point it at your brclient's clientrpc (URL and certificate files)",
         path.display()
@@ -188,7 +187,7 @@ pub(crate) fn write_rpc_template(path: &Path) -> Result<bool, CliError> {
 
 /// Writes what a first run needs; `true` when something was written.
 fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), CliError> {
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let mut wrote = write_rpc_template(rpc_config)?;
     let path = datadir.join(SERVE_CONFIG);

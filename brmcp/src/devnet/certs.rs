@@ -16,8 +16,6 @@
 //!
 //! Keys are PKCS#8 PEM `PRIVATE KEY` files. Files already present are reused.
 
-use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -106,7 +104,7 @@ pub(crate) fn ensure(dir: &Path, mode: CertMode) -> Result<NodeCerts, DevnetErro
     let paths = CertPaths::new(dir, mode);
     if !paths.all_exist() {
         if let Some(parent) = paths.server_cert.parent() {
-            fs::create_dir_all(parent)?;
+            crate::secure_fs::create_dir(parent)?;
         }
         match mode {
             CertMode::Brclient => write_brclient(&paths)?,
@@ -182,8 +180,8 @@ fn write_brclient(paths: &CertPaths) -> Result<(), DevnetError> {
         KeyUsagePurpose::KeyCertSign,
     ];
     let cert = server.self_signed(&key).map_err(cert_err)?;
-    write_file(&paths.server_cert, cert.pem().as_bytes(), false)?;
-    write_file(&paths.server_key, key.serialize_pem().as_bytes(), true)?;
+    write_file(&paths.server_cert, cert.pem().as_bytes())?;
+    write_file(&paths.server_key, key.serialize_pem().as_bytes())?;
 
     // Client CA and client leaf; the CA key is thrown away.
     let ca_key = ed25519()?;
@@ -196,13 +194,9 @@ fn write_brclient(paths: &CertPaths) -> Result<(), DevnetError> {
     client.is_ca = IsCa::NoCa;
     let issuer = Issuer::new(ca, ca_key);
     let client_cert = client.signed_by(&client_key, &issuer).map_err(cert_err)?;
-    write_file(&paths.ca_cert, ca_cert.pem().as_bytes(), false)?;
-    write_file(&paths.client_cert, client_cert.pem().as_bytes(), false)?;
-    write_file(
-        &paths.client_key,
-        client_key.serialize_pem().as_bytes(),
-        true,
-    )?;
+    write_file(&paths.ca_cert, ca_cert.pem().as_bytes())?;
+    write_file(&paths.client_cert, client_cert.pem().as_bytes())?;
+    write_file(&paths.client_key, client_key.serialize_pem().as_bytes())?;
     Ok(())
 }
 
@@ -232,38 +226,21 @@ fn write_brclientd(paths: &CertPaths) -> Result<(), DevnetError> {
     client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let client_cert = client.signed_by(&client_key, &issuer).map_err(cert_err)?;
 
-    write_file(&paths.ca_cert, ca_cert.pem().as_bytes(), false)?;
+    write_file(&paths.ca_cert, ca_cert.pem().as_bytes())?;
     if let Some(p) = &paths.ca_key {
-        write_file(p, ca_key_pem.as_bytes(), true)?;
+        write_file(p, ca_key_pem.as_bytes())?;
     }
-    write_file(&paths.server_cert, server_cert.pem().as_bytes(), false)?;
-    write_file(
-        &paths.server_key,
-        server_key.serialize_pem().as_bytes(),
-        true,
-    )?;
-    write_file(&paths.client_cert, client_cert.pem().as_bytes(), false)?;
-    write_file(
-        &paths.client_key,
-        client_key.serialize_pem().as_bytes(),
-        true,
-    )?;
+    write_file(&paths.server_cert, server_cert.pem().as_bytes())?;
+    write_file(&paths.server_key, server_key.serialize_pem().as_bytes())?;
+    write_file(&paths.client_cert, client_cert.pem().as_bytes())?;
+    write_file(&paths.client_key, client_key.serialize_pem().as_bytes())?;
     Ok(())
 }
 
-/// Writes a file; private ones get mode 0600 on Unix.
-pub(crate) fn write_file(path: &Path, data: &[u8], private: bool) -> Result<(), DevnetError> {
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        opts.mode(if private { 0o600 } else { 0o644 });
-    }
-    #[cfg(not(unix))]
-    let _ = private;
-    let mut f = opts.open(path)?;
-    f.write_all(data)?;
+/// Writes a file of the node's directory: atomically, the owner's only (certificates
+/// too: one mode for the whole directory), never through a link.
+pub(crate) fn write_file(path: &Path, data: &[u8]) -> Result<(), DevnetError> {
+    crate::secure_fs::write_atomic(path, data)?;
     Ok(())
 }
 

@@ -47,7 +47,7 @@ impl Devnet {
             }
         }
         let dir = self.dir.join(&spec.nick);
-        std::fs::create_dir_all(&dir)?;
+        crate::secure_fs::create_dir(&dir)?;
         let node_certs = certs::ensure(&dir, spec.cert_mode)?;
         let tls = server::tls_acceptor(&node_certs, spec.client_auth)?;
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;

@@ -5,6 +5,7 @@ mod demo;
 /// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
 #[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]
 mod fake;
+mod files;
 mod operator;
 mod processes;
 mod wire;
