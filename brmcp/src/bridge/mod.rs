@@ -62,8 +62,8 @@ pub use http::{
 pub use link::LinkError;
 pub use policy::{Payer, PaymentUnconfirmed, PendingPayment};
 pub use settings::{
-    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, Mode, NamedBot,
-    SETTINGS_FILE, Settings, SettingsError,
+    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, MIN_TOKEN_LEN, Mode,
+    NamedBot, SETTINGS_FILE, Settings, SettingsError,
 };
 pub use spend::{
     DAY_SECS, KEEP_SECS, OverDailyCap, SPEND_FILE, SpendEntry, SpendError, SpendLog, SpendStatus,

@@ -175,6 +175,16 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
     }
 }
 
+/// Says so when a cap is 0, which means "never pay" (the default).
+fn warn_zero_caps(datadir: &Path, settings: &Settings) {
+    if settings.per_call_cap_atoms == 0 || settings.per_day_cap_atoms == 0 {
+        eprintln!(
+            "spending caps are 0, which means never pay: set per_call_cap_atoms and per_day_cap_atoms (atoms) in {} to let the bridge pay bots",
+            datadir.join(SETTINGS_FILE).display()
+        );
+    }
+}
+
 fn now() -> UnixTime {
     SystemClock.unix()
 }
@@ -373,6 +383,7 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
         let approver = bridge.clone();
         tokio::spawn(async move { approvals(approver).await });
     }
+    warn_zero_caps(&args.datadir, &settings);
     eprintln!("Ctrl-C stops the bridge.");
     super::wait_for_interrupt().await;
     bridge.close().await;
@@ -479,6 +490,7 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
         })
         .map(|b| b.uid)
         .ok_or_else(|| CliError(format!("{bot:?} is not an allowed bot (see `bots list`)")))?;
+    warn_zero_caps(&args.datadir, &bridge.settings());
     serve_stdio(&bridge, &uid).await?;
     bridge.close().await;
     host.close();
