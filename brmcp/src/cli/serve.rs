@@ -169,12 +169,19 @@ pub(crate) fn write_rpc_template(path: &Path) -> Result<bool, CliError> {
     if path.exists() {
         return Ok(false);
     }
-    let template = "brrpcurl=wss://127.0.0.1:7676/ws\n\
-                    servercertpath=~/.brclient/rpc.cert\n\
-                    clientcertpath=~/.brclient/rpc-client.cert\n\
-                    clientkeypath=~/.brclient/rpc-client.key\n\
-                    rpcuser=\n\
-                    rpcpass=\n";
+    // Absolute paths: the Go kit reading the same file does not expand `~`.
+    let brclient = std::env::var_os("HOME")
+        .map(|home| Path::new(&home).join(".brclient"))
+        .unwrap_or_else(|| "/path/to/.brclient".into());
+    let brclient = brclient.display();
+    let template = format!(
+        "brrpcurl=wss://127.0.0.1:7676/ws\n\
+         servercertpath={brclient}/rpc.cert\n\
+         clientcertpath={brclient}/rpc-client.cert\n\
+         clientkeypath={brclient}/rpc-client.key\n\
+         rpcuser=\n\
+         rpcpass=\n"
+    );
     // It will hold `rpcpass`: the owner's only, and never through a planted link.
     crate::secure_fs::write_new(path, template.as_bytes())
         .map_err(|e| CliError(format!("{}: {e}", path.display())))?;
