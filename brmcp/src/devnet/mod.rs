@@ -72,6 +72,7 @@ mod certs;
 mod config;
 mod hooks;
 mod node;
+mod persist;
 mod protojson;
 mod relay;
 mod rpc;

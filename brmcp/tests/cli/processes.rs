@@ -103,6 +103,7 @@ fn set_mode(bridge_dir: &Path, mode: &str) {
 /// A devnet, `brmcp serve` on alice and `brmcp bridge` on bob, each its own process.
 struct Stack {
     _procs: Procs,
+    devnet_out: Vec<String>,
     dir: std::path::PathBuf,
     alice: String,
     bob: String,
@@ -111,8 +112,9 @@ struct Stack {
     token: String,
 }
 
-/// A devnet and `brmcp serve` on alice: the processes and the uids of alice and bob.
-fn serving(dir: &Path) -> (Procs, String, String) {
+/// A devnet and `brmcp serve` on alice: the processes, the uids of alice and bob, and
+/// what the devnet printed.
+fn serving(dir: &Path) -> (Procs, String, String, Vec<String>) {
     let mut procs = Procs(Vec::new());
     let dir_arg = dir.to_str().expect("utf-8 path");
     let devnet = spawn(
@@ -139,7 +141,7 @@ fn serving(dir: &Path) -> (Procs, String, String) {
         ]),
     );
     wait_for(&serve, "serving echo and fortune");
-    (procs, alice, bob)
+    (procs, alice, bob, out)
 }
 
 /// Allows alice in bob's bridge directory with the given spending mode.
@@ -164,7 +166,7 @@ fn bridge_settings(dir: &Path, alice: &str, mode: &str) -> String {
 
 impl Stack {
     fn start(dir: &Path, mode: &str) -> Self {
-        let (mut procs, alice, bob) = serving(dir);
+        let (mut procs, alice, bob, devnet_out) = serving(dir);
         let bridge_arg = bridge_settings(dir, &alice, mode);
         let rpc = dir.join("bob").join("brmcp-serve.conf");
         let listen = format!("127.0.0.1:{}", free_port());
@@ -181,12 +183,12 @@ impl Stack {
             ]),
         );
         let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
-        let token = out
-            .iter()
-            .find_map(|l| l.split("Bearer ").nth(1))
-            .expect("token line")
-            .trim()
-            .to_owned();
+        // Printed only when made: `token show` has it on every run.
+        let shown = brmcp(&["bridge", "--datadir", &bridge_arg, "token", "show"])
+            .output()
+            .expect("token show");
+        let token = String::from_utf8_lossy(&shown.stdout).trim().to_owned();
+        assert_eq!(token.len(), 32, "{shown:?}");
         let url = format!("http://{listen}/mcp/{alice}");
         assert!(
             out.iter().any(|l| l.contains(&url)),
@@ -195,6 +197,7 @@ impl Stack {
         );
         Self {
             _procs: procs,
+            devnet_out,
             dir: dir.to_owned(),
             alice,
             bob,
@@ -353,7 +356,7 @@ async fn approvals_command_decides_a_waiting_payment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bridge_stdio_serves_one_bot_to_a_spawning_host() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (_procs, alice, _bob) = serving(dir.path());
+    let (_procs, alice, _bob, _) = serving(dir.path());
     let bridge_arg = bridge_settings(dir.path(), &alice, "autopay");
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_brmcp"));
@@ -376,5 +379,43 @@ async fn bridge_stdio_serves_one_bot_to_a_spawning_host() {
         .await
         .expect("fortune");
     assert_fortune(&fortune);
+    let _ = client.cancel().await;
+}
+
+/// A devnet restarted on its directory (killed, not stopped) keeps its identities,
+/// ports and passwords: it prints the same commands, and they work again, paid calls
+/// included (the new run's tip ids are not taken for the old run's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devnet_restart_keeps_the_printed_commands_working() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = Stack::start(dir.path(), "autopay");
+    let client = first.client().await;
+    assert_fortune(
+        &client
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await
+            .expect("fortune"),
+    );
+    let _ = client.cancel().await;
+    let printed = first.devnet_out.clone();
+    let (alice, bob) = (first.alice.clone(), first.bob.clone());
+    drop(first);
+
+    let second = Stack::start(dir.path(), "autopay");
+    assert_eq!(second.devnet_out, printed, "the same commands");
+    assert_eq!(
+        (second.alice.as_str(), second.bob.as_str()),
+        (alice.as_str(), bob.as_str())
+    );
+    let client = second.client().await;
+    assert_fortune(
+        &client
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await
+            .expect("fortune after the restart"),
+    );
+    let spend = second.bridge_command(&["spend"]);
+    let text = String::from_utf8_lossy(&spend.stdout);
+    assert!(text.contains("last 24 hours: 20000 atoms"), "{text}");
     let _ = client.cancel().await;
 }
