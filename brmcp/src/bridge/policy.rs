@@ -201,7 +201,10 @@ impl Policy {
                 tracing::info!(%bot, tool, amount, "paid");
                 Ok(amount)
             }
-            Err((reason, _)) => Err(reason),
+            Err((reason, _)) => {
+                tracing::info!(%bot, tool, amount, %reason, "payment not made");
+                Err(reason)
+            }
         }
     }
 

@@ -211,8 +211,8 @@ fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), C
 
 /// Connects to the clientrpc endpoint a bisonbotkit config names.
 pub(crate) fn host_from(rpc_config: &Path) -> Result<ClientRpcHost, CliError> {
-    let bot = BotConfig::load(rpc_config)
-        .map_err(|e| CliError(format!("{}: {e}", rpc_config.display())))?;
+    let bot = BotConfig::load(rpc_config)?;
+    super::log::apply_conf(&bot, rpc_config)?;
     let config = ClientRpcConfig::from_bot_config(&bot);
     Ok(ClientRpcHost::new(config)?)
 }

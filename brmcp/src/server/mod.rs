@@ -44,6 +44,7 @@
 
 mod billing;
 mod call_key;
+mod call_log;
 mod calls;
 mod chat;
 mod clock;

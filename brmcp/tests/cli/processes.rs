@@ -312,6 +312,33 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
         "{balances}"
     );
     let _ = client.cancel().await;
+
+    // The .conf's `debug=info` and `logfile` keys: one line per call on the server,
+    // one per payment on the bridge, in the files the .conf names.
+    let log = |node: &str| {
+        std::fs::read_to_string(stack.dir.join(node).join("logs/brmcp-serve.log"))
+            .unwrap_or_else(|e| panic!("{node}'s log file: {e}"))
+    };
+    let served = log("alice");
+    let calls: Vec<&str> = served
+        .lines()
+        .filter(|l| l.contains(" call ") && l.contains("fortune"))
+        .collect();
+    assert!(
+        calls.iter().any(|l| l.contains("price_atoms=10000")
+            && l.contains("outcome=\"ok\"")
+            && l.contains(&stack.bob)
+            && l.contains("ms=")),
+        "{served}"
+    );
+    assert!(served.contains("clientrpc connected"), "{served}");
+    let bridged = log("bob");
+    assert!(
+        bridged
+            .lines()
+            .any(|l| l.contains("paid") && l.contains("amount=10000")),
+        "{bridged}"
+    );
 }
 
 /// In approval mode a paid call waits until `brmcp bridge approvals approve` pays it.
