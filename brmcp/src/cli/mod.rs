@@ -19,6 +19,7 @@ use crate::server::{Clock, SystemClock};
 mod bridge;
 mod demo;
 mod devnet;
+mod doctor;
 mod log;
 mod serve;
 mod wire;
@@ -46,6 +47,9 @@ enum Command {
     /// Show the whole thing working: a simulated network, a bot with a paid tool, a
     /// bridge in autopay mode, and an MCP client calling through it.
     Demo(demo::DemoArgs),
+    /// Check a data directory, its config files and its Bison Relay client connection,
+    /// and say what to fix.
+    Doctor(doctor::DoctorArgs),
     /// Inspect and produce envelope parts (the wire format of WIRE.md).
     #[command(subcommand)]
     Wire(wire::WireCommand),
@@ -70,6 +74,7 @@ pub fn main() -> ExitCode {
         Command::Devnet(args) => devnet::run(args),
         Command::Bridge(args) => bridge::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Doctor(args) => doctor::run(args),
     });
     match result {
         Ok(code) => code,

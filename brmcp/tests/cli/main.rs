@@ -2,6 +2,7 @@
 
 mod crash_streams;
 mod demo;
+mod doctor;
 /// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
 #[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]
 mod fake;
