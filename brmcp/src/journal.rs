@@ -551,6 +551,7 @@ fn connect(path: &Path) -> Result<Connection, Open> {
         )));
     }
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    crate::secure_fs::seal_sqlite(path)?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     if fresh {
         let tx = conn.unchecked_transaction()?;

@@ -104,6 +104,7 @@ fn set_mode(bridge_dir: &Path, mode: &str) {
 struct Stack {
     _procs: Procs,
     devnet_out: Vec<String>,
+    bridge_out: Vec<String>,
     dir: std::path::PathBuf,
     alice: String,
     bob: String,
@@ -198,6 +199,7 @@ impl Stack {
         Self {
             _procs: procs,
             devnet_out,
+            bridge_out: out,
             dir: dir.to_owned(),
             alice,
             bob,
@@ -332,6 +334,16 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
         "{served}"
     );
     assert!(served.contains("clientrpc connected"), "{served}");
+    // Every file the running processes made is the owner's only.
+    for sub in ["alice", "bob", "bob-bridge"] {
+        for entry in std::fs::read_dir(stack.dir.join(sub)).expect("node dir") {
+            let path = entry.expect("entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+            let want = if meta.is_dir() { 0o700 } else { 0o600 };
+            assert_eq!(mode, want, "{}", path.display());
+        }
+    }
     let bridged = log("bob");
     assert!(
         bridged
@@ -425,11 +437,19 @@ async fn devnet_restart_keeps_the_printed_commands_working() {
     );
     let _ = client.cancel().await;
     let printed = first.devnet_out.clone();
+    // The token is printed when made, and never again (logs keep what stderr says).
+    assert!(first.bridge_out.iter().any(|l| l.contains(&first.token)));
     let (alice, bob) = (first.alice.clone(), first.bob.clone());
     drop(first);
 
     let second = Stack::start(dir.path(), "autopay");
     assert_eq!(second.devnet_out, printed, "the same commands");
+    assert!(
+        !second.bridge_out.iter().any(|l| l.contains(&second.token)),
+        "{:?}",
+        second.bridge_out
+    );
+    assert!(second.bridge_out.iter().any(|l| l.contains("token show")));
     assert_eq!(
         (second.alice.as_str(), second.bob.as_str()),
         (alice.as_str(), bob.as_str())
