@@ -55,6 +55,10 @@ use crate::transport::BrTransport;
 /// Completed message ids remembered per session, to drop duplicates of them.
 const RECENT_MIDS: usize = 64;
 
+/// Refused peers remembered, so each gets one info line, not one per part (a refused
+/// peer's flood must not flood the log).
+const REFUSED_LOGGED: usize = 64;
+
 /// Router-level replies (errors for sessions that could not be opened) queued at most.
 const REPLY_QUEUE: usize = 64;
 
@@ -152,6 +156,7 @@ impl Router {
             next_id: next_id.clone(),
             epoch,
             config: config.clone(),
+            refused: VecDeque::new(),
         };
         tokio::spawn(driver.run(pm_rx, ctl_rx));
         Self {
@@ -350,6 +355,8 @@ struct Driver {
     next_idle_check: Option<Instant>,
     next_id: Arc<AtomicU64>,
     epoch: Instant,
+    /// The last [`REFUSED_LOGGED`] peers refused, newest last.
+    refused: VecDeque<PeerId>,
 }
 
 type PeerKey = [u8; 32];
@@ -543,7 +550,15 @@ impl Driver {
         let dialed = session.is_some_and(|e| !e.inbound);
         if !dialed && !self.config.authorizer.allow(&peer) {
             Counters::bump(&self.counters.dropped_disallowed);
-            tracing::debug!(%peer, "part from a peer not allowed");
+            if self.refused.contains(&peer) {
+                tracing::debug!(%peer, "part from a peer not allowed");
+            } else {
+                tracing::info!(%peer, "refused a caller that is not allowed");
+                if self.refused.len() == REFUSED_LOGGED {
+                    self.refused.pop_front();
+                }
+                self.refused.push_back(peer);
+            }
             return;
         }
         Counters::bump(&self.counters.parts_received);

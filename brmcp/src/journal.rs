@@ -538,6 +538,7 @@ impl From<rusqlite::Error> for Open {
 }
 
 fn connect(path: &Path) -> Result<Connection, Open> {
+    crate::secure_fs::prepare_sqlite(path)?;
     let conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_WAIT)?;
     let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
@@ -550,6 +551,7 @@ fn connect(path: &Path) -> Result<Connection, Open> {
         )));
     }
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    crate::secure_fs::seal_sqlite(path)?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     if fresh {
         let tx = conn.unchecked_transaction()?;

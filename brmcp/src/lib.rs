@@ -9,4 +9,5 @@ pub mod directory;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 pub mod journal;
+pub mod secure_fs;
 pub mod server;

@@ -277,17 +277,21 @@ impl ClientRpcConfig {
     }
 }
 
-/// A bisonbotkit bot config file (`brmcp-serve.conf` and the like), as the Go kit
-/// reads it:
+/// A bisonbotkit bot config file (`brmcp-serve.conf` and the like), in the Go kit's
+/// format, read strictly:
 ///
-/// - `key=value` lines, split at the first `=`, key and value trimmed;
-/// - lines without `=` are ignored; there is no comment syntax (`# a=b` is key `# a`);
+/// - `key=value` lines, split at the first `=`, key and value trimmed; blank lines and
+///   lines starting with `#` are skipped;
+/// - the keys are the kit's ([`KNOWN_KEYS`]); any other key, a line without `=`, a key
+///   given twice, a `debug` level the kit does not know and a count that is not a
+///   number are refused (the kit would ignore or silently replace them), naming the
+///   line, the key and the reason, and [`load`](Self::load) the file;
 /// - the URL is `brrpcurl` (newer kit) or `rpcurl` (older kit, README); `brrpcurl` wins
 ///   when both are present;
-/// - a later line with the same key replaces an earlier one;
 /// - paths starting with `~/` are taken relative to the home directory.
 ///
-/// Keys other than the ones below are kept in [`extra`](Self::extra), as the kit's
+/// The kit's keys brmcp does not act on here (`debug`, `logfile`, `maxlogfiles`,
+/// `maxbufferlines`, `brstatusurl`) are kept in [`extra`](Self::extra), as the kit's
 /// `ExtraConfig`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -310,18 +314,75 @@ pub struct BotConfig {
     pub extra: BTreeMap<String, String>,
 }
 
+/// The keys of a bisonbotkit bot config file: the kit's own, and `brstatusurl`, the
+/// extra key of the Go directory bot.
+pub const KNOWN_KEYS: [&str; 13] = [
+    "datadir",
+    "brrpcurl",
+    "rpcurl",
+    "servercertpath",
+    "clientcertpath",
+    "clientkeypath",
+    "rpcuser",
+    "rpcpass",
+    "debug",
+    "logfile",
+    "maxlogfiles",
+    "maxbufferlines",
+    "brstatusurl",
+];
+
+/// The kit's log levels (`debug=`).
+const LOG_LEVELS: [&str; 7] = ["trace", "debug", "info", "warn", "error", "critical", "off"];
+
+/// Why the value of `key` is refused, if it is.
+fn check_value(key: &str, value: &str) -> Option<String> {
+    match key {
+        "debug"
+            if !value.is_empty() && !LOG_LEVELS.contains(&value.to_ascii_lowercase().as_str()) =>
+        {
+            Some(format!("{value:?} is not one of {}", LOG_LEVELS.join(", ")))
+        }
+        "maxlogfiles" | "maxbufferlines" if !value.is_empty() && value.parse::<u32>().is_err() => {
+            Some(format!("{value:?} is not a whole number"))
+        }
+        _ => None,
+    }
+}
+
 impl BotConfig {
     /// Parses the text of a config file.
     ///
     /// # Errors
-    /// [`ClientRpcError::Config`] when neither `brrpcurl` nor `rpcurl` is set, when
-    /// `servercertpath` is missing, or when only one of `clientcertpath` and
-    /// `clientkeypath` is set.
+    /// [`ClientRpcError::Config`] for a refused line (see the type's docs), when
+    /// neither `brrpcurl` nor `rpcurl` is set, when `servercertpath` is missing, or when
+    /// only one of `clientcertpath` and `clientkeypath` is set.
     pub fn parse(text: &str) -> Result<Self, ClientRpcError> {
         let mut keys = BTreeMap::new();
-        for line in text.lines() {
-            if let Some((key, value)) = line.split_once('=') {
-                keys.insert(key.trim().to_owned(), value.trim().to_owned());
+        for (n, line) in text.lines().enumerate() {
+            let n = n + 1;
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(ClientRpcError::Config(format!(
+                    "line {n}: not key=value: {line:?}"
+                )));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let refuse = |why: String| ClientRpcError::Config(format!("line {n}: {key}: {why}"));
+            if !KNOWN_KEYS.contains(&key) {
+                return Err(refuse(format!(
+                    "unknown key (known: {})",
+                    KNOWN_KEYS.join(", ")
+                )));
+            }
+            if let Some(why) = check_value(key, value) {
+                return Err(refuse(why));
+            }
+            if keys.insert(key.to_owned(), value.to_owned()).is_some() {
+                return Err(refuse("given twice".into()));
             }
         }
         let take = |keys: &mut BTreeMap<String, String>, key: &str| {
@@ -357,11 +418,17 @@ impl BotConfig {
     /// Reads and parses a config file.
     ///
     /// # Errors
-    /// [`ClientRpcError::Io`] when the file cannot be read, else as [`parse`](Self::parse).
+    /// [`ClientRpcError::Io`] when the file cannot be read, else as [`parse`](Self::parse),
+    /// the message starting with the file's path.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ClientRpcError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| ClientRpcError::io(path, e))?;
-        Self::parse(&text)
+        Self::parse(&text).map_err(|e| match e {
+            ClientRpcError::Config(why) => {
+                ClientRpcError::Config(format!("{}: {why}", path.display()))
+            }
+            other => other,
+        })
     }
 }
 

@@ -795,10 +795,13 @@ async fn supervise(
                 if let Some(first) = first.take() {
                     let _ = first.send(Ok(()));
                 }
-                tokio::select! {
-                    () = conn.closed() => {}
-                    _ = shutdown.changed() => conn.close("host closed"),
-                }
+                let closing = tokio::select! {
+                    () = conn.closed() => false,
+                    _ = shutdown.changed() => {
+                        conn.close("host closed");
+                        true
+                    }
+                };
                 inner.current.send_if_modified(|current| {
                     let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn));
                     if same {
@@ -807,7 +810,11 @@ async fn supervise(
                     same
                 });
                 let why = conn.close_reason().unwrap_or_default();
-                tracing::warn!(url = %config.url, %why, "clientrpc connection lost");
+                if closing {
+                    tracing::info!(url = %config.url, "clientrpc connection closed");
+                } else {
+                    tracing::warn!(url = %config.url, %why, "clientrpc connection lost");
+                }
                 lock(&inner.status).last_error = Some(format!("connection lost: {why}"));
             }
             Err(e) => {

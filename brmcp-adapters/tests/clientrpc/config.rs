@@ -67,26 +67,18 @@ fn newer_kit_file_with_brrpcurl() {
 }
 
 #[test]
-fn older_kit_file_with_rpcurl_and_the_kits_quirks() {
+fn older_kit_file_with_rpcurl() {
     let text = "rpcurl = wss://127.0.0.1:7777/ws \n\
         servercertpath=/srv/rpc.cert\n\
-        a line without an equals sign\n\
-        # comment=not a comment\n\
-        rpcpass=ab=cd\n\
-        rpcpass=last=wins\n";
+        \n\
+        # a comment\n\
+        rpcpass=ab=cd\n";
     let bot = BotConfig::parse(text).unwrap();
     assert_eq!(bot.url, "wss://127.0.0.1:7777/ws", "trimmed");
     assert_eq!(bot.client_cert_path, None);
     assert_eq!(bot.rpc_user, "");
-    assert_eq!(
-        bot.rpc_pass, "last=wins",
-        "split at the first '='; later lines win"
-    );
-    assert_eq!(
-        bot.extra.get("# comment").map(String::as_str),
-        Some("not a comment")
-    );
-    assert_eq!(bot.extra.len(), 1);
+    assert_eq!(bot.rpc_pass, "ab=cd", "split at the first '='");
+    assert!(bot.extra.is_empty());
     let config = ClientRpcConfig::from_bot_config(&bot);
     assert_eq!(config.client_cert, None);
     assert!(
@@ -102,6 +94,34 @@ fn older_kit_file_with_rpcurl_and_the_kits_quirks() {
     let no_auth =
         BotConfig::parse("brrpcurl=wss://h:1/ws\nservercertpath=/x\nrpcuser=\nrpcpass=\n").unwrap();
     assert_eq!(ClientRpcConfig::from_bot_config(&no_auth).basic_auth, None);
+}
+
+#[test]
+fn nonsense_is_refused_naming_the_file_line_key_and_reason() {
+    let base = "brrpcurl=wss://h:1/ws\nservercertpath=/x\n";
+    for (line, expect) in [
+        ("servercertpth=/y", "line 3: servercertpth: unknown key"),
+        ("a line without an equals sign", "line 3: not key=value"),
+        ("rpcpass=a\nrpcpass=b", "line 4: rpcpass: given twice"),
+        ("debug=loud", "line 3: debug: \"loud\" is not one of"),
+        (
+            "maxlogfiles=-5",
+            "line 3: maxlogfiles: \"-5\" is not a whole number",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("brmcp-serve.conf");
+        std::fs::write(&path, format!("{base}{line}\n")).unwrap();
+        let err = BotConfig::load(&path).unwrap_err();
+        assert!(matches!(err, ClientRpcError::Config(_)), "{err:?}");
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("{}: {expect}", path.display())),
+            "{line}: {shown}"
+        );
+    }
+    let ok = BotConfig::parse(&format!("{base}debug=DEBUG\nmaxlogfiles=5\n")).unwrap();
+    assert_eq!(ok.extra.get("debug").map(String::as_str), Some("DEBUG"));
 }
 
 #[test]

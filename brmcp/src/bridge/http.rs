@@ -1,15 +1,26 @@
 //! The streamable HTTP endpoints: `/mcp/<64-hex bot uid>`, one rmcp
 //! `StreamableHttpService` per allowed bot, behind these gates in order:
 //!
-//! 1. `Host` must be a loopback name or one the config allows (DNS rebinding): 403;
-//! 2. the settings must enable the endpoint: 404;
-//! 3. `Authorization: Bearer <token>`, scheme case-insensitive, token compared in
+//! 1. `Host` must be a loopback name, the address the connection reached, the listen
+//!    address, or a name the config allows (DNS rebinding): 403;
+//! 2. an `Origin`, when sent, must be `http(s)://` one of those hosts (a page of
+//!    another site holding the token still cannot drive the bridge): 403;
+//! 3. the settings must enable the endpoint: 404;
+//! 4. `Authorization: Bearer <token>`, scheme case-insensitive, token compared in
 //!    constant time; an empty configured token never authorizes; a raw token without
 //!    the scheme is refused: 401 with `WWW-Authenticate: Bearer` (waived only by
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
-//! 4. the path must name an allowed bot: 404;
-//! 5. the bot's session must be up, or come up within the connect timeout: 503 with
-//!    `Retry-After`.
+//! 5. the path must name an allowed bot: 404;
+//! 6. the bot's session must be up, or come up within the connect timeout: 503 with
+//!    `Retry-After`;
+//! 7. a new MCP session must fit the bounds of [`HttpLimits`] (idle ones make room):
+//!    503 with `Retry-After`.
+//!
+//! `DELETE` of a session answers 204, as the MCP specification allows (rmcp says 202,
+//! on which the Python SDK warns).
+
+mod listener;
+mod sessions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -21,6 +32,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use brmcp_adapters::PeerId;
+use futures_util::StreamExt;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -30,12 +42,61 @@ use tokio_util::sync::CancellationToken;
 use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::{BridgeError, Inner, Settings, lock};
+use sessions::{Sessions, TokenKey};
 
 /// How long a stopping listener waits for open requests before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// Host names always accepted: the loopback names.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// Default bound on open connections to the owned listener: 256, well under the
+/// usual 1024 descriptors, yet far more than the agents of one user open.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Default time a connection has to send a request's headers (and an idle
+/// keep-alive connection to start its next request): 10 s. Real clients send their
+/// headers at once.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default bound on the MCP sessions of one bearer token, over all bots: 32. A
+/// session costs about 60 KB; agents open one each.
+pub const MAX_SESSIONS_PER_TOKEN: usize = 32;
+
+/// Default bound on all MCP sessions of the endpoints: 64.
+pub const MAX_SESSIONS: usize = 64;
+
+/// Default time a session with no open request lives on: 10 minutes, long enough for
+/// an agent that pauses between calls.
+pub const SESSION_IDLE: Duration = Duration::from_secs(600);
+
+/// The HTTP endpoints' bounds; [`Default`] gives the constants above.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct HttpLimits {
+    /// Open connections to the owned listener.
+    pub max_connections: usize,
+    /// Time to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// MCP sessions per bearer token.
+    pub max_sessions_per_token: usize,
+    /// MCP sessions in all.
+    pub max_sessions: usize,
+    /// Time an idle session lives on.
+    pub session_idle: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: MAX_CONNECTIONS,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_sessions_per_token: MAX_SESSIONS_PER_TOKEN,
+            max_sessions: MAX_SESSIONS,
+            session_idle: SESSION_IDLE,
+        }
+    }
+}
 
 type Service = StreamableHttpService<ProxyServer, LocalSessionManager>;
 
@@ -65,6 +126,7 @@ pub(crate) struct HttpState {
     /// Cancelled to sever every stream of the current token; replaced after.
     generation: Mutex<CancellationToken>,
     services: Mutex<HashMap<PeerId, Arc<BotService>>>,
+    sessions: Sessions,
 }
 
 impl HttpState {
@@ -74,6 +136,7 @@ impl HttpState {
             addr: Mutex::new(None),
             generation: Mutex::new(CancellationToken::new()),
             services: Mutex::default(),
+            sessions: Sessions::default(),
         }
     }
 
@@ -84,6 +147,7 @@ impl HttpState {
     /// Ends every agent session of `bot`.
     pub(crate) async fn drop_bot(&self, bot: &PeerId) {
         let service = lock(&self.services).remove(bot);
+        self.sessions.forget_bot(Some(bot));
         if let Some(service) = service {
             close_service(&service).await;
         }
@@ -95,8 +159,19 @@ impl HttpState {
         let old = std::mem::replace(&mut *lock(&self.generation), CancellationToken::new());
         old.cancel();
         let services: Vec<_> = lock(&self.services).drain().map(|(_, s)| s).collect();
+        self.sessions.forget_bot(None);
         for service in services {
             close_service(&service).await;
+        }
+    }
+
+    /// Closes sessions the registry let go of.
+    async fn close_sessions(&self, gone: Vec<(PeerId, String)>) {
+        for (bot, id) in gone {
+            let service = lock(&self.services).get(&bot).cloned();
+            if let Some(service) = service {
+                let _ = service.sessions.close_session(&id.into()).await;
+            }
         }
     }
 
@@ -106,9 +181,14 @@ impl HttpState {
             return s.service.clone();
         }
         let ct = lock(&self.generation).child_token();
-        let sessions = Arc::new(LocalSessionManager::default());
+        let mut manager = LocalSessionManager::default();
+        // The registry expires idle sessions; rmcp's own timer would also end those
+        // that only hold an event stream open.
+        manager.session_config.keep_alive = None;
+        let sessions = Arc::new(manager);
+        // The gate checked Host (with the connection's address, which rmcp lacks).
         let config = StreamableHttpServerConfig::default()
-            .with_allowed_hosts(allowed_hosts(&inner.config))
+            .disable_allowed_hosts()
             .with_cancellation_token(ct.clone());
         let weak: Weak<Inner> = Arc::downgrade(inner);
         let factory_link = link.clone();
@@ -149,13 +229,28 @@ async fn close_service(service: &BotService) {
     }
 }
 
-fn allowed_hosts(config: &super::Config) -> Vec<String> {
+/// The accepted hosts: the loopback names, the configured names, the listen address
+/// and the local address the connection reached (`local`, which for a wildcard bind
+/// is the interface's address the agent dialed).
+fn allowed_hosts(config: &super::Config, local: Option<SocketAddr>) -> Vec<String> {
     let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
     hosts.extend(config.allowed_hosts.iter().cloned());
-    if !config.listen.ip().is_loopback() && !config.listen.ip().is_unspecified() {
-        hosts.push(config.listen.ip().to_string());
+    for ip in [Some(config.listen.ip()), local.map(|a| a.ip())]
+        .into_iter()
+        .flatten()
+    {
+        if !ip.is_unspecified() {
+            hosts.push(ip.to_canonical().to_string());
+        }
     }
     hosts
+}
+
+fn host_matches(allowed: &[String], host: &str, port: Option<&str>) -> bool {
+    allowed.iter().any(|allowed| {
+        let (a_host, a_port) = split_host(allowed);
+        a_host.eq_ignore_ascii_case(host) && a_port.is_none_or(|p| Some(p) == port)
+    })
 }
 
 /// The host part and port of a `Host` header (`[::1]:80`, `localhost`, `a.b:8891`).
@@ -172,15 +267,45 @@ fn split_host(value: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn host_allowed(config: &super::Config, headers: &HeaderMap) -> bool {
+fn host_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
         return false;
     };
     let (host, port) = split_host(value.trim());
-    allowed_hosts(config).iter().any(|allowed| {
-        let (a_host, a_port) = split_host(allowed);
-        a_host.eq_ignore_ascii_case(host) && a_port.is_none_or(|p| Some(p) == port)
-    })
+    host_matches(allowed, host, port)
+}
+
+/// An absent `Origin` passes (agents are not browsers); a present one must be
+/// `http://` or `https://` an allowed host (any port, as browsers send the page's).
+fn origin_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let Some(authority) = value
+        .trim()
+        .strip_prefix("http://")
+        .or_else(|| value.trim().strip_prefix("https://"))
+    else {
+        return false;
+    };
+    if authority.contains(['/', '@', '?', '#']) {
+        return false;
+    }
+    let (host, _) = split_host(authority);
+    host_matches(allowed, host, None)
+}
+
+/// The key of the bearer token presented (zeros when none).
+fn token_key(headers: &HeaderMap) -> TokenKey {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .map(|(_, token)| Sha256::digest(token.trim().as_bytes()).into())
+        .unwrap_or_default()
 }
 
 /// Whether the `Authorization` header carries the configured token.
@@ -218,9 +343,26 @@ fn plain(status: StatusCode, text: &'static str) -> Response {
         .into_response()
 }
 
+fn retry_after(inner: &Inner, mut response: Response) -> Response {
+    let secs = inner.config.retry_after.as_secs().max(1);
+    if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
 async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response {
-    if !host_allowed(&inner.config, request.headers()) {
+    gate(inner, None, request).await
+}
+
+/// Answers `request`, which reached the local address `local` (when known).
+async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) -> Response {
+    let allowed = allowed_hosts(&inner.config, local);
+    if !host_allowed(&allowed, request.headers()) {
         return plain(StatusCode::FORBIDDEN, "forbidden: host not allowed");
+    }
+    if !origin_allowed(&allowed, request.headers()) {
+        return plain(StatusCode::FORBIDDEN, "forbidden: origin not allowed");
     }
     let settings = inner.settings();
     if !settings.enabled {
@@ -247,16 +389,83 @@ async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response
     };
     if let Err(e) = link.ensure().await {
         tracing::debug!(bot = %link.bot, error = %e, "503");
-        let mut response = plain(StatusCode::SERVICE_UNAVAILABLE, "bot unavailable");
-        let secs = inner.config.retry_after.as_secs().max(1);
-        if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        return response;
+        return retry_after(
+            &inner,
+            plain(StatusCode::SERVICE_UNAVAILABLE, "bot unavailable"),
+        );
     }
     let service = inner.http.service(&inner, &link);
-    service.handle(request).await.map(Body::new)
+    session_request(&inner, &link.bot, &service, request).await
 }
+
+/// Hands `request` to the bot's service under the session bounds.
+async fn session_request(
+    inner: &Arc<Inner>,
+    bot: &PeerId,
+    service: &Service,
+    request: Request,
+) -> Response {
+    let http = &inner.http;
+    let limits = &inner.config.http_limits;
+    http.close_sessions(http.sessions.expire(limits)).await;
+    let method = request.method().clone();
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut busy = None;
+    let mut reservation = None;
+    match &session {
+        Some(id) => busy = http.sessions.touch(bot, id),
+        None if method == axum::http::Method::POST => {
+            match http.sessions.admit(token_key(request.headers()), limits) {
+                Ok((held, evicted)) => {
+                    http.close_sessions(evicted).await;
+                    reservation = Some(held);
+                }
+                Err(sessions::Full) => {
+                    return retry_after(
+                        inner,
+                        plain(StatusCode::SERVICE_UNAVAILABLE, "too many sessions"),
+                    );
+                }
+            }
+        }
+        None => {}
+    }
+    let response = service.handle(request).await.map(Body::new);
+    if let Some(held) = reservation
+        && let Some(id) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+    {
+        busy = Some(http.sessions.register(held, *bot, id));
+    }
+    if method == axum::http::Method::DELETE {
+        if let Some(id) = &session {
+            drop(busy.take());
+            http.sessions.forget(id);
+        }
+        if response.status() == StatusCode::ACCEPTED {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+    }
+    match busy {
+        // The session stays busy until its response (an event stream, say) ends.
+        Some(busy) => response.map(|body| {
+            Body::from_stream(body.into_data_stream().map(move |chunk| {
+                let _ = &busy;
+                chunk
+            }))
+        }),
+        None => response,
+    }
+}
+
+/// The MCP session header.
+const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Where the payments waiting for approval are listed and decided, behind the same
 /// token as the MCP endpoints: `GET /payments`, `POST /payments/<id>/approve|deny`.
@@ -377,16 +586,13 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
         .local_addr()
         .map_err(|source| BridgeError::Bind { addr, source })?;
     let stop = CancellationToken::new();
-    let app = app(inner.clone());
-    let signal = stop.clone().cancelled_owned();
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
-            .await
-        {
-            tracing::warn!(error = %e, "bridge listener failed");
-        }
-    });
+    let task = tokio::spawn(listener::run(
+        listener,
+        inner.clone(),
+        config.http_limits,
+        stop.clone(),
+    ));
+    tokio::spawn(sweep(Arc::downgrade(inner), stop.clone()));
     *lock(&inner.http.addr) = Some(bound);
     tracing::info!(addr = %bound, "bridge listening");
     Ok(Listener {
@@ -394,6 +600,25 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
         stop,
         task,
     })
+}
+
+/// Closes idle sessions while the listener runs, even when no new session comes.
+async fn sweep(inner: Weak<Inner>, stop: CancellationToken) {
+    loop {
+        let Some(every) = inner
+            .upgrade()
+            .map(|i| (i.config.http_limits.session_idle / 4).max(Duration::from_millis(50)))
+        else {
+            return;
+        };
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        let gone = inner.http.sessions.expire(&inner.config.http_limits);
+        inner.http.close_sessions(gone).await;
+    }
 }
 
 async fn shutdown(inner: &Arc<Inner>, listener: Listener) {

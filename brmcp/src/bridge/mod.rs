@@ -60,11 +60,15 @@ use std::time::Duration;
 
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
+pub use http::{
+    HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
+    SESSION_IDLE,
+};
 pub use link::LinkError;
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use settings::{
-    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, Mode, NamedBot,
-    SETTINGS_FILE, Settings, SettingsError,
+    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, MIN_TOKEN_LEN, Mode,
+    NamedBot, SETTINGS_FILE, Settings, SettingsError,
 };
 pub use spend::{
     DAY_SECS, KEEP_SECS, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError, SpendLog,
@@ -122,6 +126,8 @@ pub struct Config {
     /// cannot send headers (the MCP conformance suite): it is honoured only while the
     /// listen address is loopback.
     pub require_token: bool,
+    /// The HTTP endpoints' connection and session bounds.
+    pub http_limits: HttpLimits,
 }
 
 impl Config {
@@ -139,6 +145,7 @@ impl Config {
             poll_attempts: DEFAULT_POLL_ATTEMPTS,
             clock: Arc::new(SystemClock),
             require_token: true,
+            http_limits: HttpLimits::default(),
         }
     }
 
@@ -169,6 +176,7 @@ impl std::fmt::Debug for Config {
             .field("poll_interval", &self.poll_interval)
             .field("poll_attempts", &self.poll_attempts)
             .field("require_token", &self.require_token)
+            .field("http_limits", &self.http_limits)
             .finish_non_exhaustive()
     }
 }
@@ -193,7 +201,9 @@ pub enum BridgeError {
         source: std::io::Error,
     },
     /// A non-loopback listen address without [`Config::allow_remote`].
-    #[error("refusing to listen on non-loopback {0} (set allow_remote to mean it)")]
+    #[error(
+        "refusing to listen on non-loopback {0} without --allow-remote (Config::allow_remote) and a token"
+    )]
     RemoteRefused(SocketAddr),
     /// The bot is not an allowed bot.
     #[error("bot {0} is not allowed")]
@@ -261,7 +271,7 @@ impl Bridge {
     /// [`BridgeError::Settings`], [`BridgeError::Spend`].
     pub fn new(config: Config, router: Router, payer: impl Payer) -> Result<Self, BridgeError> {
         let settings = Settings::load(&config.data_dir.join(SETTINGS_FILE))?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| SettingsError::Io {
+        crate::secure_fs::create_dir(&config.data_dir).map_err(|source| SettingsError::Io {
             path: config.data_dir.clone(),
             source,
         })?;

@@ -258,7 +258,10 @@ impl Policy {
                 tracing::info!(%bot, tool, amount, "paid");
                 Ok(())
             }
-            Err((reason, _, _)) => Err(reason),
+            Err((reason, _, _)) => {
+                tracing::info!(%bot, tool, amount, %reason, "payment not made");
+                Err(reason)
+            }
         }
     }
 

@@ -1,17 +1,22 @@
 //! The user's spending policy and endpoint switch: `mcpclient.json`, with the Go
 //! bridge's field names so a user can switch implementations.
 //!
-//! Parsing is fail-closed: a file that does not parse, names an invalid uid, or names a
-//! bot that is not allowed is an error, never "allow all". Writes are atomic (temporary
-//! file, fsync, rename), so a crash leaves the old file or the new one.
+//! Parsing is strict and fail-closed: a file that does not parse, has a key this
+//! version does not know, a value of the wrong type, a negative amount, an unknown
+//! mode, a token under [`MIN_TOKEN_LEN`] characters, an invalid uid, or a name for a
+//! bot that is not allowed is an error naming the file, the key and the reason, never
+//! "allow all" nor a silent default. Writes are atomic (temporary file, fsync, rename),
+//! so a crash leaves the old file or the new one.
+//!
+//! The caps default to 0, which means "never pay": a new bridge pays nothing until
+//! the user sets `per_call_cap_atoms` and `per_day_cap_atoms`.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 /// The settings file's name inside the data directory.
 pub const SETTINGS_FILE: &str = "mcpclient.json";
@@ -22,11 +27,15 @@ pub const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 120;
 /// Payment wait used when the file gives none (or a non-positive one): 180 s, as Go.
 pub const DEFAULT_TIP_WAIT_SECS: u64 = 180;
 
+/// Shortest bearer token accepted: 32 characters, as the minted ones (16 random bytes
+/// in hex). A shorter one was typed by hand and may be guessed.
+pub const MIN_TOKEN_LEN: usize = 32;
+
 /// Longest bot name, in bytes: enough for a label, short enough for a log line.
 pub const MAX_BOT_NAME_LEN: usize = 64;
 
 /// How payments are decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Every payment waits for the user's decision (the default).
@@ -36,21 +45,11 @@ pub enum Mode {
     Autopay,
 }
 
-impl<'de> Deserialize<'de> for Mode {
-    /// Any value but `"autopay"` is approval, as in Go: a typo never turns autopay on.
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        Ok(match value.as_str() {
-            Some("autopay") => Self::Autopay,
-            _ => Self::Approval,
-        })
-    }
-}
-
 /// `mcpclient.json`: whether the endpoint is on, its token, and the spending policy.
 ///
 /// Amounts are atoms. A cap of 0 means "never pay".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Settings {
     /// Whether the local HTTP endpoint serves.
@@ -63,19 +62,19 @@ pub struct Settings {
     #[serde(default)]
     pub mode: Mode,
     /// Most one payment may be; 0: never pay.
-    #[serde(default, deserialize_with = "non_negative")]
+    #[serde(default)]
     pub per_call_cap_atoms: u64,
     /// Most all payments of the last 24 hours may add up to; 0: never pay.
-    #[serde(default, deserialize_with = "non_negative")]
+    #[serde(default)]
     pub per_day_cap_atoms: u64,
     /// Bots (64-hex uids, lowercase) the endpoints serve.
     #[serde(default)]
     pub allowed_bots: Vec<String>,
     /// How long a payment waits for the user's decision.
-    #[serde(default, deserialize_with = "non_negative")]
+    #[serde(default)]
     pub approval_timeout_secs: u64,
     /// How long a payment may take to be confirmed.
-    #[serde(default, deserialize_with = "non_negative")]
+    #[serde(default)]
     pub tip_wait_secs: u64,
     /// Names the user gave bots: name to uid. Every named bot is allowed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -98,10 +97,32 @@ impl Default for Settings {
     }
 }
 
-/// Go writes these as signed integers; a negative one means what 0 means.
-fn non_negative<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let value = i64::deserialize(d)?;
-    Ok(u64::try_from(value).unwrap_or(0))
+/// Each key's value alone, so a refusal can name the key.
+fn check_value(key: &str, value: &serde_json::Value) -> Result<(), String> {
+    let checked = match key {
+        "enabled" => bool::deserialize(value).map(drop),
+        "token" => String::deserialize(value).map(drop),
+        "mode" => Mode::deserialize(value).map(drop),
+        "per_call_cap_atoms" | "per_day_cap_atoms" | "approval_timeout_secs" | "tip_wait_secs" => {
+            match value.as_i64() {
+                Some(n) if n < 0 => return Err(format!("{n} is negative")),
+                _ => u64::deserialize(value).map(drop),
+            }
+        }
+        "allowed_bots" => Vec::<String>::deserialize(value).map(drop),
+        "bot_names" => BTreeMap::<String, String>::deserialize(value).map(drop),
+        _ => return Err("unknown key".into()),
+    };
+    checked.map_err(|e| e.to_string())
+}
+
+/// The key an error of [`Settings::normalized`] is about.
+fn key_of(e: &SettingsError) -> &'static str {
+    match e {
+        SettingsError::InvalidBot(_) => "allowed_bots",
+        SettingsError::TokenTooShort => "token",
+        _ => "bot_names",
+    }
 }
 
 /// A bot with the name the user gave it, if any.
@@ -139,9 +160,33 @@ pub enum SettingsError {
     /// The name is taken by another bot.
     #[error("bot name {0:?} is already used for another bot")]
     NameTaken(String),
-    /// The file is not settings JSON.
-    #[error("the settings file does not parse: {0}")]
+    /// The token is shorter than [`MIN_TOKEN_LEN`].
+    #[error(
+        "the token is shorter than {MIN_TOKEN_LEN} characters (delete it and a new one is made)"
+    )]
+    TokenTooShort,
+    /// The settings could not be encoded.
+    #[error("the settings do not encode: {0}")]
     Parse(#[source] serde_json::Error),
+    /// The file is not JSON.
+    #[error("{}: not valid JSON: {source}", .path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// Where and why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A key of the file was refused.
+    #[error("{}: {key}: {reason}", .path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key (`top level` for the file as a whole).
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// Reading or writing the file failed.
     #[error("settings file {}: {source}", .path.display())]
     Io {
@@ -158,8 +203,11 @@ impl Settings {
     ///
     /// # Errors
     /// [`SettingsError::InvalidBot`], [`SettingsError::InvalidName`],
-    /// [`SettingsError::NameNotAllowed`].
+    /// [`SettingsError::NameNotAllowed`], [`SettingsError::TokenTooShort`].
     pub fn normalized(mut self) -> Result<Self, SettingsError> {
+        if !self.token.is_empty() && self.token.chars().count() < MIN_TOKEN_LEN {
+            return Err(SettingsError::TokenTooShort);
+        }
         if self.approval_timeout_secs == 0 {
             self.approval_timeout_secs = DEFAULT_APPROVAL_TIMEOUT_SECS;
         }
@@ -257,10 +305,10 @@ impl Settings {
     /// Reads `path`; a missing file gives the defaults.
     ///
     /// # Errors
-    /// [`SettingsError::Io`], [`SettingsError::Parse`], or any error of
-    /// [`normalized`](Self::normalized).
+    /// [`SettingsError::Io`], [`SettingsError::Syntax`], [`SettingsError::Invalid`]
+    /// (which also carries the errors of [`normalized`](Self::normalized)).
     pub fn load(path: &Path) -> Result<Self, SettingsError> {
-        let text = match fs::read(path) {
+        let text = match crate::secure_fs::refuse_symlink(path).and_then(|()| fs::read(path)) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
             Err(source) => {
@@ -270,9 +318,32 @@ impl Settings {
                 });
             }
         };
-        serde_json::from_slice::<Self>(&text)
-            .map_err(SettingsError::Parse)?
+        Self::parse(path, &text)
+    }
+
+    /// The settings `text` of the file `path` holds.
+    fn parse(path: &Path, text: &[u8]) -> Result<Self, SettingsError> {
+        let invalid = |key: &str, reason: String| SettingsError::Invalid {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            reason,
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(text).map_err(|source| SettingsError::Syntax {
+                path: path.to_owned(),
+                source,
+            })?;
+        let Some(object) = value.as_object() else {
+            return Err(invalid("top level", "not a JSON object".into()));
+        };
+        for (key, value) in object {
+            check_value(key, value).map_err(|reason| invalid(key, reason))?;
+        }
+        let settings: Self =
+            serde_json::from_value(value).map_err(|e| invalid("top level", e.to_string()))?;
+        settings
             .normalized()
+            .map_err(|e| invalid(key_of(&e), e.to_string()))
     }
 
     /// Writes the settings to `path` atomically, readable by the owner only.
@@ -286,32 +357,8 @@ impl Settings {
         };
         let mut text = serde_json::to_vec_pretty(self).map_err(SettingsError::Parse)?;
         text.push(b'\n');
-        write_atomic(path, &text).map_err(io)
+        crate::secure_fs::write_atomic(path, &text).map_err(io)
     }
-}
-
-/// Writes `bytes` to a temporary file next to `path`, syncs it, and renames it over
-/// `path`, then syncs the directory.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    fs::create_dir_all(dir)?;
-    let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    {
-        let mut options = fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Ok(dir) = fs::File::open(dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
 }
 
 fn parse_uid(text: &str) -> Result<PeerId, SettingsError> {
@@ -343,15 +390,67 @@ mod tests {
     }
 
     #[test]
-    fn unknown_mode_is_approval_and_negative_caps_are_zero() {
-        let s: Settings = serde_json::from_str(
-            r#"{"mode":"auto-pay","per_call_cap_atoms":-5,"per_day_cap_atoms":7,"approval_timeout_secs":-1}"#,
-        )
-        .unwrap();
-        let s = s.normalized().unwrap();
-        assert_eq!(s.mode, Mode::Approval);
-        assert_eq!(s.per_call_cap_atoms, 0);
-        assert_eq!(s.per_day_cap_atoms, 7);
+    fn nonsense_is_refused_naming_file_key_and_reason() {
+        let path = Path::new("/data/mcpclient.json");
+        let token = "t".repeat(MIN_TOKEN_LEN);
+        for (text, key, reason) in [
+            (
+                r#"{"mode":"auto"}"#.to_owned(),
+                "mode",
+                "unknown variant `auto`",
+            ),
+            (
+                r#"{"per_call_cap_atoms":-5}"#.into(),
+                "per_call_cap_atoms",
+                "-5 is negative",
+            ),
+            (
+                r#"{"tip_wait_secs":-1}"#.into(),
+                "tip_wait_secs",
+                "negative",
+            ),
+            (r#"{"per_day_cap":5}"#.into(), "per_day_cap", "unknown key"),
+            (
+                r#"{"enabled":"yes"}"#.into(),
+                "enabled",
+                "expected a boolean",
+            ),
+            (
+                r#"{"per_day_cap_atoms":"5"}"#.into(),
+                "per_day_cap_atoms",
+                "expected u64",
+            ),
+            (
+                r#"{"per_day_cap_atoms":1.5}"#.into(),
+                "per_day_cap_atoms",
+                "expected u64",
+            ),
+            (r#"{"token":"abcde"}"#.into(), "token", "shorter than 32"),
+            (r#"{"allowed_bots":["x"]}"#.into(), "allowed_bots", "64-hex"),
+            ("[]".into(), "top level", "not a JSON object"),
+        ] {
+            let err = Settings::parse(path, text.as_bytes()).unwrap_err();
+            let shown = err.to_string();
+            assert!(
+                shown.starts_with("/data/mcpclient.json: ")
+                    && shown.contains(&format!("{key}: "))
+                    && shown.contains(reason),
+                "{text}: {shown}"
+            );
+        }
+        let err = Settings::parse(path, b"{\"mode\": ").unwrap_err();
+        assert!(matches!(err, SettingsError::Syntax { .. }));
+        assert!(
+            err.to_string()
+                .starts_with("/data/mcpclient.json: not valid JSON"),
+            "{err}"
+        );
+        let ok = format!(
+            r#"{{"mode":"autopay","per_call_cap_atoms":5,"approval_timeout_secs":0,"token":"{token}"}}"#
+        );
+        let s = Settings::parse(path, ok.as_bytes()).unwrap();
+        assert_eq!(s.mode, Mode::Autopay);
+        assert_eq!(s.per_call_cap_atoms, 5);
         assert_eq!(s.approval_timeout_secs, DEFAULT_APPROVAL_TIMEOUT_SECS);
         assert_eq!(s.tip_wait_secs, DEFAULT_TIP_WAIT_SECS);
     }

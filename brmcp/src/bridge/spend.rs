@@ -211,9 +211,11 @@ impl SpendLog {
     /// [`SpendError`] when the file cannot be opened or is not a spend log.
     pub fn open(dir: &Path, now: UnixTime) -> Result<Self, SpendError> {
         let path = dir.join(SPEND_FILE);
+        crate::secure_fs::prepare_sqlite(&path)?;
         let db = Connection::open(&path)?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
         db.pragma_update(None, "journal_mode", "WAL")?;
+        crate::secure_fs::seal_sqlite(&path)?;
         db.pragma_update(None, "synchronous", "FULL")?;
         let app: i32 = db.pragma_query_value(None, "application_id", |r| r.get(0))?;
         let tables: i64 = db.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;

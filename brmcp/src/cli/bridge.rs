@@ -40,6 +40,10 @@ pub(super) struct BridgeArgs {
     /// Allow a non-loopback --listen address (a token is always required).
     #[arg(long)]
     allow_remote: bool,
+    /// A host name (or `host:port`) agents may use to reach a remote listener, besides
+    /// the loopback names and the address they connect to (repeatable).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
     #[command(subcommand)]
     action: Option<BridgeAction>,
 }
@@ -211,6 +215,16 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
     }
 }
 
+/// Says so when a cap is 0, which means "never pay" (the default).
+fn warn_zero_caps(datadir: &Path, settings: &Settings) {
+    if settings.per_call_cap_atoms == 0 || settings.per_day_cap_atoms == 0 {
+        eprintln!(
+            "spending caps are 0, which means never pay: set per_call_cap_atoms and per_day_cap_atoms (atoms) in {} to let the bridge pay bots",
+            datadir.join(SETTINGS_FILE).display()
+        );
+    }
+}
+
 fn now() -> UnixTime {
     SystemClock.unix()
 }
@@ -220,7 +234,7 @@ fn load(path: &Path) -> Result<Settings, CliError> {
 }
 
 fn save(datadir: &Path, path: &Path, settings: &Settings) -> Result<(), CliError> {
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     Ok(settings.clone().normalized()?.save(path)?)
 }
@@ -430,6 +444,17 @@ pub(crate) async fn start_bridge(
     listen: SocketAddr,
     allow_remote: bool,
 ) -> Result<(Bridge, ClientRpcHost), CliError> {
+    start_bridge_hosts(datadir, rpc_config, listen, allow_remote, &[]).await
+}
+
+/// As [`start_bridge`], accepting `allow_hosts` in the `Host` header too.
+pub(crate) async fn start_bridge_hosts(
+    datadir: &Path,
+    rpc_config: &Path,
+    listen: SocketAddr,
+    allow_remote: bool,
+    allow_hosts: &[String],
+) -> Result<(Bridge, ClientRpcHost), CliError> {
     if super::serve::write_rpc_template(rpc_config)? {
         return Err(CliError(format!(
             "edit {} to point at your Bison Relay client, then run the command again",
@@ -438,10 +463,11 @@ pub(crate) async fn start_bridge(
     }
     let host = super::serve::host_from(rpc_config)?;
     let router = Router::new(host.clone(), RouterConfig::client());
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let mut config = Config::new(datadir).with_listen(listen);
     config.allow_remote = allow_remote;
+    config.allowed_hosts = allow_hosts.to_vec();
     // Before connecting: the stream redelivers unacknowledged outcomes at once.
     let bridge = Bridge::new(config, router.clone(), TipPayer::new(host.clone()))?;
     let inbox = Arc::new(Inbox::open(datadir)?);
@@ -467,9 +493,16 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
     let rpc_config = args
         .rpc_config
         .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
-    let (bridge, host) =
-        start_bridge(&args.datadir, &rpc_config, args.listen, args.allow_remote).await?;
+    let (bridge, host) = start_bridge_hosts(
+        &args.datadir,
+        &rpc_config,
+        args.listen,
+        args.allow_remote,
+        &args.allow_hosts,
+    )
+    .await?;
     let mut settings = bridge.settings();
+    let minted = settings.token.is_empty();
     if !settings.enabled {
         settings.enabled = true;
         settings = bridge.apply_settings(settings).await?;
@@ -495,10 +528,18 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
             args.datadir.display()
         );
     }
-    eprintln!(
-        "agents authenticate with: Authorization: Bearer {}",
-        settings.token
-    );
+    // The token is shown once, when made; later starts must not copy it into logs.
+    if minted {
+        eprintln!(
+            "agents authenticate with: Authorization: Bearer {}",
+            settings.token
+        );
+    } else {
+        eprintln!(
+            "agents authenticate with: Authorization: Bearer <token> (`brmcp bridge --datadir {} token show`)",
+            args.datadir.display()
+        );
+    }
     if settings.mode == Mode::Approval {
         eprintln!(
             "payments wait for approval: type `approve ID` or `deny ID` here, or use `brmcp bridge --datadir {} approvals`",
@@ -507,6 +548,7 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
         let approver = bridge.clone();
         tokio::spawn(async move { approvals(approver).await });
     }
+    warn_zero_caps(&args.datadir, &settings);
     eprintln!("Ctrl-C stops the bridge.");
     super::wait_for_interrupt().await;
     bridge.close().await;
@@ -597,8 +639,14 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
     let rpc_config = args
         .rpc_config
         .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
-    let (bridge, host) =
-        start_bridge(&args.datadir, &rpc_config, args.listen, args.allow_remote).await?;
+    let (bridge, host) = start_bridge_hosts(
+        &args.datadir,
+        &rpc_config,
+        args.listen,
+        args.allow_remote,
+        &args.allow_hosts,
+    )
+    .await?;
     let uid = bridge
         .bots()
         .into_iter()
@@ -607,6 +655,7 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
         })
         .map(|b| b.uid)
         .ok_or_else(|| CliError(format!("{bot:?} is not an allowed bot (see `bots list`)")))?;
+    warn_zero_caps(&args.datadir, &bridge.settings());
     serve_stdio(&bridge, &uid).await?;
     bridge.close().await;
     host.close();

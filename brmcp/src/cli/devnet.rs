@@ -67,7 +67,7 @@ fn print_commands(dir: &Path, server: &NodeInfo, client: &NodeInfo) -> Result<()
             "{{\"allowed_uids\": [\"{}\"], \"calls_per_minute\": 30}}\n",
             client.uid_hex()
         );
-        std::fs::write(&serve_config, text)
+        crate::secure_fs::write_atomic(&serve_config, text.as_bytes())
             .map_err(|e| CliError(format!("{}: {e}", serve_config.display())))?;
     }
     let bridge_dir = dir.join(format!("{}-bridge", client.nick));

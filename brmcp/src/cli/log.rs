@@ -1,89 +1,169 @@
-//! The command line's log: `tracing` events at or above a level, one line each on
-//! stderr. The level is [`DEFAULT_LEVEL`] unless [`LEVEL_ENV`] names another
-//! (`error`, `warn`, `info`, `debug`, `trace`).
+//! The command line's log: `tracing` events, one line each, on stderr and, when the
+//! clientrpc `.conf` names a `logfile`, appended there too.
+//!
+//! The filter is, first found: `--log-level`, [`RUST_LOG`](RUST_LOG_ENV), [`BRMCP_LOG`]
+//! (`LEVEL_ENV`, kept for old setups), the `.conf`'s `debug` key (bisonbotkit's
+//! levels), else [`DEFAULT_LEVEL`]. Each is a level (`error`, `warn`, `info`, `debug`,
+//! `trace`, `off`) or `target=level` pairs, comma separated (`info,brmcp_adapters=debug`).
 
-use std::fmt::Write as _;
-use std::io::Write as _;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::reload;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
-/// The environment variable naming the level.
+use super::CliError;
+
+/// The environment variable of the usual Rust filter.
+pub(crate) const RUST_LOG_ENV: &str = "RUST_LOG";
+
+/// The older environment variable naming the level.
 pub(crate) const LEVEL_ENV: &str = "BRMCP_LOG";
 
-/// What the command line shows by default: warnings and errors (a refused stream, a
-/// refused PM, a reused tip id, a failed ack).
-pub(crate) const DEFAULT_LEVEL: Level = Level::WARN;
+/// What the command line shows by default: one line per call, payment, refused caller,
+/// lost and restored connection, and the warnings and errors.
+pub(crate) const DEFAULT_LEVEL: &str = "info";
 
-/// Installs the log for this process; a second call changes nothing.
-pub(crate) fn init() {
-    let level = std::env::var(LEVEL_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<Level>().ok())
-        .unwrap_or(DEFAULT_LEVEL);
-    let _ = tracing::subscriber::set_global_default(Stderr { level });
+/// The installed log: its filter handle, and whether the level was chosen explicitly
+/// (then the `.conf`'s `debug` key does not override it).
+struct Installed {
+    filter: reload::Handle<Targets, tracing_subscriber::Registry>,
+    explicit: bool,
 }
 
-/// Writes each enabled event as one line: `LEVEL target: message key=value ...`.
-struct Stderr {
-    level: Level,
+static INSTALLED: OnceLock<Installed> = OnceLock::new();
+
+/// The file the `.conf`'s `logfile` names, once opened.
+static LOG_FILE: OnceLock<Mutex<File>> = OnceLock::new();
+
+fn parse(filter: &str, origin: &str) -> Result<Targets, CliError> {
+    let filter = filter.trim();
+    // A bare kit level: its names where they differ from ours.
+    let filter = match filter.to_ascii_lowercase().as_str() {
+        "critical" => "error".to_owned(),
+        "warning" => "warn".to_owned(),
+        _ => filter.to_owned(),
+    };
+    filter
+        .parse::<Targets>()
+        .map_err(|e| CliError(format!("{origin}: log filter {filter:?}: {e}")))
 }
 
-impl Subscriber for Stderr {
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= self.level
+/// Installs the log for this process, from `--log-level` (`flag`) or the environment.
+///
+/// # Errors
+/// A filter that does not parse, naming where it came from.
+pub(crate) fn init(flag: Option<&str>) -> Result<(), CliError> {
+    let env = |name: &'static str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (v, name))
+    };
+    let chosen = flag
+        .map(|f| (f.to_owned(), "--log-level"))
+        .or_else(|| env(RUST_LOG_ENV))
+        .or_else(|| env(LEVEL_ENV));
+    let explicit = chosen.is_some();
+    let targets = match chosen {
+        Some((filter, origin)) => parse(&filter, origin)?,
+        None => parse(DEFAULT_LEVEL, "default")?,
+    };
+    let (layer, filter) = reload::Layer::new(targets);
+    let lines = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(Tee);
+    if tracing_subscriber::registry()
+        .with(layer)
+        .with(lines)
+        .try_init()
+        .is_ok()
+    {
+        let _ = INSTALLED.set(Installed { filter, explicit });
     }
-
-    // Spans carry nothing this log shows; they all share one id.
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-
-    fn event(&self, event: &Event<'_>) {
-        let meta = event.metadata();
-        let mut line = Line::default();
-        event.record(&mut line);
-        let text = format!(
-            "{} {}: {}{}\n",
-            meta.level(),
-            meta.target(),
-            line.message,
-            line.fields
-        );
-        // One write per line, so lines of concurrent events do not interleave.
-        let _ = std::io::stderr().lock().write_all(text.as_bytes());
-    }
-
-    fn enter(&self, _: &Id) {}
-
-    fn exit(&self, _: &Id) {}
+    Ok(())
 }
 
-#[derive(Default)]
-struct Line {
-    message: String,
-    fields: String,
+/// Applies a bisonbotkit `.conf`'s `debug` (unless the level was chosen explicitly)
+/// and `logfile` keys.
+///
+/// # Errors
+/// A `debug` value that is not a filter, or a `logfile` that cannot be opened.
+pub(crate) fn apply_conf(
+    conf: &brmcp_adapters::clientrpc::BotConfig,
+    path: &Path,
+) -> Result<(), CliError> {
+    let origin = format!("{}: debug", path.display());
+    if let (Some(installed), Some(level)) = (INSTALLED.get(), conf.extra.get("debug"))
+        && !installed.explicit
+        && !level.is_empty()
+    {
+        let targets = parse(level, &origin)?;
+        let _ = installed.filter.reload(targets);
+    }
+    if let Some(logfile) = conf.extra.get("logfile").filter(|f| !f.is_empty())
+        && LOG_FILE.get().is_none()
+    {
+        let logfile = Path::new(logfile);
+        let file = open_log(logfile).map_err(|e| {
+            CliError(format!(
+                "{}: logfile {}: {e}",
+                path.display(),
+                logfile.display()
+            ))
+        })?;
+        let _ = LOG_FILE.set(Mutex::new(file));
+    }
+    Ok(())
 }
 
-impl Visit for Line {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            let _ = write!(self.fields, " {}={value:?}", field.name());
-        }
+/// The log file, appended to: its directory 0700, itself 0600, never through a link.
+fn open_log(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::secure_fs::create_dir(dir)?;
+    }
+    crate::secure_fs::write_new(path, b"")?;
+    crate::secure_fs::refuse_symlink(path)?;
+    std::fs::OpenOptions::new().append(true).open(path)
+}
+
+/// Writes each line to stderr and to the log file, if one is open.
+#[derive(Clone, Copy)]
+struct Tee;
+
+impl<'a> MakeWriter<'a> for Tee {
+    type Writer = TeeLine;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        TeeLine(Vec::new())
+    }
+}
+
+/// One event's text, written whole when dropped, so concurrent lines never interleave.
+struct TeeLine(Vec<u8>);
+
+impl Write for TeeLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
     }
 
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message.push_str(value);
-        } else {
-            let _ = write!(self.fields, " {}={value}", field.name());
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for TeeLine {
+    fn drop(&mut self) {
+        let _ = std::io::stderr().lock().write_all(&self.0);
+        if let Some(file) = LOG_FILE.get() {
+            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = file.write_all(&self.0);
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The `brmcp` command line: one file per subcommand.
 //!
-//! Every command prints its result on stdout and its diagnostics on stderr (warnings
-//! and errors of the library too; `BRMCP_LOG=info` or `debug` shows more), and exits
-//! non-zero on failure: 1 for an error while running, 2 for a usage error.
+//! Every command prints its result on stdout and its diagnostics on stderr (the
+//! library's log too: see `log` for `--log-level`, `RUST_LOG` and the `.conf`'s
+//! `debug` and `logfile` keys), and exits non-zero on failure: 1 for an error while
+//! running, 2 for a usage error.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ mod bridge;
 mod demo;
 mod devnet;
 mod directory;
+mod doctor;
 mod log;
 mod serve;
 mod wire;
@@ -27,6 +29,10 @@ mod wire;
 #[derive(Debug, Parser)]
 #[command(name = "brmcp", version, about, propagate_version = true)]
 struct Cli {
+    /// Log filter: a level (error, warn, info, debug, trace, off) or target=level
+    /// pairs; overrides RUST_LOG, BRMCP_LOG and the .conf's debug key.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,6 +52,9 @@ enum Command {
     /// Show the whole thing working: a simulated network, a bot with a paid tool, a
     /// bridge in autopay mode, and an MCP client calling through it.
     Demo(demo::DemoArgs),
+    /// Check a data directory, its config files and its Bison Relay client connection,
+    /// and say what to fix.
+    Doctor(doctor::DoctorArgs),
     /// Inspect and produce envelope parts (the wire format of WIRE.md).
     #[command(subcommand)]
     Wire(wire::WireCommand),
@@ -64,15 +73,15 @@ impl<E: std::fmt::Display> From<E> for CliError {
 /// Runs the command line with the process's arguments.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    log::init();
-    let result = match cli.command {
+    let result = log::init(cli.log_level.as_deref()).and_then(|()| match cli.command {
         Command::Wire(cmd) => wire::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Devnet(args) => devnet::run(args),
         Command::Directory(args) => directory::run(args),
         Command::Bridge(args) => bridge::run(args),
         Command::Demo(args) => demo::run(args),
-    };
+        Command::Doctor(args) => doctor::run(args),
+    });
     match result {
         Ok(code) => code,
         Err(CliError(message)) => {

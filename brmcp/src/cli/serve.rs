@@ -180,16 +180,22 @@ pub(crate) fn write_rpc_template(path: &Path) -> Result<bool, CliError> {
     if path.exists() {
         return Ok(false);
     }
-    let template = "brrpcurl=wss://127.0.0.1:7676/ws\n\
-                    servercertpath=~/.brclient/rpc.cert\n\
-                    clientcertpath=~/.brclient/rpc-client.cert\n\
-                    clientkeypath=~/.brclient/rpc-client.key\n\
-                    rpcuser=\n\
-                    rpcpass=\n";
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
-    }
-    std::fs::write(path, template).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    // Absolute paths: the Go kit reading the same file does not expand `~`.
+    let brclient = std::env::var_os("HOME")
+        .map(|home| Path::new(&home).join(".brclient"))
+        .unwrap_or_else(|| "/path/to/.brclient".into());
+    let brclient = brclient.display();
+    let template = format!(
+        "brrpcurl=wss://127.0.0.1:7676/ws\n\
+         servercertpath={brclient}/rpc.cert\n\
+         clientcertpath={brclient}/rpc-client.cert\n\
+         clientkeypath={brclient}/rpc-client.key\n\
+         rpcuser=\n\
+         rpcpass=\n"
+    );
+    // It will hold `rpcpass`: the owner's only, and never through a planted link.
+    crate::secure_fs::write_new(path, template.as_bytes())
+        .map_err(|e| CliError(format!("{}: {e}", path.display())))?;
     eprintln!(
         "wrote {}: point it at your brclient's clientrpc (URL and certificate files)",
         path.display()
@@ -199,7 +205,7 @@ pub(crate) fn write_rpc_template(path: &Path) -> Result<bool, CliError> {
 
 /// Writes what a first run needs; `true` when something was written.
 fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), CliError> {
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let mut wrote = write_rpc_template(rpc_config)?;
     let path = datadir.join(SERVE_CONFIG);
@@ -216,8 +222,8 @@ fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), C
 
 /// Connects to the clientrpc endpoint a bisonbotkit config names.
 pub(crate) fn host_from(rpc_config: &Path) -> Result<ClientRpcHost, CliError> {
-    let bot = BotConfig::load(rpc_config)
-        .map_err(|e| CliError(format!("{}: {e}", rpc_config.display())))?;
+    let bot = BotConfig::load(rpc_config)?;
+    super::log::apply_conf(&bot, rpc_config)?;
     let config = ClientRpcConfig::from_bot_config(&bot);
     Ok(ClientRpcHost::new(config)?)
 }

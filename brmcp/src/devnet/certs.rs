@@ -16,8 +16,6 @@
 //!
 //! Keys are PKCS#8 PEM `PRIVATE KEY` files. Files already present are reused.
 
-use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -106,7 +104,7 @@ pub(crate) fn ensure(dir: &Path, mode: CertMode) -> Result<NodeCerts, DevnetErro
     let paths = CertPaths::new(dir, mode);
     if !paths.all_exist() {
         if let Some(parent) = paths.server_cert.parent() {
-            fs::create_dir_all(parent)?;
+            crate::secure_fs::create_dir(parent)?;
         }
         match mode {
             CertMode::Brclient => write_brclient(&paths)?,
@@ -169,6 +167,33 @@ fn ed25519() -> Result<KeyPair, DevnetError> {
     KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(cert_err)
 }
 
+/// The DER of a PKCS#8 v1 Ed25519 key up to its 32-byte seed (RFC 8410 §7): what Go's
+/// `x509.MarshalPKCS8PrivateKey` writes for brclient, and what OpenSSL 3.0 reads (it
+/// refuses the v2 form with the public key, which ring generates).
+const PKCS8_V1_ED25519_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
+
+/// Where the seed sits in ring's PKCS#8 v2 Ed25519 document: after the same
+/// algorithm and octet-string headers as v1 (with version 1 and a longer outer length).
+const PKCS8_V2_SEED: std::ops::Range<usize> = 16..48;
+
+/// `key` (Ed25519) as a PKCS#8 v1 `PRIVATE KEY` PEM.
+fn pkcs8_v1_pem(key: &KeyPair) -> Result<String, DevnetError> {
+    use base64::Engine as _;
+    let v2 = key.serialize_der();
+    let seed = v2
+        .get(PKCS8_V2_SEED)
+        .filter(|_| v2.get(5..14) == PKCS8_V1_ED25519_PREFIX.get(5..14))
+        .ok_or_else(|| cert_err("not an Ed25519 PKCS#8 document"))?;
+    let mut der = PKCS8_V1_ED25519_PREFIX.to_vec();
+    der.extend_from_slice(seed);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&der);
+    Ok(format!(
+        "-----BEGIN PRIVATE KEY-----\n{b64}\n-----END PRIVATE KEY-----\n"
+    ))
+}
+
 const SERVER_SANS: &[&str] = &["localhost", "127.0.0.1", "::1"];
 
 fn write_brclient(paths: &CertPaths) -> Result<(), DevnetError> {
@@ -182,8 +207,8 @@ fn write_brclient(paths: &CertPaths) -> Result<(), DevnetError> {
         KeyUsagePurpose::KeyCertSign,
     ];
     let cert = server.self_signed(&key).map_err(cert_err)?;
-    write_file(&paths.server_cert, cert.pem().as_bytes(), false)?;
-    write_file(&paths.server_key, key.serialize_pem().as_bytes(), true)?;
+    write_file(&paths.server_cert, cert.pem().as_bytes())?;
+    write_file(&paths.server_key, pkcs8_v1_pem(&key)?.as_bytes())?;
 
     // Client CA and client leaf; the CA key is thrown away.
     let ca_key = ed25519()?;
@@ -196,13 +221,9 @@ fn write_brclient(paths: &CertPaths) -> Result<(), DevnetError> {
     client.is_ca = IsCa::NoCa;
     let issuer = Issuer::new(ca, ca_key);
     let client_cert = client.signed_by(&client_key, &issuer).map_err(cert_err)?;
-    write_file(&paths.ca_cert, ca_cert.pem().as_bytes(), false)?;
-    write_file(&paths.client_cert, client_cert.pem().as_bytes(), false)?;
-    write_file(
-        &paths.client_key,
-        client_key.serialize_pem().as_bytes(),
-        true,
-    )?;
+    write_file(&paths.ca_cert, ca_cert.pem().as_bytes())?;
+    write_file(&paths.client_cert, client_cert.pem().as_bytes())?;
+    write_file(&paths.client_key, pkcs8_v1_pem(&client_key)?.as_bytes())?;
     Ok(())
 }
 
@@ -215,7 +236,7 @@ fn write_brclientd(paths: &CertPaths) -> Result<(), DevnetError> {
         KeyUsagePurpose::DigitalSignature,
     ];
     let ca_cert = ca.self_signed(&ca_key).map_err(cert_err)?;
-    let ca_key_pem = ca_key.serialize_pem();
+    let ca_key_pem = pkcs8_v1_pem(&ca_key)?;
     let issuer = Issuer::new(ca, ca_key);
 
     let server_key = ed25519()?;
@@ -232,44 +253,62 @@ fn write_brclientd(paths: &CertPaths) -> Result<(), DevnetError> {
     client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let client_cert = client.signed_by(&client_key, &issuer).map_err(cert_err)?;
 
-    write_file(&paths.ca_cert, ca_cert.pem().as_bytes(), false)?;
+    write_file(&paths.ca_cert, ca_cert.pem().as_bytes())?;
     if let Some(p) = &paths.ca_key {
-        write_file(p, ca_key_pem.as_bytes(), true)?;
+        write_file(p, ca_key_pem.as_bytes())?;
     }
-    write_file(&paths.server_cert, server_cert.pem().as_bytes(), false)?;
-    write_file(
-        &paths.server_key,
-        server_key.serialize_pem().as_bytes(),
-        true,
-    )?;
-    write_file(&paths.client_cert, client_cert.pem().as_bytes(), false)?;
-    write_file(
-        &paths.client_key,
-        client_key.serialize_pem().as_bytes(),
-        true,
-    )?;
+    write_file(&paths.server_cert, server_cert.pem().as_bytes())?;
+    write_file(&paths.server_key, pkcs8_v1_pem(&server_key)?.as_bytes())?;
+    write_file(&paths.client_cert, client_cert.pem().as_bytes())?;
+    write_file(&paths.client_key, pkcs8_v1_pem(&client_key)?.as_bytes())?;
     Ok(())
 }
 
-/// Writes a file; private ones get mode 0600 on Unix.
-pub(crate) fn write_file(path: &Path, data: &[u8], private: bool) -> Result<(), DevnetError> {
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        opts.mode(if private { 0o600 } else { 0o644 });
-    }
-    #[cfg(not(unix))]
-    let _ = private;
-    let mut f = opts.open(path)?;
-    f.write_all(data)?;
+/// Writes a file of the node's directory: atomically, the owner's only (certificates
+/// too: one mode for the whole directory), never through a link.
+pub(crate) fn write_file(path: &Path, data: &[u8]) -> Result<(), DevnetError> {
+    crate::secure_fs::write_atomic(path, data)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_pkcs8_v1_and_load_back() {
+        let key = ed25519().unwrap();
+        let pem = pkcs8_v1_pem(&key).unwrap();
+        let der = PrivateKeyDer::from_pem_slice(pem.as_bytes()).unwrap();
+        let bytes = der.secret_der();
+        assert_eq!(bytes.len(), 48);
+        assert_eq!(bytes[..16], PKCS8_V1_ED25519_PREFIX);
+        // The same key: rcgen reads it back to the same public key.
+        let back = KeyPair::from_pem(&pem).unwrap();
+        assert_eq!(back.public_key_raw(), key.public_key_raw());
+        let PrivateKeyDer::Pkcs8(pkcs8) = &der else {
+            panic!("a PKCS#8 key")
+        };
+        rustls::crypto::ring::sign::any_eddsa_type(pkcs8).unwrap();
+    }
+
+    #[test]
+    fn openssl_reads_the_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rpc.key");
+        std::fs::write(&path, pkcs8_v1_pem(&ed25519().unwrap()).unwrap()).unwrap();
+        let out = std::process::Command::new("openssl")
+            .args(["pkey", "-noout", "-text", "-in"])
+            .arg(&path)
+            .output()
+            .expect("openssl on PATH");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("ED25519"));
+    }
 
     #[test]
     fn civil_dates() {

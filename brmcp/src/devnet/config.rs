@@ -67,7 +67,7 @@ pub(crate) fn write(
 ) -> Result<std::path::PathBuf, DevnetError> {
     let path = dir.join(CONFIG_FILE);
     // It holds rpcpass.
-    write_file(&path, render(dir, url, certs, user, pass).as_bytes(), true)?;
+    write_file(&path, render(dir, url, certs, user, pass).as_bytes())?;
     Ok(path)
 }
 

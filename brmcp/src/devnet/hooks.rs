@@ -36,7 +36,14 @@ impl Devnet {
         if !valid_nick(&spec.nick) {
             return Err(DevnetError::InvalidNick(spec.nick));
         }
-        let uid = spec.uid.unwrap_or_else(random_bytes);
+        let dir = self.dir.join(&spec.nick);
+        crate::secure_fs::create_dir(&dir)?;
+        let saved = super::persist::NodeState::load(&dir)?;
+        let uid = match (spec.uid, &saved) {
+            (Some(uid), _) => uid,
+            (None, Some(saved)) => saved.uid_bytes(&dir)?,
+            (None, None) => random_bytes(),
+        };
         {
             let st = self.net.lock();
             if st.nodes.iter().any(|n| n.nick == spec.nick) {
@@ -46,17 +53,40 @@ impl Devnet {
                 return Err(DevnetError::DuplicateUid(hex::encode(uid)));
             }
         }
-        let dir = self.dir.join(&spec.nick);
-        std::fs::create_dir_all(&dir)?;
         let node_certs = certs::ensure(&dir, spec.cert_mode)?;
         let tls = server::tls_acceptor(&node_certs, spec.client_auth)?;
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        // The port of the last run, so the printed commands keep working; another if
+        // something took it meanwhile.
+        let listener = match saved.as_ref().map(|s| s.port) {
+            Some(port) => match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(listener) => listener,
+                Err(e) => {
+                    tracing::warn!(nick = %spec.nick, port, error = %e, "devnet port taken; using another");
+                    TcpListener::bind(("127.0.0.1", 0)).await?
+                }
+            },
+            None => TcpListener::bind(("127.0.0.1", 0)).await?,
+        };
         let addr = listener.local_addr()?;
         let url = format!("wss://{addr}/ws");
-        let (rpc_user, rpc_pass) = match &spec.basic_auth {
-            Some(BasicAuth { user, pass }) => (user.clone(), pass.clone()),
-            None => (config::random_token(8), config::random_token(16)),
+        let (rpc_user, rpc_pass) = match (&spec.basic_auth, &saved) {
+            (Some(BasicAuth { user, pass }), _) => (user.clone(), pass.clone()),
+            (None, Some(saved)) => (saved.rpc_user.clone(), saved.rpc_pass.clone()),
+            (None, None) => (config::random_token(8), config::random_token(16)),
         };
+        let sig_key = match &saved {
+            Some(saved) => saved.sig_key_bytes(&dir)?,
+            None => random_bytes(),
+        };
+        let state = super::persist::NodeState {
+            uid: hex::encode(uid),
+            sig_key: hex::encode(sig_key),
+            port: addr.port(),
+            rpc_user: rpc_user.clone(),
+            rpc_pass: rpc_pass.clone(),
+            runs: saved.as_ref().map_or(1, |s| s.runs.saturating_add(1)),
+        };
+        state.save(&dir)?;
         let config_path = config::write(&dir, &url, &node_certs.paths, &rpc_user, &rpc_pass)?;
         let app_name = match spec.cert_mode {
             certs::CertMode::Brclientd => "brclientd",
@@ -69,14 +99,20 @@ impl Devnet {
         });
         let index = {
             let mut st = self.net.lock();
-            let node = Node::new(
+            let mut node = Node::new(
                 spec.nick.clone(),
                 uid,
-                random_bytes(),
+                sig_key,
                 app_name,
                 spec.online,
                 self.net.cfg.replay_file_size,
             );
+            // Ids above every earlier run's (the first run keeps the usual ones).
+            if state.first_file() > 0 {
+                for log in &mut node.logs {
+                    log.set_next_file(state.first_file());
+                }
+            }
             st.nodes.push(node);
             st.relay
                 .balances

@@ -72,6 +72,7 @@ mod certs;
 mod config;
 mod hooks;
 mod node;
+mod persist;
 mod protojson;
 mod relay;
 mod rpc;
@@ -439,7 +440,7 @@ impl Devnet {
         config: DevnetConfig,
     ) -> Result<Self, DevnetError> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir)?;
+        crate::secure_fs::create_dir(&dir)?;
         let kx_all = config.kx_all;
         let devnet = Self {
             net: Arc::new(Net::new(config)),

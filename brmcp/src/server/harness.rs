@@ -1128,12 +1128,16 @@ impl ServerHandler for Session {
             Err(message) => return Ok(refusal(message).into()),
         };
         Counters::bump(&shared.counters.calls);
+        let (started, price) = (std::time::Instant::now(), prepared.price(&self.caller));
         let call = Call {
             caller: self.caller,
             tool,
             keyed,
         };
-        Ok(shared.call(call, prepared, context).await.into())
+        let name = call.tool.clone();
+        let result = shared.call(call, prepared, context).await;
+        super::call_log::log_call(&self.caller, &name, price.ok(), &result, started.elapsed());
+        Ok(result.into())
     }
 }
 

@@ -824,16 +824,10 @@ impl Billing for Ledger {
 }
 
 fn create_dir(dir: &Path) -> Result<(), LedgerError> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(dir)
-        .map_err(|source| LedgerError::CreateDir {
-            path: dir.to_owned(),
-            source,
-        })
+    crate::secure_fs::create_dir(dir).map_err(|source| LedgerError::CreateDir {
+        path: dir.to_owned(),
+        source,
+    })
 }
 
 /// Where [`connect`] failed, before it is tied to a path.
@@ -855,12 +849,11 @@ impl From<rusqlite::Error> for ConnectError {
 /// Open, check and (when new and `create`) create the database. Reads the file before
 /// writing anything, so a file that is not a ledger is left exactly as it was.
 fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if !meta.is_file() => return Err(ConnectError::NotAFile),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_private_file(path),
-        // Other failures (permissions) are SQLite's to report.
-        _ => {}
+    // Other failures (permissions) are SQLite's to report.
+    if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+        return Err(ConnectError::NotAFile);
     }
+    crate::secure_fs::prepare_sqlite(path)?;
     let conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_WAIT)?;
 
@@ -884,6 +877,7 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
     quick_check(&conn)?;
 
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    crate::secure_fs::seal_sqlite(path)?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
     if fresh {
@@ -905,6 +899,10 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
 /// The OS drops it when the process dies, however it dies.
 fn lock_dir(dir: &Path, db: &Path, wait: Duration) -> Result<std::fs::File, LedgerError> {
     let path = dir.join(LOCK_FILE_NAME);
+    crate::secure_fs::refuse_symlink(&path).map_err(|source| LedgerError::Lock {
+        path: path.clone(),
+        source,
+    })?;
     let mut options = std::fs::OpenOptions::new();
     options.read(true).write(true).create(true).truncate(false);
     #[cfg(unix)]
@@ -930,16 +928,6 @@ fn lock_dir(dir: &Path, db: &Path, wait: Duration) -> Result<std::fs::File, Ledg
             }
         }
     }
-}
-
-/// Create the database file readable by its owner only; SQLite's sidecar files copy
-/// its mode. Best effort: if this fails, SQLite's own open reports the problem.
-fn create_private_file(path: &Path) {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let _ = options.open(path);
 }
 
 /// `quick_check` rather than `integrity_check`: it finds damaged pages and records in

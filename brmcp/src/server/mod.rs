@@ -47,6 +47,7 @@
 
 mod billing;
 mod call_key;
+mod call_log;
 mod calls;
 mod catalog;
 mod chat;

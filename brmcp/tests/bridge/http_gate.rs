@@ -43,20 +43,24 @@ async fn started(token: &str) -> (crate::common::Env, std::net::SocketAddr) {
 
 #[tokio::test]
 async fn token_gate() {
-    let (env, addr) = started("s3cret").await;
+    let (env, addr) = started("s3cret-s3cret-s3cret-s3cret-s3cret").await;
     let path = format!("/mcp/{}", env.bot_id);
     for auth in [
         None,
         Some("Bearer wrong"),
-        Some("s3cret"),
-        Some("Basic s3cret"),
+        Some("s3cret-s3cret-s3cret-s3cret-s3cret"),
+        Some("Basic s3cret-s3cret-s3cret-s3cret-s3cret"),
     ] {
         let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", *a)).collect();
         let (status, headers, _) = post(addr, &path, &headers).await;
         assert_eq!(status, 401, "{auth:?}");
         assert_eq!(header(&headers, "www-authenticate"), Some("Bearer"));
     }
-    for auth in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret"] {
+    for auth in [
+        "Bearer s3cret-s3cret-s3cret-s3cret-s3cret",
+        "bearer s3cret-s3cret-s3cret-s3cret-s3cret",
+        "BEARER s3cret-s3cret-s3cret-s3cret-s3cret",
+    ] {
         let (status, _, body) = post(addr, &path, &[("Authorization", auth)]).await;
         assert_eq!(status, 200, "{auth}: {body}");
         assert!(body.contains("\"result\""), "{body}");
@@ -66,8 +70,8 @@ async fn token_gate() {
 
 #[tokio::test]
 async fn path_and_allowlist_gate() {
-    let (env, addr) = started("s3cret").await;
-    let auth = [("Authorization", "Bearer s3cret")];
+    let (env, addr) = started("s3cret-s3cret-s3cret-s3cret-s3cret").await;
+    let auth = [("Authorization", "Bearer s3cret-s3cret-s3cret-s3cret-s3cret")];
     let unlisted = uid(9).to_string();
     let upper = env.bot_id.to_string().to_uppercase();
     let cases = [
@@ -90,13 +94,16 @@ async fn path_and_allowlist_gate() {
 
 #[tokio::test]
 async fn host_header_gate() {
-    let (env, addr) = started("s3cret").await;
+    let (env, addr) = started("s3cret-s3cret-s3cret-s3cret-s3cret").await;
     let path = format!("/mcp/{}", env.bot_id);
     for host in ["evil.example", "evil.example:8891", "127.0.0.2"] {
         let (status, _, _) = post(
             addr,
             &path,
-            &[("Host", host), ("Authorization", "Bearer s3cret")],
+            &[
+                ("Host", host),
+                ("Authorization", "Bearer s3cret-s3cret-s3cret-s3cret-s3cret"),
+            ],
         )
         .await;
         assert_eq!(status, 403, "{host}");
@@ -105,7 +112,10 @@ async fn host_header_gate() {
         let (status, _, body) = post(
             addr,
             &path,
-            &[("Host", host), ("Authorization", "Bearer s3cret")],
+            &[
+                ("Host", host),
+                ("Authorization", "Bearer s3cret-s3cret-s3cret-s3cret-s3cret"),
+            ],
         )
         .await;
         assert_eq!(status, 200, "{host}: {body}");
@@ -148,7 +158,7 @@ async fn unreachable_bot_is_503_after_a_bounded_wait() {
         |bot| {
             let mut s = autopay(bot);
             s.enabled = true;
-            s.token = "s3cret".into();
+            s.token = "s3cret-s3cret-s3cret-s3cret-s3cret".into();
             s
         },
         |mut c| {
@@ -163,7 +173,12 @@ async fn unreachable_bot_is_503_after_a_bounded_wait() {
     let path = format!("/mcp/{}", env.bot_id);
     env.fabric.set_online(&env.bot_id, false);
     let started = Instant::now();
-    let (status, headers, body) = post(addr, &path, &[("Authorization", "Bearer s3cret")]).await;
+    let (status, headers, body) = post(
+        addr,
+        &path,
+        &[("Authorization", "Bearer s3cret-s3cret-s3cret-s3cret-s3cret")],
+    )
+    .await;
     let waited = started.elapsed();
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("bot unavailable"));
@@ -173,7 +188,12 @@ async fn unreachable_bot_is_503_after_a_bounded_wait() {
     // Back online: the same endpoint serves.
     env.fabric.set_online(&env.bot_id, true);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let (status, _, body) = post(addr, &path, &[("Authorization", "Bearer s3cret")]).await;
+    let (status, _, body) = post(
+        addr,
+        &path,
+        &[("Authorization", "Bearer s3cret-s3cret-s3cret-s3cret-s3cret")],
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     // A bot nobody hosts fails fast too.
     let mut settings = env.bridge.settings();
@@ -182,7 +202,7 @@ async fn unreachable_bot_is_503_after_a_bounded_wait() {
     let (status, _, _) = post(
         addr,
         &format!("/mcp/{}", uid(8)),
-        &[("Authorization", "Bearer s3cret")],
+        &[("Authorization", "Bearer s3cret-s3cret-s3cret-s3cret-s3cret")],
     )
     .await;
     assert_eq!(status, 503);

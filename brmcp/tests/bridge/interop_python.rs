@@ -149,14 +149,20 @@ async fn over_http(mode: &str) {
     let env = harness_env(|bot| {
         let mut s = autopay(bot);
         s.enabled = true;
-        s.token = "py-s3cret".into();
+        s.token = "py-s3cret-py-s3cret-py-s3cret-py-s3cret".into();
         s
     })
     .await;
     env.bridge.start().await.unwrap();
     let addr = env.bridge.listen_addr().unwrap();
     let url = format!("http://127.0.0.1:{}/mcp/{}", addr.port(), env.bot_id);
-    let steps = run(&["http".into(), url, "py-s3cret".into(), mode.into()]).await;
+    let steps = run(&[
+        "http".into(),
+        url,
+        "py-s3cret-py-s3cret-py-s3cret-py-s3cret".into(),
+        mode.into(),
+    ])
+    .await;
     check_scenario(&steps, &env).await;
     let wrong = step(&steps, "wrong_token");
     assert_eq!(wrong["sdk_refused"], json!(true), "{wrong}");

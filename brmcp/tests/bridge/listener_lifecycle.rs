@@ -109,7 +109,7 @@ async fn listener_follows_the_settings() {
 
     // Rotate the token: the listener restarts, the old stream is severed.
     let mut rotated = on.clone();
-    rotated.token = "fresh-token".into();
+    rotated.token = "fresh-token-fresh-token-fresh-token".into();
     env.bridge.apply_settings(rotated).await.unwrap();
     assert!(
         ends_within(&mut old_stream, Duration::from_secs(5)).await,
@@ -118,7 +118,7 @@ async fn listener_follows_the_settings() {
     let addr = env.bridge.listen_addr().expect("restarted");
     let (status, _) = initialize(addr, &bot, &on.token).await;
     assert_eq!(status, 401, "the old token is refused");
-    let (status, _) = initialize(addr, &bot, "fresh-token").await;
+    let (status, _) = initialize(addr, &bot, "fresh-token-fresh-token-fresh-token").await;
     assert_eq!(status, 200);
 
     // Disable: no more connections.
@@ -135,21 +135,27 @@ async fn delisted_bot_sessions_close() {
     let env = env(|bot| {
         let mut s = autopay(bot);
         s.enabled = true;
-        s.token = "t0ken".into();
+        s.token = "t0ken-t0ken-t0ken-t0ken-t0ken-t0ken".into();
         s
     })
     .await;
     env.bridge.start().await.unwrap();
     let addr = env.bridge.listen_addr().unwrap();
     let bot = env.bot_id.to_string();
-    let (status, session) = initialize(addr, &bot, "t0ken").await;
+    let (status, session) = initialize(addr, &bot, "t0ken-t0ken-t0ken-t0ken-t0ken-t0ken").await;
     assert_eq!(status, 200);
-    let mut stream = open_stream(addr, &bot, "t0ken", &session.unwrap()).await;
+    let mut stream = open_stream(
+        addr,
+        &bot,
+        "t0ken-t0ken-t0ken-t0ken-t0ken-t0ken",
+        &session.unwrap(),
+    )
+    .await;
     // A stdio-style session of the same bot ends too.
     let agent = crate::common::agent(&env).await;
     env.bridge.remove_bot(&bot).await.unwrap();
     assert!(ends_within(&mut stream, Duration::from_secs(5)).await);
-    let (status, _) = initialize(addr, &bot, "t0ken").await;
+    let (status, _) = initialize(addr, &bot, "t0ken-t0ken-t0ken-t0ken-t0ken-t0ken").await;
     assert_eq!(status, 404);
     let closed = tokio::time::timeout(Duration::from_secs(5), agent.waiting()).await;
     assert!(closed.is_ok(), "the in-process agent session stayed open");

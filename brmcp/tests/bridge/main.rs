@@ -11,6 +11,7 @@ mod fidelity;
 mod go_bot_sessions;
 mod harness_e2e;
 mod hostile_bot;
+mod http_abuse;
 mod http_gate;
 mod interop_conformance;
 mod interop_python;

@@ -96,16 +96,44 @@ async fn invalid_uid_is_refused_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn unknown_mode_loads_as_approval() {
+async fn nonsense_is_refused_naming_the_file_and_key_and_nothing_changes() {
+    for (text, key) in [
+        r#"{"mode": "auto"}"#,
+        r#"{"per_day_cap_atoms": -3}"#,
+        r#"{"unknown_field": 1}"#,
+        r#"{"token": "short"}"#,
+        r#"{"enabled": 1}"#,
+    ]
+    .into_iter()
+    .zip([
+        "mode",
+        "per_day_cap_atoms",
+        "unknown_field",
+        "token",
+        "enabled",
+    ]) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SETTINGS_FILE);
+        std::fs::write(&path, text).unwrap();
+        let err = bridge_in(dir.path()).unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            matches!(err, BridgeError::Settings(SettingsError::Invalid { .. }))
+                && shown.contains(&path.display().to_string())
+                && shown.contains(&format!("{key}: ")),
+            "{text}: {shown}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "left as it was"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join(SETTINGS_FILE),
-        r#"{"mode": "yolo", "per_day_cap_atoms": -3, "unknown_field": 1}"#,
-    )
-    .unwrap();
-    let s = bridge_in(dir.path()).unwrap().settings();
-    assert_eq!(s.mode, Mode::Approval);
-    assert_eq!(s.per_day_cap_atoms, 0);
+    let path = dir.path().join(SETTINGS_FILE);
+    std::fs::write(&path, "{\"mode\": \"autopay\",").unwrap();
+    let shown = bridge_in(dir.path()).unwrap_err().to_string();
+    assert!(shown.contains(&path.display().to_string()), "{shown}");
 }
 
 #[tokio::test]

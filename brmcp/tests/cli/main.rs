@@ -3,9 +3,11 @@
 mod crash_streams;
 mod demo;
 mod directory;
+mod doctor;
 /// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
 #[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]
 mod fake;
+mod files;
 mod operator;
 mod processes;
 mod upstream;

@@ -103,6 +103,8 @@ fn set_mode(bridge_dir: &Path, mode: &str) {
 /// A devnet, `brmcp serve` on alice and `brmcp bridge` on bob, each its own process.
 struct Stack {
     _procs: Procs,
+    devnet_out: Vec<String>,
+    bridge_out: Vec<String>,
     dir: std::path::PathBuf,
     alice: String,
     bob: String,
@@ -113,6 +115,12 @@ struct Stack {
 
 /// A devnet of two nodes: the process and the uids of alice and bob.
 pub(super) fn start_devnet(dir: &Path) -> (Procs, String, String) {
+    let (procs, alice, bob, _) = devnet_printing(dir);
+    (procs, alice, bob)
+}
+
+/// [`start_devnet`], with what the devnet printed.
+fn devnet_printing(dir: &Path) -> (Procs, String, String, Vec<String>) {
     let mut procs = Procs(Vec::new());
     let dir_arg = dir.to_str().expect("utf-8 path");
     let devnet = spawn(
@@ -129,12 +137,14 @@ pub(super) fn start_devnet(dir: &Path) -> (Procs, String, String) {
             .flatten()
             .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
     };
-    (procs, uid("alice"), uid("bob"))
+    let (alice, bob) = (uid("alice"), uid("bob"));
+    (procs, alice, bob, out)
 }
 
-/// A devnet and `brmcp serve` on alice: the processes and the uids of alice and bob.
-fn serving(dir: &Path) -> (Procs, String, String) {
-    let (mut procs, alice, bob) = start_devnet(dir);
+/// A devnet and `brmcp serve` on alice: the processes, the uids of alice and bob, and
+/// what the devnet printed.
+fn serving(dir: &Path) -> (Procs, String, String, Vec<String>) {
+    let (mut procs, alice, bob, out) = devnet_printing(dir);
     let serve = spawn(
         &mut procs,
         brmcp(&[
@@ -144,7 +154,7 @@ fn serving(dir: &Path) -> (Procs, String, String) {
         ]),
     );
     wait_for(&serve, "serving echo and fortune");
-    (procs, alice, bob)
+    (procs, alice, bob, out)
 }
 
 /// Allows alice in bob's bridge directory with the given spending mode.
@@ -175,6 +185,17 @@ pub(super) fn start_bridge(
     alice: &str,
     mode: &str,
 ) -> (String, String, String) {
+    let (bridge_arg, listen, token, _) = bridge_printing(procs, dir, alice, mode);
+    (bridge_arg, listen, token)
+}
+
+/// [`start_bridge`], with what the bridge printed.
+fn bridge_printing(
+    procs: &mut Procs,
+    dir: &Path,
+    alice: &str,
+    mode: &str,
+) -> (String, String, String, Vec<String>) {
     let bridge_arg = bridge_settings(dir, alice, mode);
     let rpc = dir.join("bob").join("brmcp-serve.conf");
     let listen = format!("127.0.0.1:{}", free_port());
@@ -191,27 +212,30 @@ pub(super) fn start_bridge(
         ]),
     );
     let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
-    let token = out
-        .iter()
-        .find_map(|l| l.split("Bearer ").nth(1))
-        .expect("token line")
-        .trim()
-        .to_owned();
+    // Printed only when made: `token show` has it on every run.
+    let shown = brmcp(&["bridge", "--datadir", &bridge_arg, "token", "show"])
+        .output()
+        .expect("token show");
+    let token = String::from_utf8_lossy(&shown.stdout).trim().to_owned();
+    assert_eq!(token.len(), 32, "{shown:?}");
     let url = format!("http://{listen}/mcp/{alice}");
     assert!(
         out.iter().any(|l| l.contains(&url)),
         "the bridge lists {url}:\n{}",
         out.join("\n")
     );
-    (bridge_arg, listen, token)
+    (bridge_arg, listen, token, out)
 }
 
 impl Stack {
     fn start(dir: &Path, mode: &str) -> Self {
-        let (mut procs, alice, bob) = serving(dir);
-        let (bridge_arg, listen, token) = start_bridge(&mut procs, dir, &alice, mode);
+        let (mut procs, alice, bob, devnet_out) = serving(dir);
+        let (bridge_arg, listen, token, bridge_out) =
+            bridge_printing(&mut procs, dir, &alice, mode);
         Self {
             _procs: procs,
+            devnet_out,
+            bridge_out,
             dir: dir.to_owned(),
             alice,
             bob,
@@ -326,6 +350,43 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
         "{balances}"
     );
     let _ = client.cancel().await;
+
+    // The .conf's `debug=info` and `logfile` keys: one line per call on the server,
+    // one per payment on the bridge, in the files the .conf names.
+    let log = |node: &str| {
+        std::fs::read_to_string(stack.dir.join(node).join("logs/brmcp-serve.log"))
+            .unwrap_or_else(|e| panic!("{node}'s log file: {e}"))
+    };
+    let served = log("alice");
+    let calls: Vec<&str> = served
+        .lines()
+        .filter(|l| l.contains(" call ") && l.contains("fortune"))
+        .collect();
+    assert!(
+        calls.iter().any(|l| l.contains("price_atoms=10000")
+            && l.contains("outcome=\"ok\"")
+            && l.contains(&stack.bob)
+            && l.contains("ms=")),
+        "{served}"
+    );
+    assert!(served.contains("clientrpc connected"), "{served}");
+    // Every file the running processes made is the owner's only.
+    for sub in ["alice", "bob", "bob-bridge"] {
+        for entry in std::fs::read_dir(stack.dir.join(sub)).expect("node dir") {
+            let path = entry.expect("entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+            let want = if meta.is_dir() { 0o700 } else { 0o600 };
+            assert_eq!(mode, want, "{}", path.display());
+        }
+    }
+    let bridged = log("bob");
+    assert!(
+        bridged
+            .lines()
+            .any(|l| l.contains("paid") && l.contains("amount=10000")),
+        "{bridged}"
+    );
 }
 
 /// In approval mode a paid call waits until `brmcp bridge approvals approve` pays it.
@@ -370,7 +431,7 @@ async fn approvals_command_decides_a_waiting_payment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bridge_stdio_serves_one_bot_to_a_spawning_host() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (_procs, alice, _bob) = serving(dir.path());
+    let (_procs, alice, _bob, _) = serving(dir.path());
     let bridge_arg = bridge_settings(dir.path(), &alice, "autopay");
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_brmcp"));
@@ -393,5 +454,51 @@ async fn bridge_stdio_serves_one_bot_to_a_spawning_host() {
         .await
         .expect("fortune");
     assert_fortune(&fortune);
+    let _ = client.cancel().await;
+}
+
+/// A devnet restarted on its directory (killed, not stopped) keeps its identities,
+/// ports and passwords: it prints the same commands, and they work again, paid calls
+/// included (the new run's tip ids are not taken for the old run's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devnet_restart_keeps_the_printed_commands_working() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = Stack::start(dir.path(), "autopay");
+    let client = first.client().await;
+    assert_fortune(
+        &client
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await
+            .expect("fortune"),
+    );
+    let _ = client.cancel().await;
+    let printed = first.devnet_out.clone();
+    // The token is printed when made, and never again (logs keep what stderr says).
+    assert!(first.bridge_out.iter().any(|l| l.contains(&first.token)));
+    let (alice, bob) = (first.alice.clone(), first.bob.clone());
+    drop(first);
+
+    let second = Stack::start(dir.path(), "autopay");
+    assert_eq!(second.devnet_out, printed, "the same commands");
+    assert!(
+        !second.bridge_out.iter().any(|l| l.contains(&second.token)),
+        "{:?}",
+        second.bridge_out
+    );
+    assert!(second.bridge_out.iter().any(|l| l.contains("token show")));
+    assert_eq!(
+        (second.alice.as_str(), second.bob.as_str()),
+        (alice.as_str(), bob.as_str())
+    );
+    let client = second.client().await;
+    assert_fortune(
+        &client
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await
+            .expect("fortune after the restart"),
+    );
+    let spend = second.bridge_command(&["spend"]);
+    let text = String::from_utf8_lossy(&spend.stdout);
+    assert!(text.contains("last 24 hours: 20000 atoms"), "{text}");
     let _ = client.cancel().await;
 }

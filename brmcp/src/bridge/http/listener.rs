@@ -1,0 +1,91 @@
+//! The owned listener's accept loop: at most [`HttpLimits::max_connections`]
+//! connections at once (the next waits in the kernel's backlog, holding none of our
+//! descriptors), and each must send a request's headers within
+//! [`HttpLimits::header_read_timeout`] (idle keep-alive included), so a flood of
+//! half-sent headers neither exhausts descriptors nor holds slots for long.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::HttpLimits;
+use crate::bridge::Inner;
+
+/// Pause after a failed accept (out of descriptors, say) before the next: the error
+/// would otherwise repeat in a busy loop.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Serves `listener` until `stop` is cancelled.
+pub(super) async fn run(
+    listener: TcpListener,
+    inner: Arc<Inner>,
+    limits: HttpLimits,
+    stop: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut conns = JoinSet::new();
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot,
+            () = stop.cancelled() => break,
+        };
+        let Ok(slot) = slot else { break };
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "bridge accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => break,
+        };
+        let local = stream.local_addr().ok();
+        let inner = inner.clone();
+        let stop = stop.clone();
+        conns.spawn(async move {
+            let _slot = slot;
+            serve_connection(stream, local, inner, limits.header_read_timeout, stop).await;
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    while conns.join_next().await.is_some() {}
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    local: Option<SocketAddr>,
+    inner: Arc<Inner>,
+    header_read_timeout: Duration,
+    stop: CancellationToken,
+) {
+    let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
+        let inner = inner.clone();
+        async move { Ok::<_, Infallible>(super::gate(inner, local, request.map(Body::new)).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let ended = tokio::select! {
+        ended = conn.as_mut() => ended,
+        () = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "bridge connection ended");
+    }
+}
