@@ -281,19 +281,18 @@ impl Core {
 
     /// Sets a lead's state (never out of `converted`); an empty note keeps the old one.
     fn set_lead(&self, uid: &str, state: LeadState, note: &str) -> Result<Option<Lead>, DirError> {
-        let Some(mut lead) = self.store.get_json::<Lead>(Table::Leads, uid)? else {
-            return Ok(None);
-        };
-        if lead.state == LeadState::Converted {
-            return Ok(Some(lead));
-        }
-        lead.state = state;
-        if !note.is_empty() {
-            note.clone_into(&mut lead.note);
-        }
-        lead.updated_at = self.now();
-        self.store.put_json(Table::Leads, uid, Some(&lead))?;
-        Ok(Some(lead))
+        let now = self.now();
+        self.store
+            .update_json(Table::Leads, uid, |lead: &mut Lead| {
+                if lead.state == LeadState::Converted {
+                    return;
+                }
+                lead.state = state;
+                if !note.is_empty() {
+                    note.clone_into(&mut lead.note);
+                }
+                lead.updated_at = now;
+            })
     }
 
     /// A `register` by `uid` converts its lead.

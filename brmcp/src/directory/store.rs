@@ -409,6 +409,54 @@ impl Store {
         Ok(out)
     }
 
+    /// Changes one row of a federation table in one transaction: `change` sees the
+    /// current row (none when absent) and edits it; nothing is written for an absent
+    /// row. A read-then-write outside one transaction could undo a concurrent change
+    /// (a lead converted while its invite was answered).
+    ///
+    /// # Errors
+    /// [`DirError::Store`], [`DirError::Corrupt`].
+    pub fn update_json<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+        uid: &str,
+        change: impl FnOnce(&mut T),
+    ) -> Result<Option<T>, DirError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.sql(e))?;
+        let select = format!(
+            "SELECT {} FROM {} WHERE uid = ?1",
+            table.column(),
+            table.name()
+        );
+        let json: Option<String> = tx
+            .query_row(&select, [uid], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        let Some(json) = json else {
+            return Ok(None);
+        };
+        let mut value: T = serde_json::from_str(&json).map_err(|e| DirError::Corrupt {
+            uid: uid.to_owned(),
+            message: e.to_string(),
+        })?;
+        change(&mut value);
+        let json = serde_json::to_string(&value).expect("a row serializes");
+        tx.execute(
+            &format!(
+                "UPDATE {} SET {} = ?2 WHERE uid = ?1",
+                table.name(),
+                table.column()
+            ),
+            params![uid, json],
+        )
+        .map_err(|e| self.sql(e))?;
+        tx.commit().map_err(|e| self.sql(e))?;
+        Ok(Some(value))
+    }
+
     /// Writes (or, with `None`, deletes) one row of a federation table.
     ///
     /// # Errors
