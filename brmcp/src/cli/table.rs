@@ -138,8 +138,8 @@ mod tests {
         assert_eq!(rfc3339(1_709_164_800), "2024-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_709_251_200), "2024-03-01T00:00:00Z");
         // 2100 is not (divisible by 100, not 400): Feb 28 is followed by Mar 1.
-        assert_eq!(rfc3339(4_107_455_999), "2100-02-28T23:59:59Z");
-        assert_eq!(rfc3339(4_107_456_000), "2100-03-01T00:00:00Z");
+        assert_eq!(rfc3339(4_107_542_399), "2100-02-28T23:59:59Z");
+        assert_eq!(rfc3339(4_107_542_400), "2100-03-01T00:00:00Z");
         // 2023 is not: Dec 31 is its 365th day.
         assert_eq!(rfc3339(1_703_980_800), "2023-12-31T00:00:00Z");
         // 2024 is: Dec 31 is its 366th day.
