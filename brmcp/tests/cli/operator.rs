@@ -38,7 +38,7 @@ fn serve_first_run_writes_its_files_and_says_what_to_edit() {
     assert!(said.contains("allowed_uids"), "{said}");
     let conf = std::fs::read_to_string(data.join("brmcp-serve.conf")).expect("conf written");
     assert!(conf.contains("brrpcurl=wss://127.0.0.1:7676/ws"), "{conf}");
-    let json: serde_json::Value =
+    let json: Value =
         serde_json::from_str(&std::fs::read_to_string(data.join("brmcp.json")).expect("json"))
             .expect("valid json");
     assert_eq!(
@@ -344,7 +344,7 @@ fn bridge_bots_and_token_commands_edit_the_settings_file() {
     let rotated = brmcp(&["bridge", "--datadir", data, "token", "rotate"]);
     let rotated = String::from_utf8_lossy(&rotated.stdout).trim().to_owned();
     assert_ne!(rotated, first);
-    let settings: serde_json::Value = serde_json::from_str(
+    let settings: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("mcpclient.json")).expect("settings"),
     )
     .expect("json");
