@@ -90,7 +90,9 @@ pub enum SpendStatus {
 }
 
 impl SpendStatus {
-    const fn as_str(self) -> &'static str {
+    /// The status as stored and shown: `pending`, `paid` or `failed`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Paid => "paid",

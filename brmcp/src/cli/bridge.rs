@@ -16,9 +16,10 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::{Notify, broadcast};
 
 use super::CliError;
+use super::table::{Table, print_json, rfc3339};
 use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentFailed, PaymentUnconfirmed, Resolution,
-    SETTINGS_FILE, Settings, SpendLog, SpendStatus, TipOutcomeEvent, serve_stdio,
+    SETTINGS_FILE, Settings, SpendEntry, SpendLog, SpendStatus, TipOutcomeEvent, serve_stdio,
 };
 use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{Clock, MATOMS_PER_ATOM, SystemClock};
@@ -65,6 +66,9 @@ enum BridgeAction {
     /// Show the spend log and what counts against the daily cap, or resolve a payment
     /// whose outcome is unknown.
     Spend {
+        /// Print one JSON document (an array of objects) instead of a table.
+        #[arg(long)]
+        json: bool,
         #[command(subcommand)]
         action: Option<SpendAction>,
     },
@@ -176,7 +180,7 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
             let settings = load(&settings_path)?;
             super::runtime()?.block_on(approvals_command(args.listen, &settings.token, action))
         }
-        Some(BridgeAction::Spend { action }) => {
+        Some(BridgeAction::Spend { json, action }) => {
             let log = SpendLog::open(&args.datadir, now())?;
             if let Some(SpendAction::Resolve { id, outcome }) = action {
                 let paid = matches!(outcome, Resolved::Paid);
@@ -189,30 +193,58 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
                 );
                 return Ok(ExitCode::SUCCESS);
             }
-            for e in log.entries()? {
-                let unconfirmed = if e.unconfirmed && e.status == SpendStatus::Pending {
-                    " (unconfirmed: waiting for the tip's outcome; counted until it arrives or `spend resolve`)"
-                } else {
-                    ""
-                };
-                println!(
-                    "{} {} {} atoms to {} for {} {:?}{unconfirmed}{}",
-                    e.id,
-                    e.ts,
-                    e.atoms,
-                    e.bot,
-                    e.tool,
-                    e.status,
-                    e.err.map(|why| format!(": {why}")).unwrap_or_default()
-                );
-            }
-            println!(
-                "last 24 hours: {} atoms (paid in the last 24 hours, and every pending payment whatever its age)",
-                log.spent_today(now())?
-            );
+            print_spend(&log.entries()?, log.spent_today(now())?, json);
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The spend log as a table with the daily total, or as one JSON array.
+fn print_spend(entries: &[SpendEntry], today_atoms: u64, json: bool) {
+    // Counted against the cap until its outcome arrives or the user resolves it.
+    let unconfirmed = |e: &SpendEntry| e.unconfirmed && e.status == SpendStatus::Pending;
+    if json {
+        let rows: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "id": e.id,
+                    "ts": e.ts,
+                    "ts_rfc3339": rfc3339(e.ts),
+                    "bot": e.bot,
+                    "tool": e.tool,
+                    "rail": e.rail,
+                    "atoms": e.atoms,
+                    "status": e.status.as_str(),
+                    "unconfirmed": unconfirmed(e),
+                    "error": e.err,
+                })
+            })
+            .collect();
+        print_json(&serde_json::json!(rows));
+        return;
+    }
+    let mut table = Table::new(&["ID", "TIME", "BOT", "TOOL", "ATOMS", "STATUS", "NOTE"]);
+    for e in entries {
+        let note = if unconfirmed(e) {
+            "unconfirmed: counted until its outcome arrives or `spend resolve`".to_owned()
+        } else {
+            e.err.clone().unwrap_or_default()
+        };
+        table.row(vec![
+            e.id.to_string(),
+            rfc3339(e.ts),
+            e.bot.clone(),
+            e.tool.clone(),
+            e.atoms.to_string(),
+            e.status.as_str().to_owned(),
+            note,
+        ]);
+    }
+    print!("{table}");
+    println!(
+        "last 24 hours: {today_atoms} atoms (paid in the last 24 hours, and every pending payment whatever its age)"
+    );
 }
 
 /// Says so when a cap is 0, which means "never pay" (the default).

@@ -23,6 +23,7 @@ mod directory;
 mod doctor;
 mod log;
 mod serve;
+mod table;
 mod wire;
 
 /// MCP over Bison Relay private messages.

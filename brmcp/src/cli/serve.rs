@@ -15,11 +15,13 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::CliError;
+use super::table::{Table, matoms_as_atoms, print_json, rfc3339};
 use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::upstream::{STATUS_FILE, UpstreamStatus, Upstreams, read_status};
 use crate::server::{
-    AutoReply, CallContext, CallId, Clock, DynamicTools, Harness, HarnessBuilder, Ledger,
-    MATOMS_PER_ATOM, ServeConfig, SystemClock, Tip, ToolError, ToolSpec, atoms_to_matoms,
+    AutoReply, Balance, CallContext, CallId, Clock, DynamicTools, Harness, HarnessBuilder,
+    JournalEntry, Ledger, MATOMS_PER_ATOM, ServeConfig, SystemClock, Tip, ToolError, ToolSpec,
+    atoms_to_matoms,
 };
 
 /// The clientrpc connection file of a data directory (bisonbotkit format).
@@ -55,7 +57,11 @@ pub(super) struct ServeArgs {
 #[derive(Debug, Subcommand)]
 enum ServeAction {
     /// List callers' balances (also while the server runs).
-    Balances,
+    Balances {
+        /// Print one JSON document (an array of objects) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Credit a caller by hand, with a reason kept in the audit table.
     Credit {
         /// The caller's user id (64 hex).
@@ -65,6 +71,9 @@ enum ServeAction {
         /// Why (kept in the audit table).
         #[arg(long)]
         reason: String,
+        /// Print one JSON object instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Refund a completed paid call by its journal id.
     Refund {
@@ -73,6 +82,9 @@ enum ServeAction {
         /// Why (kept in the audit table).
         #[arg(long)]
         reason: String,
+        /// Print one JSON object instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Show each upstream MCP server's state (as the running server last wrote it).
     Status,
@@ -84,6 +96,9 @@ enum ServeAction {
         /// How many entries.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Print one JSON document (an array of objects) instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -113,34 +128,130 @@ fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
     }
     let ledger = opened.ledger;
     match action {
-        ServeAction::Balances => {
-            for b in ledger.balances()? {
-                println!(
-                    "{} {} matoms ({} atoms)",
-                    b.caller,
-                    b.matoms,
-                    b.matoms / MATOMS_PER_ATOM
-                );
-            }
-        }
-        ServeAction::Credit { uid, atoms, reason } => {
+        ServeAction::Balances { json } => print_balances(&ledger.balances()?, json),
+        ServeAction::Credit {
+            uid,
+            atoms,
+            reason,
+            json,
+        } => {
             let matoms =
                 atoms_to_matoms(atoms).ok_or_else(|| CliError("amount too large".into()))?;
             let balance = ledger.manual_credit(&uid, matoms, &reason, now())?;
-            println!("credited {atoms} atoms to {uid}; balance {balance} matoms");
-        }
-        ServeAction::Refund { call, reason } => {
-            let refunded = ledger.manual_refund(CallId::new(call), &reason, now())?;
-            println!("refunded call {call}: {refunded} matoms");
-        }
-        ServeAction::Journal { uid, limit } => {
-            for entry in ledger.journal(uid.as_ref(), limit)? {
-                println!("{entry:?}");
+            if json {
+                print_json(&json!({
+                    "caller": uid.to_string(),
+                    "credited_atoms": atoms,
+                    "credited_matoms": matoms,
+                    "balance_matoms": balance,
+                }));
+            } else {
+                println!(
+                    "credited {atoms} atoms to {uid}; new balance {} atoms",
+                    matoms_as_atoms(balance)
+                );
             }
+        }
+        ServeAction::Refund { call, reason, json } => {
+            let id = CallId::new(call);
+            let balance = ledger.manual_refund(id, &reason, now())?;
+            let entry = ledger
+                .journal_entry(id)?
+                .ok_or_else(|| CliError(format!("call {call} vanished after its refund")))?;
+            print_refund(&entry, balance, json);
+        }
+        ServeAction::Journal { uid, limit, json } => {
+            print_journal(&ledger.journal(uid.as_ref(), limit)?, json);
         }
         ServeAction::Status => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_balances(balances: &[Balance], json: bool) {
+    if json {
+        let rows: Vec<_> = balances
+            .iter()
+            .map(|b| {
+                json!({
+                    "caller": b.caller.to_string(),
+                    "balance_matoms": b.matoms,
+                    "balance_atoms": b.matoms / MATOMS_PER_ATOM,
+                })
+            })
+            .collect();
+        print_json(&json!(rows));
+        return;
+    }
+    let mut table = Table::new(&["CALLER", "BALANCE (ATOMS)"]);
+    for b in balances {
+        table.row(vec![b.caller.to_string(), matoms_as_atoms(b.matoms)]);
+    }
+    print!("{table}");
+}
+
+fn print_refund(entry: &JournalEntry, balance_matoms: u64, json: bool) {
+    if json {
+        print_json(&json!({
+            "call": entry.id.get(),
+            "caller": entry.caller.to_string(),
+            "tool": entry.tool,
+            "refunded_atoms": entry.price_atoms,
+            "balance_matoms": balance_matoms,
+        }));
+        return;
+    }
+    println!(
+        "refunded call {} ({}): {} atoms returned to {}; new balance {} atoms",
+        entry.id.get(),
+        entry.tool,
+        entry.price_atoms,
+        entry.caller,
+        matoms_as_atoms(balance_matoms)
+    );
+}
+
+fn print_journal(entries: &[JournalEntry], json: bool) {
+    if json {
+        let rows: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                let finished = e.finished_at.map(UnixTime::secs);
+                json!({
+                    "id": e.id.get(),
+                    "caller": e.caller.to_string(),
+                    "tool": e.tool,
+                    "price_atoms": e.price_atoms,
+                    "state": e.state.as_str(),
+                    "started_at": e.started_at.secs(),
+                    "started_at_rfc3339": rfc3339(e.started_at.secs()),
+                    "finished_at": finished,
+                    "finished_at_rfc3339": finished.map(rfc3339),
+                    "reason": e.reason,
+                    "call_key": e.call_key,
+                })
+            })
+            .collect();
+        print_json(&json!(rows));
+        return;
+    }
+    let mut table = Table::new(&[
+        "ID", "STARTED", "FINISHED", "CALLER", "TOOL", "ATOMS", "STATE", "REASON",
+    ]);
+    for e in entries {
+        table.row(vec![
+            e.id.get().to_string(),
+            rfc3339(e.started_at.secs()),
+            e.finished_at
+                .map_or_else(|| "-".to_owned(), |t| rfc3339(t.secs())),
+            e.caller.to_string(),
+            e.tool.clone(),
+            e.price_atoms.to_string(),
+            e.state.to_string(),
+            e.reason.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{table}");
 }
 
 /// The example tools: `echo` (free) and `fortune` (paid).
