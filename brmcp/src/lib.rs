@@ -6,6 +6,7 @@ pub mod bridge;
 pub mod cli;
 pub mod devnet;
 pub mod directory;
+mod early_progress;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 pub mod journal;

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lock;
 use super::quote::Listed;
+use crate::early_progress::EarlyProgress;
 use brmcp_adapters::protocol::ToolPrice;
 
 /// Notifications kept per upstream progress token before its call is registered.
@@ -331,11 +332,18 @@ impl Route {
     }
 }
 
-#[derive(Default)]
 struct Progress {
     routes: HashMap<ProgressToken, Arc<Route>>,
-    early: HashMap<ProgressToken, VecDeque<ProgressNotificationParam>>,
-    early_order: VecDeque<ProgressToken>,
+    early: EarlyProgress,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            routes: HashMap::new(),
+            early: EarlyProgress::new(EARLY_TOKENS, EARLY_PER_TOKEN),
+        }
+    }
 }
 
 /// Routing state of one link, shared with its client handler and transport tap.
@@ -440,8 +448,7 @@ impl Hub {
         token: ProgressToken,
     ) -> Arc<Route> {
         let mut progress = lock(&self.progress);
-        let early = progress.early.remove(&upstream).unwrap_or_default();
-        progress.early_order.retain(|t| *t != upstream);
+        let early = progress.early.take(&upstream);
         let route = Arc::new(Route {
             peer,
             token,
@@ -465,9 +472,7 @@ impl Hub {
 
     /// Forgets early progress of a request that will never be routed.
     pub(crate) fn drop_progress(&self, upstream: &ProgressToken) {
-        let mut progress = lock(&self.progress);
-        progress.early.remove(upstream);
-        progress.early_order.retain(|t| t != upstream);
+        lock(&self.progress).early.take(upstream);
     }
 
     /// Called by the tap, in arrival order.
@@ -479,22 +484,7 @@ impl Hub {
             tokio::spawn(async move { route.flush().await });
             return;
         }
-        let token = params.progress_token.clone();
-        let Progress {
-            early, early_order, ..
-        } = &mut *progress;
-        if !early.contains_key(&token) {
-            if early_order.len() >= EARLY_TOKENS
-                && let Some(oldest) = early_order.pop_front()
-            {
-                early.remove(&oldest);
-            }
-            early_order.push_back(token.clone());
-        }
-        let queue = early.entry(token).or_default();
-        if queue.len() < EARLY_PER_TOKEN {
-            queue.push_back(params);
-        }
+        progress.early.push(params);
     }
 
     /// The agent a bot's request to the client goes to: the newest forwarded request
@@ -827,7 +817,7 @@ mod tests {
         assert_eq!(values, vec![1.0, 2.0, 3.0], "in order, none lost");
         assert!(seen.iter().all(|p| p.progress_token == agent_token));
         let state = lock(&hub.progress);
-        assert!(state.routes.is_empty() && state.early.is_empty() && state.early_order.is_empty());
+        assert!(state.routes.is_empty() && state.early.is_empty());
     }
 
     #[test]
@@ -838,14 +828,10 @@ mod tests {
                 hub.on_progress(progress(token, i as f64));
             }
         }
-        let state = lock(&hub.progress);
-        assert_eq!(state.early.len(), EARLY_TOKENS);
-        assert!(state.early.values().all(|q| q.len() == EARLY_PER_TOKEN));
+        let lens = lock(&hub.progress).early.lens();
+        assert_eq!(lens.len(), EARLY_TOKENS);
+        assert!(lens.values().all(|&n| n == EARLY_PER_TOKEN));
         // The oldest tokens went first.
-        assert!(
-            !state
-                .early
-                .contains_key(&ProgressToken(NumberOrString::Number(0)))
-        );
+        assert!(!lens.contains_key(&ProgressToken(NumberOrString::Number(0))));
     }
 }

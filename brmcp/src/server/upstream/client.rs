@@ -3,7 +3,7 @@
 //! the transport in arrival order (so all of a call's progress is relayed before its
 //! answer) and its list changes signalled to the supervisor.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use rmcp::{ClientHandler, Peer, ServiceExt};
 use tokio::sync::{Notify, mpsc};
 
 use super::config::Endpoint;
+use crate::early_progress::EarlyProgress;
 use crate::server::{CallContext, ToolError};
 
 /// How long a forwarded call may go without an answer or progress: an upstream that
@@ -240,14 +241,20 @@ impl ClientHandler for Handler {
 }
 
 /// Where each upstream progress token's notifications go.
-#[derive(Default)]
 struct Routes(Mutex<RoutesInner>);
 
-#[derive(Default)]
+impl Default for Routes {
+    fn default() -> Self {
+        Self(Mutex::new(RoutesInner {
+            routes: HashMap::new(),
+            early: EarlyProgress::new(EARLY_TOKENS, EARLY_PER_TOKEN),
+        }))
+    }
+}
+
 struct RoutesInner {
     routes: HashMap<ProgressToken, mpsc::Sender<rmcp::model::ProgressNotificationParam>>,
-    early: HashMap<ProgressToken, Vec<rmcp::model::ProgressNotificationParam>>,
-    early_order: VecDeque<ProgressToken>,
+    early: EarlyProgress,
 }
 
 impl Routes {
@@ -265,10 +272,9 @@ impl Routes {
     ) -> tokio::task::JoinHandle<()> {
         let (tx, mut rx) = mpsc::channel(QUEUED_PER_CALL);
         let mut inner = self.lock();
-        for params in inner.early.remove(&upstream).unwrap_or_default() {
+        for params in inner.early.take(&upstream) {
             let _ = tx.try_send(params);
         }
-        inner.early_order.retain(|t| *t != upstream);
         inner.routes.insert(upstream, tx);
         drop(inner);
         tokio::spawn(async move {
@@ -285,8 +291,7 @@ impl Routes {
     fn finish(&self, upstream: &ProgressToken) {
         let mut inner = self.lock();
         inner.routes.remove(upstream);
-        inner.early.remove(upstream);
-        inner.early_order.retain(|t| t != upstream);
+        inner.early.take(upstream);
     }
 
     /// Called by the tap, in arrival order.
@@ -298,22 +303,7 @@ impl Routes {
             }
             return;
         }
-        let token = params.progress_token.clone();
-        let RoutesInner {
-            early, early_order, ..
-        } = &mut *inner;
-        if !early.contains_key(&token) {
-            if early_order.len() >= EARLY_TOKENS
-                && let Some(oldest) = early_order.pop_front()
-            {
-                early.remove(&oldest);
-            }
-            early_order.push_back(token.clone());
-        }
-        let queue = early.entry(token).or_default();
-        if queue.len() < EARLY_PER_TOKEN {
-            queue.push(params);
-        }
+        inner.early.push(params);
     }
 }
 
@@ -367,13 +357,9 @@ mod tests {
                 ));
             }
         }
-        let inner = routes.lock();
-        assert_eq!(inner.early.len(), EARLY_TOKENS);
-        assert!(inner.early.values().all(|q| q.len() == EARLY_PER_TOKEN));
-        assert!(
-            !inner
-                .early
-                .contains_key(&ProgressToken(NumberOrString::Number(0)))
-        );
+        let lens = routes.lock().early.lens();
+        assert_eq!(lens.len(), EARLY_TOKENS);
+        assert!(lens.values().all(|&n| n == EARLY_PER_TOKEN));
+        assert!(!lens.contains_key(&ProgressToken(NumberOrString::Number(0))));
     }
 }
