@@ -129,3 +129,33 @@ async fn at_the_cap_with_every_session_busy_a_new_one_is_refused() {
     assert_eq!(a.stats().sessions_accepted, 3);
     let _ = a_to_b;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_first_message_in_many_parts_at_the_cap_still_makes_room() {
+    let fabric = Fabric::new(16);
+    let mut server = RouterConfig::server();
+    server.max_sessions_per_peer = 1;
+    let mut client = RouterConfig::client();
+    // Every message, `initialize` included, takes several PMs.
+    client.chunk_len = 64;
+    let a = fabric.router(uid(1), server);
+    let b = fabric.router(uid(2), client);
+    serve(&a);
+
+    let first = connect(&b, uid(1), Lifecycle::Legacy).await;
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        connect(&b, uid(1), Lifecycle::Legacy),
+    )
+    .await
+    .expect("the session over the cap was not opened");
+    let r = second
+        .call_tool(call("echo", json!({"text": "parts"})))
+        .await
+        .expect("call");
+    assert_eq!(text(&r), "parts");
+    let stats = a.stats();
+    assert_eq!(stats.sessions_accepted, 2, "{stats:?}");
+    assert_eq!(stats.dropped_session_cap, 0, "{stats:?}");
+    let _ = first;
+}
