@@ -356,7 +356,8 @@ struct Driver {
     /// The sessions each peer opened (bounded by the per-peer cap), so the cap check and
     /// the choice of a session to close scan one peer's few, not the whole map.
     inbound_per_peer: HashMap<PeerId, Vec<SessionId>>,
-    /// Sessions peers opened that expired idle, kept resumable.
+    /// Sessions peers opened that expired idle or were displaced at the cap, kept
+    /// resumable.
     resumable: Resumable,
     /// No session can be idle before this instant.
     next_idle_check: Option<Instant>,
@@ -737,6 +738,8 @@ impl Driver {
             };
             Some(record)
         };
+        // Room is made before the session is set up: should that still fail (a full
+        // accept backlog), the displaced session is resumable all the same.
         if !self.make_room(&peer) {
             Counters::bump(&self.counters.dropped_session_cap);
             if let Some((record, at)) = resumed {
