@@ -77,7 +77,9 @@ pub struct RouterConfig {
     /// Bytes (as received) of the messages queued per session before the session is
     /// closed for overflow; one message of any size fits an empty queue.
     pub max_inbox_bytes: usize,
-    /// Sessions one peer may have open with us; sessions we dialed do not count.
+    /// Sessions one peer may have open with us; sessions we dialed do not count. At the
+    /// cap a new session of the peer closes its least recently active idle one (kept
+    /// resumable); only when all are busy is it refused (`too many sessions`).
     pub max_sessions_per_peer: usize,
     /// Idle time after which a session a peer opened is closed; `None`: never.
     pub server_idle_timeout: Option<Duration>,

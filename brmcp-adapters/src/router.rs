@@ -16,7 +16,9 @@
 //! 4. JSON-RPC decode (failures are counted and dropped);
 //! 5. the session (peer, sid): its bounded inbox, or a new session from an allowed
 //!    peer handed to [`Router::accept`], or a session it expired, resumed (see
-//!    `resume`); any other request there is answered session-not-found.
+//!    `resume`); any other request there is answered session-not-found. A peer at its
+//!    session cap makes room by closing its least recently active idle session (kept
+//!    resumable, as an expired one); only a peer whose sessions are all busy is refused.
 //!
 //! The driver sleeps until the earlier of the reassembler's next deadline and the next
 //! possible idle expiry.
@@ -334,6 +336,9 @@ struct Entry {
 enum CloseReason {
     Transport,
     Idle,
+    /// The least recently active idle session of a peer at its cap, closed to make room
+    /// for the peer's new one.
+    Displaced,
     Overflow,
     Shutdown,
 }
@@ -348,8 +353,11 @@ struct Driver {
     acceptor: Option<Acceptor>,
     reply_tx: mpsc::Sender<Reply>,
     sessions: HashMap<(PeerId, SessionId), Entry>,
-    inbound_per_peer: HashMap<PeerId, usize>,
-    /// Sessions peers opened that expired idle, kept resumable.
+    /// The sessions each peer opened (bounded by the per-peer cap), so the cap check and
+    /// the choice of a session to close scan one peer's few, not the whole map.
+    inbound_per_peer: HashMap<PeerId, Vec<SessionId>>,
+    /// Sessions peers opened that expired idle or were displaced at the cap, kept
+    /// resumable.
     resumable: Resumable,
     /// No session can be idle before this instant.
     next_idle_check: Option<Instant>,
@@ -498,10 +506,10 @@ impl Driver {
     fn forget(&mut self, key: (PeerId, SessionId), entry: &Entry) {
         entry.shared.mark_closed();
         if entry.inbound
-            && let Some(n) = self.inbound_per_peer.get_mut(&key.0)
+            && let Some(sids) = self.inbound_per_peer.get_mut(&key.0)
         {
-            *n -= 1;
-            if *n == 0 {
+            sids.retain(|sid| *sid != key.1);
+            if sids.is_empty() {
                 self.inbound_per_peer.remove(&key.0);
             }
         }
@@ -513,17 +521,25 @@ impl Driver {
     fn close(&mut self, key: (PeerId, SessionId), reason: CloseReason) {
         if let Some(entry) = self.sessions.remove(&key) {
             tracing::debug!(peer = %key.0, sid = %key.1, ?reason, "session closed");
-            match reason {
+            // Its client did nothing wrong when the session idled out or made room for
+            // another: its next request resumes it.
+            let resumable = match reason {
                 CloseReason::Idle => {
                     Counters::bump(&self.counters.sessions_expired);
-                    if entry.inbound
-                        && let Some(record) = entry.shared.resume_record()
-                    {
-                        self.resumable.insert(key, record, Instant::now());
-                    }
+                    true
                 }
-                CloseReason::Overflow => Counters::bump(&self.counters.sessions_overflowed),
-                CloseReason::Transport | CloseReason::Shutdown => {}
+                CloseReason::Displaced => true,
+                CloseReason::Overflow => {
+                    Counters::bump(&self.counters.sessions_overflowed);
+                    false
+                }
+                CloseReason::Transport | CloseReason::Shutdown => false,
+            };
+            if resumable
+                && entry.inbound
+                && let Some(record) = entry.shared.resume_record()
+            {
+                self.resumable.insert(key, record, Instant::now());
             }
             self.forget(key, &entry);
         }
@@ -572,8 +588,12 @@ impl Driver {
                 Counters::bump(&self.counters.dropped_unknown_session);
                 return;
             }
-            // A capped peer gets no reassembly storage for new sessions.
-            None if part.total() > 1 && self.at_cap(&peer) => {
+            // A capped peer with no idle session to give up gets no reassembly storage
+            // for new sessions.
+            None if part.total() > 1
+                && self.at_cap(&peer)
+                && self.displaceable(&peer).is_none() =>
+            {
                 Counters::bump(&self.counters.dropped_session_cap);
                 return;
             }
@@ -608,7 +628,33 @@ impl Driver {
     }
 
     fn at_cap(&self, peer: &PeerId) -> bool {
-        self.inbound_per_peer.get(peer).copied().unwrap_or(0) >= self.config.max_sessions_per_peer
+        self.inbound_per_peer.get(peer).map_or(0, Vec::len) >= self.config.max_sessions_per_peer
+    }
+
+    /// The session `peer` opened that a new one of its may displace: its least recently
+    /// active idle one (no request in progress); `None` when every one is busy.
+    fn displaceable(&self, peer: &PeerId) -> Option<(PeerId, SessionId)> {
+        self.inbound_per_peer
+            .get(peer)?
+            .iter()
+            .filter_map(|sid| Some((*sid, self.sessions.get(&(*peer, *sid))?)))
+            .filter(|(_, entry)| !entry.shared.is_busy())
+            // The router-unique id breaks ties in opening order.
+            .min_by_key(|(_, entry)| (entry.shared.last_active(), entry.shared.id))
+            .map(|(sid, _)| (*peer, sid))
+    }
+
+    /// Makes room for a new session of `peer`: nothing to do below its cap; at it, closes
+    /// its least recently active idle session. `false` when every one is busy.
+    fn make_room(&mut self, peer: &PeerId) -> bool {
+        if !self.at_cap(peer) {
+            return true;
+        }
+        let Some(key) = self.displaceable(peer) else {
+            return false;
+        };
+        self.close(key, CloseReason::Displaced);
+        true
     }
 
     fn on_message(&mut self, peer: PeerId, sid: SessionId, mid: MessageId, payload: &[u8]) {
@@ -692,7 +738,9 @@ impl Driver {
             };
             Some(record)
         };
-        if self.at_cap(&peer) {
+        // Room is made before the session is set up: should that still fail (a full
+        // accept backlog), the displaced session is resumable all the same.
+        if !self.make_room(&peer) {
             Counters::bump(&self.counters.dropped_session_cap);
             if let Some((record, at)) = resumed {
                 self.resumable.insert(key, record, at);
@@ -785,7 +833,7 @@ impl Driver {
                 recent,
             },
         );
-        *self.inbound_per_peer.entry(peer).or_default() += 1;
+        self.inbound_per_peer.entry(peer).or_default().push(sid);
         Counters::bump(&self.counters.sessions_accepted);
         Counters::bump(&self.counters.messages_delivered);
         self.counters.sessions_open.fetch_add(1, Relaxed);
