@@ -103,14 +103,16 @@ where
     }
 }
 
-/// Takes each terminal TipProgress event that no waiting [`ClientRpcHost::tip`] took:
-/// the outcome of a tip whose caller stopped waiting, including tips sent before a
-/// restart, which brclient redelivers until acknowledged.
+/// Takes each terminal TipProgress event: the outcome a waiting [`ClientRpcHost::tip`]
+/// took (after it was handed over), and those of tips whose caller stopped waiting,
+/// including tips sent before a restart, which brclient redelivers until acknowledged.
 ///
 /// The event is acknowledged only after `handle_tip_result` returned `Ok`: return it
 /// once the outcome is durably recorded. On `Err` it is offered again after a backoff.
+/// A claimed outcome is recorded here as well as by its payer, so a crash between the
+/// hand-over and the payer's record cannot lose it: recording must be idempotent.
 pub trait TipResultHandler: Send + Sync + 'static {
-    /// Handles one unclaimed terminal event.
+    /// Handles one terminal event.
     fn handle_tip_result(
         &self,
         event: TipProgressEvent,
@@ -228,8 +230,8 @@ impl Streams {
         self
     }
 
-    /// Hands every terminal TipProgress event no waiting tip took to `handler`, and
-    /// acknowledges it only once the handler recorded it.
+    /// Hands every terminal TipProgress event to `handler`, also the one a waiting tip
+    /// took, and acknowledges it only once the handler recorded it.
     #[must_use]
     pub fn tip_results(mut self, handler: impl TipResultHandler) -> Self {
         self.results = Some(Arc::new(handler));
@@ -727,11 +729,10 @@ impl Inner {
     }
 
     /// A TipProgress event: tell subscribers, and the tip waiting for it if terminal.
-    /// Returns a terminal event no waiting tip took.
-    fn on_tip_progress(&self, event: &TipProgressEvent) -> Option<TipProgressEvent> {
+    fn on_tip_progress(&self, event: &TipProgressEvent) {
         let _ = self.progress.send(event.clone());
         if !event.is_terminal() {
-            return None;
+            return;
         }
         let waiter = {
             let mut waiters = lock(&self.waiters);
@@ -746,10 +747,9 @@ impl Inner {
             Some(waiter) => waiter.tx.send(event.clone()).err(),
             None => Some(event.clone()),
         };
-        if let Some(event) = &unclaimed {
-            let _ = self.unclaimed.send(event.clone());
+        if let Some(event) = unclaimed {
+            let _ = self.unclaimed.send(event);
         }
-        unclaimed
     }
 }
 
@@ -1061,10 +1061,14 @@ async fn record(
     shutdown: &mut watch::Receiver<bool>,
 ) -> bool {
     let id = item.sequence_id();
-    let unclaimed = match (handler, &item) {
+    // Every terminal outcome goes to the results handler, the one a waiting tip took
+    // too: it is acknowledged only once recorded, so a crash before the payer records
+    // it cannot lose it.
+    let results = match (handler, &item) {
         (Handler::Progress(results), Item::Progress(event)) => {
-            match (inner.on_tip_progress(event), results) {
-                (Some(event), Some(results)) => Some((event, results.clone())),
+            inner.on_tip_progress(event);
+            match results {
+                Some(results) if event.is_terminal() => Some(results),
                 _ => return true,
             }
         }
@@ -1072,10 +1076,10 @@ async fn record(
     };
     let mut delay = inner.config.backoff_initial;
     loop {
-        let result = match (handler, &item, &unclaimed) {
+        let result = match (handler, &item, results) {
             (Handler::Pm(h), Item::Pm(pm), _) => h.call(pm.clone()).await,
             (Handler::Tip(h), Item::Tip(tip), _) => h.call(tip.clone()).await,
-            (_, _, Some((event, results))) => results.call(event.clone()).await,
+            (_, Item::Progress(event), Some(results)) => results.call(event.clone()).await,
             _ => Ok(()),
         };
         let Err(e) = result else { return true };

@@ -2,7 +2,8 @@
 //! order (an ack never clears an item not yet recorded), an item arriving after a later
 //! id's ack (handled, not dropped), ids starting over after the logs were reset
 //! (handled, not skipped), a stream open refused (only that stream retried), tip
-//! outcomes acknowledged only once their handler recorded them, the client's identity
+//! outcomes (also one a waiting tip took) acknowledged only once their handler
+//! recorded them, the client's identity
 //! checked before any stream opens, and a PM as large as a relay routes taken whole.
 
 use std::sync::{Arc, Mutex};
@@ -260,6 +261,67 @@ async fn an_unclaimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() 
     let terminal = fake.push_progress(&uid(0x22), 7000, true, false, 2, "");
     eventually("cleared", WAIT, || fake.unacked(TIP_PROGRESS).is_empty()).await;
     assert_eq!(*tries.lock().unwrap(), 2);
+    let timeline = timeline.lock().unwrap().clone();
+    let recorded = timeline
+        .iter()
+        .position(|l| *l == format!("result {terminal}"))
+        .unwrap();
+    let acked = timeline
+        .iter()
+        .position(|l| *l == format!("ack {terminal}"))
+        .unwrap();
+    assert!(recorded < acked, "{timeline:?}");
+    host.close();
+}
+
+#[tokio::test]
+async fn a_claimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() {
+    let certs = Certs::brclient();
+    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let timeline = fake.timeline();
+    // The handler records only once the test lets it: the payer has the outcome by then.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
+    let mut unclaimed = host.subscribe_unclaimed_tip_results();
+    host.connect(Streams::new().tip_results({
+        let timeline = timeline.clone();
+        let gate = gate.clone();
+        move |event: TipProgressEvent| {
+            let timeline = timeline.clone();
+            let gate = gate.clone();
+            async move {
+                gate.acquire().await?.forget();
+                timeline
+                    .lock()
+                    .unwrap()
+                    .push(format!("result {}", event.sequence_id));
+                Ok::<(), BoxError>(())
+            }
+        }
+    }))
+    .await
+    .unwrap();
+    let bob = uid(0x22);
+    let tip = tokio::spawn({
+        let host = host.clone();
+        async move { host.tip(bob, 7).await }
+    });
+    eventually("TipUser sent", WAIT, || {
+        fake.requests_of("PaymentsService.TipUser").len() == 1
+    })
+    .await;
+    let terminal = fake.push_progress(&bob, 7000, true, false, 1, "");
+    assert_eq!(
+        tip.await.unwrap().unwrap(),
+        brmcp_adapters::clientrpc::TipOutcome::Paid { attempts: 1 },
+        "handed over to the waiting tip"
+    );
+    assert!(unclaimed.try_recv().is_err(), "claimed, not unclaimed");
+    // Long past the settle time: not acked while the handler has not recorded it.
+    tokio::time::sleep(ACK_SETTLE * 4).await;
+    assert_eq!(fake.unacked(TIP_PROGRESS), [terminal]);
+    gate.add_permits(1);
+    eventually("cleared", WAIT, || fake.unacked(TIP_PROGRESS).is_empty()).await;
     let timeline = timeline.lock().unwrap().clone();
     let recorded = timeline
         .iter()

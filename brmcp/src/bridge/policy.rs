@@ -244,10 +244,22 @@ impl Policy {
             // its late outcome settles it.
             Err((_, _, true)) => self.spend.unconfirm(id),
         };
-        match recorded {
-            Ok(true) => {}
-            Ok(false) => tracing::warn!(id, "spend log row was no longer pending"),
-            Err(e) => tracing::warn!(error = %e, id, "spend log not updated"),
+        match (recorded, &outcome) {
+            (Ok(true), _) | (Ok(false), Err((_, _, true))) => {}
+            // The outcome stream recorded this outcome first: with this row (settled
+            // already, as here), or with an older payment of the same bot and amount,
+            // leaving this one pending for the next outcome (`SpendLog` module docs).
+            (Ok(false), _) => match self.spend.unconfirm(id) {
+                Ok(true) => {
+                    tracing::info!(
+                        id,
+                        "tip outcome settled an older payment; this one stays pending"
+                    );
+                }
+                Ok(false) => tracing::debug!(id, "payment already settled from the outcome stream"),
+                Err(e) => tracing::warn!(error = %e, id, "spend log not updated"),
+            },
+            (Err(e), _) => tracing::warn!(error = %e, id, "spend log not updated"),
         }
         // Every outcome the rail saw by now is older than any later payment.
         if let Err(e) = self.spend.raise_floor(self.payer.position_dyn()) {

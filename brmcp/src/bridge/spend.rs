@@ -16,11 +16,21 @@
 //! position or outcome this log has recorded, so a restart does not lower it). An
 //! outcome can settle a row only if it is later than the row's position (an event
 //! stored before the tip was sent is not its outcome), is for the same bot and amount,
-//! and the row is pending with nobody waiting for it (unconfirmed); the oldest such
-//! row takes it. The outcome's id is recorded with the row it settled, so a replay of
-//! it settles nothing. What the stream cannot tell apart, it cannot: a tip sent by
-//! hand to the same bot for the same amount after the bridge's payment was sent may
-//! be taken for it.
+//! and the row is pending, whether the bridge still waits for it (in flight) or not
+//! (unconfirmed); the oldest such row takes it. The outcome's id is recorded with the
+//! row it settled, so a replay of it settles nothing. What the stream cannot tell
+//! apart, it cannot: a tip sent by hand to the same bot for the same amount after the
+//! bridge's payment was sent may be taken for it.
+//!
+//! Every outcome is recorded here before the client is told it was received, also
+//! the one a waiting payment takes, so a crash between the two cannot leave that
+//! payment pending. The payer's own settlement of the payment it waited for
+//! ([`SpendLog::settle_with`]) records the outcome's id too, so whichever of the two
+//! comes first settles the row and the other changes nothing: an outcome settles one
+//! row, with its own status. When two payments to one bot of one amount are in
+//! flight, the payer and this rule may pair them with their outcomes the other way
+//! round; the totals agree, and a payment whose outcome went to another stays
+//! pending until the next outcome settles it.
 //!
 //! [`SpendLog::reserve`] checks the daily cap and inserts the row in one `BEGIN
 //! IMMEDIATE` transaction, so concurrent payments can never exceed the cap together
@@ -377,9 +387,9 @@ impl SpendLog {
     }
 
     /// Settles the payment `event` is the outcome of, by the rule of the module docs:
-    /// the oldest unconfirmed pending row to the same bot of the same amount whose
-    /// position is below the outcome's id, whatever its age. Payments still awaited are
-    /// never touched. The outcome is recorded, so a replay of it settles nothing.
+    /// the oldest pending row (in flight or unconfirmed) to the same bot of the same
+    /// amount whose position is below the outcome's id, whatever its age. The outcome
+    /// is recorded, so a replay of it, or the payer's settlement by it, settles nothing.
     ///
     /// # Errors
     /// SQLite's.
@@ -392,7 +402,7 @@ impl SpendLog {
         raise_floor(&tx, event.id)?;
         let row: Option<i64> = tx
             .query_row(
-                "SELECT id FROM spend WHERE status = 'pending' AND unconfirmed = 1 \
+                "SELECT id FROM spend WHERE status = 'pending' \
                  AND bot = ?1 AND atoms = ?2 AND tip_pos < ?3 ORDER BY id LIMIT 1",
                 params![event.bot.to_string(), i64_of(event.atoms), i64_of(event.id)],
                 |r| r.get(0),
@@ -543,12 +553,6 @@ mod tests {
         let log = SpendLog::open(dir.path(), t).unwrap();
         let first = log.reserve(t, &bot(1), "t", 5, 100, 10).unwrap().unwrap();
         let second = log.reserve(t, &bot(1), "t", 5, 100, 20).unwrap().unwrap();
-        assert_eq!(
-            log.resolve_outcome(&outcome(30, bot(1), 5, Ok(())))
-                .unwrap(),
-            Resolution::NotOurs,
-            "both still awaited"
-        );
         assert!(log.unconfirm(first).unwrap());
         assert!(log.unconfirm(second).unwrap());
         for other in [
@@ -599,6 +603,77 @@ mod tests {
             log.resolve_outcome(&outcome(41, bot(1), 5, Ok(())))
                 .unwrap(),
             Resolution::Settled(third)
+        );
+    }
+
+    #[test]
+    fn an_outcome_recorded_in_flight_settles_once_whoever_records_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = UnixTime(6_000_000);
+        let log = SpendLog::open(dir.path(), t).unwrap();
+        // The stream records first; the payer's settlement by the same outcome agrees.
+        let x = log.reserve(t, &bot(1), "t", 5, 100, 10).unwrap().unwrap();
+        assert_eq!(
+            log.resolve_outcome(&outcome(15, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::Settled(x),
+            "in flight, still settled"
+        );
+        assert!(!log.settle_with(x, Ok(()), Some(15)).unwrap());
+        // The payer records first; the stream's record of it is a replay.
+        let y = log.reserve(t, &bot(1), "t", 5, 100, 0).unwrap().unwrap();
+        assert_eq!(log.entries().unwrap()[1].tip_pos, 15);
+        assert!(log.settle_with(y, Err("no route"), Some(25)).unwrap());
+        assert_eq!(
+            log.resolve_outcome(&outcome(25, bot(1), 5, Err("no route")))
+                .unwrap(),
+            Resolution::Replay
+        );
+        let entries = log.entries().unwrap();
+        assert_eq!(
+            (entries[0].status, entries[0].outcome),
+            (SpendStatus::Paid, Some(15))
+        );
+        assert_eq!(
+            (entries[1].status, entries[1].outcome),
+            (SpendStatus::Failed, Some(25))
+        );
+        assert_eq!(log.spent_today(t).unwrap(), 5, "counted once");
+        // Two in flight, paired the other way round by the payers: each outcome
+        // settles one row, and the totals agree.
+        let a = log.reserve(t, &bot(1), "t", 5, 100, 30).unwrap().unwrap();
+        let b = log.reserve(t, &bot(1), "t", 5, 100, 30).unwrap().unwrap();
+        assert_eq!(
+            log.resolve_outcome(&outcome(31, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::Settled(a)
+        );
+        assert!(!log.settle_with(b, Ok(()), Some(31)).unwrap());
+        assert_eq!(log.spent_today(t).unwrap(), 15, "b still pending");
+        assert_eq!(
+            log.resolve_outcome(&outcome(32, bot(1), 5, Err("expired")))
+                .unwrap(),
+            Resolution::Settled(b)
+        );
+        assert!(!log.settle_with(a, Err("expired"), Some(32)).unwrap());
+        assert_eq!(log.spent_today(t).unwrap(), 10);
+        // Recorded in flight, then a crash before the payer settled: reopened, the
+        // payment is settled, not left pending.
+        let c = log.reserve(t, &bot(1), "t", 5, 100, 40).unwrap().unwrap();
+        assert_eq!(
+            log.resolve_outcome(&outcome(41, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::Settled(c)
+        );
+        drop(log);
+        let log = SpendLog::open(dir.path(), t).unwrap();
+        assert_eq!(log.unconfirm_left_pending().unwrap(), 0);
+        assert_eq!(log.entries().unwrap()[4].status, SpendStatus::Paid);
+        assert_eq!(log.spent_today(t).unwrap(), 15);
+        assert_eq!(
+            log.resolve_outcome(&outcome(41, bot(1), 5, Ok(())))
+                .unwrap(),
+            Resolution::Replay
         );
     }
 

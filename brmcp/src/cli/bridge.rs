@@ -412,32 +412,34 @@ impl Payer for TipPayer {
             .into()),
             // No outcome yet, or only ones that cannot be this tip's: it may still be
             // paid; the spend log keeps it pending until its outcome arrives (see
-            // `settle_late_tips`).
+            // `settle_late_tip`).
             None => Err(PaymentUnconfirmed.into()),
         }
     }
 }
 
-/// Settles the spend log's unconfirmed payment a tip outcome belongs to, by the spend
-/// log's attribution rule ([`SpendLog::resolve_outcome`]): the outcomes that arrive
-/// after the bridge stopped waiting for them (also those redelivered after a restart).
-/// A replayed outcome or one of a tip sent before the payment settles nothing. The host
-/// acknowledges the outcome only after this returns `Ok`, so an outcome is never lost
-/// between its acknowledgement and its record; on `Err` it is offered again.
+/// Settles the spend log's pending payment a tip outcome belongs to, by the spend log's
+/// attribution rule ([`SpendLog::resolve_outcome`]): every terminal outcome, the one a
+/// payment still waiting takes (its payer's own settlement by the same outcome then
+/// changes nothing, and neither does this after it), those that arrive after the bridge
+/// stopped waiting, and those redelivered after a restart. A replayed outcome or one of
+/// a tip sent before the payment settles nothing. The host acknowledges the outcome
+/// only after this returns `Ok`, so an outcome is never lost between its
+/// acknowledgement and its record; on `Err` it is offered again.
 async fn settle_late_tip(bridge: Bridge, event: TipProgressEvent) -> Result<(), BoxError> {
     let Some(outcome) = late_outcome(&event) else {
         return Ok(());
     };
     match bridge.resolve_spend(&outcome) {
         Ok(Resolution::Settled(id)) => {
-            tracing::info!(id, bot = %event.uid, atoms = outcome.atoms, paid = event.completed, "late tip outcome recorded");
+            tracing::info!(id, bot = %event.uid, atoms = outcome.atoms, paid = event.completed, "tip outcome recorded");
         }
         Ok(Resolution::Replay) => {
             tracing::debug!(outcome = event.sequence_id, "replayed tip outcome ignored");
         }
         // A tip sent by hand, or by another program on the same client.
         Ok(Resolution::NotOurs) => {
-            tracing::debug!(bot = %event.uid, atoms = outcome.atoms, "tip outcome matches no unconfirmed payment");
+            tracing::debug!(bot = %event.uid, atoms = outcome.atoms, "tip outcome matches no pending payment");
         }
         Err(e) => {
             tracing::warn!(error = %e, "late tip outcome not recorded; retrying");

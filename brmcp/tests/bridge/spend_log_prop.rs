@@ -104,10 +104,7 @@ impl Model {
         }
         self.floor = self.floor.max(id);
         let row = self.rows.iter_mut().find(|r| {
-            r.st == St::Pending { unconfirmed: true }
-                && r.bot == bot
-                && r.atoms == atoms
-                && r.pos < id
+            matches!(r.st, St::Pending { .. }) && r.bot == bot && r.atoms == atoms && r.pos < id
         });
         match row {
             Some(row) => {

@@ -3,7 +3,8 @@
 //! can settle it, oldest payment first, each outcome once. A replayed old outcome and
 //! a hand-sent tip of the same amount, seen before the payment was sent, settle
 //! nothing, so the payment keeps counting until its own outcome arrives; across a
-//! restart the recorded positions hold.
+//! restart the recorded positions hold. An outcome the stream records while its
+//! payment is in flight settles it once, and the payer settling by it changes nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,4 +165,125 @@ async fn replayed_and_hand_sent_outcomes_do_not_settle_a_new_payment() {
     assert_eq!(entries[1].status, SpendStatus::Failed);
     assert_eq!(entries[2].status, SpendStatus::Paid);
     assert_eq!(counted, 2 * FORTUNE_PRICE);
+}
+
+/// A payer whose tip's outcome the outcome stream records while the payment is in
+/// flight (the host hands every outcome to the spend log before acknowledging it),
+/// before the payer settles by the same outcome; with no outcome scripted, the tip
+/// stays unconfirmed.
+#[derive(Clone, Default)]
+struct InFlightPayer {
+    position: Arc<AtomicU64>,
+    bridge: Arc<std::sync::OnceLock<Bridge>>,
+    outcomes: Arc<std::sync::Mutex<std::collections::VecDeque<u64>>>,
+    recorded: Arc<std::sync::Mutex<Vec<Resolution>>>,
+}
+
+impl Payer for InFlightPayer {
+    async fn pay(&self, _bot: PeerId, _atoms: u64) -> Result<(), BoxError> {
+        Err(PaymentUnconfirmed.into())
+    }
+
+    fn position(&self) -> u64 {
+        self.position.load(Ordering::SeqCst)
+    }
+
+    async fn pay_traced(
+        &self,
+        bot: PeerId,
+        _atoms: u64,
+        _position: u64,
+    ) -> Result<Option<u64>, BoxError> {
+        let Some(id) = self.outcomes.lock().unwrap().pop_front() else {
+            return Err(PaymentUnconfirmed.into());
+        };
+        let bridge = self.bridge.get().unwrap();
+        let resolution = bridge.resolve_spend(&outcome(id, bot, false)).unwrap();
+        self.recorded.lock().unwrap().push(resolution);
+        Err(brmcp::bridge::PaymentFailed {
+            id,
+            reason: "tip failed: no route".into(),
+        }
+        .into())
+    }
+}
+
+#[tokio::test]
+async fn an_outcome_recorded_in_flight_settles_its_payment_once_and_the_payer_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let payer = InFlightPayer::default();
+    let fabric = Fabric::new(3);
+    let (bot, me) = (uid(1), uid(2));
+    let state = Arc::new(BotState::default());
+    let bot_router = fabric.router(bot, RouterConfig::server());
+    bot_router.serve(move |peer: &PeerId| TestBot {
+        state: state.clone(),
+        caller: *peer,
+    });
+    let bridge = Bridge::new(
+        base_config(dir.path()),
+        fabric.router(me, RouterConfig::client()),
+        payer.clone(),
+    )
+    .unwrap();
+    payer.bridge.set(bridge.clone()).ok().unwrap();
+    bridge.apply_settings(autopay(bot)).await.unwrap();
+    let net = Net {
+        _fabric: fabric,
+        _bot_router: bot_router,
+        bot,
+        bridge,
+    };
+
+    // Its outcome (11) recorded while it was in flight: settled by it, and the payer's
+    // settlement by the same outcome changes nothing.
+    payer.position.store(10, Ordering::SeqCst);
+    payer.outcomes.lock().unwrap().push_back(11);
+    pay_once(&net).await;
+    let (entries, counted) = net.bridge.spend_log().unwrap();
+    let first = entries[0].id;
+    assert_eq!(
+        *payer.recorded.lock().unwrap(),
+        [Resolution::Settled(first)]
+    );
+    assert_eq!(
+        (entries[0].status, entries[0].outcome),
+        (SpendStatus::Failed, Some(11))
+    );
+    assert_eq!(counted, 0, "failed: counted by neither");
+    assert_eq!(
+        net.bridge
+            .resolve_spend(&outcome(11, net.bot, false))
+            .unwrap(),
+        Resolution::Replay
+    );
+
+    // An older payment left unconfirmed at 20; a new one at 30 whose payer takes
+    // outcome 31, which the stream gives the older one first: the new one stays
+    // pending (unconfirmed) until the next outcome, never counted twice.
+    payer.position.store(20, Ordering::SeqCst);
+    pay_once(&net).await;
+    payer.position.store(30, Ordering::SeqCst);
+    payer.outcomes.lock().unwrap().push_back(31);
+    pay_once(&net).await;
+    let (entries, counted) = net.bridge.spend_log().unwrap();
+    let (older, newer) = (entries[1].id, entries[2].id);
+    assert_eq!(
+        payer.recorded.lock().unwrap()[1],
+        Resolution::Settled(older)
+    );
+    assert_eq!(entries[1].status, SpendStatus::Failed);
+    assert_eq!(entries[2].status, SpendStatus::Pending);
+    assert!(entries[2].unconfirmed, "nobody waits for it any more");
+    assert_eq!(counted, FORTUNE_PRICE);
+    assert_eq!(
+        net.bridge
+            .resolve_spend(&outcome(32, net.bot, true))
+            .unwrap(),
+        Resolution::Settled(newer)
+    );
+    let (entries, counted) = net.bridge.spend_log().unwrap();
+    assert_eq!(entries[2].status, SpendStatus::Paid);
+    assert_eq!(counted, FORTUNE_PRICE, "paid once");
+    net.bridge.close().await;
 }
