@@ -8,7 +8,7 @@ use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
     ArgsHash, Billing, CallKey, CallRequest, CallState, Charge, DEFAULT_CALLS_PER_MINUTE,
     FILE_NAME, Keyed, Ledger, MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER,
-    OUTCOME_TTL_SECS, Tip, VACUUM_FREE_PAGES,
+    OUTCOME_TTL_SECS, SCHEMA_VERSION, Tip, VACUUM_FREE_PAGES,
 };
 use serde_json::json;
 
@@ -123,4 +123,45 @@ fn a_caller_at_the_rate_limit_keeps_the_ledger_within_its_bound() {
         bytes <= SETTLED_BYTES,
         "ledger files hold {bytes} bytes past the replay window, bound {SETTLED_BYTES}"
     );
+}
+
+/// A schema 2 ledger, made before the pruned totals and incremental vacuum, is
+/// migrated by the serving process: its tables gain `pruned`, the file its vacuum mode.
+#[test]
+fn a_schema_2_ledger_is_migrated_to_incremental_vacuum() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join(FILE_NAME);
+    let tip = Tip {
+        seq: 7,
+        caller: ALICE,
+        matoms: 5000,
+    };
+    {
+        let ledger = Ledger::open(dir.path(), NOW).expect("open").ledger;
+        ledger.record_tip(&tip, true, NOW).expect("tip");
+    }
+    {
+        // Back to schema 2 as it was shipped: no pruned table, no auto vacuum.
+        let db = rusqlite::Connection::open(&path).expect("db");
+        db.execute_batch("DROP TABLE pruned; PRAGMA auto_vacuum = NONE; VACUUM;")
+            .expect("downgrade");
+        db.pragma_update(None, "user_version", 2).expect("version");
+        let mode: i64 = db
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .expect("mode");
+        assert_eq!(mode, 0);
+    }
+    assert!(Ledger::attach(dir.path()).is_err(), "attach never migrates");
+    let ledger = Ledger::open(dir.path(), NOW).expect("open").ledger;
+    assert_eq!(ledger.balance_matoms(&ALICE).expect("balance"), 5000);
+    assert_eq!(ledger.pruned(&ALICE).expect("pruned").completed, 0);
+    drop(ledger);
+    let db = rusqlite::Connection::open(&path).expect("db");
+    let (version, mode): (i32, i64) = (
+        db.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .expect("version"),
+        db.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .expect("mode"),
+    );
+    assert_eq!((version, mode), (SCHEMA_VERSION, 2));
 }
