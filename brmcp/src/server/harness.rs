@@ -954,7 +954,9 @@ fn answer_for(charge: Charge, tool: &str) -> CallToolResult {
             refusal("duplicate call: stored outcome unreadable")
         }),
         Charge::Insufficient(shortfall) => refusal(shortfall.payment_required_json(tool)),
-        Charge::OutcomeNotRetained => refusal("duplicate call: outcome too large to retain"),
+        Charge::OutcomeNotRetained => refusal(
+            "duplicate call: outcome not retained (too large, or dropped by the per-caller bound)",
+        ),
         Charge::InProgress => refusal("duplicate call: still in progress; retry later"),
         Charge::KeyConflict(conflict) => refusal(conflict.to_string()),
         Charge::Run(id) => {

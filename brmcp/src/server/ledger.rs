@@ -31,6 +31,10 @@ use super::billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Keyed, T
 use super::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
 use super::money::{MAX_MATOMS, Shortfall, atoms_to_matoms};
 
+mod retention;
+pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT};
+use retention::{enable_incremental_vacuum, prune_journal, reclaim, release_expired};
+
 /// The ledger's file name inside the data directory.
 pub const FILE_NAME: &str = "brmcp.sqlite";
 
@@ -38,7 +42,7 @@ pub const FILE_NAME: &str = "brmcp.sqlite";
 pub const LOCK_FILE_NAME: &str = "brmcp.sqlite.lock";
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Schema 1 to 2: tips are identified by sequence id, caller and amount, and carry
 /// whether the client cleared their id. Schema 1's tips are kept, not cleared.
@@ -57,6 +61,18 @@ INSERT INTO tips_v2 (seq, caller, matoms, credited, received_at)
 DROP TABLE tips;
 ALTER TABLE tips_v2 RENAME TO tips;
 CREATE INDEX tips_uncleared ON tips (seq) WHERE cleared = 0;
+";
+
+/// Schema 2 to 3: the totals of calls pruned from the journal (see
+/// [`MAX_JOURNAL_ROWS_PER_CALLER`]). The file's switch to incremental vacuum is not a
+/// schema change: open makes it whatever the version.
+const MIGRATE_2_TO_3: &str = "
+CREATE TABLE pruned (
+    caller TEXT PRIMARY KEY NOT NULL,
+    completed INTEGER NOT NULL CHECK (completed >= 0),
+    completed_atoms INTEGER NOT NULL CHECK (completed_atoms >= 0),
+    refunded INTEGER NOT NULL CHECK (refunded >= 0)
+) STRICT, WITHOUT ROWID;
 ";
 
 /// `PRAGMA application_id` of a brmcp ledger: "brmc" in ASCII. Tells our file apart
@@ -297,6 +313,18 @@ pub struct JournalEntry {
     pub outcome_kept: bool,
 }
 
+/// The calls of one caller pruned from the journal (see
+/// [`MAX_JOURNAL_ROWS_PER_CALLER`]): what they moved stays counted here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrunedCalls {
+    /// Completed calls pruned.
+    pub completed: u64,
+    /// The prices they kept, in atoms.
+    pub completed_atoms: u64,
+    /// Refunded calls pruned (they moved no money).
+    pub refunded: u64,
+}
+
 /// What an operator did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AuditAction {
@@ -474,9 +502,12 @@ impl Ledger {
     }
 
     /// Release the keys of finished calls whose replay window has closed, dropping
-    /// their outcomes; returns how many.
+    /// their outcomes, and give the file's free pages back once more than
+    /// [`VACUUM_FREE_PAGES`] collect; returns how many keys were released.
     ///
-    /// [`Billing::charge`] does this too, so calling it is only needed to reclaim space.
+    /// [`Billing::charge`] does this too (and prunes the caller's journal past
+    /// [`MAX_JOURNAL_ROWS_PER_CALLER`]), so calling it is only needed to reclaim space
+    /// while no calls come.
     ///
     /// # Errors
     ///
@@ -486,6 +517,7 @@ impl Ledger {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let released = release_expired(&tx, now)?;
+        reclaim(&tx)?;
         tx.commit()?;
         Ok(released)
     }
@@ -594,6 +626,29 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The totals of `caller`'s calls pruned from the journal; zero when none were.
+    ///
+    /// # Errors
+    ///
+    /// A SQLite failure.
+    pub fn pruned(&self, caller: &PeerId) -> Result<PrunedCalls, LedgerError> {
+        let conn = self.conn();
+        Ok(conn
+            .query_row(
+                "SELECT completed, completed_atoms, refunded FROM pruned WHERE caller = ?1",
+                [caller.to_string()],
+                |row| {
+                    Ok(PrunedCalls {
+                        completed: amount(row, 0)?,
+                        completed_atoms: amount(row, 1)?,
+                        refunded: amount(row, 2)?,
+                    })
+                },
+            )
+            .optional()?
+            .unwrap_or_default())
+    }
+
     /// One journal entry.
     ///
     /// # Errors
@@ -695,6 +750,8 @@ impl Billing for Ledger {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         release_expired(&tx, now)?;
+        prune_journal(&tx, &caller)?;
+        reclaim(&tx)?;
 
         if let Some(keyed) = request.keyed
             && let Some(answer) = key_answer(&tx, &caller, request.tool, keyed, now)?
@@ -870,25 +927,34 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
             "application id {app_id:#010x}, not {APPLICATION_ID:#010x}"
         )));
     }
-    // Schema 1 is migrated by the process that serves from the ledger only.
-    if !fresh && version != SCHEMA_VERSION && !(version == 1 && create) {
+    // Older schemas are migrated by the process that serves from the ledger only.
+    if !fresh && version != SCHEMA_VERSION && !((1..SCHEMA_VERSION).contains(&version) && create) {
         return Err(ConnectError::Schema(version));
     }
     quick_check(&conn)?;
 
+    if create {
+        // Before WAL and the schema on a new file (SQLite ignores it after either);
+        // one VACUUM on an older one.
+        enable_incremental_vacuum(&conn)?;
+    }
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     crate::secure_fs::seal_sqlite(path)?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
     if fresh {
         let tx = conn.unchecked_transaction()?;
         tx.execute_batch(SCHEMA)?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
-    } else if version == 1 {
+    } else if version < SCHEMA_VERSION {
         let tx = conn.unchecked_transaction()?;
-        tx.execute_batch(MIGRATE_1_TO_2)?;
+        if version < 2 {
+            tx.execute_batch(MIGRATE_1_TO_2)?;
+        }
+        tx.execute_batch(MIGRATE_2_TO_3)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
     }
@@ -993,15 +1059,6 @@ fn refund_interrupted(conn: &mut Connection, now: UnixTime) -> Result<usize, Led
     }
     tx.commit()?;
     Ok(pending.len())
-}
-
-/// Release keys whose replay window closed at or before `now`.
-fn release_expired(conn: &Connection, now: UnixTime) -> Result<usize, LedgerError> {
-    Ok(conn.execute(
-        "UPDATE calls SET key_held = 0, outcome = NULL \
-         WHERE key_held = 1 AND state != 'pending' AND replay_until <= ?1",
-        [now.secs()],
-    )?)
 }
 
 /// What a held key answers for a call of `tool` with `keyed`'s arguments, or `None`

@@ -1,4 +1,4 @@
--- The brmcp ledger, schema version 2 (`PRAGMA user_version`).
+-- The brmcp ledger, schema version 3 (`PRAGMA user_version`).
 -- Amounts: `matoms` milliatoms, `*_atoms` atoms. Times: unix seconds. Callers: a
 -- Bison Relay uid as 64 lowercase hex characters. Tables are STRICT so a wrong type is an
 -- error, not a silent conversion.
@@ -39,10 +39,10 @@ CREATE TABLE calls (
     finished_at INTEGER,
     reason TEXT,                -- why it was refunded
     call_key TEXT,              -- NULL for an unkeyed call; kept for the record
-    args_hash BLOB,             -- SHA-256 of the canonical arguments of a keyed call
+    args_hash BLOB,             -- SHA-256 of the canonical arguments, while the key is held
     -- 1 while the key blocks another run: pending, or finished and replayable.
     key_held INTEGER NOT NULL DEFAULT 0 CHECK (key_held IN (0, 1)),
-    outcome TEXT,               -- the tool result JSON replayed for the key
+    outcome TEXT,               -- the tool result JSON replayed for the key, while held
     replay_until INTEGER,       -- the key is released at this time
     CHECK (key_held = 0 OR call_key IS NOT NULL)
 ) STRICT;
@@ -51,6 +51,15 @@ CREATE UNIQUE INDEX calls_by_key ON calls (caller, call_key) WHERE key_held = 1;
 CREATE INDEX calls_by_caller ON calls (caller, id);
 CREATE INDEX calls_pending ON calls (id) WHERE state = 'pending';
 CREATE INDEX calls_replay_until ON calls (replay_until) WHERE key_held = 1;
+
+-- Per caller, the calls pruned from the journal (past its per-caller row bound), so the
+-- money they record stays counted: completed calls kept their price.
+CREATE TABLE pruned (
+    caller TEXT PRIMARY KEY NOT NULL,
+    completed INTEGER NOT NULL CHECK (completed >= 0),
+    completed_atoms INTEGER NOT NULL CHECK (completed_atoms >= 0),
+    refunded INTEGER NOT NULL CHECK (refunded >= 0)
+) STRICT, WITHOUT ROWID;
 
 -- Operator actions on money.
 CREATE TABLE audit (

@@ -78,8 +78,9 @@ pub use harness::{
 };
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
-    JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, MAX_OUTCOME_BYTES_PER_CALLER,
-    MAX_OUTCOMES_PER_CALLER, Opened, SCHEMA_VERSION, TipRecord,
+    JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, MAX_JOURNAL_ROWS_PER_CALLER,
+    MAX_OUTCOME_BYTES_PER_CALLER, MAX_OUTCOMES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION,
+    TipRecord, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT,
 };
 pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
 pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, PRUNE_AT, RATE_LIMITED, RateLimiter};

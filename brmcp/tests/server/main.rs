@@ -23,6 +23,7 @@ mod ledger_open_errors;
 mod ledger_operator;
 mod ledger_outcome_bound;
 mod ledger_restart_refund;
+mod ledger_retention;
 mod ledger_tip_identity;
 mod ledger_tip_once;
 mod lifecycles;

@@ -94,7 +94,10 @@ async fn an_outcome_too_large_to_keep_is_refused_on_replay_not_rerun() {
     assert_eq!(text(&first).len(), MAX_OUTCOME_BYTES + 1);
     let again = call(&alice, "big", serde_json::json!({}), Some("big-key-01")).await;
     assert!(is_error(&again));
-    assert_eq!(text(&again), "duplicate call: outcome too large to retain");
+    assert_eq!(
+        text(&again),
+        "duplicate call: outcome not retained (too large, or dropped by the per-caller bound)"
+    );
     assert_eq!(probe.runs(), 1);
     assert_eq!(balance(&harness, ALICE).await, 9_000);
 }

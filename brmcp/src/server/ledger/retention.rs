@@ -1,0 +1,112 @@
+//! How long the paid-call journal keeps what, and how the file gives space back.
+//!
+//! A finished call's outcome goes when its replay window closes ([`OUTCOME_TTL_SECS`]);
+//! its compact money row (caller, tool, price, state, times, key) stays until the
+//! caller has more than [`MAX_JOURNAL_ROWS_PER_CALLER`] of them, and the oldest go
+//! first, summed into the `pruned` table so the money they record is never lost.
+//! The file is `auto_vacuum = INCREMENTAL` and hands free pages back to the operating
+//! system once more than [`VACUUM_FREE_PAGES`] of them collect.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{LedgerError, sql_limit};
+use brmcp_adapters::wire::UnixTime;
+
+#[cfg(doc)]
+use crate::server::call_key::OUTCOME_TTL_SECS;
+
+/// Finished calls the journal keeps per caller: 2048, over an hour of calls at the
+/// default rate limit (twice the replay window), months for a caller paying by hand.
+/// Only rows whose key no longer blocks a retry (never a pending or replayable call)
+/// and that no operator action points to are pruned; their count and price are added
+/// to the caller's `pruned` totals. Without it, a caller at the rate limit adds
+/// 43,200 rows a day forever.
+pub const MAX_JOURNAL_ROWS_PER_CALLER: usize = 2048;
+
+/// Free pages the file may hold before `PRAGMA incremental_vacuum` gives them back:
+/// 1024, 4 MiB at SQLite's default page size. Freed pages are reused by the next
+/// outcome anyway; vacuuming only above this keeps one caller's churn at its outcome
+/// bound from shrinking and regrowing the file on every call.
+pub const VACUUM_FREE_PAGES: i64 = 1024;
+
+/// The write-ahead log is cut back to this after a checkpoint (`journal_size_limit`):
+/// 4 MiB. SQLite otherwise keeps the log at the largest size it ever reached.
+pub const WAL_SIZE_LIMIT: i64 = 4 << 20;
+
+/// Release keys whose replay window closed at or before `now`, dropping their outcomes
+/// and argument hashes. The row stays: it records money.
+pub(super) fn release_expired(conn: &Connection, now: UnixTime) -> Result<usize, LedgerError> {
+    Ok(conn.execute(
+        "UPDATE calls SET key_held = 0, outcome = NULL, args_hash = NULL \
+         WHERE key_held = 1 AND state != 'pending' AND replay_until <= ?1",
+        [now.secs()],
+    )?)
+}
+
+/// Prune `caller`'s finished calls past [`MAX_JOURNAL_ROWS_PER_CALLER`], oldest first,
+/// adding them to the caller's `pruned` totals in the same transaction. Returns how
+/// many rows went.
+pub(super) fn prune_journal(conn: &Connection, caller: &str) -> Result<usize, LedgerError> {
+    const PRUNABLE: &str = "caller = ?1 AND id <= ?2 AND state != 'pending' AND key_held = 0 \
+         AND id NOT IN (SELECT call_id FROM audit WHERE call_id IS NOT NULL)";
+    // The newest row past the bound, leaving room for the call being charged; rows at
+    // or below it that may go, go.
+    let cut: Option<i64> = conn
+        .query_row(
+            "SELECT id FROM calls WHERE caller = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2",
+            params![caller, sql_limit(MAX_JOURNAL_ROWS_PER_CALLER - 1)],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(cut) = cut else { return Ok(0) };
+    conn.execute(
+        &format!(
+            "INSERT INTO pruned (caller, completed, completed_atoms, refunded) \
+             SELECT caller, \
+               SUM(state = 'completed'), \
+               SUM(CASE WHEN state = 'completed' THEN price_atoms ELSE 0 END), \
+               SUM(state = 'refunded') \
+             FROM calls WHERE {PRUNABLE} GROUP BY caller \
+             ON CONFLICT (caller) DO UPDATE SET \
+               completed = completed + excluded.completed, \
+               completed_atoms = completed_atoms + excluded.completed_atoms, \
+               refunded = refunded + excluded.refunded"
+        ),
+        params![caller, cut],
+    )?;
+    Ok(conn.execute(
+        &format!("DELETE FROM calls WHERE {PRUNABLE}"),
+        params![caller, cut],
+    )?)
+}
+
+/// Give free pages back to the operating system once more than [`VACUUM_FREE_PAGES`]
+/// have collected. Returns whether it vacuumed.
+pub(super) fn reclaim(conn: &Connection) -> Result<bool, LedgerError> {
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    if free <= VACUUM_FREE_PAGES {
+        return Ok(false);
+    }
+    // Each step frees one page: step it to the end. The pages go when the
+    // transaction commits.
+    let mut stmt = conn.prepare("PRAGMA incremental_vacuum")?;
+    let mut rows = stmt.query([])?;
+    while rows.next()?.is_some() {}
+    Ok(true)
+}
+
+/// Make the file `auto_vacuum = INCREMENTAL`: free on a new file, one `VACUUM` for a
+/// file made before (outside any transaction, by the process that owns the ledger).
+pub(super) fn enable_incremental_vacuum(conn: &Connection) -> Result<(), rusqlite::Error> {
+    const INCREMENTAL: i64 = 2;
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    if mode == INCREMENTAL {
+        return Ok(());
+    }
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    if objects > 0 {
+        conn.execute_batch("VACUUM")?;
+    }
+    Ok(())
+}
