@@ -1,0 +1,293 @@
+//! The driver's session side: a completed message to its session's inbox, or a new
+//! session opened, resumed or refused (the cap, session-not-found).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use brmcp_wire::{MessageId, SessionId};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta, JsonRpcMessage, RequestId,
+    ServerJsonRpcMessage,
+};
+
+use tokio::time::Instant;
+
+use super::{CloseReason, Driver, Entry, Inbox, RECENT_MIDS};
+use crate::inbox::{InboxTx, Refused, inbox};
+use crate::peer::PeerId;
+use crate::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
+use crate::resume::{replay, resumed_init_id};
+use crate::session::{SessionShared, spawn_writer};
+use crate::stats::Counters;
+use crate::transport::BrTransport;
+
+impl Driver {
+    pub(super) fn at_cap(&self, peer: &PeerId) -> bool {
+        self.inbound_per_peer.get(peer).map_or(0, Vec::len) >= self.config.max_sessions_per_peer
+    }
+
+    /// The session `peer` opened that a new one of its may displace: its least recently
+    /// active idle one (no request in progress); `None` when every one is busy.
+    pub(super) fn displaceable(&self, peer: &PeerId) -> Option<(PeerId, SessionId)> {
+        self.inbound_per_peer
+            .get(peer)?
+            .iter()
+            .filter_map(|sid| Some((*sid, self.sessions.get(&(*peer, *sid))?)))
+            .filter(|(_, entry)| !entry.shared.is_busy())
+            // The router-unique id breaks ties in opening order.
+            .min_by_key(|(_, entry)| (entry.shared.last_active(), entry.shared.id))
+            .map(|(sid, _)| (*peer, sid))
+    }
+
+    /// Makes room for a new session of `peer`: nothing to do below its cap; at it, closes
+    /// its least recently active idle session. `false` when every one is busy.
+    fn make_room(&mut self, peer: &PeerId) -> bool {
+        if !self.at_cap(peer) {
+            return true;
+        }
+        let Some(key) = self.displaceable(peer) else {
+            return false;
+        };
+        self.close(key, CloseReason::Displaced);
+        true
+    }
+
+    pub(super) fn on_message(
+        &mut self,
+        peer: PeerId,
+        sid: SessionId,
+        mid: MessageId,
+        payload: &[u8],
+    ) {
+        let key = (peer, sid);
+        let Some(entry) = self.sessions.get_mut(&key) else {
+            self.open(peer, sid, mid, payload);
+            return;
+        };
+        if entry.recent.len() == RECENT_MIDS {
+            entry.recent.pop_front();
+        }
+        entry.recent.push_back(mid);
+        let result = match &entry.inbox {
+            Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
+                Ok(message) => {
+                    entry.shared.track_client_message(&message);
+                    if is_initialize(&message) {
+                        entry.shared.record_initialize(payload);
+                    }
+                    deliver(tx, message, payload.len())
+                }
+                Err(e) => Delivery::Invalid(e),
+            },
+            Inbox::Client(tx) => match serde_json::from_slice::<ServerJsonRpcMessage>(payload) {
+                Ok(message) => deliver(tx, message, payload.len()),
+                Err(e) => Delivery::Invalid(e),
+            },
+        };
+        match result {
+            Delivery::Queued => {
+                entry.shared.touch();
+                Counters::bump(&self.counters.messages_delivered);
+            }
+            Delivery::Invalid(e) => {
+                Counters::bump(&self.counters.dropped_json);
+                tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+            }
+            Delivery::Full => {
+                tracing::debug!(%peer, %sid, "inbox overflow");
+                self.close(key, CloseReason::Overflow);
+            }
+            Delivery::Gone => self.close(key, CloseReason::Transport),
+        }
+    }
+
+    /// A message for a session we do not have: open a server session if it may.
+    fn open(&mut self, peer: PeerId, sid: SessionId, mid: MessageId, payload: &[u8]) {
+        let message = match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
+            Ok(message) => message,
+            Err(e) => {
+                Counters::bump(&self.counters.dropped_json);
+                tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+                return;
+            }
+        };
+        let JsonRpcMessage::Request(request) = &message else {
+            // A late notification or answer for a session that is gone.
+            Counters::bump(&self.counters.dropped_unknown_session);
+            return;
+        };
+        let request_id = request.id.clone();
+        let key = (peer, sid);
+        // A session we expired comes back already initialized; a request that cannot
+        // open a session anywhere else is told the session is gone, so the client can
+        // re-establish it instead of talking to an uninitialized one.
+        let opens = opens_session(&request.request);
+        let resumed = if opens {
+            self.resumable.remove(&key);
+            None
+        } else {
+            let Some(record) = self.resumable.take(&key, Instant::now()) else {
+                Counters::bump(&self.counters.dropped_unknown_session);
+                self.reply_error(
+                    peer,
+                    sid,
+                    request_id,
+                    SESSION_NOT_FOUND,
+                    "session not found",
+                );
+                return;
+            };
+            Some(record)
+        };
+        // Room is made before the session is set up: should that still fail (a full
+        // accept backlog), the displaced session is resumable all the same.
+        if !self.make_room(&peer) {
+            Counters::bump(&self.counters.dropped_session_cap);
+            if let Some((record, at)) = resumed {
+                self.resumable.insert(key, record, at);
+            }
+            self.reply_error(
+                peer,
+                sid,
+                request_id,
+                TOO_MANY_SESSIONS,
+                "too many sessions",
+            );
+            return;
+        }
+        let Some(ctl) = self.ctl_weak.upgrade() else {
+            return;
+        };
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let shared = Arc::new(SessionShared::new(peer, sid, id, self.epoch));
+        let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
+        // A resumed session first gets its recorded handshake, then the request.
+        let mut first = Vec::with_capacity(3);
+        if let Some((record, _)) = &resumed {
+            let Some(handshake) = replay(record) else {
+                self.reply_error(
+                    peer,
+                    sid,
+                    request_id,
+                    SESSION_NOT_FOUND,
+                    "session not found",
+                );
+                return;
+            };
+            if let Some(initialize) = &record.initialize {
+                shared.record_initialize(initialize);
+            }
+            first.extend(handshake);
+        } else if is_initialize(&message) {
+            shared.record_initialize(payload);
+        }
+        first.push((message, payload.len()));
+        for (message, len) in first {
+            shared.track_client_message(&message);
+            if inbox_tx.try_send(message, len).is_err() {
+                // An inbox too small for the replayed handshake: the client re-establishes
+                // the session itself.
+                self.reply_error(
+                    peer,
+                    sid,
+                    request_id,
+                    SESSION_NOT_FOUND,
+                    "session not found",
+                );
+                return;
+            }
+        }
+        let outbox = spawn_writer(self.outlet.clone(), shared.clone());
+        let mut transport = BrTransport::new(
+            shared.clone(),
+            outbox,
+            inbox_rx,
+            ctl,
+            self.outlet.clone(),
+            None,
+            self.config.max_outbound_bytes,
+        );
+        if resumed.is_some() {
+            transport.swallow_answer(resumed_init_id());
+            Counters::bump(&self.counters.sessions_resumed);
+        }
+        if let Some(acceptor) = &mut self.acceptor {
+            acceptor(transport);
+        } else if self.accept_tx.try_send(transport).is_err() {
+            Counters::bump(&self.counters.dropped_accept_backlog);
+            if let Some((record, at)) = resumed {
+                self.resumable.insert(key, record, at);
+            }
+            self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "server busy");
+            return;
+        }
+        let idle = self.config.server_idle_timeout;
+        let mut recent = VecDeque::new();
+        recent.push_back(mid);
+        self.sessions.insert(
+            (peer, sid),
+            Entry {
+                inbox: Inbox::Server(inbox_tx),
+                shared,
+                inbound: true,
+                idle,
+                recent,
+            },
+        );
+        self.inbound_per_peer.entry(peer).or_default().push(sid);
+        Counters::bump(&self.counters.sessions_accepted);
+        Counters::bump(&self.counters.messages_delivered);
+        self.counters.sessions_open.fetch_add(1, Relaxed);
+        self.schedule_idle(idle);
+    }
+
+    fn reply_error(
+        &mut self,
+        peer: PeerId,
+        sid: SessionId,
+        id: RequestId,
+        code: ErrorCode,
+        message: &'static str,
+    ) {
+        // Every request is answered: a client with several requests outstanding on a
+        // forgotten session must learn of each (one reply per request, so no
+        // amplification). Only a full queue drops a reply, under a flood; the client's
+        // request timeout covers it.
+        let reply = ServerJsonRpcMessage::error(ErrorData::new(code, message, None), Some(id));
+        if let Ok(payload) = serde_json::to_vec(&reply) {
+            let _ = self
+                .reply_tx
+                .try_send((peer, sid, self.outlet.exp(), payload));
+        }
+    }
+}
+
+/// Whether a message is the legacy handshake's `initialize`.
+fn is_initialize(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::InitializeRequest(_)))
+}
+
+/// Whether a request may open a server session: the legacy handshake, discovery, or a
+/// request carrying the stateless protocol's inline metadata.
+fn opens_session(request: &ClientRequest) -> bool {
+    matches!(
+        request,
+        ClientRequest::InitializeRequest(_) | ClientRequest::DiscoverRequest(_)
+    ) || request.get_meta().protocol_version().is_some()
+}
+
+enum Delivery {
+    Queued,
+    Invalid(serde_json::Error),
+    Full,
+    Gone,
+}
+
+fn deliver<T>(tx: &InboxTx<T>, message: T, len: usize) -> Delivery {
+    match tx.try_send(message, len) {
+        Ok(()) => Delivery::Queued,
+        Err(Refused::Full) => Delivery::Full,
+        Err(Refused::Gone) => Delivery::Gone,
+    }
+}
