@@ -128,7 +128,11 @@ async fn bots_added_to_the_file_are_served_and_removed_ones_are_not() {
     let bot = env.bot_id.to_string();
     assert_eq!(initialize(addr(&env), &bot, TOKEN).await.0, 404);
 
-    let added = env.bridge.settings().with_bot("fortune", env.bot_id).unwrap();
+    let added = env
+        .bridge
+        .settings()
+        .with_bot("fortune", env.bot_id)
+        .unwrap();
     edit(&env, &added);
     picked_up(&env, |s| s.allows(&env.bot_id)).await;
     let (status, session) = initialize(addr(&env), &bot, TOKEN).await;
@@ -146,7 +150,10 @@ async fn bots_added_to_the_file_are_served_and_removed_ones_are_not() {
         "the removed bot's HTTP session is closed"
     );
     let closed = tokio::time::timeout(Duration::from_secs(5), agent.waiting()).await;
-    assert!(closed.is_ok(), "the removed bot's agent session stayed open");
+    assert!(
+        closed.is_ok(),
+        "the removed bot's agent session stayed open"
+    );
     env.bridge.close().await;
 }
 
@@ -176,7 +183,11 @@ async fn a_refused_edit_keeps_the_last_good_settings_and_says_why() {
     assert_eq!(env.bridge.settings(), good);
     assert_eq!(initialize(addr(&env), &bot, TOKEN).await.0, 200);
     assert_eq!(initialize(addr(&env), &bot, ROTATED).await.0, 401);
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), broken, "left as is");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        broken,
+        "left as is"
+    );
 
     // Fixing the file applies it.
     let mut fixed = good.clone();
@@ -195,7 +206,10 @@ async fn a_kept_bots_session_survives_a_reload_and_new_caps_apply() {
     assert_eq!(status, 200);
     let session = session.expect("a session id");
     let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    assert_eq!(on_session(addr(&env), &bot, &session, initialized).await, 202);
+    assert_eq!(
+        on_session(addr(&env), &bot, &session, initialized).await,
+        202
+    );
 
     let mut capped = env.bridge.settings();
     capped.per_call_cap_atoms = 7;
