@@ -51,6 +51,7 @@ pub(crate) mod quote;
 mod settings;
 mod spend;
 mod stdio;
+mod watch;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -75,6 +76,7 @@ pub use spend::{
     SpendStatus, TipOutcomeEvent,
 };
 pub use stdio::serve_stdio;
+pub use watch::{Reload, SETTINGS_POLL};
 
 use link::BotLink;
 use policy::Policy;
@@ -128,6 +130,8 @@ pub struct Config {
     pub require_token: bool,
     /// The HTTP endpoints' connection and session bounds.
     pub http_limits: HttpLimits,
+    /// How often [`Bridge::watch_settings`] looks at the settings file.
+    pub settings_poll: Duration,
 }
 
 impl Config {
@@ -146,6 +150,7 @@ impl Config {
             clock: Arc::new(SystemClock),
             require_token: true,
             http_limits: HttpLimits::default(),
+            settings_poll: SETTINGS_POLL,
         }
     }
 
@@ -177,6 +182,7 @@ impl std::fmt::Debug for Config {
             .field("poll_attempts", &self.poll_attempts)
             .field("require_token", &self.require_token)
             .field("http_limits", &self.http_limits)
+            .field("settings_poll", &self.settings_poll)
             .finish_non_exhaustive()
     }
 }
@@ -305,13 +311,22 @@ impl Bridge {
     /// A refused or unwritable settings file changes nothing. A listener that cannot
     /// bind is reported after the settings were applied.
     pub async fn apply_settings(&self, settings: Settings) -> Result<Settings, BridgeError> {
+        self.apply(settings, true).await
+    }
+
+    /// As [`apply_settings`](Self::apply_settings), writing the file only if `persist`
+    /// or a token was minted.
+    async fn apply(&self, settings: Settings, persist: bool) -> Result<Settings, BridgeError> {
         let mut settings = settings.normalized()?;
-        if settings.enabled && settings.token.is_empty() {
+        let mint = settings.enabled && settings.token.is_empty();
+        if mint {
             settings.token = random_hex::<16>().map_err(|e| BridgeError::Serve(e.to_string()))?;
         }
         let old = {
             let mut current = lock(&self.inner.settings);
-            settings.save(&self.inner.config.data_dir.join(SETTINGS_FILE))?;
+            if persist || mint {
+                settings.save(&self.inner.config.data_dir.join(SETTINGS_FILE))?;
+            }
             std::mem::replace(&mut *current, settings.clone())
         };
         let gone: Vec<Arc<BotLink>> = {

@@ -322,7 +322,7 @@ impl Settings {
     }
 
     /// The settings `text` of the file `path` holds.
-    fn parse(path: &Path, text: &[u8]) -> Result<Self, SettingsError> {
+    pub(crate) fn parse(path: &Path, text: &[u8]) -> Result<Self, SettingsError> {
         let invalid = |key: &str, reason: String| SettingsError::Invalid {
             path: path.to_owned(),
             key: key.to_owned(),

@@ -139,8 +139,8 @@ enum BotsAction {
 enum TokenAction {
     /// Print the token.
     Show,
-    /// Replace the token with a fresh one (running bridges keep the old one until
-    /// restarted).
+    /// Replace the token with a fresh one (a running bridge refuses the old one within
+    /// a second).
     Rotate,
 }
 
@@ -542,6 +542,7 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
         settings = bridge.apply_settings(settings).await?;
     }
     bridge.start().await?;
+    let _watch = bridge.watch_settings();
     let addr = bridge
         .listen_addr()
         .ok_or_else(|| CliError("the HTTP endpoint did not start".into()))?;
@@ -690,6 +691,7 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
         .map(|b| b.uid)
         .ok_or_else(|| CliError(format!("{bot:?} is not an allowed bot (see `bots list`)")))?;
     warn_zero_caps(&args.datadir, &bridge.settings());
+    let _watch = bridge.watch_settings();
     serve_stdio(&bridge, &uid).await?;
     bridge.close().await;
     host.close();

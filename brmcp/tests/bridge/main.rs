@@ -16,6 +16,7 @@ mod http_gate;
 mod interop_conformance;
 mod interop_python;
 mod listener_lifecycle;
+mod reload;
 mod restart_storm;
 mod settings;
 mod spend_log_prop;
