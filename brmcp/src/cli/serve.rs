@@ -577,20 +577,10 @@ mod tests {
         panic!("timed out waiting for: {what}");
     }
 
-    /// With a `directory` block, `brmcp serve` registers at startup with the directory
-    /// it names, records the fund history, tips the invoice within its auto-fund
-    /// policy, and the directory crawls and test-calls it through to pending_review.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn serve_registers_with_its_directories_at_startup_and_reaches_review() {
-        use crate::directory::{Directory, FUND_HISTORY_FILE, Policy, State};
-
-        let dir = tempfile::tempdir().unwrap();
-        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
-            .await
-            .unwrap();
-        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
-        let (dir_id, prov_id) = (PeerId::from_bytes(d.uid), PeerId::from_bytes(p.uid));
-        let dir_host = host_from(&d.config_path).unwrap();
+    /// A directory (fee 1000 atoms, test budgets up to 100,000) on devnet node `d`.
+    async fn devnet_directory(d: &NodeInfo) -> (crate::directory::Directory, ClientRpcHost) {
+        use crate::directory::{Directory, Policy};
+        let host = host_from(&d.config_path).unwrap();
         let directory = Directory::builder()
             .data_dir(&d.dir)
             .policy(Policy {
@@ -598,68 +588,121 @@ mod tests {
                 test_budget_max_atoms: 100_000,
                 ..Policy::default()
             })
-            .payer(HostPayer(dir_host.clone()))
+            .payer(HostPayer(host.clone()))
             .build()
             .unwrap();
-        directory.start(dir_host.clone()).unwrap();
+        directory.start(host.clone()).unwrap();
         let streams = harness_streams(&d.dir, directory.harness()).unwrap();
-        connect(&dir_host, streams).await.unwrap();
-        directory.set_self_uid(dir_id);
+        connect(&host, streams).await.unwrap();
+        directory.set_self_uid(PeerId::from_bytes(d.uid));
         directory.resume().await.unwrap();
+        (directory, host)
+    }
 
-        let config = ServeConfig::parse(
+    /// `brmcp.json` for devnet node `p`: directory `d` allowed, and a `directory` block
+    /// registering with it, funding up to `cap` atoms a request.
+    fn registrant_config(d: &NodeInfo, p: &NodeInfo, cap: u64) -> ServeConfig {
+        ServeConfig::parse(
             &json!({
                 "allowed_uids": [d.uid_hex()],
                 "directory": {
                     "description": "fortunes",
                     "tags": ["fun"],
                     "test": {"tool": "fortune", "maxAtoms": FORTUNE_ATOMS},
-                    "auto_fund": {"enabled": true, "max_atoms_per_request": 20_000},
+                    "auto_fund": {"enabled": true, "max_atoms_per_request": cap},
                     "register_at_uids": [d.uid_hex()],
                 }
             })
             .to_string(),
             &p.dir.join("brmcp.json"),
         )
-        .unwrap();
-        let before = devnet.balance(&p.uid);
-        let prov_host = host_from(&p.config_path).unwrap();
-        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
-        let reached = |state| {
+        .unwrap()
+    }
+
+    /// The fund history's rows: (directory uid, atoms).
+    fn fund_history(p: &NodeInfo) -> Vec<(String, i64)> {
+        let path = p.dir.join(crate::directory::FUND_HISTORY_FILE);
+        let history = rusqlite::Connection::open(path).unwrap();
+        let mut rows = history
+            .prepare("SELECT directory_uid, atoms FROM fund_history")
+            .unwrap();
+        rows.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Waits until `directory` holds `uid`'s registration in `state`.
+    async fn until_state(
+        directory: &crate::directory::Directory,
+        uid: PeerId,
+        state: crate::directory::State,
+    ) {
+        until("the registration's state", || {
             directory
-                .entry(&prov_id)
+                .entry(&uid)
                 .unwrap()
                 .reg
                 .is_some_and(|r| r.state == state)
-        };
-        for _ in 0..1200 {
-            if reached(State::PendingReview) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        let entry = directory.entry(&prov_id).unwrap();
-        let reg = entry.reg.expect("registered");
-        assert_eq!(reg.state, State::PendingReview, "{reg:?}");
+        })
+        .await;
+    }
+
+    /// With a `directory` block, `brmcp serve` registers at startup with the directory
+    /// it names, records the fund history, tips the invoice within its auto-fund
+    /// policy, and the directory crawls and test-calls it through to pending_review.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_registers_with_its_directories_at_startup_and_reaches_review() {
+        use crate::directory::State;
+        let dir = tempfile::tempdir().unwrap();
+        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
+            .await
+            .unwrap();
+        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+        let prov_id = PeerId::from_bytes(p.uid);
+        let (directory, dir_host) = devnet_directory(&d).await;
+        let before = devnet.balance(&p.uid);
+        let prov_host = host_from(&p.config_path).unwrap();
+        let config = registrant_config(&d, &p, 20_000);
+        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
+        until_state(&directory, prov_id, State::PendingReview).await;
+        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
         assert_eq!(reg.description, "fortunes");
         // Fee plus test budget, recorded once in the fund history and tipped once.
-        let owed = 1000 + i64::try_from(FORTUNE_ATOMS).unwrap();
-        let history = rusqlite::Connection::open(p.dir.join(FUND_HISTORY_FILE)).unwrap();
-        let rows: Vec<(String, i64)> = history
-            .prepare("SELECT directory_uid, atoms FROM fund_history")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(rows, [(d.uid_hex(), owed)]);
+        let price = i64::try_from(FORTUNE_ATOMS).unwrap();
+        assert_eq!(fund_history(&p), [(d.uid_hex(), 1000 + price)]);
         // It paid the invoice and was paid the test's price back.
-        let spent = before - devnet.balance(&p.uid);
-        assert_eq!(
-            spent,
-            (owed - i64::try_from(FORTUNE_ATOMS).unwrap()) * 1000,
-            "net of the test call"
-        );
+        assert_eq!(before - devnet.balance(&p.uid), 1000 * 1000);
+        harness.close();
+        prov_host.close();
+        directory.close().await;
+        dir_host.close();
+        devnet.shutdown().await;
+    }
+
+    /// An invoice above the per-request cap is registered but never paid: nothing
+    /// tipped, nothing in the fund history, the registration left awaiting funding.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_leaves_an_invoice_above_its_cap_unpaid() {
+        use crate::directory::State;
+        let dir = tempfile::tempdir().unwrap();
+        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
+            .await
+            .unwrap();
+        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+        let prov_id = PeerId::from_bytes(p.uid);
+        let (directory, dir_host) = devnet_directory(&d).await;
+        let before = devnet.balance(&p.uid);
+        let prov_host = host_from(&p.config_path).unwrap();
+        // The invoice is 11,000 atoms.
+        let config = registrant_config(&d, &p, 5_000);
+        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
+        until_state(&directory, prov_id, State::AwaitingFunding).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
+        assert_eq!(reg.state, State::AwaitingFunding);
+        assert_eq!(devnet.balance(&p.uid), before, "nothing tipped");
+        assert!(fund_history(&p).is_empty());
         harness.close();
         prov_host.close();
         directory.close().await;
