@@ -38,7 +38,7 @@ pub(super) fn run(args: DirectoryArgs) -> Result<ExitCode, CliError> {
 
 /// Tips through the Bison Relay client, telling a refused or failed tip (nothing paid)
 /// from one whose outcome is unknown.
-struct HostPayer(ClientRpcHost);
+pub(super) struct HostPayer(pub(super) ClientRpcHost);
 
 impl Payer for HostPayer {
     fn pay(&self, payee: PeerId, atoms: u64) -> PayFuture<'_> {

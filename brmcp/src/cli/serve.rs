@@ -1,6 +1,8 @@
 //! `brmcp serve`: the serving harness on a running Bison Relay client, with the tools of
 //! the upstream MCP servers `brmcp.json` names or else the example tools `echo` (free)
-//! and `fortune` (10,000 atoms); and the operator's ledger and status commands.
+//! and `fortune` (10,000 atoms); and the operator's ledger and status commands. With a
+//! `directory` block, it is also a registrant: it serves `listing_invite` and registers
+//! with the block's directories at every start.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,7 +17,9 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::CliError;
+use super::directory::HostPayer;
 use super::table::{Table, matoms_as_atoms, print_json, rfc3339};
+use crate::directory::{Registrant, RegistrantBlock, RegistrantConfig, StatusOut};
 use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::upstream::{STATUS_FILE, UpstreamStatus, Upstreams, read_status};
 use crate::server::{
@@ -395,7 +399,14 @@ pub(crate) async fn start_serving(
         .auto_reply(AutoReply::new(
             "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
         ));
-    let (builder, upstreams) = with_tools(builder, datadir, config);
+    let (mut builder, upstreams) = with_tools(builder, datadir, config);
+    let registrant = match &config.directory {
+        None => None,
+        Some(block) => Some(registrant(datadir, block, host)?),
+    };
+    if let Some(registrant) = &registrant {
+        builder = builder.tool(registrant.listing_invite());
+    }
     let harness = builder.build()?;
     if harness.refunded_at_open() > 0 {
         eprintln!(
@@ -403,10 +414,54 @@ pub(crate) async fn start_serving(
             harness.refunded_at_open()
         );
     }
-    harness.start(host.clone())?;
+    let router = harness.start(host.clone())?;
     let streams = harness_streams(datadir, &harness)?;
     connect(host, streams).await?;
+    if let (Some(registrant), Some(block)) = (registrant, &config.directory) {
+        registrant.attach(router);
+        let directories = block.register_at_uids.clone();
+        // In the background: a directory that is slow to answer holds up nothing.
+        tokio::spawn(async move {
+            for directory in directories {
+                let _ = registrant.register(directory).await;
+            }
+        });
+    }
     Ok((harness, upstreams))
+}
+
+/// The registrant `block` configures, its fund history in `datadir`, paying with tips
+/// through `host`, each outcome told on stderr.
+fn registrant(
+    datadir: &Path,
+    block: &RegistrantBlock,
+    host: &ClientRpcHost,
+) -> Result<Registrant, CliError> {
+    let mut config = RegistrantConfig::new(
+        block.description.clone(),
+        block.test.clone(),
+        datadir,
+        HostPayer(host.clone()),
+    );
+    config.tags.clone_from(&block.tags);
+    config.auto_fund = block.auto_fund.clone();
+    config.notify = Some(Arc::new(
+        |directory: PeerId, status: &StatusOut, err: Option<&str>| {
+            let state = json!(status.state);
+            let mut line = format!("directory {directory}: {}", state.as_str().unwrap_or("?"));
+            if status.shortfall_atoms > 0 {
+                line.push_str(&format!(", {} atoms short", status.shortfall_atoms));
+            }
+            if !status.note.is_empty() {
+                line.push_str(&format!(" ({})", status.note));
+            }
+            if let Some(err) = err {
+                line.push_str(&format!(": {err}"));
+            }
+            eprintln!("{line}");
+        },
+    ));
+    Registrant::new(config).map_err(CliError)
 }
 
 /// The streams that feed `harness` from a client: PMs through the data directory's PM
@@ -520,6 +575,139 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         panic!("timed out waiting for: {what}");
+    }
+
+    /// A directory (fee 1000 atoms, test budgets up to 100,000) on devnet node `d`.
+    async fn devnet_directory(d: &NodeInfo) -> (crate::directory::Directory, ClientRpcHost) {
+        use crate::directory::{Directory, Policy};
+        let host = host_from(&d.config_path).unwrap();
+        let directory = Directory::builder()
+            .data_dir(&d.dir)
+            .policy(Policy {
+                listing_fee_atoms: 1000,
+                test_budget_max_atoms: 100_000,
+                ..Policy::default()
+            })
+            .payer(HostPayer(host.clone()))
+            .build()
+            .unwrap();
+        directory.start(host.clone()).unwrap();
+        let streams = harness_streams(&d.dir, directory.harness()).unwrap();
+        connect(&host, streams).await.unwrap();
+        directory.set_self_uid(PeerId::from_bytes(d.uid));
+        directory.resume().await.unwrap();
+        (directory, host)
+    }
+
+    /// `brmcp.json` for devnet node `p`: directory `d` allowed, and a `directory` block
+    /// registering with it, funding up to `cap` atoms a request.
+    fn registrant_config(d: &NodeInfo, p: &NodeInfo, cap: u64) -> ServeConfig {
+        ServeConfig::parse(
+            &json!({
+                "allowed_uids": [d.uid_hex()],
+                "directory": {
+                    "description": "fortunes",
+                    "tags": ["fun"],
+                    "test": {"tool": "fortune", "maxAtoms": FORTUNE_ATOMS},
+                    "auto_fund": {"enabled": true, "max_atoms_per_request": cap},
+                    "register_at_uids": [d.uid_hex()],
+                }
+            })
+            .to_string(),
+            &p.dir.join("brmcp.json"),
+        )
+        .unwrap()
+    }
+
+    /// The fund history's rows: (directory uid, atoms).
+    fn fund_history(p: &NodeInfo) -> Vec<(String, i64)> {
+        let path = p.dir.join(crate::directory::FUND_HISTORY_FILE);
+        let history = rusqlite::Connection::open(path).unwrap();
+        let mut rows = history
+            .prepare("SELECT directory_uid, atoms FROM fund_history")
+            .unwrap();
+        rows.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Waits until `directory` holds `uid`'s registration in `state`.
+    async fn until_state(
+        directory: &crate::directory::Directory,
+        uid: PeerId,
+        state: crate::directory::State,
+    ) {
+        until("the registration's state", || {
+            directory
+                .entry(&uid)
+                .unwrap()
+                .reg
+                .is_some_and(|r| r.state == state)
+        })
+        .await;
+    }
+
+    /// With a `directory` block, `brmcp serve` registers at startup with the directory
+    /// it names, records the fund history, tips the invoice within its auto-fund
+    /// policy, and the directory crawls and test-calls it through to pending_review.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_registers_with_its_directories_at_startup_and_reaches_review() {
+        use crate::directory::State;
+        let dir = tempfile::tempdir().unwrap();
+        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
+            .await
+            .unwrap();
+        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+        let prov_id = PeerId::from_bytes(p.uid);
+        let (directory, dir_host) = devnet_directory(&d).await;
+        let before = devnet.balance(&p.uid);
+        let prov_host = host_from(&p.config_path).unwrap();
+        let config = registrant_config(&d, &p, 20_000);
+        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
+        until_state(&directory, prov_id, State::PendingReview).await;
+        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
+        assert_eq!(reg.description, "fortunes");
+        // Fee plus test budget, recorded once in the fund history and tipped once.
+        let price = i64::try_from(FORTUNE_ATOMS).unwrap();
+        assert_eq!(fund_history(&p), [(d.uid_hex(), 1000 + price)]);
+        // It paid the invoice and was paid the test's price back.
+        assert_eq!(before - devnet.balance(&p.uid), 1000 * 1000);
+        harness.close();
+        prov_host.close();
+        directory.close().await;
+        dir_host.close();
+        devnet.shutdown().await;
+    }
+
+    /// An invoice above the per-request cap is registered but never paid: nothing
+    /// tipped, nothing in the fund history, the registration left awaiting funding.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_leaves_an_invoice_above_its_cap_unpaid() {
+        use crate::directory::State;
+        let dir = tempfile::tempdir().unwrap();
+        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
+            .await
+            .unwrap();
+        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+        let prov_id = PeerId::from_bytes(p.uid);
+        let (directory, dir_host) = devnet_directory(&d).await;
+        let before = devnet.balance(&p.uid);
+        let prov_host = host_from(&p.config_path).unwrap();
+        // The invoice is 11,000 atoms.
+        let config = registrant_config(&d, &p, 5_000);
+        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
+        until_state(&directory, prov_id, State::AwaitingFunding).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
+        assert_eq!(reg.state, State::AwaitingFunding);
+        assert_eq!(devnet.balance(&p.uid), before, "nothing tipped");
+        assert!(fund_history(&p).is_empty());
+        harness.close();
+        prov_host.close();
+        directory.close().await;
+        dir_host.close();
+        devnet.shutdown().await;
     }
 
     /// The bot dies after its PM journal recorded (and the client was told to clear) a

@@ -28,6 +28,7 @@
 //! paid; the escrow is given back) from an unconfirmed one (it may land; never refunded).
 
 mod admin;
+mod block;
 mod client;
 mod config;
 mod federation;
@@ -42,6 +43,7 @@ mod tools;
 mod types;
 
 pub use admin::{ADMIN_LOG, ADMIN_TOOLS};
+pub use block::RegistrantBlock;
 pub use client::{
     CLIENT_VERSION, CRAWL_TIMEOUT, CREDIT_POLL_DELAY, CREDIT_POLL_TRIES, DIAL_TIMEOUT, PAY_WAIT,
     PayError, PayFuture, Payer, RESULT_TEXT_MAX, TEST_CALL_TIMEOUT,

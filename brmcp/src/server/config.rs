@@ -7,9 +7,12 @@
 //! `upstreams` (this implementation's own) lists the MCP servers `brmcp serve` sells;
 //! see [`UpstreamConfig`] for its strict format.
 //!
+//! `directory` (the Go host's block, see [`RegistrantBlock`]) makes `brmcp serve` a
+//! registrant with directories; absent, it is none.
+//!
 //! Read fail-closed: a file that does not parse, or names a uid that is not 64 hex
-//! characters, is an error, never an empty (or open) allowlist. Keys this version does
-//! not know (the Go `directory` block, say) are ignored. As in Go, `calls_per_minute` 0 or
+//! characters, is an error, never an empty (or open) allowlist. Other top-level keys
+//! this version does not know are ignored. As in Go, `calls_per_minute` 0 or
 //! below means the default (30). Uids match case-insensitively (the Go harness compared
 //! them as strings, so an upper-case entry never matched).
 
@@ -17,6 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
+
+use crate::directory::RegistrantBlock;
 
 use super::rate_limit::DEFAULT_CALLS_PER_MINUTE;
 use super::upstream::{UpstreamConfig, parse_upstreams};
@@ -28,7 +33,7 @@ pub const CONFIG_FILE: &str = "brmcp.json";
 pub const CONFIG_TEMPLATE: &str = "{\"allowed_uids\": [], \"calls_per_minute\": 30}\n";
 
 /// The serving harness's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ServeConfig {
     /// Callers allowed to use the tools (and whose tips are credited).
@@ -37,6 +42,8 @@ pub struct ServeConfig {
     pub calls_per_minute: u32,
     /// The upstream MCP servers whose tools are sold (none: the example tools).
     pub upstreams: Vec<UpstreamConfig>,
+    /// The registrant's block (none: `brmcp serve` registers nowhere).
+    pub directory: Option<RegistrantBlock>,
 }
 
 impl Default for ServeConfig {
@@ -45,6 +52,7 @@ impl Default for ServeConfig {
             allowed_uids: Vec::new(),
             calls_per_minute: DEFAULT_CALLS_PER_MINUTE,
             upstreams: Vec::new(),
+            directory: None,
         }
     }
 }
@@ -94,6 +102,16 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The `directory` block is wrong.
+    #[error("config {}: {key}: {reason}", .path.display())]
+    BadDirectory {
+        /// The file.
+        path: PathBuf,
+        /// The key, as `directory.auto_fund.enabled`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// `calls_per_minute` is above what a `u32` holds.
     #[error("config {}: calls_per_minute {value} is too large", .path.display())]
     BadRate {
@@ -113,6 +131,8 @@ struct Raw {
     calls_per_minute: Option<i64>,
     #[serde(default)]
     upstreams: Option<serde_json::Value>,
+    #[serde(default)]
+    directory: Option<serde_json::Value>,
 }
 
 impl ServeConfig {
@@ -121,7 +141,7 @@ impl ServeConfig {
     /// # Errors
     ///
     /// [`ConfigError::Parse`], [`ConfigError::BadUid`], [`ConfigError::BadRate`],
-    /// [`ConfigError::BadUpstream`].
+    /// [`ConfigError::BadUpstream`], [`ConfigError::BadDirectory`].
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let raw: Raw = serde_json::from_str(text).map_err(|source| ConfigError::Parse {
             path: path.to_owned(),
@@ -159,10 +179,21 @@ impl ServeConfig {
                 })?
             }
         };
+        let directory = match &raw.directory {
+            None | Some(serde_json::Value::Null) => None,
+            Some(value) => Some(RegistrantBlock::parse(value).map_err(|(key, reason)| {
+                ConfigError::BadDirectory {
+                    path: path.to_owned(),
+                    key,
+                    reason,
+                }
+            })?),
+        };
         Ok(Self {
             allowed_uids,
             calls_per_minute,
             upstreams,
+            directory,
         })
     }
 
@@ -220,7 +251,7 @@ mod tests {
     fn reads_go_field_names_in_either_case_of_hex() {
         let upper = "AB".repeat(32);
         let config = parse(&format!(
-            r#"{{"allowed_uids": ["{upper}"], "calls_per_minute": 12, "directory": {{"tags": []}}}}"#
+            r#"{{"allowed_uids": ["{upper}"], "calls_per_minute": 12}}"#
         ))
         .unwrap();
         assert_eq!(config.allowed_uids, [PeerId::from_bytes([0xab; 32])]);
@@ -265,6 +296,30 @@ mod tests {
                 .to_string(),
             "config brmcp.json: upstreams[0].tools.t: expected a price in atoms \
              (0 to 9223372036854775) or \"off\""
+        );
+    }
+
+    #[test]
+    fn the_directory_block_is_read_strictly_naming_file_and_key() {
+        assert_eq!(parse("{}").unwrap().directory, None);
+        let ok =
+            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}}}"#)
+                .unwrap();
+        let block = ok.directory.unwrap();
+        assert!(!block.auto_fund.enabled, "auto-funding is off by default");
+        assert!(block.register_at_uids.is_empty());
+        assert_eq!(
+            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}, "auto_fund": {"enabled": 1}}}"#)
+                .unwrap_err()
+                .to_string(),
+            "config brmcp.json: directory.auto_fund.enabled: invalid type: integer `1`, \
+             expected a boolean"
+        );
+        assert_eq!(
+            parse(r#"{"directory": {"tags": []}}"#)
+                .unwrap_err()
+                .to_string(),
+            "config brmcp.json: directory.description: missing"
         );
     }
 
