@@ -6,7 +6,9 @@
 //! 1. the per-call cap (0: never pay);
 //! 2. a first look at the daily cap, so the user is not asked for a payment that
 //!    cannot be made;
-//! 3. in approval mode, the user's decision, with a timeout;
+//! 3. in approval mode, the user's decision, with a timeout: asked of the agent's
+//!    client where it can ([`Ask`], by elicitation), and always parked for
+//!    `approvals approve/deny`; whichever answers first decides;
 //! 4. the daily cap again, reserving the amount in the spend log in the same
 //!    transaction ([`SpendLog::reserve`]): this is the check that binds;
 //! 5. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an
@@ -148,6 +150,11 @@ pub(crate) struct Policy {
 /// A refusal: the reason, as the agent will read it after "payment not made: ".
 pub(crate) type Refusal = String;
 
+/// Asks the user about one payment where the agent is (its client's elicitation):
+/// `Ok` once approved, a refusal if declined, cancelled or failed. Dropped unanswered
+/// when the parked approval decides first.
+pub(crate) type Ask<'a> = Pin<Box<dyn Future<Output = Result<(), Refusal>> + Send + 'a>>;
+
 impl Policy {
     pub(crate) fn new(payer: Arc<dyn DynPayer>, spend: SpendLog, clock: Arc<dyn Clock>) -> Self {
         Self {
@@ -187,6 +194,7 @@ impl Policy {
         bot: &PeerId,
         tool: &str,
         amount: u64,
+        ask: Option<Ask<'_>>,
     ) -> Result<(), Refusal> {
         if amount == 0 {
             return Err("nothing to pay".into());
@@ -209,7 +217,7 @@ impl Policy {
             if !fits_daily_cap(spent, amount, daily) {
                 return Err(over_daily(spent));
             }
-            self.approve(settings, bot, tool, amount).await?;
+            self.approve(settings, bot, tool, amount, ask).await?;
         }
         let position = self.payer.position_dyn();
         let id = match self
@@ -277,13 +285,15 @@ impl Policy {
         }
     }
 
-    /// Parks the payment for the user; `Ok` once approved.
+    /// Parks the payment for the user, and asks through `ask` if given; `Ok` once
+    /// approved.
     async fn approve(
         &self,
         settings: &Settings,
         bot: &PeerId,
         tool: &str,
         atoms: u64,
+        ask: Option<Ask<'_>>,
     ) -> Result<(), Refusal> {
         let id = super::random_hex::<8>().map_err(|e| e.to_string())?;
         let info = PendingPayment {
@@ -305,9 +315,23 @@ impl Policy {
         // Removed from the queue however this ends, cancellation included.
         let _unpark = Unpark { policy: self, id };
         let wait = Duration::from_secs(settings.approval_timeout_secs);
-        match tokio::time::timeout(wait, decision).await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false) | Err(_)) => Err("payment denied by the user".into()),
+        let parked = async {
+            match decision.await {
+                Ok(true) => Ok(()),
+                Ok(false) | Err(_) => Err(Refusal::from("payment denied by the user")),
+            }
+        };
+        let decided = async {
+            match ask {
+                Some(ask) => tokio::select! {
+                    d = parked => d,
+                    d = ask => d,
+                },
+                None => parked.await,
+            }
+        };
+        match tokio::time::timeout(wait, decided).await {
+            Ok(decided) => decided,
             Err(_) => Err(format!(
                 "approval timed out after {}s",
                 settings.approval_timeout_secs

@@ -3,6 +3,8 @@
 
 #![allow(deprecated)] // sampling, roots, logging and resources/subscribe are SEP-2577-deprecated
 
+mod ask;
+
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{
@@ -26,6 +28,7 @@ use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn};
 use super::quote::{Decision, Paid, decide};
+use super::settings::Mode;
 use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
@@ -277,8 +280,13 @@ impl ProxyServer {
             match decision {
                 Decision::Pay { atoms, price_atoms } => {
                     let settings = self.bridge.settings();
+                    let bot = &self.link.bot;
+                    let asked = (settings.mode == Mode::Approval)
+                        .then(|| ask::ask(ctx, &config.name, bot, &tool, atoms))
+                        .flatten();
                     let settled = tokio::select! {
-                        s = self.bridge.policy.settle(&settings, &self.link.bot, &tool, atoms) => s,
+                        s = self.bridge.policy.settle(&settings, bot, &tool, atoms, asked) => s,
+                        never = ask::progress_while_paying(ctx, bot, atoms) => match never {},
                         () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                     };
                     match settled {

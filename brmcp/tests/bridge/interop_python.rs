@@ -4,6 +4,7 @@
 //! as a process.
 //! Lists tools, calls a free tool, calls a paid tool in autopay mode end to end, gets
 //! progress relayed, cancels a call, and is refused with 401 for a wrong token.
+//! In approval mode, approves and declines a payment through its elicitation callback.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use crate::common::harness_bot::{HarnessEnv, harness_env};
 use crate::common::{FORTUNE_PRICE, autopay, eventually};
+use brmcp::bridge::Mode;
 use serde_json::{Value, json};
 
 fn workspace() -> PathBuf {
@@ -250,4 +252,114 @@ async fn python_over_stdio_stateless() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_over_stdio_legacy() {
     over_stdio("legacy").await;
+}
+
+/// Approval mode over HTTP (legacy lifecycle, where the bridge may ask the client):
+/// the SDK's elicitation callback answers `answer` after longer than the progress
+/// interval; with `approvals`, the approvals command approves first, a second after the
+/// payment is held. Returns the call's step and the environment.
+async fn elicited(answer: &str, approvals: bool) -> (Value, HarnessEnv) {
+    let token = "py-el1cit-py-el1cit-py-el1cit-py-el1cit";
+    let env = harness_env(|bot| {
+        let mut s = autopay(bot);
+        s.mode = Mode::Approval;
+        // Longer than the callback takes, short enough to fail fast without it.
+        s.approval_timeout_secs = 20;
+        s.enabled = true;
+        s.token = token.into();
+        s
+    })
+    .await;
+    env.bridge.start().await.unwrap();
+    let addr = env.bridge.listen_addr().unwrap();
+    let url = format!("http://127.0.0.1:{}/mcp/{}", addr.port(), env.bot_id);
+    let approver = approvals.then(|| {
+        let bridge = env.bridge.clone();
+        tokio::spawn(async move {
+            while bridge.pending_payments().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let id = bridge.pending_payments()[0].id.clone();
+            assert!(bridge.resolve_payment(&id, true), "not held");
+        })
+    });
+    let steps = run(&["elicit".into(), url, token.into(), answer.into()]).await;
+    if let Some(approver) = approver {
+        approver.await.unwrap();
+    }
+    let fortune = step(&steps, "fortune").clone();
+    let asked = fortune["asked"].as_array().expect("asked");
+    assert_eq!(asked.len(), 1, "asked once: {fortune}");
+    let message = asked[0]["message"].as_str().unwrap();
+    for part in [
+        env.bot_id.to_string(),
+        "\"fortune\"".to_owned(),
+        format!("{FORTUNE_PRICE} atoms"),
+    ] {
+        assert!(message.contains(&part), "{part} not in {message:?}");
+    }
+    assert_eq!(asked[0]["schema"]["type"], json!("object"), "{fortune}");
+    // The callback took 6 s: at least one progress while the payment waited.
+    let seen = fortune["seen"].as_array().expect("seen");
+    assert!(
+        approvals
+            || seen.iter().any(|p| p[2]
+                .as_str()
+                .is_some_and(|m| m.contains("waiting for the payment"))),
+        "no progress while waiting: {fortune}"
+    );
+    assert!(env.bridge.pending_payments().is_empty(), "still parked");
+    (fortune, env)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_approves_through_elicitation() {
+    let (fortune, env) = elicited("accept", false).await;
+    assert_eq!(fortune["texts"], json!(["fortune #1"]), "{fortune}");
+    assert_eq!(fortune["is_error"], json!(false));
+    assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!((entries.len(), today), (1, FORTUNE_PRICE));
+    env.bridge.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_declines_through_elicitation() {
+    let (fortune, env) = elicited("decline", false).await;
+    let texts = fortune["texts"].to_string();
+    assert!(
+        texts.contains("payment not made: payment declined by the user"),
+        "{fortune}"
+    );
+    assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let probe = &env.bot.probe;
+    assert_eq!(probe.fortunes.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!((entries.len(), today), (0, 0));
+    env.bridge.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_cancels_through_elicitation() {
+    let (fortune, env) = elicited("cancel", false).await;
+    let texts = fortune["texts"].to_string();
+    assert!(
+        texts.contains("payment not made: payment approval cancelled by the user"),
+        "{fortune}"
+    );
+    assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 0);
+    env.bridge.close().await;
+}
+
+/// The approvals command decides while the elicitation is still unanswered: its
+/// approval pays, and the client's later decline changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_command_decides_before_elicitation() {
+    let (fortune, env) = elicited("decline", true).await;
+    assert_eq!(fortune["texts"], json!(["fortune #1"]), "{fortune}");
+    assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!((entries.len(), today), (1, FORTUNE_PRICE));
+    env.bridge.close().await;
 }

@@ -2,6 +2,9 @@
 
     py_client.py http <url> <token> <mode>      streamable HTTP with a bearer token
     py_client.py stdio <mode> <command> [args]  the bridge spawned over stdio
+    py_client.py elicit <url> <token> <answer>  calls the paid tool in approval mode,
+                                                answering the bridge's elicitation
+                                                with <answer> ("accept" or "decline")
 
 <mode> is the SDK's: "auto" (2026-07-28 stateless, with fallback) or "legacy"
 (initialize handshake). Each step prints one JSON line {"step": ..., ...}; the Rust test
@@ -69,8 +72,40 @@ async def scenario(client, mode, client_logs):
     await anyio.sleep(1.0)
 
 
+async def elicit(url, token, answer):
+    """Approves or declines the paid call's payment through the elicitation callback."""
+    from mcp import types
+
+    asked = []
+
+    async def on_elicit(context, params):
+        asked.append({"message": params.message, "schema": params.requested_schema})
+        # Longer than the bridge's progress interval: progress keeps the call alive.
+        await anyio.sleep(6)
+        return types.ElicitResult(action=answer, content={} if answer == "accept" else None)
+
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append([progress, total, message])
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with Client(
+        streamable_http_client(url, http_client=http),
+        mode="legacy",
+        elicitation_callback=on_elicit,
+    ) as client:
+        r = await client.call_tool("fortune", {}, progress_callback=on_progress)
+        emit("fortune", texts=texts(r), is_error=r.is_error, asked=asked, seen=seen)
+    await http.aclose()
+
+
 async def main():
     kind = sys.argv[1]
+    if kind == "elicit":
+        await elicit(sys.argv[2], sys.argv[3], sys.argv[4])
+        emit("done")
+        return
     logs = []
 
     async def on_log(params):

@@ -1,0 +1,149 @@
+//! The user's side of a payment waiting for approval, where the agent is: progress
+//! notifications that keep its client waiting, and the approval question itself
+//! (`elicitation/create`) when its client declared elicitation.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use rmcp::model::{
+    CancelledNotificationParam, ElicitRequest, ElicitRequestParams, ElicitationAction,
+    ElicitationSchema, ProgressNotificationParam, ProtocolVersion, ServerRequest,
+};
+use rmcp::model::{ClientResult, GetExtensions};
+use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestContext, RoleServer};
+
+use brmcp_adapters::PeerId;
+
+use crate::bridge::policy::{Ask, Refusal};
+
+/// How often the agent hears that its call still waits on a payment. Clients that
+/// reset their request timeout on progress (as the MCP SDKs can) then wait as long as
+/// the approval and the tip take; 5 s is well inside the shortest common timeouts
+/// (10 s and up) without flooding the agent.
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Sends progress for the agent's request every [`PROGRESS_INTERVAL`] while the
+/// payment of `atoms` to `bot` waits; never resolves (the caller drops it). Nothing if
+/// the request carries no progress token.
+pub(crate) async fn progress_while_paying(
+    ctx: &RequestContext<RoleServer>,
+    bot: &PeerId,
+    atoms: u64,
+) -> Infallible {
+    let Some(token) = ctx.meta.get_progress_token() else {
+        return std::future::pending().await;
+    };
+    let message = format!("waiting for the payment of {atoms} atoms to bot {bot}");
+    let mut ticks: u32 = 0;
+    loop {
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        ticks = ticks.saturating_add(1);
+        let progress =
+            ProgressNotificationParam::new(token.clone(), f64::from(ticks)).with_message(&message);
+        // A progress the agent cannot take changes nothing about the payment.
+        let _ = ctx.peer.notify_progress(progress).await;
+    }
+}
+
+/// Whether the agent's client can be asked: it declared form elicitation (or
+/// elicitation without modes, which means form) on a protocol that still allows
+/// server-to-client requests.
+fn can_ask(ctx: &RequestContext<RoleServer>) -> bool {
+    let before_stateless = ctx
+        .protocol_version()
+        .is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
+    let form = ctx
+        .client_capabilities()
+        .and_then(|c| c.elicitation)
+        .is_some_and(|e| e.form.is_some() || e.url.is_none());
+    before_stateless && form
+}
+
+/// The question put to the user about paying `atoms` to `bot` for `tool`.
+fn question(name: &str, bot: &PeerId, tool: &str, atoms: u64) -> String {
+    format!(
+        "{name}: pay {atoms} atoms to bot {bot} for tool {tool:?}? Accept to pay, decline to refuse."
+    )
+}
+
+/// The approval question for the agent's client, if it can be asked (see [`can_ask`]).
+/// Accept approves; decline, cancel and any failure refuse. Dropped unanswered, it
+/// tells the client the question is withdrawn.
+pub(crate) fn ask<'a>(
+    ctx: &'a RequestContext<RoleServer>,
+    name: &str,
+    bot: &PeerId,
+    tool: &str,
+    atoms: u64,
+) -> Option<Ask<'a>> {
+    if !can_ask(ctx) {
+        return None;
+    }
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: question(name, bot, tool, atoms),
+        requested_schema: ElicitationSchema::new(BTreeMap::new()),
+    };
+    let mut request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+    // On streamable HTTP, the question goes out on the stream of the call it is about.
+    request
+        .extensions_mut()
+        .insert(OriginatingRequestId(ctx.id.clone()));
+    Some(Box::pin(async move {
+        let handle = ctx
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| format!("approval not asked: {e}"))?;
+        let mut withdraw = Withdraw {
+            ctx,
+            id: Some(handle.id.clone()),
+        };
+        let answer = handle.rx.await;
+        withdraw.id = None;
+        decision(answer)
+    }))
+}
+
+/// The agent client's answer as the payment's decision.
+fn decision(
+    answer: Result<
+        Result<ClientResult, rmcp::ServiceError>,
+        tokio::sync::oneshot::error::RecvError,
+    >,
+) -> Result<(), Refusal> {
+    match answer {
+        Ok(Ok(ClientResult::ElicitResult(result))) => match result.action {
+            ElicitationAction::Accept => Ok(()),
+            ElicitationAction::Decline => Err("payment declined by the user".into()),
+            ElicitationAction::Cancel => Err("payment approval cancelled by the user".into()),
+            _ => Err("approval not given: unknown elicitation action".into()),
+        },
+        Ok(Ok(_)) => Err("approval not given: unexpected answer to elicitation/create".into()),
+        Ok(Err(e)) => Err(format!("approval not given: {e}")),
+        Err(_) => Err("approval not given: agent gone".into()),
+    }
+}
+
+/// Cancels the question at the client if it is dropped unanswered (the parked
+/// approval decided, the timeout struck, or the agent cancelled its call).
+struct Withdraw<'a> {
+    ctx: &'a RequestContext<RoleServer>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.ctx.peer.clone();
+        tokio::spawn(async move {
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("payment decided otherwise".into()),
+                ))
+                .await;
+        });
+    }
+}
