@@ -79,6 +79,24 @@ fn serve_command(alice_dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `brmcp serve ... <command> --json`, parsed.
+fn serve_json(alice_dir: &Path, command: &str) -> Value {
+    let out = serve_command(alice_dir, &[command, "--json"]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{command} --json: {e}: {out}"))
+}
+
+/// `caller`'s balance in milliatoms, from `balances --json`.
+fn balance_matoms(alice_dir: &Path, caller: &str) -> u64 {
+    let balances = serve_json(alice_dir, "balances");
+    balances
+        .as_array()
+        .expect("an array")
+        .iter()
+        .find(|b| b["caller"] == caller)
+        .and_then(|b| b["balance_matoms"].as_u64())
+        .unwrap_or_else(|| panic!("no balance of {caller} in {balances}"))
+}
+
 /// Polls `brmcp serve status` until every line says `up`.
 async fn wait_until_up(alice_dir: &Path, count: usize) -> String {
     let mut last = String::new();
@@ -394,11 +412,7 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
 
     // The money: tips for add (500), the get-sums (400, 300) and fail (700); fail and hang
     // refunded; the add after the restart paid from that credit: 700 - 500 left.
-    let balances = serve_command(&alice_dir, &["balances"]);
-    assert!(
-        balances.contains(&format!("{bob} 200000 matoms")),
-        "{balances}"
-    );
+    assert_eq!(balance_matoms(&alice_dir, &bob), 200_000);
     let spend = brmcp(&[
         "bridge",
         "--datadir",
@@ -414,20 +428,21 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
     // One journal entry per call that ran (the bridge keys every call, so free ones
     // too): the adds and get-sum completed, fail and hang refunded. The refused calls
     // (pricey, the unnamed tools, those while the upstream was down) left none.
-    let journal = serve_command(&alice_dir, &["journal"]);
+    let journal = serve_json(&alice_dir, "journal");
+    let calls = journal.as_array().expect("an array");
     let entries = |tool: &str, state: &str| {
-        journal
-            .lines()
-            .filter(|l| l.contains(&format!("tool: {tool:?}")))
-            .map(|l| assert!(l.contains(&format!("state: {state}")), "{l}"))
+        calls
+            .iter()
+            .filter(|c| c["tool"] == tool)
+            .map(|c| assert_eq!(c["state"], state, "{c}"))
             .count()
     };
-    assert_eq!(entries("py_add", "Completed"), 2, "{journal}");
-    assert_eq!(entries("everything_get-sum", "Completed"), 1, "{journal}");
-    assert_eq!(entries("web_get-sum", "Completed"), 1, "{journal}");
-    assert_eq!(entries("py_fail", "Refunded"), 1, "{journal}");
-    assert_eq!(entries("py_hang", "Refunded"), 1, "{journal}");
-    assert_eq!(journal.lines().count(), 13, "{journal}");
+    assert_eq!(entries("py_add", "completed"), 2, "{journal}");
+    assert_eq!(entries("everything_get-sum", "completed"), 1, "{journal}");
+    assert_eq!(entries("web_get-sum", "completed"), 1, "{journal}");
+    assert_eq!(entries("py_fail", "refunded"), 1, "{journal}");
+    assert_eq!(entries("py_hang", "refunded"), 1, "{journal}");
+    assert_eq!(calls.len(), 13, "{journal}");
     let down_errors = after["errors"].as_array().expect("errors");
     assert!(
         down_errors.iter().any(|e| e[0]
@@ -520,15 +535,13 @@ async fn a_serve_killed_mid_forward_refunds_at_the_next_open() {
         stderr.contains("refunded 1 interrupted call(s)"),
         "{stderr}"
     );
-    let journal = String::from_utf8_lossy(&out.stdout);
+    let journal = serve_json(&alice_dir, "journal");
     let hang = journal
-        .lines()
-        .find(|l| l.contains("tool: \"hang\""))
+        .as_array()
+        .expect("an array")
+        .iter()
+        .find(|c| c["tool"] == "hang")
         .unwrap_or_else(|| panic!("no hang entry in\n{journal}"));
-    assert!(hang.contains("state: Refunded"), "{hang}");
-    let balances = serve_command(&alice_dir, &["balances"]);
-    assert!(
-        balances.contains(&format!("{bob} 700000 matoms")),
-        "{balances}"
-    );
+    assert_eq!(hang["state"], "refunded", "{hang}");
+    assert_eq!(balance_matoms(&alice_dir, &bob), 700_000);
 }
