@@ -156,14 +156,16 @@ async fn run(data: &[u8]) {
                     serde_json::json!({"jsonrpc": "2.0", "id": *id, "method": "ping",
                                        "params": {"pad": "p".repeat(usize::from(input.next()) * 4)}})
                 };
-                expected.insert((peer(p), sid, *id));
-                *id += 1;
                 mid_counter += 1;
                 let payload = serde_json::to_vec(&text).unwrap_or_default();
                 let mid = MessageId::from_entropy(mid_counter.to_be_bytes());
+                // A request too long for MAX_PARTS parts at this chunk length is never
+                // sent, so it is not expected either.
                 let Ok(chunks) = Chunks::new(sid, mid, 0, &payload, chunk_len) else {
                     continue;
                 };
+                expected.insert((peer(p), sid, *id));
+                *id += 1;
                 for (header, chunk) in chunks {
                     send(&router, peer(p), encode(&header, chunk)).await;
                 }
