@@ -10,6 +10,7 @@
 use rmcp::model::{ErrorCode, ErrorData};
 
 mod money;
+pub mod quote;
 
 pub use money::{
     MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired, PaymentRequiredError,

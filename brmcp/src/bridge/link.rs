@@ -37,9 +37,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lock;
-use super::quote::Listed;
 use crate::early_progress::EarlyProgress;
 use brmcp_adapters::protocol::ToolPrice;
+use brmcp_adapters::protocol::quote::Listed;
 
 /// Notifications kept per upstream progress token before its call is registered.
 const EARLY_PER_TOKEN: usize = 32;

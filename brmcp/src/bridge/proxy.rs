@@ -27,8 +27,8 @@ use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn};
-use super::quote::{Decision, Paid, decide};
 use super::settings::Mode;
+use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
 use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the

@@ -1,5 +1,7 @@
-//! What the bridge pays for one `payment_required` answer: a pure function of the
-//! tool's listing, the bot's quote and what the call already paid.
+//! What a client pays for one `payment_required` answer: a pure function of the
+//! tool's listing, the bot's quote and what the call already paid. The client bridge
+//! decides every payment with [`decide`]; it lives here, beside the quote's reading, so
+//! that it is fuzzed without the application around it.
 //!
 //! The rules, each a refusal when broken (the agent reads the bot, the tool and the
 //! numbers):
@@ -16,16 +18,16 @@
 //!   call with a refusal.
 //!
 //! So a call pays at most once, at most min(listed price, quoted shortfall), and the
-//! spending caps ([`Policy::settle`](super::policy::Policy::settle)) bind on top.
+//! client's spending caps bind on top.
 //! A refusal that the listing explains ([`Refusal::relist`]) is decided again once on
 //! a fresh `tools/list`: a price changed since the bridge listed the tools is then
 //! paid if the fresh listing agrees with the quote.
 
-use brmcp_adapters::protocol::{PaymentRequired, PaymentRequiredError, PriceMetaError, ToolPrice};
+use super::{PaymentRequired, PaymentRequiredError, PriceMetaError, ToolPrice};
 
 /// A tool as the bridge last listed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Listed {
+pub enum Listed {
     /// Not in the bot's `tools/list`.
     Unknown,
     /// Listed with the price (or none: a plain MCP tool).
@@ -34,16 +36,16 @@ pub(crate) enum Listed {
 
 /// A payment this call already made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Paid {
+pub struct Paid {
     /// The quoted price it was made against.
-    pub(crate) price_atoms: u64,
+    pub price_atoms: u64,
     /// The amount paid: the quoted shortfall.
-    pub(crate) atoms: u64,
+    pub atoms: u64,
 }
 
 /// What to do with one `payment_required` answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
+pub enum Decision {
     /// Pay this many atoms (still subject to the caps).
     Pay {
         /// The amount: the quoted shortfall.
@@ -60,7 +62,7 @@ pub(crate) enum Decision {
 /// Why the bridge pays nothing for a quote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// The `payment_required` body is malformed.
     Malformed(PaymentRequiredError),
     /// The quote names another tool than the one called.
@@ -119,7 +121,7 @@ pub(crate) enum Refusal {
 impl Refusal {
     /// Whether a fresh `tools/list` could change the decision: the listing, not the
     /// quote, is what disagrees.
-    pub(crate) const fn relist(&self) -> bool {
+    pub const fn relist(&self) -> bool {
         matches!(
             self,
             Self::Unlisted
@@ -183,7 +185,7 @@ impl std::fmt::Display for Refusal {
 }
 
 /// The decision for a call of `tool` answered with `quote`; see the module docs.
-pub(crate) fn decide(
+pub fn decide(
     tool: &str,
     listed: Listed,
     quote: &Result<PaymentRequired, PaymentRequiredError>,

@@ -1,9 +1,4 @@
-//! Fuzz harness for the router: one plain function per target in `fuzz/fuzz_targets/`.
-//!
-//! Compiled only under `cfg(fuzzing)` (set by `cargo fuzz`, and by
-//! `fuzz/.cargo/config.toml` for a plain `cargo check`) and in this crate's own tests,
-//! which replay every file of the committed corpus `fuzz/corpus/router_ops/`. The harness
-//! panics only when a property of the router fails.
+//! The router under sequences of PMs from honest and hostile peers.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -264,22 +259,11 @@ fn answered(host: &Recorder) -> BTreeSet<(PeerId, SessionId, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::path::PathBuf;
-
     #[test]
     fn router_ops_corpus_passes() {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/router_ops");
-        let mut files: Vec<_> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file())
-            .collect();
-        files.sort();
-        assert!(!files.is_empty(), "empty corpus {}", dir.display());
-        for path in files {
+        for (path, data) in super::super::corpus("router_ops") {
             eprintln!("router_ops: {}", path.display());
-            super::router_ops(&fs::read(&path).unwrap_or_else(|e| panic!("{e}")));
+            super::router_ops(&data);
         }
     }
 

@@ -1,14 +1,8 @@
-//! Fuzz harnesses: one plain function per target in `fuzz/fuzz_targets/`.
-//!
-//! Compiled only under `cfg(fuzzing)` (set by `cargo fuzz`, and by
-//! `fuzz/.cargo/config.toml` for a plain `cargo check`) and in this crate's own tests,
-//! which replay every file of the committed corpus `fuzz/corpus/<target>/` through the
-//! same function. Each harness panics only when a property fails.
+//! A client's reading of a bot's answers and the payment it decides on them.
 
-use brmcp_adapters::protocol::{MAX_AMOUNT_ATOMS, PaymentRequired, ToolPrice};
+use crate::protocol::quote::{Decision, Listed, Paid, decide};
+use crate::protocol::{MAX_AMOUNT_ATOMS, PaymentRequired, ToolPrice};
 use rmcp::model::{CallToolResult, ListToolsResult};
-
-use crate::bridge::quote::{Decision, Listed, Paid, decide};
 
 /// Separates the input's pieces: the called tool's name, the bot's `tools/list`
 /// result, its first `tools/call` result, and the result of the reissue after a
@@ -99,35 +93,9 @@ pub fn bridge_quote(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::path::PathBuf;
-
-    /// Every file of `fuzz/corpus/<target>/`; the corpus must not be empty.
-    fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus")
-            .join(target);
-        let mut files: Vec<_> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|entry| entry.map(|e| e.path()))
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        files.sort();
-        let out: Vec<_> = files
-            .into_iter()
-            .filter(|p| p.is_file())
-            .map(|p| {
-                let data = fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                (p, data)
-            })
-            .collect();
-        assert!(!out.is_empty(), "empty corpus {}", dir.display());
-        out
-    }
-
     #[test]
     fn bridge_quote_corpus_passes() {
-        let corpus = corpus("bridge_quote");
+        let corpus = super::super::corpus("bridge_quote");
         let mut paid = 0;
         for (path, data) in &corpus {
             eprintln!("bridge_quote: {}", path.display());
