@@ -7,8 +7,10 @@ pub mod cli;
 pub mod devnet;
 pub mod directory;
 mod early_progress;
+mod file_watch;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 pub mod journal;
 pub mod secure_fs;
 pub mod server;
+pub mod status;

@@ -54,11 +54,13 @@ mod chat;
 mod clock;
 mod config;
 mod dynamic;
+mod gate;
 mod harness;
 mod ledger;
 mod listeners;
 mod money;
 mod rate_limit;
+mod reload;
 mod tools;
 pub mod upstream;
 
@@ -72,8 +74,9 @@ pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_T
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CONFIG_FILE, CONFIG_TEMPLATE, ConfigError, ServeConfig};
 pub use dynamic::DynamicTools;
+pub use gate::{AllowGate, GateChange};
 pub use harness::{
-    AllowGate, ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook,
+    ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook,
     Visibility,
 };
 pub use ledger::{
@@ -83,6 +86,7 @@ pub use ledger::{
     TipRecord, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT,
 };
 pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
+pub use reload::{CONFIG_POLL, ConfigWatch, Reconfigured, follow_config};
 pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, PRUNE_AT, RATE_LIMITED, RateLimiter};
 /// The JSON-schema crate tool input types derive `JsonSchema` from (rmcp's): with
 /// `use brmcp::server::schemars;` in scope, `#[derive(schemars::JsonSchema)]` works
