@@ -323,7 +323,9 @@ mod tests {
             "config brmcp.json: allowed_uids: invalid type: string \"x\", expected a sequence"
         );
         assert_eq!(
-            parse(r#"{"calls_per_minute": 1.5}"#).unwrap_err().to_string(),
+            parse(r#"{"calls_per_minute": 1.5}"#)
+                .unwrap_err()
+                .to_string(),
             "config brmcp.json: calls_per_minute: invalid type: floating point `1.5`, \
              expected i64"
         );

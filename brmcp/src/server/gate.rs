@@ -41,7 +41,9 @@ impl AllowGate {
     /// Exactly these uids. [`PeerId`] parses hex in either case, so matching is
     /// case-insensitive. An empty list refuses everyone.
     pub fn list(uids: impl IntoIterator<Item = PeerId>) -> Self {
-        Self(Arc::new(RwLock::new(Gate::List(uids.into_iter().collect()))))
+        Self(Arc::new(RwLock::new(Gate::List(
+            uids.into_iter().collect(),
+        ))))
     }
 
     /// Whoever `allow` says (it replaces the list entirely).

@@ -59,8 +59,7 @@ impl RateLimiter {
     /// Buckets keep their tokens, capped at the new capacity: lowering the rate takes
     /// effect at once, raising it fills buckets at the new speed.
     pub fn set_calls_per_minute(&self, calls_per_minute: u32) -> u32 {
-        self.per_minute
-            .swap(effective(calls_per_minute), Relaxed)
+        self.per_minute.swap(effective(calls_per_minute), Relaxed)
     }
 
     /// Takes one token from `caller`'s bucket at time `now`; `false` if it has none.
