@@ -27,6 +27,7 @@ mod ledger_retention;
 mod ledger_tip_identity;
 mod ledger_tip_once;
 mod lifecycles;
+mod live_config;
 mod milliatoms;
 mod paid_tool_gate;
 mod rate_limit;
