@@ -1,7 +1,8 @@
 //! The operator's view of running processes: `brmcp serve status` and `brmcp bridge
 //! status` after traffic (non-zero counters, totals, the connection), `brmcp.json`
-//! edited while serving (one info line, a removed caller refused and logged), a lost
-//! clientrpc connection shown and logged, and "not running" once the processes are
+//! edited while serving (one info line, a removed caller refused and logged, SIGHUP
+//! rereading it), a lost clientrpc connection shown and logged and its reconnect
+//! logged, and "not running" once the processes are
 //! SIGKILLed and their snapshots go stale.
 
 use std::path::Path;
@@ -163,6 +164,15 @@ async fn status_and_log_lines_of_running_serve_and_bridge_processes() {
     })
     .await;
 
+    // SIGHUP rereads the file at once.
+    let serve_pid = procs.0[1].id().to_string();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &serve_pid])
+        .status()
+        .expect("kill -HUP");
+    assert!(hup.success());
+    until_logged(&serve_log, &["SIGHUP: reading brmcp.json again"]).await;
+
     // The Bison Relay client goes away: shown as reconnecting, and logged.
     let devnet = procs.0.first_mut().expect("the devnet");
     devnet.kill().expect("SIGKILL devnet");
@@ -174,6 +184,24 @@ async fn status_and_log_lines_of_running_serve_and_bridge_processes() {
     let (_, text) = status("serve", &alice_dir, false);
     assert!(text.contains("clientrpc: reconnecting since 20"), "{text}");
     until_logged(&serve_log, &["clientrpc connection lost"]).await;
+    // Back on the same directory (same ports and credentials): reconnected, and logged.
+    let devnet = spawn(
+        &mut procs,
+        brmcp(&[
+            "devnet",
+            "--dir",
+            dir.to_str().expect("utf-8"),
+            "--nodes",
+            "2",
+        ]),
+    );
+    wait_for(&devnet, "Ctrl-C stops the devnet.");
+    until_logged(&serve_log, &["clientrpc reconnected", "down_ms="]).await;
+    until_status("serve", &alice_dir, "the connection back", |s| {
+        s["snapshot"]["connection"]["connected"] == true
+            && s["snapshot"]["connection"]["connects"].as_u64() >= Some(2)
+    })
+    .await;
 
     // SIGKILLed, the processes leave snapshots that go stale: "not running".
     for child in procs.0.iter_mut().skip(1) {
