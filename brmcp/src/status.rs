@@ -350,6 +350,57 @@ mod tests {
         assert!(s.router.contains_key("dropped_disallowed"));
     }
 
+    #[tokio::test]
+    async fn a_publisher_rewrites_on_wake_and_marks_its_clean_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let counter = calls.clone();
+        let publisher = Publisher::start(dir.path(), move || {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            snapshot(1_000 + n, false)
+        });
+        let written = |min: i64| {
+            read(dir.path())
+                .unwrap()
+                .is_some_and(|s| s.written_at >= min && !s.stopped)
+        };
+        for _ in 0..200 {
+            if written(1_000) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(written(1_000), "published at start");
+        // Woken, it writes again well before the next period.
+        publisher.wake().notify_one();
+        for _ in 0..100 {
+            if written(1_001) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(written(1_001), "published on wake");
+        publisher.stop().await;
+        let last = read(dir.path()).unwrap().unwrap();
+        assert!(last.stopped);
+        assert_eq!(last.liveness(i64::MAX), Liveness::Stopped);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(dir.path().join(STATUS_FILE)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_snapshot_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read(dir.path()).unwrap(), None);
+        std::fs::write(dir.path().join(STATUS_FILE), "{").unwrap();
+        let err = read(dir.path()).unwrap_err();
+        assert!(err.contains(STATUS_FILE), "{err}");
+    }
+
     #[test]
     fn the_connection_keeps_its_since_until_its_state_changes() {
         let watch = ConnectionWatch::default();
