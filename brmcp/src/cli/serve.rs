@@ -538,6 +538,12 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         me.nick,
         config.allowed_uids.len()
     );
+    eprintln!(
+        "edits to allowed_uids and calls_per_minute in {} apply while serving (at once on SIGHUP); \
+         `brmcp serve --datadir {} status` shows the running server",
+        datadir.join(SERVE_CONFIG).display(),
+        datadir.display()
+    );
     super::wait_for_interrupt().await;
     eprintln!("stopping");
     harness.close();

@@ -147,11 +147,16 @@ fn print_text(s: &Snapshot, liveness: Liveness, now: i64) {
             p.per_day_cap_atoms
         );
     }
-    let mut table = Table::new(&["ROUTER COUNTER", "COUNT"]);
+    // The router's drops by reason, then its other counters.
+    let mut drops = Table::new(&["DROPPED: REASON", "COUNT"]);
+    let mut others = Table::new(&["ROUTER COUNTER", "COUNT"]);
     for (name, value) in &s.router {
-        table.row(vec![name.clone(), value.to_string()]);
+        match name.strip_prefix("dropped_") {
+            Some(reason) => drops.row(vec![reason.to_owned(), value.to_string()]),
+            None => others.row(vec![name.clone(), value.to_string()]),
+        }
     }
-    print!("{table}");
+    print!("{drops}{others}");
     if !s.upstreams.is_empty() {
         println!("upstreams:");
         for upstream in &s.upstreams {

@@ -115,7 +115,8 @@ async fn status_and_log_lines_of_running_serve_and_bridge_processes() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("brmcp serve is running"), "{text}");
     assert!(text.contains("clientrpc: connected since 20"), "{text}");
-    assert!(text.contains("dropped_disallowed"), "{text}");
+    assert!(text.contains("DROPPED: REASON"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("disallowed ")), "{text}");
 
     // The bridge's.
     let bridged = until_status("bridge", &bridge_dir, "the payment", |s| {
