@@ -26,6 +26,7 @@ mod ledger_restart_refund;
 mod ledger_retention;
 mod ledger_tip_identity;
 mod ledger_tip_once;
+mod ledger_totals;
 mod lifecycles;
 mod live_config;
 mod milliatoms;
