@@ -19,6 +19,14 @@ macro_rules! counters {
             $( pub(crate) $name: AtomicU64, )*
         }
 
+        impl RouterStats {
+            /// Every counter with its field name, in declaration order (for status
+            /// snapshots and tables: drop reasons are the `dropped_*` fields).
+            pub fn fields(&self) -> impl Iterator<Item = (&'static str, u64)> + use<> {
+                [$( (stringify!($name), self.$name), )*].into_iter()
+            }
+        }
+
         impl Counters {
             pub(crate) fn snapshot(&self) -> RouterStats {
                 RouterStats { $( $name: self.$name.load(Relaxed), )* }

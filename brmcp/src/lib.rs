@@ -7,6 +7,8 @@ pub mod cli;
 pub mod devnet;
 pub mod directory;
 mod early_progress;
+mod file_watch;
 pub mod journal;
 pub mod secure_fs;
 pub mod server;
+pub mod status;

@@ -412,6 +412,24 @@ impl Bridge {
         self.inner.policy.decide(id, approve)
     }
 
+    /// The client-role router the bridge dials bots through (its counters, for a
+    /// status).
+    pub fn router(&self) -> &Router {
+        &self.inner.router
+    }
+
+    /// What counts against the daily cap now (paid in the last 24 hours and
+    /// pending), the payments pending, and their atoms.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn spend_totals(&self) -> Result<(u64, u64, u64), SpendError> {
+        let spend = &self.inner.policy.spend;
+        let (pending, pending_atoms) = spend.pending()?;
+        let counted = spend.spent_today(self.inner.config.clock.now())?;
+        Ok((counted, pending, pending_atoms))
+    }
+
     /// The spend log, oldest first, and the total of the last 24 hours.
     ///
     /// # Errors

@@ -282,6 +282,19 @@ impl SpendLog {
         Ok(spent(&self.db(), now)?)
     }
 
+    /// Payments pending (their outcome not known yet) and their atoms.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn pending(&self) -> Result<(u64, u64), SpendError> {
+        let (count, atoms): (i64, i64) = self.db().query_row(
+            "SELECT COUNT(*), COALESCE(SUM(atoms), 0) FROM spend WHERE status = 'pending'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok((u64_of(count), u64_of(atoms)))
+    }
+
     /// Reserves `atoms` for a payment to `bot` if the daily total stays within
     /// `daily_cap`, as one transaction; the row starts `pending`. `tip_pos` is the
     /// outcome stream's position now (see the module docs); the row records it, raised

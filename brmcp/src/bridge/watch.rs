@@ -1,4 +1,5 @@
-//! Following `mcpclient.json` while the bridge runs. The file is the source of truth:
+//! Following `mcpclient.json` while the bridge runs, polled as the server polls
+//! `brmcp.json`. The file is the source of truth:
 //! `brmcp bridge token rotate`, `bots add|remove` and hand edits all land there, so the
 //! running bridge reads it again whenever its bytes change and applies it through the
 //! same path as [`Bridge::apply_settings`] (a new token refuses the old one at once,
@@ -63,26 +64,15 @@ impl Bridge {
 }
 
 async fn watch(inner: Weak<Inner>) {
-    let mut seen: Option<Vec<u8>> = None;
-    loop {
-        let Some(every) = inner.upgrade().map(|i| i.config.settings_poll) else {
-            return;
-        };
-        tokio::time::sleep(every).await;
-        let Some(inner) = inner.upgrade() else { return };
+    let Some(path) = inner
+        .upgrade()
+        .map(|i| i.config.data_dir.join(SETTINGS_FILE))
+    else {
+        return;
+    };
+    let every = |inner: &Inner| inner.config.settings_poll;
+    crate::file_watch::follow(inner, path, every, None, |inner, path, text| async move {
         let bridge = Bridge { inner };
-        let path = bridge.inner.config.data_dir.join(SETTINGS_FILE);
-        let text = match read(&path) {
-            Ok(Some(text)) => text,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "settings not reloaded; the last good ones stay");
-                continue;
-            }
-        };
-        if seen.as_ref() == Some(&text) {
-            continue;
-        }
         match bridge.reload_from(&path, &text).await {
             Ok(Reload::Applied) => {
                 tracing::info!(file = %path.display(), "settings reloaded");
@@ -92,18 +82,14 @@ async fn watch(inner: Weak<Inner>) {
                 tracing::warn!(error = %e, "settings not applied; the last good ones stay");
             }
         }
-        seen = Some(text);
-    }
+    })
+    .await;
 }
 
 /// The file's bytes, `None` when it does not exist. A symlink is refused.
 fn read(path: &Path) -> Result<Option<Vec<u8>>, SettingsError> {
-    match crate::secure_fs::refuse_symlink(path).and_then(|()| std::fs::read(path)) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(SettingsError::Io {
-            path: path.to_owned(),
-            source,
-        }),
-    }
+    crate::file_watch::read(path).map_err(|source| SettingsError::Io {
+        path: path.to_owned(),
+        source,
+    })
 }

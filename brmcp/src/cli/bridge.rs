@@ -23,6 +23,7 @@ use crate::bridge::{
 };
 use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{Clock, MATOMS_PER_ATOM, SystemClock};
+use crate::status::{ConnectionWatch, Publisher, Snapshot, SpendTotals};
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
 pub(crate) const RPC_CONFIG: &str = "brmcp-bridge.conf";
@@ -76,6 +77,13 @@ enum BridgeAction {
     /// reached at --listen with the token of mcpclient.json).
     #[command(subcommand)]
     Approvals(ApprovalsAction),
+    /// Show the running bridge's state: its clientrpc connection, sessions, router
+    /// counters and spend totals (exit status 3 when it is not running).
+    Status {
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,6 +184,7 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
             println!("{}", settings.token);
             Ok(ExitCode::SUCCESS)
         }
+        Some(BridgeAction::Status { json }) => super::status::show(&args.datadir, "bridge", json),
         Some(BridgeAction::Approvals(action)) => {
             let settings = load(&settings_path)?;
             super::runtime()?.block_on(approvals_command(args.listen, &settings.token, action))
@@ -584,11 +593,45 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
         tokio::spawn(async move { approvals(approver).await });
     }
     warn_zero_caps(&args.datadir, &settings);
+    let publisher = publish_status(&args.datadir, &bridge, &host);
     eprintln!("Ctrl-C stops the bridge.");
     super::wait_for_interrupt().await;
     bridge.close().await;
+    publisher.stop().await;
     host.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Publishes the running bridge's status to its data directory (see
+/// [`crate::status`]).
+fn publish_status(datadir: &Path, bridge: &Bridge, host: &ClientRpcHost) -> Publisher {
+    let (bridge, host) = (bridge.clone(), host.clone());
+    let started_at = now().secs();
+    let connection = ConnectionWatch::default();
+    let max_per_peer = RouterConfig::client().max_sessions_per_peer;
+    Publisher::start(datadir, move || {
+        let now = now().secs();
+        let stats = bridge.router().stats();
+        let connection = connection.observe(&host.status(), now);
+        let mut snapshot =
+            Snapshot::new("bridge", started_at, now, &stats, max_per_peer, connection);
+        let settings = bridge.settings();
+        snapshot.spend = match bridge.spend_totals() {
+            Ok((counted, pending, pending_atoms)) => Some(SpendTotals {
+                mode: format!("{:?}", settings.mode).to_lowercase(),
+                paid_atoms_24h: counted.saturating_sub(pending_atoms),
+                pending,
+                pending_atoms,
+                per_call_cap_atoms: settings.per_call_cap_atoms,
+                per_day_cap_atoms: settings.per_day_cap_atoms,
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "spend totals not read");
+                None
+            }
+        };
+        snapshot
+    })
 }
 
 async fn approvals_command(
@@ -692,9 +735,12 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
         .ok_or_else(|| CliError(format!("{bot:?} is not an allowed bot (see `bots list`)")))?;
     warn_zero_caps(&args.datadir, &bridge.settings());
     let _watch = bridge.watch_settings();
-    serve_stdio(&bridge, &uid).await?;
+    let publisher = publish_status(&args.datadir, &bridge, &host);
+    let served = serve_stdio(&bridge, &uid).await;
     bridge.close().await;
+    publisher.stop().await;
     host.close();
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -23,6 +23,7 @@ mod directory;
 mod doctor;
 mod log;
 mod serve;
+mod status;
 mod table;
 mod wire;
 

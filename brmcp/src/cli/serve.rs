@@ -11,7 +11,7 @@ use std::sync::Arc;
 use brmcp_adapters::clientrpc::proto::ReceivedTip;
 use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
 use brmcp_adapters::wire::UnixTime;
-use brmcp_adapters::{BoxError, PeerId};
+use brmcp_adapters::{BoxError, PeerId, Router, RouterConfig};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use tokio::sync::Notify;
@@ -21,12 +21,13 @@ use super::directory::HostPayer;
 use super::table::{Table, matoms_as_atoms, print_json, rfc3339};
 use crate::directory::{Registrant, RegistrantBlock, RegistrantConfig, StatusOut};
 use crate::journal::{self, Inbox, JournalHandler};
-use crate::server::upstream::{STATUS_FILE, UpstreamStatus, Upstreams, read_status};
+use crate::server::upstream::{STATUS_FILE, UpstreamStatus, Upstreams};
 use crate::server::{
     AutoReply, Balance, CallContext, CallId, Clock, DynamicTools, Harness, HarnessBuilder,
     JournalEntry, Ledger, MATOMS_PER_ATOM, ServeConfig, SystemClock, Tip, ToolError, ToolSpec,
-    atoms_to_matoms,
+    atoms_to_matoms, follow_config,
 };
+use crate::status::{ConnectionWatch, Publisher, ServeSummary, Snapshot};
 
 /// The clientrpc connection file of a data directory (bisonbotkit format).
 pub(crate) const RPC_CONFIG: &str = "brmcp-serve.conf";
@@ -90,8 +91,14 @@ enum ServeAction {
         #[arg(long)]
         json: bool,
     },
-    /// Show each upstream MCP server's state (as the running server last wrote it).
-    Status,
+    /// Show the running server's state: its clientrpc connection, sessions, router
+    /// counters, allowlist, ledger totals and upstream MCP servers (exit status 3
+    /// when it is not running).
+    Status {
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the most recent paid calls.
     Journal {
         /// Only this caller's calls.
@@ -118,11 +125,8 @@ fn now() -> UnixTime {
 }
 
 fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
-    if let ServeAction::Status = action {
-        for status in read_status(datadir).map_err(CliError)? {
-            println!("{status}");
-        }
-        return Ok(ExitCode::SUCCESS);
+    if let ServeAction::Status { json } = action {
+        return super::status::show(datadir, "serve", json);
     }
     // Stopped, the server's calls left pending are refunded as at its start; running,
     // they are in flight, and the operator works beside it.
@@ -167,7 +171,7 @@ fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
         ServeAction::Journal { uid, limit, json } => {
             print_journal(&ledger.journal(uid.as_ref(), limit)?, json);
         }
-        ServeAction::Status => {}
+        ServeAction::Status { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -367,13 +371,21 @@ impl TipHandler for ServeTips {
             tracing::error!(seq = tip.sequence_id, from = %tip.uid, matoms = tip.amount_matoms, "tip with a negative amount not credited");
             return Ok(());
         };
-        self.harness
+        let outcome = self
+            .harness
             .record_tip(Tip {
                 seq: tip.sequence_id,
                 caller: tip.uid,
                 matoms,
             })
             .await?;
+        tracing::info!(
+            seq = tip.sequence_id,
+            caller = %tip.uid,
+            atoms = %matoms_as_atoms(matoms),
+            outcome = ?outcome,
+            "tip received"
+        );
         Ok(())
     }
 
@@ -502,6 +514,17 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
     }
     let host = host_from(&rpc_config)?;
     let (harness, upstreams) = start_serving(datadir, &config, &host).await?;
+    let upstreams = Arc::new(upstreams);
+    let publisher = publish_status(datadir, &harness, &host, &upstreams);
+    let hangup = Arc::new(Notify::new());
+    let _watch = follow_config(
+        &harness,
+        datadir.join(SERVE_CONFIG),
+        config.clone(),
+        Some(hangup.clone()),
+        Some(publisher.wake()),
+    );
+    tokio::spawn(on_hangup(hangup));
     let me = host.public_identity().await?;
     let uid = me.peer_id().map_or_else(|| "?".into(), |p| p.to_string());
     let what = if config.upstreams.is_empty() {
@@ -515,12 +538,81 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         me.nick,
         config.allowed_uids.len()
     );
+    eprintln!(
+        "edits to allowed_uids and calls_per_minute in {} apply while serving (at once on SIGHUP); \
+         `brmcp serve --datadir {} status` shows the running server",
+        datadir.join(SERVE_CONFIG).display(),
+        datadir.display()
+    );
     super::wait_for_interrupt().await;
     eprintln!("stopping");
     harness.close();
-    upstreams.shutdown().await;
+    publisher.stop().await;
+    // The publisher held the other handle; a snapshot still being written may too, and
+    // dropping the last handle stops the upstreams as well.
+    if let Ok(upstreams) = Arc::try_unwrap(upstreams) {
+        upstreams.shutdown().await;
+    }
     host.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Publishes the running server's status to its data directory (see
+/// [`crate::status`]).
+fn publish_status(
+    datadir: &Path,
+    harness: &Harness,
+    host: &ClientRpcHost,
+    upstreams: &Arc<Upstreams>,
+) -> Publisher {
+    let (harness, host, upstreams) = (harness.clone(), host.clone(), upstreams.clone());
+    let started_at = now().secs();
+    let connection = ConnectionWatch::default();
+    let max_per_peer = RouterConfig::server().max_sessions_per_peer;
+    Publisher::start(datadir, move || {
+        let now = now();
+        let stats = harness.router().map(Router::stats).unwrap_or_default();
+        let connection = connection.observe(&host.status(), now.secs());
+        let mut snapshot = Snapshot::new(
+            "serve",
+            started_at,
+            now.secs(),
+            &stats,
+            max_per_peer,
+            connection,
+        );
+        snapshot.config = Some(ServeSummary {
+            allowed_callers: harness.gate().uids().map_or(0, |uids| uids.len()),
+            calls_per_minute: harness.rate_limiter().calls_per_minute(),
+        });
+        snapshot.ledger = harness.ledger().and_then(|ledger| {
+            ledger
+                .totals(now)
+                .map_err(|e| tracing::warn!(error = %e, "ledger totals not read"))
+                .ok()
+        });
+        snapshot.upstreams = upstreams.status();
+        snapshot
+    })
+}
+
+/// Wakes the config follower on every SIGHUP, the operator's "reload now".
+async fn on_hangup(wake: Arc<Notify>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                while hup.recv().await.is_some() {
+                    tracing::info!("SIGHUP: reading brmcp.json again");
+                    wake.notify_one();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "SIGHUP not handled"),
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = wake;
 }
 
 /// The tools `config` sells: its upstreams' (supervised from now on, their state in

@@ -112,6 +112,16 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A top-level key holds a value of the wrong type.
+    #[error("config {}: {key}: {reason}", .path.display())]
+    BadKey {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
+        /// What serde_json said about its value.
+        reason: String,
+    },
     /// `calls_per_minute` is above what a `u32` holds.
     #[error("config {}: calls_per_minute {value} is too large", .path.display())]
     BadRate {
@@ -123,16 +133,47 @@ pub enum ConfigError {
 }
 
 /// The file as written, before uids are checked.
-#[derive(serde::Deserialize)]
 struct Raw {
-    #[serde(default)]
     allowed_uids: Option<Vec<String>>,
-    #[serde(default)]
     calls_per_minute: Option<i64>,
-    #[serde(default)]
     upstreams: Option<serde_json::Value>,
-    #[serde(default)]
     directory: Option<serde_json::Value>,
+}
+
+impl Raw {
+    /// The known keys of a JSON object, each decoded on its own so that a wrong type
+    /// names its key.
+    fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text)
+            .map_err(|source| ConfigError::Parse {
+                path: path.to_owned(),
+                source,
+            })?;
+        let mut take = |key: &'static str| object.remove(key).filter(|v| !v.is_null());
+        fn field<T: serde::de::DeserializeOwned>(
+            path: &Path,
+            key: &'static str,
+            value: Option<serde_json::Value>,
+        ) -> Result<Option<T>, ConfigError> {
+            value
+                .map(|v| {
+                    serde_json::from_value(v).map_err(|e| ConfigError::BadKey {
+                        path: path.to_owned(),
+                        key,
+                        reason: e.to_string(),
+                    })
+                })
+                .transpose()
+        }
+        let allowed_uids = take("allowed_uids");
+        let calls_per_minute = take("calls_per_minute");
+        Ok(Self {
+            allowed_uids: field(path, "allowed_uids", allowed_uids)?,
+            calls_per_minute: field(path, "calls_per_minute", calls_per_minute)?,
+            upstreams: take("upstreams"),
+            directory: take("directory"),
+        })
+    }
 }
 
 impl ServeConfig {
@@ -140,13 +181,11 @@ impl ServeConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`], [`ConfigError::BadUid`], [`ConfigError::BadRate`],
-    /// [`ConfigError::BadUpstream`], [`ConfigError::BadDirectory`].
+    /// [`ConfigError::Parse`], [`ConfigError::BadKey`], [`ConfigError::BadUid`],
+    /// [`ConfigError::BadRate`], [`ConfigError::BadUpstream`],
+    /// [`ConfigError::BadDirectory`].
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let raw: Raw = serde_json::from_str(text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let raw = Raw::parse(text, path)?;
         let allowed_uids = raw
             .allowed_uids
             .unwrap_or_default()
@@ -278,14 +317,18 @@ mod tests {
             "config brmcp.json: allowed_uids[0] \"abc\": peer id is 3 characters, not 64"
         );
         assert!(matches!(parse("{"), Err(ConfigError::Parse { .. })));
-        assert!(matches!(
-            parse(r#"{"allowed_uids": "x"}"#),
-            Err(ConfigError::Parse { .. })
-        ));
-        assert!(matches!(
-            parse(r#"{"calls_per_minute": 1.5}"#),
-            Err(ConfigError::Parse { .. })
-        ));
+        assert!(matches!(parse("[]"), Err(ConfigError::Parse { .. })));
+        assert_eq!(
+            parse(r#"{"allowed_uids": "x"}"#).unwrap_err().to_string(),
+            "config brmcp.json: allowed_uids: invalid type: string \"x\", expected a sequence"
+        );
+        assert_eq!(
+            parse(r#"{"calls_per_minute": 1.5}"#)
+                .unwrap_err()
+                .to_string(),
+            "config brmcp.json: calls_per_minute: invalid type: floating point `1.5`, \
+             expected i64"
+        );
         assert!(matches!(
             parse(r#"{"calls_per_minute": 99999999999}"#),
             Err(ConfigError::BadRate { .. })

@@ -26,7 +26,7 @@
 //! between steps 6 and 8 leaves the charge pending, and the ledger refunds it when the
 //! next harness opens it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 
-use brmcp_adapters::{AdapterError, Authorizer, BoxError, PeerId, PmSender, Router, RouterConfig};
+use brmcp_adapters::{AdapterError, BoxError, PeerId, PmSender, Router, RouterConfig};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
     GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
@@ -53,6 +53,7 @@ use super::chat::{AutoReply, Throttle};
 use super::clock::{Clock, SystemClock};
 use super::config::ServeConfig;
 use super::dynamic::DynamicTools;
+use super::gate::AllowGate;
 use super::ledger::{Ledger, LedgerError};
 use super::listeners::{Changed, Listeners};
 use super::rate_limit::{RATE_LIMITED, RateLimiter};
@@ -60,58 +61,6 @@ use super::tools::{CallContext, PreparedCall, ToolSpec};
 
 /// The longest handler error message kept in a refund's reason, in bytes.
 const MAX_REASON_LEN: usize = 256;
-
-/// Who may use the tools: a default-deny allowlist of uids or a predicate. Installed
-/// as the router's allow gate (so a peer it refuses allocates nothing) and consulted
-/// for every tip (a refused tipper's tip is recorded, not credited).
-#[derive(Clone)]
-pub struct AllowGate(Arc<Gate>);
-
-enum Gate {
-    List(HashSet<PeerId>),
-    Predicate(Box<dyn Fn(&PeerId) -> bool + Send + Sync>),
-}
-
-impl AllowGate {
-    /// Exactly these uids. [`PeerId`] parses hex in either case, so matching is
-    /// case-insensitive. An empty list refuses everyone.
-    pub fn list(uids: impl IntoIterator<Item = PeerId>) -> Self {
-        Self(Arc::new(Gate::List(uids.into_iter().collect())))
-    }
-
-    /// Whoever `allow` says (it replaces the list entirely).
-    pub fn predicate(allow: impl Fn(&PeerId) -> bool + Send + Sync + 'static) -> Self {
-        Self(Arc::new(Gate::Predicate(Box::new(allow))))
-    }
-
-    /// Whether `peer` may call tools and be credited for tips.
-    pub fn allows(&self, peer: &PeerId) -> bool {
-        match &*self.0 {
-            Gate::List(uids) => uids.contains(peer),
-            Gate::Predicate(allow) => allow(peer),
-        }
-    }
-
-    /// `true` for an empty allowlist: nobody can call anything.
-    pub fn refuses_everyone(&self) -> bool {
-        matches!(&*self.0, Gate::List(uids) if uids.is_empty())
-    }
-}
-
-impl Authorizer for AllowGate {
-    fn allow(&self, peer: &PeerId) -> bool {
-        self.allows(peer)
-    }
-}
-
-impl fmt::Debug for AllowGate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &*self.0 {
-            Gate::List(uids) => f.debug_tuple("AllowGate::List").field(&uids.len()).finish(),
-            Gate::Predicate(_) => f.write_str("AllowGate::Predicate(..)"),
-        }
-    }
-}
 
 /// Which tools a caller sees: `(caller, tool name) -> visible`. A hidden tool is absent
 /// from the caller's `tools/list` and unknown to its `tools/call`. Asked per request,
@@ -709,6 +658,11 @@ impl Harness {
         self.shared.visible_tools(caller)
     }
 
+    /// The per-caller rate limit (its rate may be changed while serving).
+    pub fn rate_limiter(&self) -> &RateLimiter {
+        &self.shared.limiter
+    }
+
     /// Counts of `tools/call` outcomes so far.
     pub fn stats(&self) -> HarnessStats {
         self.shared.counters.snapshot()
@@ -1188,15 +1142,5 @@ mod tests {
         assert!(cut.len() <= "handler error: ".len() + MAX_REASON_LEN);
         assert!(cut.starts_with("handler error: éé"));
         assert_eq!(reason("boom"), "handler error: boom");
-    }
-
-    #[test]
-    fn an_empty_list_refuses_everyone_a_predicate_does_not_claim_to() {
-        let a = PeerId::from_bytes([1; 32]);
-        assert!(AllowGate::list([]).refuses_everyone());
-        assert!(!AllowGate::list([]).allows(&a));
-        assert!(AllowGate::list([a]).allows(&a));
-        assert!(!AllowGate::predicate(|_| false).refuses_everyone());
-        assert!(AllowGate::predicate(|_| true).allows(&a));
     }
 }

@@ -32,8 +32,10 @@ use super::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
 use super::money::{MAX_MATOMS, Shortfall, atoms_to_matoms};
 
 mod retention;
+mod totals;
 pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT};
 use retention::{enable_incremental_vacuum, prune_journal, reclaim, release_expired};
+pub use totals::{LedgerTotals, TOTALS_WINDOW_SECS};
 
 /// The ledger's file name inside the data directory.
 pub const FILE_NAME: &str = "brmcp.sqlite";

@@ -54,11 +54,13 @@ mod chat;
 mod clock;
 mod config;
 mod dynamic;
+mod gate;
 mod harness;
 mod ledger;
 mod listeners;
 mod money;
 mod rate_limit;
+mod reload;
 mod tools;
 pub mod upstream;
 
@@ -72,18 +74,19 @@ pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_T
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CONFIG_FILE, CONFIG_TEMPLATE, ConfigError, ServeConfig};
 pub use dynamic::DynamicTools;
+pub use gate::{AllowGate, GateChange};
 pub use harness::{
-    AllowGate, ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook,
-    Visibility,
+    ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook, Visibility,
 };
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
-    JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, MAX_JOURNAL_ROWS_PER_CALLER,
+    JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals, MAX_JOURNAL_ROWS_PER_CALLER,
     MAX_OUTCOME_BYTES_PER_CALLER, MAX_OUTCOMES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION,
-    TipRecord, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT,
+    TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT,
 };
 pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
 pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, PRUNE_AT, RATE_LIMITED, RateLimiter};
+pub use reload::{CONFIG_POLL, ConfigWatch, Reconfigured, follow_config};
 /// The JSON-schema crate tool input types derive `JsonSchema` from (rmcp's): with
 /// `use brmcp::server::schemars;` in scope, `#[derive(schemars::JsonSchema)]` works
 /// without a direct dependency.

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Duration;
 
 use brmcp_adapters::PeerId;
@@ -30,7 +31,7 @@ pub const RATE_LIMITED: &str = "rate limited; retry later";
 /// Token buckets per caller. Time is passed in (time since the epoch).
 #[derive(Debug)]
 pub struct RateLimiter {
-    per_minute: u32,
+    per_minute: AtomicU32,
     buckets: Mutex<HashMap<PeerId, Bucket>>,
 }
 
@@ -43,37 +44,39 @@ struct Bucket {
 impl RateLimiter {
     /// Buckets of `calls_per_minute` tokens; 0 means [`DEFAULT_CALLS_PER_MINUTE`].
     pub fn new(calls_per_minute: u32) -> Self {
-        let per_minute = if calls_per_minute == 0 {
-            DEFAULT_CALLS_PER_MINUTE
-        } else {
-            calls_per_minute
-        };
         Self {
-            per_minute,
+            per_minute: AtomicU32::new(effective(calls_per_minute)),
             buckets: Mutex::new(HashMap::new()),
         }
     }
 
     /// Calls per minute per caller.
     pub fn calls_per_minute(&self) -> u32 {
-        self.per_minute
+        self.per_minute.load(Relaxed)
+    }
+
+    /// Changes the rate while serving (0 means the default); returns the old one.
+    /// Buckets keep their tokens, capped at the new capacity: lowering the rate takes
+    /// effect at once, raising it fills buckets at the new speed.
+    pub fn set_calls_per_minute(&self, calls_per_minute: u32) -> u32 {
+        self.per_minute.swap(effective(calls_per_minute), Relaxed)
     }
 
     /// Takes one token from `caller`'s bucket at time `now`; `false` if it has none.
     pub fn try_take(&self, caller: &PeerId, now: Duration) -> bool {
-        let capacity = f64::from(self.per_minute);
+        let capacity = f64::from(self.calls_per_minute());
         let mut buckets = self
             .buckets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if buckets.len() >= PRUNE_AT && !buckets.contains_key(caller) {
-            buckets.retain(|_, b| self.refilled(*b, now) < capacity);
+            buckets.retain(|_, b| refilled(*b, now, capacity) < capacity);
         }
         let bucket = buckets.entry(*caller).or_insert(Bucket {
             tokens: capacity,
             at: now,
         });
-        bucket.tokens = self.refilled(*bucket, now);
+        bucket.tokens = refilled(*bucket, now, capacity);
         bucket.at = bucket.at.max(now);
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
@@ -90,13 +93,21 @@ impl RateLimiter {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
     }
+}
 
-    /// A bucket's tokens at `now` (a clock going backwards refills nothing).
-    fn refilled(&self, bucket: Bucket, now: Duration) -> f64 {
-        let elapsed = now.saturating_sub(bucket.at).as_secs_f64();
-        let capacity = f64::from(self.per_minute);
-        (bucket.tokens + elapsed * capacity / 60.0).min(capacity)
+/// The rate `calls_per_minute` stands for: 0 is the default.
+fn effective(calls_per_minute: u32) -> u32 {
+    if calls_per_minute == 0 {
+        DEFAULT_CALLS_PER_MINUTE
+    } else {
+        calls_per_minute
     }
+}
+
+/// A bucket's tokens at `now` for `capacity` (a clock going backwards refills nothing).
+fn refilled(bucket: Bucket, now: Duration, capacity: f64) -> f64 {
+    let elapsed = now.saturating_sub(bucket.at).as_secs_f64();
+    (bucket.tokens + elapsed * capacity / 60.0).min(capacity)
 }
 
 #[cfg(test)]
@@ -134,6 +145,19 @@ mod tests {
             assert!(limiter.try_take(&A, secs(later)));
         }
         assert!(!limiter.try_take(&A, secs(later)));
+    }
+
+    #[test]
+    fn a_lowered_rate_applies_at_once_to_full_buckets() {
+        let limiter = RateLimiter::new(30);
+        assert!(limiter.try_take(&A, secs(0.0)));
+        assert_eq!(limiter.set_calls_per_minute(2), 30);
+        // A held 29 tokens; the new capacity caps it at 2.
+        assert!(limiter.try_take(&A, secs(0.0)));
+        assert!(limiter.try_take(&A, secs(0.0)));
+        assert!(!limiter.try_take(&A, secs(0.0)));
+        assert_eq!(limiter.set_calls_per_minute(0), 2);
+        assert_eq!(limiter.calls_per_minute(), DEFAULT_CALLS_PER_MINUTE);
     }
 
     #[test]

@@ -240,6 +240,13 @@ fn run(ops: &[Op]) {
             .map(|r| r.id)
             .collect();
         assert_eq!(pending, model_pending, "never pruned while unresolved");
+        // What `brmcp bridge status` shows as pending.
+        let pending_count = u64::try_from(model_pending.len()).unwrap();
+        assert_eq!(
+            spend.pending().unwrap(),
+            (pending_count, model.pending()),
+            "pending totals after {op:?}"
+        );
         let outcomes: Vec<u64> = entries.iter().filter_map(|e| e.outcome).collect();
         let distinct: HashSet<u64> = outcomes.iter().copied().collect();
         assert_eq!(

@@ -9,6 +9,7 @@ mod doctor;
 mod fake;
 mod files;
 mod operator;
+mod ops_status;
 mod processes;
 mod upstream;
 mod wire;

@@ -104,7 +104,12 @@ async fn wait_until_up(alice_dir: &Path, count: usize) -> String {
         let mut all = vec!["serve", "--datadir", alice_dir.to_str().expect("utf-8")];
         all.push("status");
         let out = brmcp(&all).output().expect("brmcp serve status");
-        last = String::from_utf8_lossy(&out.stdout).into_owned();
+        // The upstreams' lines of the status: `name (command|url): state`.
+        last = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(" (command): ") || l.contains(" (url): "))
+            .collect::<Vec<_>>()
+            .join("\n");
         if out.status.success()
             && last.lines().count() == count
             && last.lines().all(|l| l.contains(": up"))

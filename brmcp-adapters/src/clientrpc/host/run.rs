@@ -15,6 +15,9 @@ pub(super) async fn supervise(
     let mut shutdown = inner.shutdown.subscribe();
     let mut delay = config.backoff_initial;
     let mut number = 0u64;
+    // When the last connection was lost: the reconnect's log line says how long it
+    // was down.
+    let mut lost_at: Option<std::time::Instant> = None;
     loop {
         if *shutdown.borrow_and_update() {
             break;
@@ -41,7 +44,17 @@ pub(super) async fn supervise(
                     ));
                 }
                 inner.current.send_replace(Some(conn.clone()));
-                tracing::info!(url = %config.url, conn = conn.number(), "clientrpc connected");
+                match lost_at.take() {
+                    Some(lost) => tracing::info!(
+                        url = %config.url,
+                        conn = conn.number(),
+                        down_ms = lost.elapsed().as_millis(),
+                        "clientrpc reconnected"
+                    ),
+                    None => {
+                        tracing::info!(url = %config.url, conn = conn.number(), "clientrpc connected");
+                    }
+                }
                 if let Some(first) = first.take() {
                     let _ = first.send(Ok(()));
                 }
@@ -64,6 +77,7 @@ pub(super) async fn supervise(
                     tracing::info!(url = %config.url, "clientrpc connection closed");
                 } else {
                     tracing::warn!(url = %config.url, %why, "clientrpc connection lost");
+                    lost_at = Some(std::time::Instant::now());
                 }
                 lock(&inner.status).last_error = Some(format!("connection lost: {why}"));
             }

@@ -1,0 +1,65 @@
+//! The ledger's totals, as `brmcp serve status` shows them: what callers hold, and
+//! what the journal recorded over a recent window.
+
+use brmcp_adapters::wire::UnixTime;
+use rusqlite::params;
+
+use super::{Ledger, LedgerError};
+
+/// The window "recent" totals cover: 24 hours, the span of the bridge's daily cap.
+pub const TOTALS_WINDOW_SECS: i64 = 24 * 60 * 60;
+
+/// What the ledger holds and recorded in the last [`TOTALS_WINDOW_SECS`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct LedgerTotals {
+    /// Callers with a balance row.
+    pub callers: u64,
+    /// The sum of every balance, in milliatoms.
+    pub balances_matoms: u64,
+    /// Paid (or keyed) calls started in the window.
+    pub calls_24h: u64,
+    /// Atoms charged for calls of the window that completed.
+    pub earned_atoms_24h: u64,
+    /// Calls refunded in the window (by a failed handler, a restart or the operator).
+    pub refunds_24h: u64,
+    /// Calls charged and still running (or left by a dead process).
+    pub pending: u64,
+}
+
+impl Ledger {
+    /// The totals at `now` (journal rows pruned by retention are not counted; they are
+    /// far older than the window).
+    ///
+    /// # Errors
+    ///
+    /// A SQLite failure.
+    pub fn totals(&self, now: UnixTime) -> Result<LedgerTotals, LedgerError> {
+        let since = now.secs().saturating_sub(TOTALS_WINDOW_SECS);
+        let conn = self.conn();
+        let (callers, balances): (i64, i64) = conn.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(matoms), 0) FROM balances",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let (calls, earned, refunds, pending): (i64, i64, i64, i64) = conn.query_row(
+            "SELECT \
+               COUNT(*) FILTER (WHERE started_at >= ?1), \
+               COALESCE(SUM(price_atoms) FILTER (WHERE started_at >= ?1 AND state = 'completed'), 0), \
+               COUNT(*) FILTER (WHERE state = 'refunded' AND finished_at >= ?1), \
+               COUNT(*) FILTER (WHERE state = 'pending') \
+             FROM calls",
+            params![since],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(LedgerTotals {
+            callers: n(callers),
+            balances_matoms: n(balances),
+            calls_24h: n(calls),
+            earned_atoms_24h: n(earned),
+            refunds_24h: n(refunds),
+            pending: n(pending),
+        })
+    }
+}
