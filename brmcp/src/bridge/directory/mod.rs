@@ -318,6 +318,10 @@ impl ServerHandler for DirectoryServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if !self.bridge.settings().is_directory(&self.link.bot) {
+            let gone = format!("directory {} is no longer in the settings", self.link.bot);
+            return Ok(CallToolResponse::Complete(failed(gone)));
+        }
         let result = match request.name.as_ref() {
             DIRECTORY_SEARCH => self.search(args(&request)?, &context).await,
             DIRECTORY_GET_PROVIDER => {

@@ -5,6 +5,7 @@
 
 mod add;
 mod hostile;
+mod reload;
 mod search;
 
 use std::sync::atomic::{AtomicU64, Ordering};
