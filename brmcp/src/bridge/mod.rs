@@ -67,7 +67,7 @@ use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
-    ListedBot, serve_directory_stdio,
+    ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
 };
 pub use http::{
     HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,

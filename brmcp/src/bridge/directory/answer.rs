@@ -15,7 +15,7 @@ use crate::directory::SEARCH_HIT_CAP;
 /// Most bytes of a directory's answer the bridge reads: 256 KiB. A full search (50
 /// hits) or a provider's catalog with its input schemas fits many times over; more
 /// is a directory trying to flood the agent's context.
-pub(crate) const MAX_ANSWER_BYTES: usize = 256 * 1024;
+pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
 
 /// Why a directory's answer was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

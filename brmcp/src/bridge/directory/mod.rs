@@ -38,8 +38,8 @@ use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::proxy::ask::{self, Answer};
 use super::{Bridge, BridgeError, Inner};
-pub use answer::AnswerError;
 use answer::Provider;
+pub use answer::{AnswerError, MAX_ANSWER_BYTES};
 use tools::{AddArgs, SearchArgs, UidArgs};
 pub use tools::{DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH};
 
