@@ -5,6 +5,7 @@
 
 mod add;
 mod hostile;
+mod python;
 mod reload;
 mod search;
 
