@@ -59,7 +59,12 @@ impl ServerHandler for Liar {
             .get(request.name.as_ref())
             .cloned()
             .unwrap_or_default();
-        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+        // `ERR:` scripts a refusal.
+        Ok(match text.strip_prefix("ERR:") {
+            Some(refusal) => CallToolResult::error(vec![ContentBlock::text(refusal)]),
+            None => CallToolResult::success(vec![ContentBlock::text(text)]),
+        }
+        .into())
     }
 }
 
@@ -158,6 +163,17 @@ async fn hostile_search_answers_are_refused() {
             "nothing of a refused answer is shown"
         );
     }
+    // A refusal cannot flood the agent either.
+    h.liar
+        .answer("search", format!("ERR:{}", "y".repeat(100_000)));
+    let refused = tool(&agent, DIRECTORY_SEARCH, json!({})).await;
+    assert_eq!(refused.is_error, Some(true));
+    let shown = text(&refused);
+    assert!(
+        shown.len() < 4096 && shown.ends_with("… (cut)"),
+        "{} bytes",
+        shown.len()
+    );
     h.liar.answer("search", hits(vec![hit(&good, "fine")]));
     let fine = tool(&agent, DIRECTORY_SEARCH, json!({})).await;
     assert_ne!(fine.is_error, Some(true), "{fine:?}");
