@@ -48,6 +48,7 @@ mod link;
 mod policy;
 mod proxy;
 pub(crate) mod quote;
+mod session_store;
 mod settings;
 mod spend;
 mod stdio;
@@ -473,6 +474,7 @@ impl Inner {
                         self.config.name.clone(),
                         self.config.connect_timeout,
                         self.config.retry_after,
+                        session_store::SessionStore::new(&self.config.data_dir),
                     )
                 })
                 .clone(),

@@ -18,6 +18,7 @@ mod interop_python;
 mod listener_lifecycle;
 mod reload;
 mod restart_storm;
+mod session_resume;
 mod settings;
 mod spend_log_prop;
 mod spend_outcomes;
