@@ -25,3 +25,4 @@ mod spend_outcomes;
 mod spending_caps;
 mod tip_attribution;
 mod transport_retry;
+mod ts_elicit;
