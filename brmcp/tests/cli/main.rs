@@ -10,5 +10,6 @@ mod fake;
 mod files;
 mod operator;
 mod processes;
+mod readme;
 mod upstream;
 mod wire;
