@@ -126,7 +126,7 @@ mod tests {
         Saved {
             sid: sid.into(),
             epoch,
-            server: ServerConfig::new(ServerCapabilities::default()),
+            server: ServerConfig::new(ServerCapabilities::default()).into(),
         }
     }
 
