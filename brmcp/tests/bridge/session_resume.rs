@@ -5,18 +5,15 @@
 //! sid, and every call succeeds. An answer the previous run left on its way is never
 //! taken for one of this run's calls.
 
-#[path = "../../../brmcp-adapters/tests/sessions/common/go_router.rs"]
-mod go_router;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{BotState, PayMode, PayerState, TestBot, TestPayer, autopay, base_config};
 use crate::common::{call, connect, text};
+use crate::go_bot_sessions::go_router::{GoProbe, GoRouter};
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{PeerId, Router, RouterConfig};
 use brmcp::bridge::Bridge;
-use go_router::{GoProbe, GoRouter};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
