@@ -1,5 +1,6 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
+mod bridge_restarts;
 mod crash_streams;
 mod demo;
 mod directory;
