@@ -93,6 +93,11 @@ pub(crate) struct BotLink {
     store: SessionStore,
     /// The session a previous run left, until it is resumed or found lost.
     resumable: Mutex<Option<Saved>>,
+    /// The live session as saved, if it was resumed: its transport has no `initialize`
+    /// of its own to repeat, so once it fails the next connect initializes it again on
+    /// its sid (a Go bot then keeps no stray session), under the next epoch (requests
+    /// of the failed one may still be answered).
+    resumed: Mutex<Option<Saved>>,
     pub(crate) hub: Arc<Hub>,
     /// Cancelled when the bot is de-listed: its agent sessions end.
     pub(crate) closed: CancellationToken,
@@ -118,6 +123,7 @@ impl BotLink {
             connecting: tokio::sync::Mutex::new(None),
             store,
             resumable,
+            resumed: Mutex::new(None),
             hub: Arc::new(Hub::new()),
             closed: CancellationToken::new(),
         })
@@ -186,7 +192,14 @@ impl BotLink {
                 Err(Resume::Failed(e)) => return Err(e),
             }
         }
-        self.open(None).await
+        let again = lock(&self.resumed).take().and_then(|mut saved| {
+            saved.epoch += 1;
+            let sid = saved.session_id()?;
+            // Saved before anything is sent, as in `resume`.
+            let fits = saved.epoch < MAX_EPOCH && self.store.save(&self.bot, &saved).is_ok();
+            fits.then_some((sid, saved.epoch))
+        });
+        self.open(again).await
     }
 
     /// Opens a session with `initialize` and saves it for the next run: on a fresh
@@ -259,6 +272,10 @@ impl BotLink {
         match list_all_tools_checked(service.peer()).await {
             Ok(tools) => {
                 tracing::debug!(bot = %self.bot, %sid, "session resumed");
+                *lock(&self.resumed) = Some(Saved {
+                    server: info.clone(),
+                    ..saved
+                });
                 self.hub.set_tools(tools);
                 Ok(Arc::new(Conn { service, info }))
             }

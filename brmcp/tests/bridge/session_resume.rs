@@ -236,3 +236,55 @@ async fn a_go_bot_keeps_the_session_and_after_its_restart_it_is_initialized_agai
     assert_eq!(saved_sid(dir.path(), go.id()), sid, "the same sid");
     assert_eq!(GoProbe::get(&probe.calls), 3, "each call ran once");
 }
+
+async fn echo(agent: &crate::common::Agent, said: &str) {
+    let r = tokio::time::timeout(
+        Duration::from_secs(60),
+        agent.call_tool(call("echo", json!({ "text": said }))),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{said}: hung"))
+    .unwrap_or_else(|e| panic!("{said}: {e}"));
+    assert_eq!(text(&r), said);
+}
+
+/// A resumed session the Go bot loses in the middle of a run (it restarts): the call
+/// is retried on the session initialized again, on its sid, under the next epoch.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_session_lost_mid_run_is_initialized_again_on_its_sid() {
+    let go = GoRouter::new(uid(1), Duration::from_secs(600), 8);
+    let probe = go.probe();
+    let bridge_id = uid(2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let router = go.link(bridge_id, RouterConfig::client());
+    // The first run opens the session.
+    let bridge = start(router.clone(), bridge_id, go.id(), dir.path()).await;
+    let agent = connect(&bridge, go.id(), ()).await;
+    echo(&agent, "one").await;
+    let _ = agent.cancel().await;
+    bridge.close().await;
+    let sid = saved_sid(dir.path(), go.id());
+
+    // The second resumes it; then the Go bot restarts under it.
+    let bridge = start(router, bridge_id, go.id(), dir.path()).await;
+    let agent = connect(&bridge, go.id(), ()).await;
+    echo(&agent, "two").await;
+    go.restart();
+    echo(&agent, "three").await;
+    assert_eq!(GoProbe::get(&probe.refusals), 1, "refused once");
+    assert_eq!(go.sessions(), 1, "no stray session");
+    assert_eq!(saved_sid(dir.path(), go.id()), sid, "the same sid");
+    let saved: Value = serde_json::from_slice(
+        &std::fs::read(
+            dir.path()
+                .join("sessions")
+                .join(format!("{}.json", go.id())),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(saved["epoch"], json!(2), "the next epoch");
+    assert_eq!(GoProbe::get(&probe.calls), 3, "each call ran once");
+    let _ = agent.cancel().await;
+    bridge.close().await;
+}
