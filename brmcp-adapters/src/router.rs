@@ -206,6 +206,20 @@ impl Router {
     /// be drawn.
     pub fn dial(&self, peer: PeerId) -> Result<BrTransport<RoleClient>, AdapterError> {
         let sid = SessionId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?;
+        self.dial_on(peer, sid)
+    }
+
+    /// A client session to `peer` on a sid this host chose before, in an earlier run
+    /// (WIRE.md §8: the peer serves it if open, resumes it if it expired it, and
+    /// otherwise answers `-32010`). The caller does not dial one sid twice at once.
+    ///
+    /// # Errors
+    /// [`AdapterError::RouterClosed`] once the router has stopped.
+    pub fn dial_on(
+        &self,
+        peer: PeerId,
+        sid: SessionId,
+    ) -> Result<BrTransport<RoleClient>, AdapterError> {
         let id = self.inner.next_id.fetch_add(1, Relaxed);
         let shared = Arc::new(SessionShared::new(peer, sid, id, self.inner.epoch));
         let (inbox_tx, inbox_rx) = inbox(self.inner.inbox_capacity, self.inner.max_inbox_bytes);

@@ -27,9 +27,10 @@ use rmcp::model::{
     ResourceUpdatedNotificationParam, ServerJsonRpcMessage, ServerNotification, ServerPeerInfo,
     ServerRequest, ServerResult, Tool,
 };
+use rmcp::model::{ClientNotification, GetMeta, NumberOrString};
 use rmcp::service::{
     NotificationContext, OriginatingRequestId, Peer, PeerRequestOptions, RequestContext,
-    RoleClient, RoleServer, RunningService, RxJsonRpcMessage, TxJsonRpcMessage,
+    RoleClient, RoleServer, RunningService, RxJsonRpcMessage, TxJsonRpcMessage, serve_directly,
 };
 use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ServiceExt};
@@ -37,9 +38,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lock;
+use super::session_store::{EPOCH_SPAN, MAX_EPOCH, Saved, SessionStore};
 use crate::early_progress::EarlyProgress;
 use brmcp_adapters::protocol::ToolPrice;
 use brmcp_adapters::protocol::quote::Listed;
+use brmcp_adapters::wire::SessionId;
 
 /// Notifications kept per upstream progress token before its call is registered.
 const EARLY_PER_TOKEN: usize = 32;
@@ -87,6 +90,14 @@ pub(crate) struct BotLink {
     retry_after: Duration,
     current: RwLock<Option<Arc<Conn>>>,
     connecting: tokio::sync::Mutex<Option<(Instant, LinkError)>>,
+    store: SessionStore,
+    /// The session a previous run left, until it is resumed or found lost.
+    resumable: Mutex<Option<Saved>>,
+    /// The live session as saved, if it was resumed: its transport has no `initialize`
+    /// of its own to repeat, so once it fails the next connect initializes it again on
+    /// its sid (a Go bot then keeps no stray session), under the next epoch (requests
+    /// of the failed one may still be answered).
+    resumed: Mutex<Option<Saved>>,
     pub(crate) hub: Arc<Hub>,
     /// Cancelled when the bot is de-listed: its agent sessions end.
     pub(crate) closed: CancellationToken,
@@ -99,7 +110,9 @@ impl BotLink {
         client_name: String,
         connect_timeout: Duration,
         retry_after: Duration,
+        store: SessionStore,
     ) -> Arc<Self> {
+        let resumable = Mutex::new(store.load(&bot));
         Arc::new(Self {
             bot,
             router,
@@ -108,6 +121,9 @@ impl BotLink {
             retry_after,
             current: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(None),
+            store,
+            resumable,
+            resumed: Mutex::new(None),
             hub: Arc::new(Hub::new()),
             closed: CancellationToken::new(),
         })
@@ -157,21 +173,49 @@ impl BotLink {
         }
     }
 
+    /// The session a previous run saved, resumed, or else a new one.
     async fn connect(&self) -> Result<Arc<Conn>, LinkError> {
-        let transport = self
-            .router
-            .dial(self.bot)
-            .map_err(|e| LinkError::Failed(e.to_string()))?;
-        let tap = Tap {
-            inner: transport,
-            hub: self.hub.clone(),
+        let saved = lock(&self.resumable).clone();
+        if let Some(saved) = saved {
+            match self.resume(saved).await {
+                Ok(conn) => {
+                    *lock(&self.resumable) = None;
+                    return Ok(conn);
+                }
+                Err(Resume::Lost { why, again }) => {
+                    tracing::info!(bot = %self.bot, %why, "saved session lost at the bot; initializing it again");
+                    *lock(&self.resumable) = None;
+                    self.store.forget(&self.bot);
+                    return self.open(again).await;
+                }
+                // Not answered: the bot may be offline; the next attempt tries again.
+                Err(Resume::Failed(e)) => return Err(e),
+            }
+        }
+        let again = lock(&self.resumed).take().and_then(|mut saved| {
+            saved.epoch += 1;
+            let sid = saved.session_id()?;
+            // Saved before anything is sent, as in `resume`.
+            let fits = saved.epoch < MAX_EPOCH && self.store.save(&self.bot, &saved).is_ok();
+            fits.then_some((sid, saved.epoch))
+        });
+        self.open(again).await
+    }
+
+    /// Opens a session with `initialize` and saves it for the next run: on a fresh
+    /// sid, or `on` a saved one the bot lost (as WIRE.md §8 *Recovering* does, so a Go
+    /// bot, which opened a session for the refused request, keeps no stray one), under
+    /// that run's epoch.
+    async fn open(&self, on: Option<(SessionId, u64)>) -> Result<Arc<Conn>, LinkError> {
+        let (transport, epoch) = match on {
+            Some((sid, epoch)) => (self.router.dial_on(self.bot, sid), epoch),
+            None => (self.router.dial(self.bot), 0),
         };
-        let handler = LinkHandler {
-            hub: self.hub.clone(),
-            info: client_config(&self.client_name),
-        };
-        let service = handler
-            .serve(tap)
+        let transport = transport.map_err(|e| LinkError::Failed(e.to_string()))?;
+        let sid = transport.sid().as_str().to_owned();
+        let service = self
+            .handler()
+            .serve(self.tap(transport, epoch_base(epoch)))
             .await
             .map_err(|e| LinkError::Failed(format!("connect to bot: {e}")))?;
         let info = service
@@ -183,7 +227,85 @@ impl BotLink {
             .await
             .map_err(|e| LinkError::Failed(format!("list tools: {e}")))?;
         self.hub.set_tools(tools);
+        let saved = Saved {
+            sid,
+            epoch,
+            server: info.clone(),
+        };
+        if let Err(e) = self.store.save(&self.bot, &saved) {
+            tracing::warn!(bot = %self.bot, error = %e, "session not saved; the next run opens a new one");
+        }
         Ok(Arc::new(Conn { service, info }))
+    }
+
+    /// Goes on with a session a previous run opened: no handshake (the bot has it, or
+    /// its record), under the next epoch's ids. Its tool listing is the test: a bot
+    /// that lost the session says so.
+    async fn resume(&self, mut saved: Saved) -> Result<Arc<Conn>, Resume> {
+        let failed = |e: String| Resume::Failed(LinkError::Failed(e));
+        let sid = saved.session_id().ok_or_else(|| Resume::Lost {
+            why: "bad saved sid".into(),
+            again: None,
+        })?;
+        saved.epoch += 1;
+        if saved.epoch >= MAX_EPOCH {
+            return Err(Resume::Lost {
+                why: "every epoch used".into(),
+                again: None,
+            });
+        }
+        // Saved before anything is sent: a run that dies now leaves its epoch used.
+        self.store
+            .save(&self.bot, &saved)
+            .map_err(|e| failed(format!("save session: {e}")))?;
+        *lock(&self.resumable) = Some(saved.clone());
+        let transport = self
+            .router
+            .dial_on(self.bot, sid)
+            .map_err(|e| failed(e.to_string()))?;
+        let info = saved.server;
+        let service = serve_directly(
+            self.handler(),
+            self.tap(transport, epoch_base(saved.epoch)),
+            Some(info.clone()),
+        );
+        match list_all_tools_checked(service.peer()).await {
+            Ok(tools) => {
+                tracing::debug!(bot = %self.bot, %sid, "session resumed");
+                *lock(&self.resumed) = Some(Saved {
+                    server: info.clone(),
+                    ..saved
+                });
+                self.hub.set_tools(tools);
+                Ok(Arc::new(Conn { service, info }))
+            }
+            Err(Listing::Lost(why)) => {
+                let _ = service.cancel().await;
+                Err(Resume::Lost {
+                    why,
+                    again: Some((sid, saved.epoch)),
+                })
+            }
+            Err(Listing::Failed(why)) => {
+                let _ = service.cancel().await;
+                Err(failed(format!("list tools: {why}")))
+            }
+        }
+    }
+
+    fn handler(&self) -> LinkHandler {
+        LinkHandler {
+            hub: self.hub.clone(),
+            info: client_config(&self.client_name),
+        }
+    }
+
+    fn tap(&self, inner: BrTransport<RoleClient>, base: i64) -> Tap {
+        Tap {
+            inner,
+            hub: self.hub.clone(),
+            base,
+        }
     }
 
     /// The tool named `tool` as last listed, with its price.
@@ -240,7 +362,38 @@ fn client_config(name: &str) -> ClientConfig {
     )
 }
 
+/// The first request id of `epoch`'s range on the wire.
+fn epoch_base(epoch: u64) -> i64 {
+    i64::try_from(epoch.min(MAX_EPOCH)).unwrap_or(0) * EPOCH_SPAN
+}
+
+/// Why a saved session was not resumed.
+enum Resume {
+    /// The bot does not have it (any more): initialize it `again` on the same sid and
+    /// epoch, or (`None`) open a new one.
+    Lost {
+        why: String,
+        again: Option<(SessionId, u64)>,
+    },
+    /// No usable answer: try again later.
+    Failed(LinkError),
+}
+
+/// Why a tool listing failed.
+enum Listing {
+    /// The bot lost the session (WIRE.md §8, whatever its implementation).
+    Lost(String),
+    /// Anything else.
+    Failed(String),
+}
+
 async fn list_all_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, String> {
+    list_all_tools_checked(peer).await.map_err(|e| match e {
+        Listing::Lost(why) | Listing::Failed(why) => why,
+    })
+}
+
+async fn list_all_tools_checked(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, Listing> {
     let mut tools = Vec::new();
     let mut cursor = None;
     for _ in 0..MAX_TOOL_PAGES {
@@ -258,8 +411,11 @@ async fn list_all_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, String> {
                     None => return Ok(tools),
                 }
             }
-            Ok(other) => return Err(format!("unexpected answer {other:?}")),
-            Err(e) => return Err(e.to_string()),
+            Ok(other) => return Err(Listing::Failed(format!("unexpected answer {other:?}"))),
+            Err(rmcp::ServiceError::McpError(e)) if brmcp_adapters::is_session_lost(&e) => {
+                return Err(Listing::Lost(e.message.to_string()));
+            }
+            Err(e) => return Err(Listing::Failed(e.to_string())),
         }
     }
     Ok(tools)
@@ -588,9 +744,74 @@ impl Drop for Tracked {
 }
 
 /// The transport to the bot with progress taken off in arrival order.
+///
+/// On a resumed session it also moves this run's request ids and progress tokens into
+/// its epoch's range (`base`, see `session_store`), and drops answers and progress
+/// outside it: they are a previous run's.
 struct Tap {
     inner: BrTransport<RoleClient>,
     hub: Arc<Hub>,
+    /// `epoch · 2^32`; 0 on a session this run opened.
+    base: i64,
+}
+
+impl Tap {
+    /// A local number to the wire's.
+    fn out(&self, n: &mut NumberOrString) {
+        if let NumberOrString::Number(n) = n {
+            *n = n.saturating_add(self.base);
+        }
+    }
+
+    /// A wire number back to the local one; `false` if it is not this run's.
+    fn back(&self, n: &mut NumberOrString) -> bool {
+        match n {
+            NumberOrString::Number(v) if (self.base..self.base + EPOCH_SPAN).contains(v) => {
+                *v -= self.base;
+                true
+            }
+            NumberOrString::Number(_) => false,
+            // rmcp draws numbers only: a string is not one of our ids.
+            NumberOrString::String(_) => self.base == 0,
+        }
+    }
+
+    fn shift_out(&self, item: &mut TxJsonRpcMessage<RoleClient>) {
+        match item {
+            JsonRpcMessage::Request(r) => {
+                self.out(&mut r.id);
+                let meta = r.request.get_meta_mut();
+                if let Some(mut token) = meta.get_progress_token() {
+                    self.out(&mut token.0);
+                    meta.set_progress_token(token);
+                }
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &mut n.notification
+                    && let Some(id) = &mut c.params.request_id
+                {
+                    self.out(id);
+                }
+            }
+            // Answers to the bot's requests carry the bot's ids.
+            _ => {}
+        }
+    }
+
+    /// `false` for a message of a previous run on this session.
+    fn shift_back(&self, message: &mut ServerJsonRpcMessage) -> bool {
+        match message {
+            JsonRpcMessage::Response(r) => self.back(&mut r.id),
+            JsonRpcMessage::Error(e) => e.id.as_mut().is_none_or(|id| self.back(id)),
+            JsonRpcMessage::Notification(n) => match &mut n.notification {
+                ServerNotification::ProgressNotification(p) => {
+                    self.back(&mut p.params.progress_token.0)
+                }
+                _ => true,
+            },
+            _ => true,
+        }
+    }
 }
 
 impl Transport<RoleClient> for Tap {
@@ -598,15 +819,22 @@ impl Transport<RoleClient> for Tap {
 
     fn send(
         &mut self,
-        item: TxJsonRpcMessage<RoleClient>,
+        mut item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if self.base != 0 {
+            self.shift_out(&mut item);
+        }
         Transport::<RoleClient>::send(&mut self.inner, item)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            let message: ServerJsonRpcMessage =
+            let mut message: ServerJsonRpcMessage =
                 Transport::<RoleClient>::receive(&mut self.inner).await?;
+            if self.base != 0 && !self.shift_back(&mut message) {
+                tracing::debug!("a previous run's message on a resumed session dropped");
+                continue;
+            }
             if let JsonRpcMessage::Notification(n) = &message
                 && let ServerNotification::ProgressNotification(p) = &n.notification
             {

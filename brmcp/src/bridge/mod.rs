@@ -51,6 +51,7 @@ mod http;
 mod link;
 mod policy;
 mod proxy;
+mod session_store;
 mod settings;
 mod spend;
 mod stdio;
@@ -521,6 +522,7 @@ impl Inner {
                     self.config.name.clone(),
                     self.config.connect_timeout,
                     self.config.retry_after,
+                    session_store::SessionStore::new(&self.config.data_dir),
                 )
             })
             .clone()

@@ -5,7 +5,7 @@
 //! frees up.
 
 #[path = "../../../brmcp-adapters/tests/sessions/common/go_router.rs"]
-mod go_router;
+pub(crate) mod go_router;
 
 use std::time::Duration;
 

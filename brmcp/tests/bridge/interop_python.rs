@@ -68,7 +68,7 @@ async fn run(args: &[String]) -> Vec<Value> {
     steps
 }
 
-fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
+pub(crate) fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
     steps
         .iter()
         .find(|s| s["step"] == name)
@@ -259,6 +259,21 @@ async fn python_over_stdio_legacy() {
 /// interval; with `approvals`, the approvals command approves first, a second after the
 /// payment is held. Returns the call's step and the environment.
 async fn elicited(answer: &str, approvals: bool) -> (Value, HarnessEnv) {
+    let answer = answer.to_owned();
+    elicited_by(approvals, |url, token| async move {
+        run(&["elicit".into(), url, token, answer]).await
+    })
+    .await
+}
+
+/// [`elicited`] with another client: `client(url, token)` runs it and returns its
+/// steps, among them a `fortune` step with the call's `texts`, `is_error`, what it was
+/// `asked` and the progress it has `seen`.
+pub(crate) async fn elicited_by<F, Fut>(approvals: bool, client: F) -> (Value, HarnessEnv)
+where
+    F: FnOnce(String, String) -> Fut,
+    Fut: Future<Output = Vec<Value>>,
+{
     let token = "py-el1cit-py-el1cit-py-el1cit-py-el1cit";
     let env = harness_env(|bot| {
         let mut s = autopay(bot);
@@ -284,7 +299,7 @@ async fn elicited(answer: &str, approvals: bool) -> (Value, HarnessEnv) {
             assert!(bridge.resolve_payment(&id, true), "not held");
         })
     });
-    let steps = run(&["elicit".into(), url, token.into(), answer.into()]).await;
+    let steps = client(url, token.into()).await;
     if let Some(approver) = approver {
         approver.await.unwrap();
     }

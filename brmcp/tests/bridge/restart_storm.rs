@@ -1,6 +1,8 @@
 //! A bridge restarted over and over (each run leaves its session open on the bot: there
 //! is no close frame on the wire) is never locked out: every run's call succeeds, long
-//! before any idle expiry, and the bot's sessions for it stay bounded by its cap.
+//! before any idle expiry, and the bot's sessions for it stay bounded by its cap. Each
+//! run here has lost the session the last one saved (see `session_resume` for the runs
+//! that go on with it), so each opens a new one.
 
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +32,7 @@ async fn fifty_restarts_every_call_succeeds() {
     let dir = tempfile::tempdir().expect("tempdir");
 
     for run in 0..RESTARTS {
+        let _ = std::fs::remove_dir_all(dir.path().join("sessions"));
         let router = fabric.router(bridge_id, RouterConfig::client());
         let payer = Arc::new(PayerState {
             bot: bot.clone(),

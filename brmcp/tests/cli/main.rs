@@ -1,5 +1,6 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
+mod bridge_restarts;
 mod crash_streams;
 mod demo;
 mod directory;
@@ -11,5 +12,6 @@ mod files;
 mod operator;
 mod ops_status;
 mod processes;
+mod readme;
 mod upstream;
 mod wire;
