@@ -5,12 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use brmcp_adapters::PeerId;
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, TipOutcome};
+use brmcp_adapters::clientrpc::proto::KxCompleted;
+use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
 use clap::Args;
 
 use super::CliError;
 use super::serve::{connect, harness_streams, host_from, write_rpc_template};
-use crate::directory::{Directory, POLICY_FILE, PayError, PayFuture, Payer, Policy};
+use crate::directory::{
+    Directory, IntroduceFuture, Introducer, POLICY_FILE, PayError, PayFuture, Payer, Policy,
+};
 use crate::server::AutoReply;
 
 /// The clientrpc connection file of a directory's data directory (bisonbotkit format).
@@ -59,6 +62,35 @@ impl Payer for HostPayer {
     }
 }
 
+/// Key exchanges through a peer directory: clientrpc's `MediateKX`, the peer mediating
+/// toward the provider (it knows both sides).
+pub(super) struct HostIntroducer(pub(super) ClientRpcHost);
+
+impl Introducer for HostIntroducer {
+    fn introduce(&self, mediator: PeerId, target: PeerId) -> IntroduceFuture<'_> {
+        Box::pin(async move {
+            self.0
+                .mediate_kx(mediator, target)
+                .await
+                .map_err(|e| format!("mediate kx: {e}").into())
+        })
+    }
+}
+
+/// Adds the KX stream to `streams`: every completed exchange goes to
+/// [`Directory::notify_kx`] (a lead awaiting it gets its one invite) before it is
+/// acknowledged, so an exchange a crash interrupted is offered again at restart.
+pub(super) fn with_kx(streams: Streams, directory: &Directory) -> Streams {
+    let directory = directory.clone();
+    streams.kx(move |kx: KxCompleted| {
+        let directory = directory.clone();
+        async move {
+            directory.notify_kx(kx.uid).await;
+            Ok(())
+        }
+    })
+}
+
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
     std::fs::create_dir_all(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
@@ -86,10 +118,11 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         .data_dir(datadir)
         .policy(policy)
         .payer(HostPayer(host.clone()))
+        .introducer(HostIntroducer(host.clone()))
         .auto_reply(AutoReply::new(HELP))
         .build()?;
     directory.start(host.clone())?;
-    let streams = harness_streams(datadir, directory.harness())?;
+    let streams = with_kx(harness_streams(datadir, directory.harness())?, &directory);
     connect(&host, streams).await?;
     let me = host.public_identity().await?;
     if let Some(uid) = me.peer_id() {
