@@ -10,7 +10,8 @@
 //!    constant time; an empty configured token never authorizes; a raw token without
 //!    the scheme is refused: 401 with `WWW-Authenticate: Bearer` (waived only by
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
-//! 5. the path must name an allowed bot: 404;
+//! 5. the path must name an allowed bot, or be `/mcp/directory` (the first configured
+//!    directory's tools) or `/mcp/directory/<name or uid>`: 404;
 //! 6. the bot's session must be up, or come up within the connect timeout: 503 with
 //!    `Retry-After`;
 //! 7. a new MCP session must fit the bounds of [`HttpLimits`] (idle ones make room):
@@ -39,6 +40,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use super::directory::DirectoryServer;
 use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::{BridgeError, Inner, Settings, lock};
@@ -98,10 +100,25 @@ impl Default for HttpLimits {
     }
 }
 
-type Service = StreamableHttpService<ProxyServer, LocalSessionManager>;
+/// What an MCP endpoint serves: one bot, or the tools of one directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Endpoint {
+    /// `/mcp/<uid>`.
+    Bot(PeerId),
+    /// `/mcp/directory[/<name>]`, by the directory's uid.
+    Directory(PeerId),
+}
+
+/// The path prefix of the directory endpoints.
+pub(crate) const DIRECTORY_PATH: &str = "/mcp/directory";
+
+enum Handler {
+    Bot(StreamableHttpService<ProxyServer, LocalSessionManager>),
+    Directory(StreamableHttpService<DirectoryServer, LocalSessionManager>),
+}
 
 struct BotService {
-    service: Service,
+    service: Handler,
     sessions: Arc<LocalSessionManager>,
     ct: CancellationToken,
 }
@@ -125,7 +142,7 @@ pub(crate) struct HttpState {
     addr: Mutex<Option<SocketAddr>>,
     /// Cancelled to sever every stream of the current token; replaced after.
     generation: Mutex<CancellationToken>,
-    services: Mutex<HashMap<PeerId, Arc<BotService>>>,
+    services: Mutex<HashMap<Endpoint, Arc<BotService>>>,
     sessions: Sessions,
 }
 
@@ -146,8 +163,17 @@ impl HttpState {
 
     /// Ends every agent session of `bot`.
     pub(crate) async fn drop_bot(&self, bot: &PeerId) {
-        let service = lock(&self.services).remove(bot);
-        self.sessions.forget_bot(Some(bot));
+        self.drop_endpoint(Endpoint::Bot(*bot)).await;
+    }
+
+    /// Ends every agent session of the directory endpoint of `directory`.
+    pub(crate) async fn drop_directory(&self, directory: &PeerId) {
+        self.drop_endpoint(Endpoint::Directory(*directory)).await;
+    }
+
+    async fn drop_endpoint(&self, endpoint: Endpoint) {
+        let service = lock(&self.services).remove(&endpoint);
+        self.sessions.forget_bot(Some(&endpoint));
         if let Some(service) = service {
             close_service(&service).await;
         }
@@ -166,7 +192,7 @@ impl HttpState {
     }
 
     /// Closes sessions the registry let go of.
-    async fn close_sessions(&self, gone: Vec<(PeerId, String)>) {
+    async fn close_sessions(&self, gone: Vec<(Endpoint, String)>) {
         for (bot, id) in gone {
             let service = lock(&self.services).get(&bot).cloned();
             if let Some(service) = service {
@@ -175,10 +201,16 @@ impl HttpState {
         }
     }
 
-    fn service(&self, inner: &Arc<Inner>, link: &Arc<BotLink>) -> Service {
+    /// The endpoint's service, made on first use by `make` (given the session manager
+    /// and the rmcp config).
+    fn service(
+        &self,
+        endpoint: Endpoint,
+        make: impl FnOnce(Arc<LocalSessionManager>, StreamableHttpServerConfig) -> Handler,
+    ) -> Arc<BotService> {
         let mut services = lock(&self.services);
-        if let Some(s) = services.get(&link.bot) {
-            return s.service.clone();
+        if let Some(s) = services.get(&endpoint) {
+            return s.clone();
         }
         let ct = lock(&self.generation).child_token();
         let mut manager = LocalSessionManager::default();
@@ -190,27 +222,49 @@ impl HttpState {
         let config = StreamableHttpServerConfig::default()
             .disable_allowed_hosts()
             .with_cancellation_token(ct.clone());
-        let weak: Weak<Inner> = Arc::downgrade(inner);
-        let factory_link = link.clone();
-        let service = StreamableHttpService::new(
-            move || {
-                let inner = weak
-                    .upgrade()
-                    .ok_or_else(|| std::io::Error::other("bridge closed"))?;
-                Ok(ProxyServer::new(inner, factory_link.clone()))
-            },
-            sessions.clone(),
-            config,
-        );
-        services.insert(
-            link.bot,
-            Arc::new(BotService {
-                service: service.clone(),
-                sessions,
-                ct,
-            }),
-        );
+        let service = Arc::new(BotService {
+            service: make(sessions.clone(), config),
+            sessions,
+            ct,
+        });
+        services.insert(endpoint, service.clone());
         service
+    }
+
+    /// The service of `link`'s bot.
+    fn bot_service(&self, inner: &Arc<Inner>, link: &Arc<BotLink>) -> Arc<BotService> {
+        let weak: Weak<Inner> = Arc::downgrade(inner);
+        let link = link.clone();
+        self.service(Endpoint::Bot(link.bot), move |sessions, config| {
+            Handler::Bot(StreamableHttpService::new(
+                move || {
+                    let inner = weak
+                        .upgrade()
+                        .ok_or_else(|| std::io::Error::other("bridge closed"))?;
+                    Ok(ProxyServer::new(inner, link.clone()))
+                },
+                sessions,
+                config,
+            ))
+        })
+    }
+
+    /// The service of the directory tools of `link`'s directory.
+    fn directory_service(&self, inner: &Arc<Inner>, link: &Arc<BotLink>) -> Arc<BotService> {
+        let weak: Weak<Inner> = Arc::downgrade(inner);
+        let link = link.clone();
+        self.service(Endpoint::Directory(link.bot), move |sessions, config| {
+            Handler::Directory(StreamableHttpService::new(
+                move || {
+                    let inner = weak
+                        .upgrade()
+                        .ok_or_else(|| std::io::Error::other("bridge closed"))?;
+                    Ok(DirectoryServer::new(inner, link.clone()))
+                },
+                sessions,
+                config,
+            ))
+        })
     }
 }
 
@@ -379,13 +433,28 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
     if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
         return payments(&inner, request.method(), rest);
     }
-    let bot = request
-        .uri()
-        .path()
-        .strip_prefix("/mcp/")
-        .and_then(|uid| uid.parse::<PeerId>().ok());
-    let Some(link) = bot.and_then(|bot| inner.link(&bot)) else {
-        return plain(StatusCode::NOT_FOUND, "unknown bot");
+    let path = request.uri().path();
+    let directory = match path.strip_prefix(DIRECTORY_PATH) {
+        Some("" | "/") => Some(None),
+        Some(rest) => rest.strip_prefix('/').map(Some),
+        None => None,
+    };
+    let (link, endpoint) = if let Some(name) = directory {
+        let uid = settings.directory(name).and_then(|d| d.peer());
+        let Some(link) = uid.and_then(|uid| inner.directory_link(&uid)) else {
+            return plain(StatusCode::NOT_FOUND, "unknown directory");
+        };
+        let endpoint = Endpoint::Directory(link.bot);
+        (link, endpoint)
+    } else {
+        let bot = path
+            .strip_prefix("/mcp/")
+            .and_then(|uid| uid.parse::<PeerId>().ok());
+        let Some(link) = bot.and_then(|bot| inner.link(&bot)) else {
+            return plain(StatusCode::NOT_FOUND, "unknown bot");
+        };
+        let endpoint = Endpoint::Bot(link.bot);
+        (link, endpoint)
     };
     if let Err(e) = link.ensure().await {
         tracing::debug!(bot = %link.bot, error = %e, "503");
@@ -394,15 +463,18 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
             plain(StatusCode::SERVICE_UNAVAILABLE, "bot unavailable"),
         );
     }
-    let service = inner.http.service(&inner, &link);
-    session_request(&inner, &link.bot, &service, request).await
+    let service = match endpoint {
+        Endpoint::Bot(_) => inner.http.bot_service(&inner, &link),
+        Endpoint::Directory(_) => inner.http.directory_service(&inner, &link),
+    };
+    session_request(&inner, endpoint, &service, request).await
 }
 
 /// Hands `request` to the bot's service under the session bounds.
 async fn session_request(
     inner: &Arc<Inner>,
-    bot: &PeerId,
-    service: &Service,
+    endpoint: Endpoint,
+    service: &BotService,
     request: Request,
 ) -> Response {
     let http = &inner.http;
@@ -417,7 +489,7 @@ async fn session_request(
     let mut busy = None;
     let mut reservation = None;
     match &session {
-        Some(id) => busy = http.sessions.touch(bot, id),
+        Some(id) => busy = http.sessions.touch(&endpoint, id),
         None if method == axum::http::Method::POST => {
             match http.sessions.admit(token_key(request.headers()), limits) {
                 Ok((held, evicted)) => {
@@ -434,14 +506,17 @@ async fn session_request(
         }
         None => {}
     }
-    let response = service.handle(request).await.map(Body::new);
+    let response = match &service.service {
+        Handler::Bot(s) => s.handle(request).await.map(Body::new),
+        Handler::Directory(s) => s.handle(request).await.map(Body::new),
+    };
     if let Some(held) = reservation
         && let Some(id) = response
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
     {
-        busy = Some(http.sessions.register(held, *bot, id));
+        busy = Some(http.sessions.register(held, endpoint, id));
     }
     if method == axum::http::Method::DELETE {
         if let Some(id) = &session {

@@ -30,6 +30,9 @@
 //!   `payment_required` result; a refused quote's reason names the bot, the tool and
 //!   the numbers.
 //! - [`serve_stdio`] serves one bot over stdio for hosts that spawn MCP servers.
+//! - The directories of the settings are served as local tools (search, a provider,
+//!   introductions, "add this bot"): see [`serve_directory_stdio`] and
+//!   `/mcp/directory`.
 //!
 //! # Limits of the shared link
 //!
@@ -43,6 +46,7 @@
 //! polling although the bridge paid; the payments never exceed the caps and each buys
 //! exactly one run.
 
+mod directory;
 mod http;
 mod link;
 mod policy;
@@ -61,6 +65,10 @@ use std::time::Duration;
 
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
+pub use directory::{
+    AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
+    ListedBot, serve_directory_stdio,
+};
 pub use http::{
     HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
     SESSION_IDLE,
@@ -68,8 +76,8 @@ pub use http::{
 pub use link::LinkError;
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use settings::{
-    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, MAX_BOT_NAME_LEN, MIN_TOKEN_LEN, Mode,
-    NamedBot, SETTINGS_FILE, Settings, SettingsError,
+    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, DirectoryEntry, MAX_BOT_NAME_LEN,
+    MIN_TOKEN_LEN, Mode, NamedBot, SETTINGS_FILE, Settings, SettingsError,
 };
 pub use spend::{
     DAY_SECS, KEEP_SECS, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError, SpendLog,
@@ -214,6 +222,12 @@ pub enum BridgeError {
     /// The bot is not an allowed bot.
     #[error("bot {0} is not allowed")]
     NotAllowed(String),
+    /// No directory of the settings has this name or uid.
+    #[error("no directory {0:?} in the settings' directories")]
+    UnknownDirectory(String),
+    /// The directory refused, or answered what the bridge does not take.
+    #[error("directory: {0}")]
+    Directory(String),
     /// The bot could not be reached.
     #[error("bot unavailable: {0}")]
     Unavailable(#[from] LinkError),
@@ -329,17 +343,27 @@ impl Bridge {
             }
             std::mem::replace(&mut *current, settings.clone())
         };
-        let gone: Vec<Arc<BotLink>> = {
+        // A bot no longer allowed loses its sessions; its link stays while it is still
+        // a directory (whose own sessions end only when it is no longer one).
+        let (gone, unlisted): (Vec<Arc<BotLink>>, Vec<PeerId>) = {
             let mut links = lock(&self.inner.links);
-            let gone_ids: Vec<PeerId> = links
+            let unlisted: Vec<PeerId> = links
                 .keys()
                 .filter(|b| !settings.allows(b))
                 .copied()
                 .collect();
-            gone_ids.iter().filter_map(|b| links.remove(b)).collect()
+            let gone = unlisted
+                .iter()
+                .filter(|b| !settings.is_directory(b))
+                .filter_map(|b| links.remove(b))
+                .collect();
+            (gone, unlisted)
         };
+        for bot in &unlisted {
+            self.inner.http.drop_bot(bot).await;
+        }
         for link in gone {
-            self.inner.http.drop_bot(&link.bot).await;
+            self.inner.http.drop_directory(&link.bot).await;
             link.close();
         }
         http::reconcile(&self.inner, &old, &settings).await?;
@@ -459,23 +483,29 @@ impl Inner {
     /// The link of an allowed bot, made on first use.
     pub(crate) fn link(&self, bot: &PeerId) -> Option<Arc<BotLink>> {
         let allowed = lock(&self.settings).allows(bot);
-        if !allowed {
-            return None;
-        }
+        allowed.then(|| self.link_unchecked(bot))
+    }
+
+    /// The link of a configured directory, made on first use (shared with the bot's
+    /// own endpoint if the directory is an allowed bot too).
+    pub(crate) fn directory_link(&self, directory: &PeerId) -> Option<Arc<BotLink>> {
+        let listed = lock(&self.settings).is_directory(directory);
+        listed.then(|| self.link_unchecked(directory))
+    }
+
+    fn link_unchecked(&self, bot: &PeerId) -> Arc<BotLink> {
         let mut links = lock(&self.links);
-        Some(
-            links
-                .entry(*bot)
-                .or_insert_with(|| {
-                    BotLink::new(
-                        *bot,
-                        self.router.clone(),
-                        self.config.name.clone(),
-                        self.config.connect_timeout,
-                        self.config.retry_after,
-                    )
-                })
-                .clone(),
-        )
+        links
+            .entry(*bot)
+            .or_insert_with(|| {
+                BotLink::new(
+                    *bot,
+                    self.router.clone(),
+                    self.config.name.clone(),
+                    self.config.connect_timeout,
+                    self.config.retry_after,
+                )
+            })
+            .clone()
     }
 }

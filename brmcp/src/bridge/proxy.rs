@@ -3,7 +3,7 @@
 
 #![allow(deprecated)] // sampling, roots, logging and resources/subscribe are SEP-2577-deprecated
 
-mod ask;
+pub(crate) mod ask;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -224,7 +224,9 @@ impl ProxyServer {
         }
     }
 
-    async fn call(
+    /// One agent `tools/call` of the bot, paid under the user's policy (also the path
+    /// of the directory tools' calls to their directory).
+    pub(crate) async fn call(
         &self,
         params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,

@@ -10,6 +10,10 @@
 //!
 //! The caps default to 0, which means "never pay": a new bridge pays nothing until
 //! the user sets `per_call_cap_atoms` and `per_day_cap_atoms`.
+//!
+//! `directories` (a key the Go bridge does not have, left out of the file while empty)
+//! lists the directory bots the user trusts to find providers: `{"uid": ..., "name":
+//! ...}` objects, the name optional; the first is the default one.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -79,6 +83,41 @@ pub struct Settings {
     /// Names the user gave bots: name to uid. Every named bot is allowed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub bot_names: BTreeMap<String, String>,
+    /// Directory bots the user trusts to find providers; the first is the default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub directories: Vec<DirectoryEntry>,
+}
+
+/// A directory bot of [`Settings::directories`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct DirectoryEntry {
+    /// The directory's 64-hex uid (lowercase once normalized).
+    pub uid: String,
+    /// The user's name for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl DirectoryEntry {
+    /// The directory `uid`, named `name`.
+    pub fn new(uid: PeerId, name: Option<String>) -> Self {
+        Self {
+            uid: uid.to_string(),
+            name,
+        }
+    }
+
+    /// The uid (checked by [`Settings::normalized`]).
+    pub fn peer(&self) -> Option<PeerId> {
+        self.uid.parse().ok()
+    }
+
+    /// The name, or the uid when it has none.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.uid)
+    }
 }
 
 impl Default for Settings {
@@ -93,6 +132,7 @@ impl Default for Settings {
             approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
             tip_wait_secs: DEFAULT_TIP_WAIT_SECS,
             bot_names: BTreeMap::new(),
+            directories: Vec::new(),
         }
     }
 }
@@ -111,6 +151,7 @@ fn check_value(key: &str, value: &serde_json::Value) -> Result<(), String> {
         }
         "allowed_bots" => Vec::<String>::deserialize(value).map(drop),
         "bot_names" => BTreeMap::<String, String>::deserialize(value).map(drop),
+        "directories" => Vec::<DirectoryEntry>::deserialize(value).map(drop),
         _ => return Err("unknown key".into()),
     };
     checked.map_err(|e| e.to_string())
@@ -121,6 +162,7 @@ fn key_of(e: &SettingsError) -> &'static str {
     match e {
         SettingsError::InvalidBot(_) => "allowed_bots",
         SettingsError::TokenTooShort => "token",
+        SettingsError::Directory(_) => "directories",
         _ => "bot_names",
     }
 }
@@ -187,6 +229,11 @@ pub enum SettingsError {
         /// Why.
         reason: String,
     },
+    /// A directory entry has a bad uid or name, or repeats another's.
+    #[error(
+        "directory {0:?}: not a 64-hex uid with a unique name of 1 to 64 letters, digits, '.', '_' or '-'"
+    )]
+    Directory(String),
     /// Reading or writing the file failed.
     #[error("settings file {}: {source}", .path.display())]
     Io {
@@ -235,7 +282,47 @@ impl Settings {
             names.insert(name.clone(), uid);
         }
         self.bot_names = names;
+        let mut directories: Vec<DirectoryEntry> = Vec::with_capacity(self.directories.len());
+        for entry in &self.directories {
+            let refused = || SettingsError::Directory(entry.label().to_owned());
+            let uid = entry
+                .uid
+                .parse::<PeerId>()
+                .map_err(|_| refused())?
+                .to_string();
+            if let Some(name) = &entry.name {
+                check_name(name).map_err(|_| refused())?;
+            }
+            let repeated = directories
+                .iter()
+                .any(|d| d.uid == uid || (d.name.is_some() && d.name == entry.name));
+            if repeated {
+                return Err(refused());
+            }
+            directories.push(DirectoryEntry {
+                uid,
+                name: entry.name.clone(),
+            });
+        }
+        self.directories = directories;
         Ok(self)
+    }
+
+    /// The directory `name_or_uid` designates, or the first one for `None`.
+    pub fn directory(&self, name_or_uid: Option<&str>) -> Option<&DirectoryEntry> {
+        let Some(wanted) = name_or_uid else {
+            return self.directories.first();
+        };
+        let uid = wanted.parse::<PeerId>().ok().map(|u| u.to_string());
+        self.directories
+            .iter()
+            .find(|d| d.name.as_deref() == Some(wanted) || uid.as_ref() == Some(&d.uid))
+    }
+
+    /// Whether `uid` is one of the directories.
+    pub fn is_directory(&self, uid: &PeerId) -> bool {
+        let uid = uid.to_string();
+        self.directories.iter().any(|d| d.uid == uid)
     }
 
     /// Whether `bot` is allowed.

@@ -18,8 +18,9 @@ use tokio::sync::{Notify, broadcast};
 use super::CliError;
 use super::table::{Table, print_json, rfc3339};
 use crate::bridge::{
-    Bridge, Config, DEFAULT_LISTEN, Mode, Payer, PaymentFailed, PaymentUnconfirmed, Resolution,
-    SETTINGS_FILE, Settings, SpendEntry, SpendLog, SpendStatus, TipOutcomeEvent, serve_stdio,
+    Bridge, Config, DEFAULT_LISTEN, ListedBot, Mode, Payer, PaymentFailed, PaymentUnconfirmed,
+    Resolution, SETTINGS_FILE, Settings, SpendEntry, SpendLog, SpendStatus, TipOutcomeEvent,
+    serve_directory_stdio, serve_stdio,
 };
 use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{Clock, MATOMS_PER_ATOM, SystemClock};
@@ -51,11 +52,21 @@ pub(super) struct BridgeArgs {
 
 #[derive(Debug, Subcommand)]
 enum BridgeAction {
-    /// Serve one bot over stdio, for agent hosts that spawn MCP servers.
+    /// Serve one bot, or a directory's tools, over stdio, for agent hosts that spawn
+    /// MCP servers.
     Stdio {
         /// The bot: a name from `bots list`, or its 64-hex user id.
-        #[arg(long)]
-        bot: String,
+        #[arg(
+            long,
+            required_unless_present = "directory",
+            conflicts_with = "directory"
+        )]
+        bot: Option<String>,
+        /// Serve the directory tools (search, get a provider, introduce, add a bot) of
+        /// this directory of mcpclient.json's `directories` (name or uid; without a
+        /// value, the first).
+        #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "")]
+        directory: Option<String>,
     },
     /// Name, allow and forget bots.
     #[command(subcommand)]
@@ -119,12 +130,30 @@ enum ApprovalsAction {
 
 #[derive(Debug, Subcommand)]
 enum BotsAction {
-    /// Allow a bot under a name.
+    /// Allow a bot under a name; with --from-directory, a provider a directory lists,
+    /// after looking it up there.
     Add {
-        /// The name (letters, digits, `.`, `_`, `-`).
-        name: String,
+        /// The name (letters, digits, `.`, `_`, `-`); with --from-directory, optional
+        /// (also --name).
+        #[arg(required_unless_present = "from_directory")]
+        name: Option<String>,
         /// The bot's 64-hex user id.
-        uid: PeerId,
+        #[arg(
+            required_unless_present = "from_directory",
+            conflicts_with = "from_directory"
+        )]
+        uid: Option<PeerId>,
+        /// Look this provider uid up in a directory (it must be listed there), show its
+        /// tools and prices, then add it. Needs the Bison Relay client, as the bridge.
+        #[arg(long, value_name = "UID")]
+        from_directory: Option<PeerId>,
+        /// The directory to look in (a name or uid of mcpclient.json's `directories`;
+        /// default: the first).
+        #[arg(long, value_name = "NAME", requires = "from_directory")]
+        directory: Option<String>,
+        /// The name to give the bot added --from-directory.
+        #[arg(long = "name", value_name = "NAME", requires = "from_directory")]
+        bot_name: Option<String>,
     },
     /// Forget a bot, by name or user id.
     Remove {
@@ -148,14 +177,40 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
     let settings_path = args.datadir.join(SETTINGS_FILE);
     match args.action {
         None => super::runtime()?.block_on(run_http(args)),
-        Some(BridgeAction::Stdio { ref bot }) => {
-            let bot = bot.clone();
-            super::runtime()?.block_on(run_stdio(args, bot))
+        Some(BridgeAction::Stdio {
+            ref bot,
+            ref directory,
+        }) => {
+            let served = match (bot, directory) {
+                (Some(bot), _) => Served::Bot(bot.clone()),
+                (None, directory) => Served::Directory(directory.clone().filter(|d| !d.is_empty())),
+            };
+            super::runtime()?.block_on(run_stdio(args, served))
+        }
+        Some(BridgeAction::Bots(BotsAction::Add {
+            ref name,
+            from_directory: Some(uid),
+            ref directory,
+            ref bot_name,
+            ..
+        })) => {
+            let bot_name = bot_name.clone().or_else(|| name.clone());
+            let directory = directory.clone();
+            super::runtime()?.block_on(add_from_directory(args, uid, directory, bot_name))
         }
         Some(BridgeAction::Bots(action)) => {
             let settings = load(&settings_path)?;
             let settings = match action {
-                BotsAction::Add { name, uid } => settings.with_bot(&name, uid)?,
+                BotsAction::Add {
+                    name: Some(name),
+                    uid: Some(uid),
+                    ..
+                } => settings.with_bot(&name, uid)?,
+                BotsAction::Add { .. } => {
+                    return Err(CliError(
+                        "bots add needs NAME and UID, or --from-directory UID".into(),
+                    ));
+                }
                 BotsAction::Remove { bot } => settings.without_bot(&bot)?,
                 BotsAction::List => {
                     for bot in settings.bots() {
@@ -670,7 +725,53 @@ async fn approvals(bridge: Bridge) {
     printer.abort();
 }
 
-async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> {
+/// What `bridge stdio` serves.
+enum Served {
+    /// A bot, by name or uid.
+    Bot(String),
+    /// A directory's tools, by name or uid (`None`: the first).
+    Directory(Option<String>),
+}
+
+/// `bots add --from-directory`: looks `uid` up in the directory, prints it, adds it.
+async fn add_from_directory(
+    args: BridgeArgs,
+    uid: PeerId,
+    directory: Option<String>,
+    name: Option<String>,
+) -> Result<ExitCode, CliError> {
+    let rpc_config = args
+        .rpc_config
+        .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
+    let (bridge, host) = start_bridge(&args.datadir, &rpc_config, args.listen, false).await?;
+    let added = bridge
+        .add_from_directory(directory.as_deref(), uid, name.as_deref())
+        .await;
+    bridge.close().await;
+    host.close();
+    let listed = added?;
+    print_listed(&listed);
+    let name = bridge
+        .bots()
+        .into_iter()
+        .find(|b| b.uid == uid)
+        .and_then(|b| b.name)
+        .unwrap_or_default();
+    println!("added bot {uid} as {name:?}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A provider as its directory lists it: uid, description, tools with prices.
+fn print_listed(listed: &ListedBot) {
+    println!("bot {}: {}", listed.uid, listed.description);
+    let mut table = Table::new(&["TOOL", "PRICE"]);
+    for (tool, price) in &listed.tools {
+        table.row(vec![tool.clone(), price.clone()]);
+    }
+    print!("{table}");
+}
+
+async fn run_stdio(args: BridgeArgs, served: Served) -> Result<ExitCode, CliError> {
     let rpc_config = args
         .rpc_config
         .unwrap_or_else(|| args.datadir.join(RPC_CONFIG));
@@ -682,6 +783,17 @@ async fn run_stdio(args: BridgeArgs, bot: String) -> Result<ExitCode, CliError> 
         &args.allow_hosts,
     )
     .await?;
+    let bot = match served {
+        Served::Bot(bot) => bot,
+        Served::Directory(name) => {
+            warn_zero_caps(&args.datadir, &bridge.settings());
+            let _watch = bridge.watch_settings();
+            serve_directory_stdio(&bridge, name.as_deref()).await?;
+            bridge.close().await;
+            host.close();
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     let uid = bridge
         .bots()
         .into_iter()

@@ -13,9 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use brmcp_adapters::PeerId;
-
-use super::HttpLimits;
+use super::{Endpoint, HttpLimits};
 use crate::bridge::lock;
 
 /// Whose session it is: the SHA-256 of the bearer token presented (all zeros when
@@ -23,7 +21,7 @@ use crate::bridge::lock;
 pub(super) type TokenKey = [u8; 32];
 
 struct Entry {
-    bot: PeerId,
+    bot: Endpoint,
     token: TokenKey,
     last_seen: Instant,
     busy: usize,
@@ -50,7 +48,7 @@ impl Registry {
     }
 
     /// Removes the least recently used idle session (of `token`, if given).
-    fn evict_lru(&mut self, token: Option<&TokenKey>) -> Option<(PeerId, String)> {
+    fn evict_lru(&mut self, token: Option<&TokenKey>) -> Option<(Endpoint, String)> {
         let id = self
             .live
             .iter()
@@ -111,7 +109,7 @@ impl Sessions {
         &self,
         token: TokenKey,
         limits: &HttpLimits,
-    ) -> Result<(Reservation, Vec<(PeerId, String)>), Full> {
+    ) -> Result<(Reservation, Vec<(Endpoint, String)>), Full> {
         let mut registry = lock(&self.0);
         let mut evicted = Vec::new();
         while registry.count(Some(&token)) >= limits.max_sessions_per_token {
@@ -132,7 +130,7 @@ impl Sessions {
     }
 
     /// Records the session a reservation was for, busy with its first request.
-    pub(super) fn register(&self, reservation: Reservation, bot: PeerId, id: &str) -> Busy {
+    pub(super) fn register(&self, reservation: Reservation, bot: Endpoint, id: &str) -> Busy {
         lock(&self.0).live.insert(
             id.to_owned(),
             Entry {
@@ -151,7 +149,7 @@ impl Sessions {
 
     /// Marks a known session of `bot` busy; `None` for a session this registry does
     /// not hold (rmcp answers for it).
-    pub(super) fn touch(&self, bot: &PeerId, id: &str) -> Option<Busy> {
+    pub(super) fn touch(&self, bot: &Endpoint, id: &str) -> Option<Busy> {
         let mut registry = lock(&self.0);
         let entry = registry.live.get_mut(id).filter(|e| e.bot == *bot)?;
         entry.busy += 1;
@@ -168,14 +166,14 @@ impl Sessions {
     }
 
     /// Forgets every session of `bot`, or of every bot.
-    pub(super) fn forget_bot(&self, bot: Option<&PeerId>) {
+    pub(super) fn forget_bot(&self, bot: Option<&Endpoint>) {
         lock(&self.0)
             .live
             .retain(|_, e| bot.is_some_and(|b| e.bot != *b));
     }
 
     /// Removes the sessions idle for `limits.session_idle`, returning them to close.
-    pub(super) fn expire(&self, limits: &HttpLimits) -> Vec<(PeerId, String)> {
+    pub(super) fn expire(&self, limits: &HttpLimits) -> Vec<(Endpoint, String)> {
         let mut registry = lock(&self.0);
         let now = Instant::now();
         let idle: Vec<String> = registry
@@ -204,8 +202,8 @@ mod tests {
         }
     }
 
-    fn bot() -> PeerId {
-        PeerId::from_bytes([1; 32])
+    fn bot() -> Endpoint {
+        Endpoint::Bot(brmcp_adapters::PeerId::from_bytes([1; 32]))
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The user's side of a payment waiting for approval, where the agent is: progress
 //! notifications that keep its client waiting, and the approval question itself
-//! (`elicitation/create`) when its client declared elicitation.
+//! (`elicitation/create`) when its client declared elicitation. [`confirm`] puts any
+//! other yes-or-no question to the user the same way (adding a bot found in a
+//! directory).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -15,7 +19,7 @@ use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestContext, Ro
 
 use brmcp_adapters::PeerId;
 
-use crate::bridge::policy::{Ask, Refusal};
+use crate::bridge::policy::Ask;
 
 /// How often the agent hears that its call still waits on a payment. Clients that
 /// reset their request timeout on progress (as the MCP SDKs can) then wait as long as
@@ -49,7 +53,7 @@ pub(crate) async fn progress_while_paying(
 /// Whether the agent's client can be asked: it declared form elicitation (or
 /// elicitation without modes, which means form) on a protocol that still allows
 /// server-to-client requests.
-fn can_ask(ctx: &RequestContext<RoleServer>) -> bool {
+pub(crate) fn can_ask(ctx: &RequestContext<RoleServer>) -> bool {
     let before_stateless = ctx
         .protocol_version()
         .is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
@@ -67,6 +71,20 @@ fn question(name: &str, bot: &PeerId, tool: &str, atoms: u64) -> String {
     )
 }
 
+/// The user's answer to a [`confirm`] question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Accepted.
+    Accept,
+    /// Declined.
+    Decline,
+    /// Dismissed without a choice.
+    Cancel,
+}
+
+/// An answer to come, or why none will.
+pub(crate) type Confirm<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 'a>>;
+
 /// The approval question for the agent's client, if it can be asked (see [`can_ask`]).
 /// Accept approves; decline, cancel and any failure refuse. Dropped unanswered, it
 /// tells the client the question is withdrawn.
@@ -77,12 +95,27 @@ pub(crate) fn ask<'a>(
     tool: &str,
     atoms: u64,
 ) -> Option<Ask<'a>> {
+    let answer = confirm(ctx, question(name, bot, tool, atoms))?;
+    Some(Box::pin(async move {
+        match answer.await {
+            Ok(Answer::Accept) => Ok(()),
+            Ok(Answer::Decline) => Err("payment declined by the user".into()),
+            Ok(Answer::Cancel) => Err("payment approval cancelled by the user".into()),
+            Err(e) => Err(format!("approval not given: {e}")),
+        }
+    }))
+}
+
+/// Puts `message` to the user as a form elicitation with no fields, if the agent's
+/// client can be asked (see [`can_ask`]). Dropped unanswered, it tells the client the
+/// question is withdrawn.
+pub(crate) fn confirm(ctx: &RequestContext<RoleServer>, message: String) -> Option<Confirm<'_>> {
     if !can_ask(ctx) {
         return None;
     }
     let params = ElicitRequestParams::FormElicitationParams {
         meta: None,
-        message: question(name, bot, tool, atoms),
+        message,
         requested_schema: ElicitationSchema::new(BTreeMap::new()),
     };
     let mut request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
@@ -95,7 +128,7 @@ pub(crate) fn ask<'a>(
             .peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
-            .map_err(|e| format!("approval not asked: {e}"))?;
+            .map_err(|e| format!("not asked: {e}"))?;
         let mut withdraw = Withdraw {
             ctx,
             id: Some(handle.id.clone()),
@@ -106,23 +139,23 @@ pub(crate) fn ask<'a>(
     }))
 }
 
-/// The agent client's answer as the payment's decision.
+/// The agent client's answer to `elicitation/create`.
 fn decision(
     answer: Result<
         Result<ClientResult, rmcp::ServiceError>,
         tokio::sync::oneshot::error::RecvError,
     >,
-) -> Result<(), Refusal> {
+) -> Result<Answer, String> {
     match answer {
         Ok(Ok(ClientResult::ElicitResult(result))) => match result.action {
-            ElicitationAction::Accept => Ok(()),
-            ElicitationAction::Decline => Err("payment declined by the user".into()),
-            ElicitationAction::Cancel => Err("payment approval cancelled by the user".into()),
-            _ => Err("approval not given: unknown elicitation action".into()),
+            ElicitationAction::Accept => Ok(Answer::Accept),
+            ElicitationAction::Decline => Ok(Answer::Decline),
+            ElicitationAction::Cancel => Ok(Answer::Cancel),
+            _ => Err("unknown elicitation action".into()),
         },
-        Ok(Ok(_)) => Err("approval not given: unexpected answer to elicitation/create".into()),
-        Ok(Err(e)) => Err(format!("approval not given: {e}")),
-        Err(_) => Err("approval not given: agent gone".into()),
+        Ok(Ok(_)) => Err("unexpected answer to elicitation/create".into()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("agent gone".into()),
     }
 }
 
@@ -141,7 +174,7 @@ impl Drop for Withdraw<'_> {
             let _ = peer
                 .notify_cancelled(CancelledNotificationParam::new(
                     Some(id),
-                    Some("payment decided otherwise".into()),
+                    Some("decided otherwise".into()),
                 ))
                 .await;
         });
