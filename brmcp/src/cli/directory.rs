@@ -91,6 +91,58 @@ pub(super) fn with_kx(streams: Streams, directory: &Directory) -> Streams {
     })
 }
 
+/// A directory serving on a Bison Relay client.
+pub(super) struct Running {
+    /// The directory.
+    pub(super) directory: Directory,
+    /// Its client.
+    pub(super) host: ClientRpcHost,
+    /// Its own uid, when the client told it.
+    pub(super) uid: Option<PeerId>,
+    /// Its nick.
+    pub(super) nick: String,
+}
+
+impl Running {
+    /// Stops the directory, then its client.
+    pub(super) async fn close(&self) {
+        self.directory.close().await;
+        self.host.close();
+    }
+}
+
+/// Starts the directory of `datadir` under `policy` on the client `rpc_config` names:
+/// PMs, tips and completed key exchanges fed to it, interrupted pipelines resumed.
+pub(super) async fn start_directory(
+    datadir: &Path,
+    rpc_config: &Path,
+    policy: Policy,
+) -> Result<Running, CliError> {
+    let host = host_from(rpc_config)?;
+    let directory = Directory::builder()
+        .data_dir(datadir)
+        .policy(policy)
+        .payer(HostPayer(host.clone()))
+        .introducer(HostIntroducer(host.clone()))
+        .auto_reply(AutoReply::new(HELP))
+        .build()?;
+    directory.start(host.clone())?;
+    let streams = with_kx(harness_streams(datadir, directory.harness())?, &directory);
+    connect(&host, streams).await?;
+    let me = host.public_identity().await?;
+    let uid = me.peer_id();
+    if let Some(uid) = uid {
+        directory.set_self_uid(uid);
+    }
+    directory.resume().await?;
+    Ok(Running {
+        directory,
+        host,
+        uid,
+        nick: me.nick,
+    })
+}
+
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
     std::fs::create_dir_all(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
@@ -113,32 +165,16 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
     if policy.admin_uids.is_empty() {
         eprintln!("admin_uids is empty: the admin tools are unreachable");
     }
-    let host = host_from(&rpc_config)?;
-    let directory = Directory::builder()
-        .data_dir(datadir)
-        .policy(policy)
-        .payer(HostPayer(host.clone()))
-        .introducer(HostIntroducer(host.clone()))
-        .auto_reply(AutoReply::new(HELP))
-        .build()?;
-    directory.start(host.clone())?;
-    let streams = with_kx(harness_streams(datadir, directory.harness())?, &directory);
-    connect(&host, streams).await?;
-    let me = host.public_identity().await?;
-    if let Some(uid) = me.peer_id() {
-        directory.set_self_uid(uid);
-    }
-    directory.resume().await?;
-    let uid = me.peer_id().map_or_else(|| "?".into(), |p| p.to_string());
+    let running = start_directory(datadir, &rpc_config, policy).await?;
+    let uid = running.uid.map_or_else(|| "?".into(), |p| p.to_string());
     eprintln!(
         "directory {} serving as {uid} ({}); snapshot key {}; Ctrl-C stops",
-        directory.policy().name,
-        me.nick,
-        &directory.public_key()[..16],
+        running.directory.policy().name,
+        running.nick,
+        &running.directory.public_key()[..16],
     );
     super::wait_for_interrupt().await;
     eprintln!("stopping");
-    directory.close().await;
-    host.close();
+    running.close().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 
 mod clientrpc_checks;
 mod common;
+mod directory_node;
 mod framing;
 mod kx;
 mod pm;
