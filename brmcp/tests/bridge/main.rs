@@ -7,6 +7,7 @@ mod autopay;
 mod common;
 mod credit_polling;
 mod daily_cap_concurrent;
+mod directory;
 mod fidelity;
 mod go_bot_sessions;
 mod harness_e2e;
