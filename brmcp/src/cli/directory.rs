@@ -240,8 +240,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_mediated_kx_completion_sends_the_pending_invite() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut cfg = DevnetConfig::default();
-        cfg.kx_all = false;
+        let cfg = DevnetConfig {
+            kx_all: false,
+            ..DevnetConfig::default()
+        };
         let specs = ["a", "b", "p", "op"].map(NodeSpec::new).to_vec();
         let devnet = Devnet::start_with(tmp.path().join("devnet"), specs, cfg)
             .await
