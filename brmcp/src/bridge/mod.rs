@@ -67,7 +67,7 @@ use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
-    ListedBot, serve_directory_stdio,
+    ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
 };
 pub use http::{
     HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
@@ -345,25 +345,25 @@ impl Bridge {
         };
         // A bot no longer allowed loses its sessions; its link stays while it is still
         // a directory (whose own sessions end only when it is no longer one).
-        let (gone, unlisted): (Vec<Arc<BotLink>>, Vec<PeerId>) = {
+        let (gone, unlisted, undirected) = {
             let mut links = lock(&self.inner.links);
-            let unlisted: Vec<PeerId> = links
-                .keys()
-                .filter(|b| !settings.allows(b))
-                .copied()
-                .collect();
-            let gone = unlisted
+            let keys = || links.keys().copied();
+            let unlisted: Vec<PeerId> = keys().filter(|b| !settings.allows(b)).collect();
+            let undirected: Vec<PeerId> = keys().filter(|b| !settings.is_directory(b)).collect();
+            let gone: Vec<Arc<BotLink>> = unlisted
                 .iter()
-                .filter(|b| !settings.is_directory(b))
+                .filter(|b| undirected.contains(b))
                 .filter_map(|b| links.remove(b))
                 .collect();
-            (gone, unlisted)
+            (gone, unlisted, undirected)
         };
         for bot in &unlisted {
             self.inner.http.drop_bot(bot).await;
         }
+        for directory in &undirected {
+            self.inner.http.drop_directory(directory).await;
+        }
         for link in gone {
-            self.inner.http.drop_directory(&link.bot).await;
             link.close();
         }
         http::reconcile(&self.inner, &old, &settings).await?;

@@ -543,6 +543,74 @@ mod tests {
     }
 
     #[test]
+    fn directories_are_strict() {
+        let path = Path::new("/data/mcpclient.json");
+        let (a, b) = (uid('a'), uid('b'));
+        for (text, reason) in [
+            (r#"{"directories":{}}"#.to_owned(), "expected a sequence"),
+            (
+                format!(r#"{{"directories":[{{"uid":"{a}","url":"x"}}]}}"#),
+                "unknown field `url`",
+            ),
+            (
+                r#"{"directories":[{"name":"d"}]}"#.into(),
+                "missing field `uid`",
+            ),
+            (
+                format!(r#"{{"directories":[{{"uid":"{a}","name":7}}]}}"#),
+                "expected a string",
+            ),
+            (r#"{"directories":[{"uid":"abc"}]}"#.into(), "64-hex"),
+            (
+                format!(r#"{{"directories":[{{"uid":"{a}","name":"a b"}}]}}"#),
+                "64-hex uid with a unique name",
+            ),
+            (
+                format!(
+                    r#"{{"directories":[{{"uid":"{a}"}},{{"uid":"{}"}}]}}"#,
+                    a.to_uppercase()
+                ),
+                "unique",
+            ),
+            (
+                format!(
+                    r#"{{"directories":[{{"uid":"{a}","name":"d"}},{{"uid":"{b}","name":"d"}}]}}"#
+                ),
+                "unique",
+            ),
+        ] {
+            let shown = Settings::parse(path, text.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                shown.starts_with("/data/mcpclient.json: directories: ") && shown.contains(reason),
+                "{text}: {shown}"
+            );
+        }
+        let text = format!(
+            r#"{{"directories":[{{"uid":"{}","name":"main"}},{{"uid":"{b}"}}]}}"#,
+            a.to_uppercase()
+        );
+        let s = Settings::parse(path, text.as_bytes()).unwrap();
+        assert_eq!(s.directories[0].uid, a, "lowercased");
+        assert_eq!(s.directory(None).map(|d| d.uid.as_str()), Some(a.as_str()));
+        assert_eq!(
+            s.directory(Some("main")).map(|d| d.uid.as_str()),
+            Some(a.as_str())
+        );
+        assert_eq!(
+            s.directory(Some(&b)).map(|d| d.uid.as_str()),
+            Some(b.as_str())
+        );
+        assert!(s.directory(Some("other")).is_none());
+        let saved = serde_json::to_string(&Settings::default()).unwrap();
+        assert!(
+            !saved.contains("directories"),
+            "left out while empty: {saved}"
+        );
+    }
+
+    #[test]
     fn uids_are_checked_and_lowercased() {
         let s = Settings {
             allowed_bots: vec![uid('A'), uid('a')],

@@ -612,6 +612,17 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
             bot.uid
         );
     }
+    for (i, directory) in settings.directories.iter().enumerate() {
+        let path = if i == 0 {
+            "/mcp/directory".to_owned()
+        } else {
+            format!("/mcp/directory/{}", directory.label())
+        };
+        eprintln!(
+            "  directory {} (search, add bots): http://{addr}{path}",
+            directory.label()
+        );
+    }
     if bridge.bots().is_empty() {
         eprintln!(
             "  no bots allowed yet: add one with `brmcp bridge --datadir {} bots add NAME UID`",

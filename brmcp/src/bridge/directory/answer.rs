@@ -15,7 +15,7 @@ use crate::directory::SEARCH_HIT_CAP;
 /// Most bytes of a directory's answer the bridge reads: 256 KiB. A full search (50
 /// hits) or a provider's catalog with its input schemas fits many times over; more
 /// is a directory trying to flood the agent's context.
-pub(crate) const MAX_ANSWER_BYTES: usize = 256 * 1024;
+pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
 
 /// Why a directory's answer was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +46,42 @@ pub(crate) fn text_of(result: &CallToolResult) -> String {
         .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Most bytes of a directory's refusal shown to the agent, for its own words and
+/// again for the bridge's note after them: 2 KiB. A refusal is a sentence or a small
+/// quote; a longer one is cut, so a directory cannot flood through its errors.
+pub(crate) const MAX_REFUSAL_BYTES: usize = 2048;
+
+/// `text` cut to `max` bytes on a character boundary, marked when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… (cut)", &text[..end])
+}
+
+/// The text of a refused call, bounded by [`MAX_REFUSAL_BYTES`]: the directory's
+/// words, then the last item apart (where the bridge puts its own note on a payment
+/// not made).
+pub(crate) fn refusal_text(result: &CallToolResult) -> String {
+    let items: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    match items.split_last() {
+        None => "refused without a reason".into(),
+        Some((last, [])) => cut(last, MAX_REFUSAL_BYTES),
+        Some((last, rest)) => {
+            let words = cut(&rest.join("\n"), MAX_REFUSAL_BYTES);
+            format!("{words}\n{}", cut(last, MAX_REFUSAL_BYTES))
+        }
+    }
 }
 
 /// `result`'s JSON as `T`, within [`MAX_ANSWER_BYTES`].
@@ -279,12 +315,17 @@ struct IntroduceAnswer {
     note: String,
 }
 
-/// Reads an `introduce` result: its text rendering.
+/// Reads an `introduce` result: its text rendering and its JSON.
 ///
 /// # Errors
 /// [`AnswerError`].
-pub(crate) fn introduce(result: &CallToolResult, uid: &PeerId) -> Result<String, AnswerError> {
-    let answer: IntroduceAnswer = parse(result)?;
+pub(crate) fn introduce(
+    result: &CallToolResult,
+    uid: &PeerId,
+) -> Result<(String, Value), AnswerError> {
+    let json: Value = parse(result)?;
+    let answer: IntroduceAnswer =
+        serde_json::from_value(json.clone()).map_err(|_| AnswerError::Malformed)?;
     let mut text = if answer.suggested {
         format!("the directory suggested a key exchange with bot {uid}")
     } else {
@@ -293,7 +334,7 @@ pub(crate) fn introduce(result: &CallToolResult, uid: &PeerId) -> Result<String,
     if !answer.note.is_empty() {
         text.push_str(&format!(": {}", answer.note));
     }
-    Ok(text)
+    Ok((text, json))
 }
 
 #[cfg(test)]

@@ -38,8 +38,8 @@ use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::proxy::ask::{self, Answer};
 use super::{Bridge, BridgeError, Inner};
-pub use answer::AnswerError;
 use answer::Provider;
+pub use answer::{AnswerError, MAX_ANSWER_BYTES};
 use tools::{AddArgs, SearchArgs, UidArgs};
 pub use tools::{DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH};
 
@@ -145,7 +145,7 @@ impl DirectoryServer {
         let refused = |why: String| failed(format!("directory {}: {why}", self.label()));
         match proxy.call(params, ctx).await {
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
-                Ok(Err(refused(answer::text_of(&result))))
+                Ok(Err(refused(answer::refusal_text(&result))))
             }
             Ok(CallToolResponse::Complete(result)) => Ok(Ok(result)),
             Ok(_) => Ok(Err(refused(format!(
@@ -216,10 +216,7 @@ impl DirectoryServer {
             Err(e) => return failed(e.message.to_string()),
         };
         match answer::introduce(&result, &uid) {
-            Ok(text) => {
-                let json = result.structured_content.clone().unwrap_or(Value::Null);
-                answered(format!("directory {}: {text}", self.label()), json)
-            }
+            Ok((text, json)) => answered(format!("directory {}: {text}", self.label()), json),
             Err(e) => self.unreadable("introduce", e),
         }
     }
@@ -318,6 +315,10 @@ impl ServerHandler for DirectoryServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if !self.bridge.settings().is_directory(&self.link.bot) {
+            let gone = format!("directory {} is no longer in the settings", self.link.bot);
+            return Ok(CallToolResponse::Complete(failed(gone)));
+        }
         let result = match request.name.as_ref() {
             DIRECTORY_SEARCH => self.search(args(&request)?, &context).await,
             DIRECTORY_GET_PROVIDER => {
@@ -415,7 +416,7 @@ impl Bridge {
         if result.is_error == Some(true) {
             return Err(BridgeError::Directory(format!(
                 "bot {uid}: {}",
-                answer::text_of(&result)
+                answer::refusal_text(&result)
             )));
         }
         let provider = answer::provider(&result, &uid)

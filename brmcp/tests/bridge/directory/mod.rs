@@ -5,6 +5,8 @@
 
 mod add;
 mod hostile;
+mod python;
+mod reload;
 mod search;
 
 use std::sync::atomic::{AtomicU64, Ordering};
