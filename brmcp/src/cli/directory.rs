@@ -331,6 +331,22 @@ mod tests {
         let leads = admin_call(&to_a, "leads", json!({})).await;
         assert_eq!(leads["leads"][0]["state"], "converted", "{leads}");
 
+        // A completion delivered again (a crash before its acknowledgement) sends no
+        // second invite: the registration and the fee stand as they are.
+        let before = dir_a.directory.entry(&provider).unwrap().reg.unwrap();
+        let stats = dir_a.directory.stats().unwrap();
+        dir_a.directory.notify_kx(provider).await;
+        // A quiet window for a registration the provider would send in the background.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        dir_a.directory.settle().await;
+        let after = dir_a.directory.entry(&provider).unwrap().reg.unwrap();
+        assert_eq!(after.created_at, before.created_at);
+        assert_eq!(after.state, State::PendingReview);
+        assert_eq!(
+            serde_json::to_value(dir_a.directory.stats().unwrap()).unwrap(),
+            serde_json::to_value(stats).unwrap()
+        );
+
         let _ = to_a.cancel().await;
         let _ = to_b.cancel().await;
         router.close();
