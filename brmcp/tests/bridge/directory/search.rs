@@ -209,3 +209,35 @@ async fn http_serves_the_directory_tools() {
     assert_eq!(status, 404);
     w.bridge.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priced_search_in_approval_mode_asks_the_user() {
+    let mut s = settings(100, 1000);
+    s.mode = Mode::Approval;
+    let w = world(40, s).await;
+    let declining = User::answering(ElicitationAction::Decline);
+    let agent = directory_agent(&w.bridge, None, declining.clone()).await;
+    let refused = tool(&agent, DIRECTORY_SEARCH, json!({})).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(
+        text(&refused).contains("payment not made: payment declined by the user"),
+        "{refused:?}"
+    );
+    let asked = declining.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert!(
+        asked[0].contains(&format!(
+            "pay 40 atoms to bot {} for tool \"search\"",
+            uid(DIR)
+        )),
+        "{}",
+        asked[0]
+    );
+    assert!(w.payments.made.lock().unwrap().is_empty());
+
+    let accepting = User::answering(ElicitationAction::Accept);
+    let agent = directory_agent(&w.bridge, None, accepting).await;
+    let found = tool(&agent, DIRECTORY_SEARCH, json!({})).await;
+    assert_ne!(found.is_error, Some(true), "{found:?}");
+    assert_eq!(*w.payments.made.lock().unwrap(), [(uid(DIR), 40)]);
+}
