@@ -26,7 +26,7 @@ use crate::bridge::{DirectoryEntry, Mode, Settings};
 use crate::cli::CliError;
 use crate::cli::devnet::{DIRECTORY_NICK, directory_policy, provider_config};
 use crate::devnet::{Devnet, NodeInfo};
-use crate::directory::{Outcome, State};
+use crate::directory::{Directory, Outcome, State};
 use crate::server::ServeConfig;
 
 /// How often the demo looks at the registration's progress.
@@ -158,6 +158,7 @@ async fn discovery(devnet: &Devnet, n: &Nodes, dir: &Path) -> Result<ExitCode, C
     );
 
     // 2. The provider registers at startup and pays the invoice.
+    let listed_before = directory.entry(&provider_id)?.live.is_some();
     let config = provider_config(&[agent.uid_hex()], Some(&d.uid_hex()));
     let config = ServeConfig::parse(
         &config.to_string(),
@@ -171,94 +172,21 @@ async fn discovery(devnet: &Devnet, n: &Nodes, dir: &Path) -> Result<ExitCode, C
     )
     .await?;
     println!(
-        "\n[2] provider alice: brmcp serve registers with the directory (test: fortune, up to {} atoms) and funds the invoice",
+        "\n[2] provider alice: brmcp serve registers with the directory at startup (its test: fortune, up to {} atoms), paying the invoice within its auto-fund caps",
         super::super::serve::FORTUNE_ATOMS
     );
 
-    // 3. The directory's pipeline, as it goes: funding, crawl, paid test.
-    println!("\n[3] the directory verifies alice:");
-    let reg = within("verify the provider", async {
-        let mut last = None;
-        loop {
-            let reg = directory.entry(&provider_id)?.reg;
-            let state = reg.as_ref().map(|r| r.state);
-            if state != last {
-                if let Some(state) = state {
-                    println!("  registration: {}", state_name(state));
-                }
-                last = state;
-            }
-            if let Some(reg) = reg
-                && reg.state == State::PendingReview
-            {
-                return Ok(reg);
-            }
-            tokio::time::sleep(PROGRESS_POLL).await;
-        }
-    })
-    .await?;
-    // The catalog is the provider's `tools/list` answer as crawled.
-    let tools = reg
-        .catalog
-        .as_ref()
-        .and_then(|c| c.get("tools").unwrap_or(c).as_array())
-        .map_or(0, Vec::len);
-    println!(
-        "  crawled {tools} tool(s); paid test of {}: {} ({} atoms paid); fee {} atoms",
-        reg.test.tool,
-        match reg.test_outcome {
-            Some(Outcome::Ok) => "ok",
-            Some(Outcome::Failed) => "failed",
-            None => "not run",
-        },
-        reg.paid_atoms,
-        reg.fee_atoms
-    );
-    if reg.test_outcome != Some(Outcome::Ok) {
-        return Err(CliError(format!(
-            "the directory's paid test failed: {}",
-            reg.test_err
-        )));
+    // 3 and 4. Verified and approved, unless an earlier run in this directory listed
+    // alice already (her registrant leaves a fresh listing alone).
+    if listed_before {
+        println!(
+            "\n[3] alice is listed already (an earlier run in {}): her registrant leaves the fresh listing alone",
+            dir.display()
+        );
+    } else {
+        verify(directory, provider_id).await?;
+        approve(operator, d, provider).await?;
     }
-
-    // 4. The operator reviews and approves, with the admin tools.
-    let operator_host = super::super::serve::host_from(&operator.config_path)?;
-    let operator_router = Router::new(operator_host.clone(), RouterConfig::client());
-    super::super::serve::connect(&operator_host, Streams::new().pms(operator_router.clone()))
-        .await?;
-    let transport = operator_router
-        .dial(PeerId::from_bytes(d.uid))
-        .map_err(|e| CliError(format!("dial the directory: {e}")))?;
-    let admin = step("the operator connects", ().serve(transport)).await?;
-    println!("\n[4] operator carol -> pending_registrations");
-    let pending = step(
-        "pending_registrations",
-        admin.call_tool(call("pending_registrations", json!({}))),
-    )
-    .await?;
-    let pending_result = pending;
-    let pending = answer_json("pending_registrations", &pending_result)?;
-    let listed = pending["registrations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|p| p["uid"] == provider.uid_hex() && p["testOutcome"] == "ok");
-    println!("  <- {}", first_text(&pending_result));
-    if !listed {
-        return Err(CliError(
-            "alice is not pending review with a passed test".into(),
-        ));
-    }
-    println!("operator carol -> approve {}", short(&provider.uid_hex()));
-    let approved = step(
-        "approve",
-        admin.call_tool(call("approve", json!({"uid": provider.uid_hex()}))),
-    )
-    .await?;
-    println!("  <- {}", answer("approve", &approved)?);
-    let _ = admin.cancel().await;
-    operator_router.close();
-    operator_host.close();
 
     // 5. The agent finds the tool through the bridge's directory tools and adds the bot.
     let bridge_dir = dir.join("bob-bridge");
@@ -371,6 +299,100 @@ async fn discovery(devnet: &Devnet, n: &Nodes, dir: &Path) -> Result<ExitCode, C
         "\ndemo complete: alice was listed after a paid test and approval; the agent found, added and paid for her tool"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Step 3: the directory's pipeline, as it goes (funding, crawl, paid test), up to
+/// the review queue with a passed test.
+async fn verify(directory: &Directory, provider_id: PeerId) -> Result<(), CliError> {
+    println!("\n[3] the directory verifies alice:");
+    let reg = within("verify the provider", async {
+        let mut last = None;
+        loop {
+            let reg = directory.entry(&provider_id)?.reg;
+            let state = reg.as_ref().map(|r| r.state);
+            if state != last {
+                if let Some(state) = state {
+                    println!("  registration: {}", state_name(state));
+                }
+                last = state;
+            }
+            if let Some(reg) = reg
+                && reg.state == State::PendingReview
+            {
+                return Ok(reg);
+            }
+            tokio::time::sleep(PROGRESS_POLL).await;
+        }
+    })
+    .await?;
+    // The catalog is the provider's `tools/list` answer as crawled.
+    let tools = reg
+        .catalog
+        .as_ref()
+        .and_then(|c| c.get("tools").unwrap_or(c).as_array())
+        .map_or(0, Vec::len);
+    println!(
+        "  crawled {tools} tool(s); paid test of {}: {} ({} atoms paid); fee {} atoms",
+        reg.test.tool,
+        match reg.test_outcome {
+            Some(Outcome::Ok) => "ok",
+            Some(Outcome::Failed) => "failed",
+            None => "not run",
+        },
+        reg.paid_atoms,
+        reg.fee_atoms
+    );
+    if reg.test_outcome != Some(Outcome::Ok) {
+        return Err(CliError(format!(
+            "the directory's paid test failed: {}",
+            reg.test_err
+        )));
+    }
+
+    Ok(())
+}
+
+/// Step 4: the operator reviews and approves, with the admin tools.
+async fn approve(operator: &NodeInfo, d: &NodeInfo, provider: &NodeInfo) -> Result<(), CliError> {
+    let operator_host = super::super::serve::host_from(&operator.config_path)?;
+    let operator_router = Router::new(operator_host.clone(), RouterConfig::client());
+    super::super::serve::connect(&operator_host, Streams::new().pms(operator_router.clone()))
+        .await?;
+    let transport = operator_router
+        .dial(PeerId::from_bytes(d.uid))
+        .map_err(|e| CliError(format!("dial the directory: {e}")))?;
+    let admin = step("the operator connects", ().serve(transport)).await?;
+    println!("\n[4] operator carol -> pending_registrations");
+    let pending = step(
+        "pending_registrations",
+        admin.call_tool(call("pending_registrations", json!({}))),
+    )
+    .await?;
+    let pending_result = pending;
+    let pending = answer_json("pending_registrations", &pending_result)?;
+    let listed = pending["registrations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["uid"] == provider.uid_hex() && p["testOutcome"] == "ok");
+    println!("  <- {}", first_text(&pending_result));
+    if !listed {
+        return Err(CliError(
+            "alice is not pending review with a passed test".into(),
+        ));
+    }
+    println!("operator carol -> approve {}", short(&provider.uid_hex()));
+    let approved = step(
+        "approve",
+        admin.call_tool(call("approve", json!({"uid": provider.uid_hex()}))),
+    )
+    .await?;
+    println!("  <- {}", answer("approve", &approved)?);
+    let _ = admin.cancel().await;
+    operator_router.close();
+    operator_host.close();
+
+    Ok(())
 }
 
 /// The first text of a tool's answer (the bridge's rendering, before its JSON).
