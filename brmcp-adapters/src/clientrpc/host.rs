@@ -18,8 +18,9 @@ use super::conn::{self, CallError, Conn, until_true};
 use super::error::ClientRpcError;
 use super::lock;
 use super::proto::{
-    AckRequest, Empty, PmRequest, PublicIdentity, ReceivedPm, ReceivedTip, RmPrivateMessage,
-    StreamRequest, TipProgressEvent, TipUserRequest, VersionResponse, method,
+    AckRequest, Empty, KxCompleted, MediateKxRequest, PmRequest, PublicIdentity, ReceivedPm,
+    ReceivedTip, RmPrivateMessage, StreamRequest, TipProgressEvent, TipUserRequest,
+    VersionResponse, method,
 };
 use super::streams::{AckWindow, Delivery, StreamEntry, StreamKind, StreamRuntime};
 use crate::clock::sleep_until_opt;
@@ -136,6 +137,27 @@ where
     }
 }
 
+/// Takes each completed key exchange the host is told of (`KXCompleted`): the new
+/// contact's uid and nick.
+///
+/// As for [`PmHandler`]: acknowledged after `Ok` (return it once whatever the exchange
+/// triggers is done or durably recorded); retried after `Err`; a redelivery after a
+/// reconnect or a restart comes with the same sequence id.
+pub trait KxHandler: Send + Sync + 'static {
+    /// Handles one completed exchange.
+    fn handle_kx(&self, kx: KxCompleted) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+impl<F, Fut> KxHandler for F
+where
+    F: Fn(KxCompleted) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), BoxError>> + Send,
+{
+    fn handle_kx(&self, kx: KxCompleted) -> impl Future<Output = Result<(), BoxError>> + Send {
+        self(kx)
+    }
+}
+
 /// Checks the identity of the client behind every new connection before any stream
 /// opens: `Err` refuses the connection (see [`Streams::identity`]).
 type IdentityCheck = Arc<dyn Fn(PeerId) -> Result<(), BoxError> + Send + Sync>;
@@ -168,6 +190,16 @@ impl<H: TipHandler> DynTip for H {
     }
 }
 
+trait DynKx: Send + Sync {
+    fn call(&self, kx: KxCompleted) -> BoxFuture<'_, Result<(), BoxError>>;
+}
+
+impl<H: KxHandler> DynKx for H {
+    fn call(&self, kx: KxCompleted) -> BoxFuture<'_, Result<(), BoxError>> {
+        Box::pin(self.handle_kx(kx))
+    }
+}
+
 trait DynResult: Send + Sync {
     fn call(&self, event: TipProgressEvent) -> BoxFuture<'_, Result<(), BoxError>>;
 }
@@ -197,6 +229,7 @@ pub struct Streams {
     pm: Option<Arc<dyn DynPm>>,
     tips: Option<Arc<dyn DynTip>>,
     results: Option<Arc<dyn DynResult>>,
+    kx: Option<Arc<dyn DynKx>>,
     no_tip_progress: bool,
     identity: Option<IdentityCheck>,
 }
@@ -207,6 +240,7 @@ impl fmt::Debug for Streams {
             .field("pm", &self.pm.is_some())
             .field("tips", &self.tips.is_some())
             .field("tip_results", &self.results.is_some())
+            .field("kx", &self.kx.is_some())
             .field("tip_progress", &!self.no_tip_progress)
             .field("identity", &self.identity.is_some())
             .finish_non_exhaustive()
@@ -239,6 +273,13 @@ impl Streams {
     #[must_use]
     pub fn tip_results(mut self, handler: impl TipResultHandler) -> Self {
         self.results = Some(Arc::new(handler));
+        self
+    }
+
+    /// Consumes KXStream, handing every completed key exchange to `handler`.
+    #[must_use]
+    pub fn kx(mut self, handler: impl KxHandler) -> Self {
+        self.kx = Some(Arc::new(handler));
         self
     }
 
@@ -439,6 +480,7 @@ impl ClientRpcHost {
             pm,
             tips,
             results,
+            kx,
             no_tip_progress,
             identity,
         } = streams;
@@ -451,6 +493,9 @@ impl ClientRpcHost {
         }
         if let Some(tips) = tips {
             consumers.push((StreamKind::TipReceived, Handler::Tip(tips)));
+        }
+        if let Some(kx) = kx {
+            consumers.push((StreamKind::Kx, Handler::Kx(kx)));
         }
         self.inner.tip_progress.store(!no_tip_progress, Relaxed);
         let mut runtimes = Vec::new();
@@ -595,6 +640,24 @@ impl ClientRpcHost {
             Ok(Err(_)) => Err(ClientRpcError::Closed),
             Err(_) => Ok(TipOutcome::Unconfirmed),
         }
+    }
+
+    /// `ChatService.MediateKX`: asks `mediator` (a contact who knows `target`) to
+    /// mediate a key exchange with `target`. Returns once the request left; the
+    /// exchange completes later, if at all, as a `KXCompleted` on the KX stream
+    /// ([`Streams::kx`]).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); the server's text for an unknown mediator.
+    pub async fn mediate_kx(&self, mediator: PeerId, target: PeerId) -> Result<(), ClientRpcError> {
+        let request = MediateKxRequest {
+            mediator: mediator.to_string(),
+            target: target.to_string(),
+        };
+        self.inner
+            .request::<_, Empty>(method::MEDIATE_KX, &request)
+            .await
+            .map(drop)
     }
 
     /// Every TipProgress event from now on, terminal or not, including those of tips

@@ -5,7 +5,8 @@
 //!   (PMs to one peer leave one at a time, in order), hands every PM received to a
 //!   [`PmHandler`] ([`Router`](crate::Router) is one), every tip received to a
 //!   [`TipHandler`], and pays tips ([`ClientRpcHost::tip`]), matching each to its
-//!   terminal TipProgress event.
+//!   terminal TipProgress event. It asks a contact to mediate a key exchange
+//!   ([`ClientRpcHost::mediate_kx`]) and hands every completed one to a [`KxHandler`].
 //! - Streams are consumed in the order record (the handler) → acknowledge, an
 //!   acknowledgement covering only recorded items; a stream the server ends alone is
 //!   reopened alone, the others stay up ([`streams`](self#streams)).
@@ -50,8 +51,8 @@ pub use config::{
 };
 pub use error::ClientRpcError;
 pub use host::{
-    ClientRpcHost, HostStatus, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler, TipOutcome,
-    TipResultHandler,
+    ClientRpcHost, HostStatus, KxHandler, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler,
+    TipOutcome, TipResultHandler,
 };
 pub use streams::StreamKind;
 

@@ -52,6 +52,13 @@ pub mod method {
     pub const TIP_STREAM: &str = "PaymentsService.TipStream";
     /// `PaymentsService.AckTipReceived`: [`AckRequest`](super::AckRequest) → [`Empty`](super::Empty).
     pub const ACK_TIP_RECEIVED: &str = "PaymentsService.AckTipReceived";
+    /// `ChatService.MediateKX`: [`MediateKxRequest`](super::MediateKxRequest) → [`Empty`](super::Empty).
+    pub const MEDIATE_KX: &str = "ChatService.MediateKX";
+    /// `ChatService.KXStream` (a stream): [`StreamRequest`](super::StreamRequest) →
+    /// [`KxCompleted`](super::KxCompleted) items.
+    pub const KX_STREAM: &str = "ChatService.KXStream";
+    /// `ChatService.AckKXCompleted`: [`AckRequest`](super::AckRequest) → [`Empty`](super::Empty).
+    pub const ACK_KX_COMPLETED: &str = "ChatService.AckKXCompleted";
 }
 
 /// JSON-RPC error codes the server uses.
@@ -348,6 +355,49 @@ pub struct ReceivedTip {
         alias = "sequence_id"
     )]
     pub sequence_id: u64,
+}
+
+/// `MediateKXRequest`: ask `mediator`, a contact who knows `target`, to mediate a key
+/// exchange between this client and `target`. The answer (`{}`) means the request
+/// left; the exchange completes later, as a `KXCompleted` on the KX stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MediateKxRequest {
+    /// The mediator: the lowercase 64-hex user id, or a nick, in the address book.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mediator: String,
+    /// The user to exchange keys with: the lowercase 64-hex user id.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub target: String,
+}
+
+/// `KXCompleted`: one item of the KX stream, a key exchange that completed (the user is
+/// now in the address book).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KxCompleted {
+    /// Opaque, increasing; acknowledge with it.
+    #[serde(
+        default,
+        with = "u64s",
+        skip_serializing_if = "is_zero_u64",
+        alias = "sequence_id"
+    )]
+    pub sequence_id: u64,
+    /// The rendezvous point the exchange started from (empty for a mediated one).
+    #[serde(
+        default,
+        with = "bytes",
+        skip_serializing_if = "Vec::is_empty",
+        alias = "initial_rendezvous"
+    )]
+    pub initial_rendezvous: Vec<u8>,
+    /// The new contact.
+    #[serde(with = "peer")]
+    pub uid: PeerId,
+    /// The new contact's nick.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nick: String,
 }
 
 /// `KeepaliveStreamRequest`.

@@ -1,5 +1,5 @@
-//! The three streams a bot consumes (PMStream, TipStream, TipProgress) and when their
-//! items may be acknowledged ([`AckWindow`]).
+//! The streams a bot consumes (PMStream, TipStream, TipProgress, KXStream) and when
+//! their items may be acknowledged ([`AckWindow`]).
 //!
 //! brclient stores every item before delivering it and replays, on every stream open,
 //! the items not yet acknowledged whose sequence id is above the open's `unackedFrom`.
@@ -47,11 +47,13 @@ pub enum StreamKind {
     TipProgress,
     /// `PaymentsService.TipStream`: tips received.
     TipReceived,
+    /// `ChatService.KXStream`: key exchanges completed.
+    Kx,
 }
 
 impl StreamKind {
     /// Every kind.
-    pub const ALL: [Self; 3] = [Self::Pm, Self::TipProgress, Self::TipReceived];
+    pub const ALL: [Self; 4] = [Self::Pm, Self::TipProgress, Self::TipReceived, Self::Kx];
 
     /// The stream's method, without suffix.
     pub const fn method(self) -> &'static str {
@@ -59,6 +61,7 @@ impl StreamKind {
             Self::Pm => method::PM_STREAM,
             Self::TipProgress => method::TIP_PROGRESS,
             Self::TipReceived => method::TIP_STREAM,
+            Self::Kx => method::KX_STREAM,
         }
     }
 
@@ -68,15 +71,17 @@ impl StreamKind {
             Self::Pm => method::ACK_RECEIVED_PM,
             Self::TipProgress => method::ACK_TIP_PROGRESS,
             Self::TipReceived => method::ACK_TIP_RECEIVED,
+            Self::Kx => method::ACK_KX_COMPLETED,
         }
     }
 
-    /// A short name: brclient's replay log name (`pm`, `tipprogress`, `tipstream`).
+    /// A short name: brclient's replay log name (`pm`, `tipprogress`, `tipstream`, `kx`).
     pub const fn name(self) -> &'static str {
         match self {
             Self::Pm => "pm",
             Self::TipProgress => "tipprogress",
             Self::TipReceived => "tipstream",
+            Self::Kx => "kx",
         }
     }
 }

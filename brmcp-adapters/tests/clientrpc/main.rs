@@ -1,9 +1,10 @@
 //! The Bison Relay clientrpc host against a scripted clientrpc server: config, TLS,
-//! streams, requests, tips and liveness. One test binary.
+//! streams, requests, tips, key exchanges and liveness. One test binary.
 
 mod common;
 mod config;
 mod faults;
+mod kx;
 mod liveness;
 mod requests;
 mod streams;

@@ -7,6 +7,12 @@
 //! With `--upstream "<command>"` the bot sells that stdio MCP server instead, every
 //! tool at `--price` atoms: the agent lists its tools with their prices and calls the
 //! first one that needs no arguments, paying for it the same way.
+//!
+//! With `--directory`, the discovery loop instead ([`directory`]): a provider
+//! registers with a directory, which verifies it with a paid test; an operator
+//! approves it; the agent finds it through the bridge, adds it and pays for its tool.
+
+mod directory;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -55,6 +61,10 @@ pub(super) struct DemoArgs {
     /// The price of each tool of --upstream, in atoms.
     #[arg(long, value_name = "ATOMS", default_value_t = DEMO_UPSTREAM_PRICE_ATOMS, requires = "upstream")]
     price: u64,
+    /// Show the discovery loop instead: a provider listed by a verifying directory,
+    /// found, added and paid by the agent.
+    #[arg(long, conflicts_with_all = ["upstream", "keep_running"])]
+    directory: bool,
 }
 
 pub(super) fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
@@ -82,7 +92,11 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
             }]))
         }
     };
-    let result = super::runtime()?.block_on(demo(&dir, args.keep_running, upstream));
+    let result = if args.directory {
+        super::runtime()?.block_on(directory::demo(&dir))
+    } else {
+        super::runtime()?.block_on(demo(&dir, args.keep_running, upstream))
+    };
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }

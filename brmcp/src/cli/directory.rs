@@ -5,12 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use brmcp_adapters::PeerId;
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, TipOutcome};
+use brmcp_adapters::clientrpc::proto::KxCompleted;
+use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
 use clap::Args;
 
 use super::CliError;
 use super::serve::{connect, harness_streams, host_from, write_rpc_template};
-use crate::directory::{Directory, POLICY_FILE, PayError, PayFuture, Payer, Policy};
+use crate::directory::{
+    Directory, IntroduceFuture, Introducer, POLICY_FILE, PayError, PayFuture, Payer, Policy,
+};
 use crate::server::AutoReply;
 
 /// The clientrpc connection file of a directory's data directory (bisonbotkit format).
@@ -59,6 +62,87 @@ impl Payer for HostPayer {
     }
 }
 
+/// Key exchanges through a peer directory: clientrpc's `MediateKX`, the peer mediating
+/// toward the provider (it knows both sides).
+pub(super) struct HostIntroducer(pub(super) ClientRpcHost);
+
+impl Introducer for HostIntroducer {
+    fn introduce(&self, mediator: PeerId, target: PeerId) -> IntroduceFuture<'_> {
+        Box::pin(async move {
+            self.0
+                .mediate_kx(mediator, target)
+                .await
+                .map_err(|e| format!("mediate kx: {e}").into())
+        })
+    }
+}
+
+/// Adds the KX stream to `streams`: every completed exchange goes to
+/// [`Directory::notify_kx`] (a lead awaiting it gets its one invite) before it is
+/// acknowledged, so an exchange a crash interrupted is offered again at restart.
+pub(super) fn with_kx(streams: Streams, directory: &Directory) -> Streams {
+    let directory = directory.clone();
+    streams.kx(move |kx: KxCompleted| {
+        let directory = directory.clone();
+        async move {
+            directory.notify_kx(kx.uid).await;
+            Ok(())
+        }
+    })
+}
+
+/// A directory serving on a Bison Relay client.
+pub(super) struct Running {
+    /// The directory.
+    pub(super) directory: Directory,
+    /// Its client.
+    pub(super) host: ClientRpcHost,
+    /// Its own uid, when the client told it.
+    pub(super) uid: Option<PeerId>,
+    /// Its nick.
+    pub(super) nick: String,
+}
+
+impl Running {
+    /// Stops the directory, then its client.
+    pub(super) async fn close(&self) {
+        self.directory.close().await;
+        self.host.close();
+    }
+}
+
+/// Starts the directory of `datadir` under `policy` on the client `rpc_config` names:
+/// PMs, tips and completed key exchanges fed to it, interrupted pipelines resumed.
+pub(super) async fn start_directory(
+    datadir: &Path,
+    rpc_config: &Path,
+    policy: Policy,
+) -> Result<Running, CliError> {
+    let host = host_from(rpc_config)?;
+    let directory = Directory::builder()
+        .data_dir(datadir)
+        .policy(policy)
+        .payer(HostPayer(host.clone()))
+        .introducer(HostIntroducer(host.clone()))
+        .auto_reply(AutoReply::new(HELP))
+        .build()?;
+    directory.start(host.clone())?;
+    let streams = with_kx(harness_streams(datadir, directory.harness())?, &directory);
+    connect(&host, streams).await?;
+    let me = host.public_identity().await?;
+    let uid = me.peer_id();
+    if let Some(uid) = uid {
+        directory.set_self_uid(uid);
+    }
+    directory.resume().await?;
+    Ok(Running {
+        directory,
+        host,
+        uid,
+        nick: me.nick,
+    })
+}
+
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
     std::fs::create_dir_all(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
@@ -81,31 +165,196 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
     if policy.admin_uids.is_empty() {
         eprintln!("admin_uids is empty: the admin tools are unreachable");
     }
-    let host = host_from(&rpc_config)?;
-    let directory = Directory::builder()
-        .data_dir(datadir)
-        .policy(policy)
-        .payer(HostPayer(host.clone()))
-        .auto_reply(AutoReply::new(HELP))
-        .build()?;
-    directory.start(host.clone())?;
-    let streams = harness_streams(datadir, directory.harness())?;
-    connect(&host, streams).await?;
-    let me = host.public_identity().await?;
-    if let Some(uid) = me.peer_id() {
-        directory.set_self_uid(uid);
-    }
-    directory.resume().await?;
-    let uid = me.peer_id().map_or_else(|| "?".into(), |p| p.to_string());
+    let running = start_directory(datadir, &rpc_config, policy).await?;
+    let uid = running.uid.map_or_else(|| "?".into(), |p| p.to_string());
     eprintln!(
         "directory {} serving as {uid} ({}); snapshot key {}; Ctrl-C stops",
-        directory.policy().name,
-        me.nick,
-        &directory.public_key()[..16],
+        running.directory.policy().name,
+        running.nick,
+        &running.directory.public_key()[..16],
     );
     super::wait_for_interrupt().await;
     eprintln!("stopping");
-    directory.close().await;
-    host.close();
+    running.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use brmcp_adapters::clientrpc::Streams;
+    use brmcp_adapters::{Router, RouterConfig};
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::cli::serve::{FORTUNE_ATOMS, connect, start_serving};
+    use crate::devnet::{Devnet, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
+    use crate::directory::State;
+    use crate::server::ServeConfig;
+
+    async fn until(what: &str, mut check: impl FnMut() -> bool) {
+        for _ in 0..1200 {
+            if check() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for: {what}");
+    }
+
+    fn policy(admin: &NodeInfo) -> Policy {
+        Policy {
+            admin_uids: vec![admin.uid_hex()],
+            listing_fee_atoms: 1000,
+            snapshot_price_atoms: 50,
+            test_budget_max_atoms: 100_000,
+            ..Policy::default()
+        }
+    }
+
+    async fn admin_call(
+        admin: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+        tool: &str,
+        args: Value,
+    ) -> Value {
+        let result = admin
+            .call_tool(
+                CallToolRequestParams::new(tool.to_owned())
+                    .with_arguments(args.as_object().cloned().unwrap()),
+            )
+            .await
+            .unwrap();
+        let text = result.content[0].as_text().unwrap().text.clone();
+        assert_ne!(result.is_error, Some(true), "{tool}: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// The transitive KX fallback through real clientrpc: directory A learns provider
+    /// P from peer B's snapshot, cannot reach P (no key exchange), asks B to mediate
+    /// (`MediateKX`); the devnet completes the exchange, A's KX stream hands it to
+    /// `notify_kx` before acknowledging it, and the one invite that follows brings P's
+    /// registration to A's review queue.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_mediated_kx_completion_sends_the_pending_invite() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = DevnetConfig {
+            kx_all: false,
+            ..DevnetConfig::default()
+        };
+        let specs = ["a", "b", "p", "op"].map(NodeSpec::new).to_vec();
+        let devnet = Devnet::start_with(tmp.path().join("devnet"), specs, cfg)
+            .await
+            .unwrap();
+        let [a, b, p, op] = <[NodeInfo; 4]>::try_from(devnet.nodes()).unwrap();
+        for (x, y) in [(&a, &b), (&b, &p), (&op, &a), (&op, &b)] {
+            devnet.kx(x.id, y.id).unwrap();
+        }
+        let dir_a = start_directory(&a.dir, &a.config_path, policy(&op))
+            .await
+            .unwrap();
+        let dir_b = start_directory(&b.dir, &b.config_path, policy(&op))
+            .await
+            .unwrap();
+        let provider = PeerId::from_bytes(p.uid);
+
+        // P registers with B and is approved there.
+        let config = json!({
+            "allowed_uids": [a.uid_hex(), b.uid_hex()],
+            "directory": {
+                "description": "fortunes",
+                "test": {"tool": "fortune", "maxAtoms": FORTUNE_ATOMS},
+                "auto_fund": {"enabled": true, "max_atoms_per_request": 50_000,
+                              "allowed_directory_uids": [a.uid_hex(), b.uid_hex()]},
+                "register_at_uids": [b.uid_hex()],
+            }
+        });
+        let config = ServeConfig::parse(&config.to_string(), &p.dir.join("brmcp.json")).unwrap();
+        let p_host = host_from(&p.config_path).unwrap();
+        let (harness, _upstreams) = start_serving(&p.dir, &config, &p_host).await.unwrap();
+        let state_at = |d: &Directory, s: State| {
+            d.entry(&provider)
+                .unwrap()
+                .reg
+                .is_some_and(|r| r.state == s)
+        };
+        until("pending at B", || {
+            state_at(&dir_b.directory, State::PendingReview)
+        })
+        .await;
+        let op_host = host_from(&op.config_path).unwrap();
+        let router = Router::new(op_host.clone(), RouterConfig::client());
+        connect(&op_host, Streams::new().pms(router.clone()))
+            .await
+            .unwrap();
+        let to_b = ().serve(router.dial(PeerId::from_bytes(b.uid)).unwrap());
+        let to_b = to_b.await.unwrap();
+        admin_call(&to_b, "approve", json!({"uid": p.uid_hex()})).await;
+
+        // A follows B's snapshot to P, which it cannot reach: B is asked to mediate.
+        let to_a = ().serve(router.dial(PeerId::from_bytes(a.uid)).unwrap());
+        let to_a = to_a.await.unwrap();
+        let key = dir_b.directory.public_key();
+        admin_call(
+            &to_a,
+            "add_peer",
+            json!({"uid": b.uid_hex(), "pubKey": key}),
+        )
+        .await;
+        let verified = admin_call(&to_a, "verify_peer", json!({"uid": b.uid_hex()})).await;
+        assert_eq!(verified["newLeads"], 1, "{verified}");
+        let kx_before = devnet.log(a.id, StreamKind::Kx).unwrap().len();
+        let lead = admin_call(&to_a, "pursue_lead", json!({"uid": p.uid_hex()})).await;
+        assert_eq!(lead["state"], "pursuing", "{lead}");
+        assert_eq!(lead["note"], "awaiting key exchange via peer");
+
+        // The exchange completed on A's client; the invite it triggered registered P
+        // at A (funded, crawled, test-paid), and the completion was acknowledged.
+        until("pending at A", || {
+            state_at(&dir_a.directory, State::PendingReview)
+        })
+        .await;
+        let kx = devnet.log(a.id, StreamKind::Kx).unwrap();
+        assert_eq!(kx.len(), kx_before + 1, "one KXCompleted on A");
+        let completed = kx.last().unwrap();
+        assert_eq!(completed.params["nick"], "p");
+        until("the completion acked", || {
+            devnet
+                .log(a.id, StreamKind::Kx)
+                .unwrap()
+                .iter()
+                .all(|e| e.acked)
+        })
+        .await;
+        let leads = admin_call(&to_a, "leads", json!({})).await;
+        assert_eq!(leads["leads"][0]["state"], "converted", "{leads}");
+
+        // A completion delivered again (a crash before its acknowledgement) sends no
+        // second invite: the registration and the fee stand as they are.
+        let before = dir_a.directory.entry(&provider).unwrap().reg.unwrap();
+        let stats = dir_a.directory.stats().unwrap();
+        dir_a.directory.notify_kx(provider).await;
+        // A quiet window for a registration the provider would send in the background.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        dir_a.directory.settle().await;
+        let after = dir_a.directory.entry(&provider).unwrap().reg.unwrap();
+        assert_eq!(after.created_at, before.created_at);
+        assert_eq!(after.state, State::PendingReview);
+        assert_eq!(
+            serde_json::to_value(dir_a.directory.stats().unwrap()).unwrap(),
+            serde_json::to_value(stats).unwrap()
+        );
+
+        let _ = to_a.cancel().await;
+        let _ = to_b.cancel().await;
+        router.close();
+        op_host.close();
+        harness.close();
+        p_host.close();
+        dir_a.close().await;
+        dir_b.close().await;
+        devnet.shutdown().await;
+    }
 }

@@ -30,7 +30,8 @@
 //! order kept, queues for offline nodes expiring on an injectable clock) and keeps a
 //! wallet per user: a tip moves balances and emits `TipProgress` on the payer and
 //! `ReceivedTip` on the payee, or retries and gives up with brclient's event sequence
-//! when the payee cannot invoice.
+//! when the payee cannot invoice. `ChatService.MediateKX` through a contact who knows
+//! the target makes the two users contacts, with a `KXCompleted` on both sides.
 //!
 //! Each node also gets a bisonbotkit-format config file (`brmcp-serve.conf`, see
 //! [`NodeInfo::config_path`]) so a client can be pointed at it with one path. The
@@ -60,8 +61,9 @@
 //! # }
 //! ```
 //!
-//! Known differences from brclient: only the methods clientrpc.md §6.2 lists exist
-//! (`GCService.*` and friends answer "unknown method"); there is no POST transport;
+//! Known differences from brclient: only the methods clientrpc.md §6.2 lists exist,
+//! plus `MediateKX` (`GCService.*` and friends answer "unknown method"); a mediation
+//! completes at once or never (it is not queued for an offline mediator); there is no POST transport;
 //! the PM size estimate does not compress (it is exact for incompressible text and
 //! pessimistic otherwise); protojson error texts carry no `(line:col)`; replay logs
 //! live in memory, not under `db/replaymsglog/`; stream notifications are queued

@@ -157,6 +157,7 @@ pub(crate) enum Method {
     AckPm,
     KxStream,
     AckKx,
+    MediateKx,
     TipUser,
     TipProgress,
     AckTipProgress,
@@ -179,6 +180,10 @@ const RM_PRIVATE_MESSAGE: &[Field] = &[
 const PM: &[Field] = &[
     field("user", "user", Kind::Str),
     field("msg", "msg", Kind::Msg(RM_PRIVATE_MESSAGE)),
+];
+const MEDIATE_KX: &[Field] = &[
+    field("mediator", "mediator", Kind::Str),
+    field("target", "target", Kind::Str),
 ];
 const TIP_USER: &[Field] = &[
     field("user", "user", Kind::Str),
@@ -205,6 +210,7 @@ impl Method {
             ("ChatService", "AckReceivedPM") => Self::AckPm,
             ("ChatService", "KXStream") => Self::KxStream,
             ("ChatService", "AckKXCompleted") => Self::AckKx,
+            ("ChatService", "MediateKX") => Self::MediateKx,
             ("PaymentsService", "TipUser") => Self::TipUser,
             ("PaymentsService", "TipProgress") => Self::TipProgress,
             ("PaymentsService", "AckTipProgress") => Self::AckTipProgress,
@@ -223,6 +229,7 @@ impl Method {
             Self::PmStream | Self::KxStream | Self::TipProgress | Self::TipStream => STREAM,
             Self::AckPm | Self::AckKx | Self::AckTipProgress | Self::AckTipReceived => ACK,
             Self::TipUser => TIP_USER,
+            Self::MediateKx => MEDIATE_KX,
         }
     }
 
@@ -380,6 +387,7 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: &Decoded) -> Resu
         }
         Method::Pm => pm(net, node, p).await,
         Method::TipUser => tip_user(net, node, p).await,
+        Method::MediateKx => mediate_kx(net, node, p),
         Method::AckPm | Method::AckKx | Method::AckTipProgress | Method::AckTipReceived => {
             if let Some(kind) = method.kind() {
                 net.lock().nodes[node].logs[kind.index()].ack(p.u64("sequence_id"));
@@ -392,6 +400,32 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: &Decoded) -> Resu
         | Method::TipProgress
         | Method::TipStream => Err("unknown method".to_owned()),
     }
+}
+
+/// `ChatService.MediateKX`: the mediator must be a contact; the answer means the
+/// request left. The exchange then completes at once, with a `KXCompleted` on both
+/// sides, when the mediator is a node that knows the target and both are online;
+/// otherwise it never does (the devnet does not queue mediations), as a request a
+/// mediator ignores.
+fn mediate_kx(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> {
+    let mut target = [0u8; 32];
+    hex::decode_to_slice(p.str("target"), &mut target)
+        .map_err(|e| format!("invalid target: encoding/hex: {e}"))?;
+    let mut st = net.lock();
+    let mediator = st.nodes[node]
+        .resolve(p.str("mediator"))
+        .ok_or_else(|| format!("user {} not found", p.str("mediator")))?
+        .uid;
+    let reachable =
+        |st: &super::State, uid: &[u8; 32]| st.node_by_uid(uid).filter(|&i| st.nodes[i].online);
+    if let (Some(m), Some(t)) = (reachable(&st, &mediator), reachable(&st, &target))
+        && st.nodes[node].online
+        && t != node
+        && st.nodes[m].contact(&target).is_some()
+    {
+        st.kx(node, t, true);
+    }
+    Ok("{}".to_owned())
 }
 
 /// Per-PM bytes besides the text in brclient's signed RM blob (header and payload

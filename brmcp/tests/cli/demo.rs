@@ -1,4 +1,5 @@
-//! `brmcp demo` runs the whole stack on a simulated network and exits 0.
+//! `brmcp demo` runs the whole stack on a simulated network and exits 0; with
+//! `--directory`, the discovery loop, exiting nonzero when a step fails.
 
 use std::process::Command;
 
@@ -81,4 +82,80 @@ fn demo_sells_an_upstream_command() {
             "missing {expected:?} in:\n{stdout}"
         );
     }
+}
+
+/// `brmcp demo --directory` runs the discovery loop: the provider registers and pays
+/// the invoice, the directory crawls and test-pays it, the operator approves, the agent
+/// searches through the bridge, adds the bot (confirming) and pays for the found tool.
+#[test]
+fn demo_directory_runs_the_discovery_loop() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_brmcp"))
+        .args(["demo", "--directory", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run brmcp demo --directory");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    let alice = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("devnet: alice "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("alice's uid")
+        .to_owned();
+    for expected in [
+        "[1] directory devnet-directory up",
+        "registration: pending_review",
+        "crawled 3 tool(s); paid test of fortune: ok (10000 atoms paid); fee 5000 atoms",
+        "\"testOutcome\":\"ok\"",
+        "<- {\"expiresAt\":",
+        "\"state\":\"listed\"}",
+        "1 of 1 matching tools",
+        &format!("\"fortune\" of bot {alice}"),
+        "10000 atoms",
+        "(the user accepts)",
+        "<- added bot",
+        "<- {\"fortune\":",
+        &format!("the bridge tipped 10000 atoms (Paid) to {alice}"),
+        "bridge spend log: 1 payment(s), 10000 atoms in the last 24 hours",
+        "demo complete",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    // alice paid fee + budget (15,000 atoms) once, and was paid 10,000 by the
+    // directory's test and 10,000 by the agent: 5,000 atoms up.
+    let wallet = stdout
+        .lines()
+        .find(|l| l.starts_with("alice's wallet"))
+        .expect("wallet line");
+    let numbers: Vec<i64> = wallet
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(numbers.len(), 2, "{wallet}");
+    assert_eq!(numbers[1] - numbers[0], 5_000_000, "{wallet}");
+}
+
+/// A step that fails makes the demo exit nonzero with the reason: here the devnet
+/// cannot start, a node's state file being garbage.
+#[test]
+fn demo_directory_fails_loudly_when_a_step_fails() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let alice = dir.path().join("devnet").join("alice");
+    std::fs::create_dir_all(&alice).expect("node dir");
+    std::fs::write(alice.join("devnet-node.json"), "not json").expect("state file");
+    let out = Command::new(env!("CARGO_BIN_EXE_brmcp"))
+        .args(["demo", "--directory", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run brmcp demo --directory");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "demo succeeded:\n{stdout}\n{stderr}");
+    assert!(stderr.contains("devnet-node.json"), "{stderr}");
+    assert!(!stdout.contains("demo complete"), "{stdout}");
 }

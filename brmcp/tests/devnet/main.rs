@@ -1,9 +1,11 @@
-//! The local Bison Relay simulator: framing, private messages, tips, TLS and the
+//! The local Bison Relay simulator: framing, private messages, key exchanges, tips, TLS and the
 //! clientrpc host's end-to-end checks against it. One test binary.
 
 mod clientrpc_checks;
 mod common;
+mod directory_node;
 mod framing;
+mod kx;
 mod pm;
 mod tips;
 mod tls_http;

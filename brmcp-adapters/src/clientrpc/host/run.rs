@@ -187,6 +187,7 @@ async fn keep_stream(
 pub(super) enum Handler {
     Pm(Arc<dyn DynPm>),
     Tip(Arc<dyn DynTip>),
+    Kx(Arc<dyn DynKx>),
     /// TipProgress: waiting tips take their events; the rest go to the handler.
     Progress(Option<Arc<dyn DynResult>>),
 }
@@ -196,7 +197,7 @@ impl Handler {
         match self {
             Self::Pm(h) => h.cleared(up_to).await,
             Self::Tip(h) => h.cleared(up_to).await,
-            Self::Progress(_) => Ok(()),
+            Self::Kx(_) | Self::Progress(_) => Ok(()),
         }
     }
 }
@@ -206,6 +207,7 @@ enum Item {
     Pm(ReceivedPm),
     Tip(ReceivedTip),
     Progress(TipProgressEvent),
+    Kx(KxCompleted),
 }
 
 impl Item {
@@ -214,6 +216,7 @@ impl Item {
             StreamKind::Pm => Self::Pm(serde_json::from_value(params)?),
             StreamKind::TipReceived => Self::Tip(serde_json::from_value(params)?),
             StreamKind::TipProgress => Self::Progress(serde_json::from_value(params)?),
+            StreamKind::Kx => Self::Kx(serde_json::from_value(params)?),
         })
     }
 
@@ -222,6 +225,7 @@ impl Item {
             Self::Pm(pm) => pm.sequence_id,
             Self::Tip(tip) => tip.sequence_id,
             Self::Progress(event) => event.sequence_id,
+            Self::Kx(kx) => kx.sequence_id,
         }
     }
 }
@@ -343,6 +347,7 @@ async fn record(
         let result = match (handler, &item, results) {
             (Handler::Pm(h), Item::Pm(pm), _) => h.call(pm.clone()).await,
             (Handler::Tip(h), Item::Tip(tip), _) => h.call(tip.clone()).await,
+            (Handler::Kx(h), Item::Kx(kx), _) => h.call(kx.clone()).await,
             (_, Item::Progress(event), Some(results)) => results.call(event.clone()).await,
             _ => Ok(()),
         };

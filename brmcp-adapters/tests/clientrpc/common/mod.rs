@@ -52,6 +52,7 @@ pub const ACK_SETTLE: Duration = Duration::from_millis(150);
 pub const PM_STREAM: &str = "ChatService.PMStream";
 pub const TIP_STREAM: &str = "PaymentsService.TipStream";
 pub const TIP_PROGRESS: &str = "PaymentsService.TipProgress";
+pub const KX_STREAM: &str = "ChatService.KXStream";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -895,6 +896,7 @@ fn handle(shared: &Arc<Shared>, conn: usize, data: &[u8]) -> bool {
         "ChatService.AckReceivedPM" => Some(PM_STREAM),
         "PaymentsService.AckTipReceived" => Some(TIP_STREAM),
         "PaymentsService.AckTipProgress" => Some(TIP_PROGRESS),
+        "ChatService.AckKXCompleted" => Some(KX_STREAM),
         _ => None,
     };
     if let Some(base) = ack_of {

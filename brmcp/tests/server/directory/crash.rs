@@ -8,8 +8,9 @@
 //!   escrow debit is a recorded test payment (and every recorded one stands);
 //! - no test runs twice: the provider completed exactly one paid test per round, each
 //!   under its own call key;
-//! - no listing without a passed test: the listing exists and every round's test
-//!   completed at the provider;
+//! - no listing without a passed test: after every kill, a listing on disk is of a
+//!   round whose paid test, and every earlier round's, completed at the provider; at
+//!   the end the listing exists and every round's test completed;
 //! - money is conserved: the tip = balance + fees + escrow debits, and the provider
 //!   received no more than the escrow debits.
 
@@ -164,6 +165,46 @@ async fn child(dir: &Path) {
     log_line(&log, "complete");
 }
 
+/// Tests the provider completed for the directory, by call key.
+fn completed_tests(provider: &Ledger) -> Vec<String> {
+    provider
+        .journal(Some(&uid(DIR)), 10_000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.tool == "paid_echo" && e.state == CallState::Completed)
+        .filter_map(|e| e.call_key)
+        .collect()
+}
+
+/// After a kill: the listing on disk, if any, is of a round `n` for which `n + 1`
+/// paid tests completed at the provider (one per round so far), under distinct keys.
+fn verify_listing_backed_by_tests(dir: &Path) {
+    let store_dir = dir.join("directory");
+    if !store_dir.join(brmcp::directory::STORE_FILE).exists() {
+        return;
+    }
+    let store = Store::open(&store_dir).unwrap();
+    let Some(live) = store.get(&uid(PROVIDER).to_string()).unwrap().entry.live else {
+        return;
+    };
+    let round: u64 = live
+        .description
+        .strip_prefix("round ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a listing of no round: {live:?}"));
+    assert_eq!(live.test.tool, "paid_echo");
+    assert!(live.last_verified_execution > 0, "{live:?}");
+    let provider = Ledger::attach(&dir.join("provider")).unwrap();
+    let mut keys = completed_tests(&provider);
+    keys.sort();
+    keys.dedup();
+    assert!(
+        keys.len() as u64 > round,
+        "round {round} listed after {} completed test(s)",
+        keys.len()
+    );
+}
+
 fn verify_after(dir: &Path) {
     let now = UnixTime(i64::MAX / 2);
     let directory = Ledger::open(&dir.join("directory"), now).unwrap().ledger;
@@ -294,6 +335,7 @@ fn directory_crash_injection() {
                     break;
                 }
                 kills += 1;
+                verify_listing_backed_by_tests(dir.path());
             }
             Some(status) => {
                 assert!(
