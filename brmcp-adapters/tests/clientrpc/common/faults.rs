@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::fake::{FIRST_SEQ, send_live};
+use super::server::{FIRST_SEQ, send_live};
 use super::{Fake, frame, lock};
 
 impl Fake {

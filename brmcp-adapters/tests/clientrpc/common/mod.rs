@@ -16,9 +16,9 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 mod certs;
-mod fake;
+mod conn;
 mod faults;
-mod serve;
+mod server;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -30,8 +30,11 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
+// Two test binaries include this module and each uses a part of it.
+#[allow(unused_imports)]
 pub use certs::Certs;
-pub use fake::{FIRST_SEQ, Fake, FakeOptions, Reply, default_reply};
+#[allow(unused_imports)]
+pub use server::{Call, FIRST_SEQ, Fake, FakeOptions, Recorded, Reply, default_reply};
 
 /// The settle time of the hosts under test: short, and long enough for a held item
 /// released a few milliseconds later to come first.

@@ -10,6 +10,7 @@ mod bot;
 pub mod conformance;
 pub mod harness_bot;
 mod http;
+pub mod interop;
 mod payer;
 
 use std::sync::{Arc, Mutex};

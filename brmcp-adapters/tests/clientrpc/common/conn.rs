@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
 
-use super::fake::{Call, ConnEntry, Log, Recorded, Reply, Shared, State};
+use super::server::{Call, ConnEntry, Log, Recorded, Reply, Shared, State};
 use super::{KX_STREAM, PM_STREAM, TIP_PROGRESS, TIP_STREAM, frame, lock, seq_of, split_suffix};
 
 pub(super) async fn serve(

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::serve::serve;
+use super::conn::serve;
 use super::{
     Certs, PM_STREAM, TIP_PROGRESS, TIP_STREAM, b64, frame, lock, seq_of, split_suffix, uid,
 };
