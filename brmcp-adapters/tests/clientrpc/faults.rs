@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::common::{
     ACK_SETTLE, Certs, FIRST_SEQ, Fake, FakeOptions, PM_STREAM, TIP_PROGRESS, TIP_STREAM,
-    eventually, uid,
+    assert_before, eventually, uid,
 };
 use brmcp_adapters::BoxError;
 use brmcp_adapters::clientrpc::proto::{ReceivedTip, TipProgressEvent};
@@ -261,16 +261,11 @@ async fn an_unclaimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() 
     let terminal = fake.push_progress(&uid(0x22), 7000, true, false, 2, "");
     eventually("cleared", WAIT, || fake.unacked(TIP_PROGRESS).is_empty()).await;
     assert_eq!(*tries.lock().unwrap(), 2);
-    let timeline = timeline.lock().unwrap().clone();
-    let recorded = timeline
-        .iter()
-        .position(|l| *l == format!("result {terminal}"))
-        .unwrap();
-    let acked = timeline
-        .iter()
-        .position(|l| *l == format!("ack {terminal}"))
-        .unwrap();
-    assert!(recorded < acked, "{timeline:?}");
+    assert_before(
+        &timeline.lock().unwrap(),
+        &format!("result {terminal}"),
+        &format!("ack {terminal}"),
+    );
     host.close();
 }
 
@@ -322,16 +317,11 @@ async fn a_claimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() {
     assert_eq!(fake.unacked(TIP_PROGRESS), [terminal]);
     gate.add_permits(1);
     eventually("cleared", WAIT, || fake.unacked(TIP_PROGRESS).is_empty()).await;
-    let timeline = timeline.lock().unwrap().clone();
-    let recorded = timeline
-        .iter()
-        .position(|l| *l == format!("result {terminal}"))
-        .unwrap();
-    let acked = timeline
-        .iter()
-        .position(|l| *l == format!("ack {terminal}"))
-        .unwrap();
-    assert!(recorded < acked, "{timeline:?}");
+    assert_before(
+        &timeline.lock().unwrap(),
+        &format!("result {terminal}"),
+        &format!("ack {terminal}"),
+    );
     host.close();
 }
 

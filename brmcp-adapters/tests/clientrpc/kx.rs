@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    Certs, Fake, FakeOptions, KX_STREAM, Reply, b64, default_reply, eventually, uid,
+    Certs, Fake, FakeOptions, KX_STREAM, Reply, assert_before, b64, default_reply, eventually, uid,
 };
 use brmcp_adapters::BoxError;
 use brmcp_adapters::clientrpc::proto::KxCompleted;
@@ -61,11 +61,10 @@ async fn kx_completed_is_decoded_handled_then_acked() {
     assert_eq!(got[0].sequence_id, id);
     assert_eq!(got[0].initial_rendezvous, uid(0xee).as_bytes().to_vec());
     assert_eq!(fake.acks(ACK), [id]);
-    let timeline = timeline.lock().unwrap().clone();
-    let at = |line: String| timeline.iter().position(|l| *l == line).unwrap();
-    assert!(
-        at(format!("kx {id}")) < at(format!("ack {id}")),
-        "{timeline:?}"
+    assert_before(
+        &timeline.lock().unwrap(),
+        &format!("kx {id}"),
+        &format!("ack {id}"),
     );
 
     // A reconnect replays nothing: the exchange was cleared.

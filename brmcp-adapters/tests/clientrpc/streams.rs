@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    Certs, Fake, FakeOptions, PM_STREAM, TIP_PROGRESS, TIP_STREAM, eventually, seq_of, uid,
+    Certs, Fake, FakeOptions, PM_STREAM, TIP_PROGRESS, TIP_STREAM, assert_before, eventually,
+    seq_of, uid,
 };
 use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
 use brmcp_adapters::clientrpc::{ClientRpcHost, PmHandler, Streams};
@@ -75,15 +76,11 @@ async fn pm_is_decoded_recorded_then_acked() {
     // Each ack comes after every PM it covers was handled (acks are cumulative; one
     // may cover both).
     let timeline = timeline.lock().unwrap().clone();
-    let at = |line: String| timeline.iter().position(|l| *l == line).unwrap();
     let acks = fake.acks("ChatService.AckReceivedPM");
     assert_eq!(acks.last(), Some(&second));
     for ack in &acks {
         for pm in [first, second].into_iter().filter(|pm| pm <= ack) {
-            assert!(
-                at(format!("pm {pm}")) < at(format!("ack {ack}")),
-                "{timeline:?}"
-            );
+            assert_before(&timeline, &format!("pm {pm}"), &format!("ack {ack}"));
         }
     }
     let acks = fake.requests_of("ChatService.AckReceivedPM");

@@ -83,6 +83,20 @@ fn frame(v: &Value) -> Message {
     Message::Binary(bytes.into())
 }
 
+/// Fails unless `first` and `then` are both in `timeline`, `first` earlier.
+pub fn assert_before(timeline: &[String], first: &str, then: &str) {
+    let at = |line: &str| {
+        timeline
+            .iter()
+            .position(|l| l == line)
+            .unwrap_or_else(|| panic!("no {line:?} in {timeline:?}"))
+    };
+    assert!(
+        at(first) < at(then),
+        "{first:?} not before {then:?}: {timeline:?}"
+    );
+}
+
 /// Polls `check` every 5 ms until it holds; panics with `what` after `limit`.
 pub async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
