@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use crate::common::conformance::ConformanceBot;
 use crate::common::interop::{interop_dir, output_within, required};
-use crate::common::{TestPayer, autopay, base_config};
+use crate::common::{PayMode, PayerState, TestPayer, autopay, base_config};
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::Bridge;
+use std::sync::Arc;
 
 fn node_dir() -> PathBuf {
     let dir = interop_dir().join("node");
@@ -33,12 +34,7 @@ async fn conformance_suite_through_the_bridge() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = base_config(dir.path());
     config.require_token = false;
-    let payer = std::sync::Arc::new(crate::common::PayerState {
-        bot: std::sync::Arc::default(),
-        payer_id: bridge_id,
-        mode: std::sync::Mutex::new(crate::common::PayMode::Credit),
-        payments: std::sync::Mutex::default(),
-    });
+    let payer = PayerState::new(Arc::default(), bridge_id, PayMode::Credit);
     let bridge = Bridge::new(
         config,
         fabric.router(bridge_id, RouterConfig::client()),

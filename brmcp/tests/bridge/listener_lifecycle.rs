@@ -6,30 +6,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::common::{INITIALIZE, autopay, env, env_with, http};
+use crate::common::{autopay, env, env_with, http, initialize};
 use brmcp::bridge::BridgeError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn initialize(addr: SocketAddr, bot: &str, token: &str) -> (u16, Option<String>) {
-    let auth = format!("Bearer {token}");
-    let (status, headers, _) = http(
-        addr,
-        "POST",
-        &format!("/mcp/{bot}"),
-        &[
-            ("Authorization", auth.as_str()),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-        ],
-        INITIALIZE,
-    )
-    .await;
-    let session = headers
-        .iter()
-        .find(|(k, _)| k == "mcp-session-id")
-        .map(|(_, v)| v.clone());
-    (status, session)
-}
 
 /// Opens the session's standalone SSE stream; returns the open connection after its
 /// response head.

@@ -5,10 +5,12 @@
 //! sid, and every call succeeds. An answer the previous run left on its way is never
 //! taken for one of this run's calls.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{BotState, PayMode, PayerState, TestBot, TestPayer, autopay, base_config};
+use crate::common::{
+    BotState, PayMode, PayerState, TestPayer, autopay, base_config, serve_test_bot,
+};
 use crate::common::{call, connect, text};
 use crate::go_bot_sessions::go_router::{GoProbe, GoRouter};
 use brmcp::adapters::mem::{Fabric, uid};
@@ -34,12 +36,7 @@ async fn run(fabric: &Fabric, bridge_id: PeerId, bot: PeerId, dir: &std::path::P
 }
 
 async fn start(router: Router, bridge_id: PeerId, bot: PeerId, dir: &std::path::Path) -> Bridge {
-    let payer = Arc::new(PayerState {
-        bot: Arc::new(BotState::default()),
-        payer_id: bridge_id,
-        mode: Mutex::new(PayMode::Credit),
-        payments: Mutex::default(),
-    });
+    let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, PayMode::Credit);
     let bridge = Bridge::new(base_config(dir), router, TestPayer(payer)).expect("bridge");
     bridge.apply_settings(autopay(bot)).await.expect("settings");
     bridge
@@ -63,13 +60,7 @@ fn saved_sid(dir: &std::path::Path, bot: PeerId) -> String {
 async fn restarts_go_on_with_one_session() {
     let fabric = Fabric::new(41);
     let (bot_id, bridge_id) = (uid(1), uid(2));
-    let bot = Arc::new(BotState::default());
-    let bot_router = fabric.router(bot_id, RouterConfig::server());
-    let shared = bot.clone();
-    bot_router.serve(move |peer: &PeerId| TestBot {
-        state: shared.clone(),
-        caller: *peer,
-    });
+    let (bot_router, bot) = serve_test_bot(&fabric, bot_id);
     let dir = tempfile::tempdir().expect("tempdir");
 
     let mut sid = None;

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use brmcp::adapters::PeerId;
+use brmcp::adapters::mem::Fabric;
+use brmcp::adapters::{PeerId, Router, RouterConfig};
 use brmcp::server::Shortfall;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -148,6 +149,19 @@ pub fn fixed_tools() -> Vec<Tool> {
             "_meta": {"brmcp/priceAtoms": 0}
         })),
     ]
+}
+
+/// Serves the test bot as `bot_id` on `fabric`, with fresh state: its router (the
+/// fabric holds routers weakly) and what it sees.
+pub fn serve_test_bot(fabric: &Fabric, bot_id: PeerId) -> (Router, Arc<BotState>) {
+    let bot = Arc::new(BotState::default());
+    let bot_router = fabric.router(bot_id, RouterConfig::server());
+    let shared = bot.clone();
+    bot_router.serve(move |peer: &PeerId| TestBot {
+        state: shared.clone(),
+        caller: *peer,
+    });
+    (bot_router, bot)
 }
 
 /// The test bot, one per session; `caller` is the Bison Relay uid of the peer.

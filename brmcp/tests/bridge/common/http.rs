@@ -40,3 +40,30 @@ pub async fn http(
 
 /// A JSON-RPC `initialize` body for raw HTTP tests.
 pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+/// An `initialize` POST to the bridge's endpoint for `bot` with bearer `token`: the
+/// status and the session id the bridge gave, if any.
+pub async fn initialize(
+    addr: std::net::SocketAddr,
+    bot: &str,
+    token: &str,
+) -> (u16, Option<String>) {
+    let auth = format!("Bearer {token}");
+    let (status, headers, _) = http(
+        addr,
+        "POST",
+        &format!("/mcp/{bot}"),
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        INITIALIZE,
+    )
+    .await;
+    let session = headers
+        .iter()
+        .find(|(k, _)| k == "mcp-session-id")
+        .map(|(_, v)| v.clone());
+    (status, session)
+}

@@ -13,7 +13,7 @@ mod http;
 pub mod interop;
 mod payer;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use brmcp::adapters::mem::{Fabric, uid};
@@ -26,8 +26,8 @@ use rmcp::service::RunningService;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 
-pub use bot::{BotState, FORTUNE_PRICE, TestBot, fixed_tools};
-pub use http::{INITIALIZE, http};
+pub use bot::{BotState, FORTUNE_PRICE, fixed_tools, serve_test_bot};
+pub use http::{INITIALIZE, http, initialize};
 pub use payer::{PayMode, PayerState, TestPayer};
 
 /// A fabric with the test bot and a bridge, set up for one test.
@@ -78,20 +78,9 @@ pub async fn env_full(
 ) -> Env {
     let fabric = Fabric::new(7);
     let (bot_id, bridge_id) = (uid(1), uid(2));
-    let bot = Arc::new(BotState::default());
-    let bot_router = fabric.router(bot_id, RouterConfig::server());
-    let shared = bot.clone();
-    bot_router.serve(move |peer: &PeerId| TestBot {
-        state: shared.clone(),
-        caller: *peer,
-    });
+    let (bot_router, bot) = serve_test_bot(&fabric, bot_id);
     let client_router = fabric.router(bridge_id, router_config);
-    let payer = Arc::new(PayerState {
-        bot: bot.clone(),
-        payer_id: bridge_id,
-        mode: Mutex::new(PayMode::Credit),
-        payments: Mutex::default(),
-    });
+    let payer = PayerState::new(bot.clone(), bridge_id, PayMode::Credit);
     let dir = tempfile::tempdir().expect("tempdir");
     let bridge = Bridge::new(
         config(base_config(dir.path())),
@@ -151,7 +140,7 @@ pub fn call(name: &'static str, args: Value) -> CallToolRequestParams {
     CallToolRequestParams::new(name).with_arguments(args)
 }
 
-/// The concatenated text content of a result, one item per line./// The concatenated text content of a result, one item per line.
+/// The concatenated text content of a result, one item per line.
 pub fn text(result: &CallToolResult) -> String {
     result
         .content

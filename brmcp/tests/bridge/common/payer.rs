@@ -36,6 +36,17 @@ pub struct PayerState {
 }
 
 impl PayerState {
+    /// A payer `payer_id` paying `bot` (whose balances a crediting mode credits), in
+    /// `mode`, having paid nothing yet.
+    pub fn new(bot: Arc<BotState>, payer_id: PeerId, mode: PayMode) -> Arc<Self> {
+        Arc::new(Self {
+            bot,
+            payer_id,
+            mode: Mutex::new(mode),
+            payments: Mutex::default(),
+        })
+    }
+
     pub fn count(&self) -> usize {
         self.payments.lock().unwrap().len()
     }
