@@ -187,14 +187,7 @@ async fn a_go_bot_keeps_the_session_and_after_its_restart_it_is_initialized_agai
     let dir = tempfile::tempdir().expect("tempdir");
     let echo = |bridge: Bridge, said: &'static str| async move {
         let agent = connect(&bridge, uid(1), ()).await;
-        let r = tokio::time::timeout(
-            Duration::from_secs(60),
-            agent.call_tool(call("echo", json!({ "text": said }))),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("{said}: hung"))
-        .unwrap_or_else(|e| panic!("{said}: {e}"));
-        assert_eq!(text(&r), said);
+        echo_within_a_minute(&agent, said).await;
         let _ = agent.cancel().await;
         bridge.close().await;
     };
@@ -228,7 +221,8 @@ async fn a_go_bot_keeps_the_session_and_after_its_restart_it_is_initialized_agai
     assert_eq!(GoProbe::get(&probe.calls), 3, "each call ran once");
 }
 
-async fn echo(agent: &crate::common::Agent, said: &str) {
+/// Calls `echo` with `said`; the answer must be `said`, within a minute.
+async fn echo_within_a_minute(agent: &crate::common::Agent, said: &str) {
     let r = tokio::time::timeout(
         Duration::from_secs(60),
         agent.call_tool(call("echo", json!({ "text": said }))),
@@ -251,7 +245,7 @@ async fn a_resumed_session_lost_mid_run_is_initialized_again_on_its_sid() {
     // The first run opens the session.
     let bridge = start(router.clone(), bridge_id, go.id(), dir.path()).await;
     let agent = connect(&bridge, go.id(), ()).await;
-    echo(&agent, "one").await;
+    echo_within_a_minute(&agent, "one").await;
     let _ = agent.cancel().await;
     bridge.close().await;
     let sid = saved_sid(dir.path(), go.id());
@@ -259,9 +253,9 @@ async fn a_resumed_session_lost_mid_run_is_initialized_again_on_its_sid() {
     // The second resumes it; then the Go bot restarts under it.
     let bridge = start(router, bridge_id, go.id(), dir.path()).await;
     let agent = connect(&bridge, go.id(), ()).await;
-    echo(&agent, "two").await;
+    echo_within_a_minute(&agent, "two").await;
     go.restart();
-    echo(&agent, "three").await;
+    echo_within_a_minute(&agent, "three").await;
     assert_eq!(GoProbe::get(&probe.refusals), 1, "refused once");
     assert_eq!(go.sessions(), 1, "no stray session");
     assert_eq!(saved_sid(dir.path(), go.id()), sid, "the same sid");
