@@ -225,6 +225,14 @@ impl Fake {
         }
     }
 
+    /// brclient's certificates and a fake using them with default options: the set-up
+    /// of most tests.
+    pub async fn brclient() -> (Certs, Self) {
+        let certs = Certs::brclient();
+        let fake = Self::start(&certs, FakeOptions::default()).await;
+        (certs, fake)
+    }
+
     pub fn url(&self) -> String {
         format!("wss://127.0.0.1:{}/ws", self.addr.port())
     }
