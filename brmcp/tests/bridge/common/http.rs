@@ -67,3 +67,29 @@ pub async fn initialize(
         .map(|(_, v)| v.clone());
     (status, session)
 }
+
+/// A POST of `body` on the open `session` to the bridge's endpoint for `bot` with
+/// bearer `token`: status, headers, body.
+pub async fn post_on_session(
+    addr: std::net::SocketAddr,
+    bot: &str,
+    token: &str,
+    session: &str,
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let auth = format!("Bearer {token}");
+    http(
+        addr,
+        "POST",
+        &format!("/mcp/{bot}"),
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", session),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+        ],
+        body,
+    )
+    .await
+}

@@ -27,7 +27,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 
 pub use bot::{BotState, FORTUNE_PRICE, fixed_tools, serve_test_bot};
-pub use http::{INITIALIZE, http, initialize};
+pub use http::{INITIALIZE, http, initialize, post_on_session};
 pub use payer::{PayMode, PayerState, TestPayer};
 
 /// A fabric with the test bot and a bridge, set up for one test.
