@@ -26,8 +26,13 @@ use rmcp::service::RunningService;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 
+// The bridge test binary and the stdio fixture example include this module; each
+// uses a part of it.
+#[allow(unused_imports)]
 pub use bot::{BotState, FORTUNE_PRICE, fixed_tools, serve_test_bot};
+#[allow(unused_imports)]
 pub use http::{INITIALIZE, http, initialize, post_on_session};
+#[allow(unused_imports)]
 pub use payer::{PayMode, PayerState, TestPayer};
 
 /// A fabric with the test bot and a bridge, set up for one test.
