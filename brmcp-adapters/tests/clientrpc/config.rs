@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::common::{Certs, Fake, FakeOptions};
+use crate::common::Fake;
 use brmcp_adapters::clientrpc::{
     BasicAuth, BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams,
 };
@@ -150,8 +150,7 @@ fn home_relative_paths_are_expanded() {
 
 #[tokio::test]
 async fn a_host_from_a_config_file_connects() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let dir = certs.dir.path();
     // The older README's URL without `/ws`: the host adds it.
     let text = format!(

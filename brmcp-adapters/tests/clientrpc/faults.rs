@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    ACK_SETTLE, Certs, FIRST_SEQ, Fake, FakeOptions, PM_STREAM, TIP_PROGRESS, TIP_STREAM,
+    ACK_SETTLE, Certs, FIRST_SEQ, Fake, PM_STREAM, TIP_PROGRESS, TIP_STREAM, assert_before,
     eventually, uid,
 };
 use brmcp_adapters::BoxError;
@@ -79,8 +79,7 @@ async fn host_with_tips(certs: &Certs, fake: &Fake, tips: &Tips) -> ClientRpcHos
 
 #[tokio::test]
 async fn an_earlier_id_sent_late_is_recorded_before_an_ack_covers_it() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let tips = Tips::new(&fake);
     let host = host_with_tips(&certs, &fake, &tips).await;
 
@@ -110,8 +109,7 @@ async fn an_earlier_id_sent_late_is_recorded_before_an_ack_covers_it() {
 
 #[tokio::test]
 async fn an_item_arriving_after_a_later_ack_is_handled_not_dropped() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let tips = Tips::new(&fake);
     let host = host_with_tips(&certs, &fake, &tips).await;
 
@@ -136,8 +134,7 @@ async fn an_item_arriving_after_a_later_ack_is_handled_not_dropped() {
 
 #[tokio::test]
 async fn ids_starting_over_after_a_log_reset_are_handled_not_skipped() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let tips = Tips::new(&fake);
     let host = host_with_tips(&certs, &fake, &tips).await;
 
@@ -170,8 +167,7 @@ async fn ids_starting_over_after_a_log_reset_are_handled_not_skipped() {
 
 #[tokio::test]
 async fn a_refused_stream_open_is_retried_alone_and_the_connection_stays() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     fake.refuse_streams(TIP_STREAM, 2, -32603, "replay log: input/output error");
     let tips = Tips::new(&fake);
     let pms: Arc<Mutex<Vec<u64>>> = Arc::default();
@@ -216,8 +212,7 @@ async fn a_refused_stream_open_is_retried_alone_and_the_connection_stays() {
 
 #[tokio::test]
 async fn a_stream_ended_by_the_server_is_reopened_alone() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let tips = Tips::new(&fake);
     let host = host_with_tips(&certs, &fake, &tips).await;
     fake.end_streams(10000, "EOF");
@@ -230,8 +225,7 @@ async fn a_stream_ended_by_the_server_is_reopened_alone() {
 
 #[tokio::test]
 async fn an_unclaimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let timeline = fake.timeline();
     let tries = Arc::new(Mutex::new(0usize));
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
@@ -261,23 +255,17 @@ async fn an_unclaimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() 
     let terminal = fake.push_progress(&uid(0x22), 7000, true, false, 2, "");
     eventually("cleared", WAIT, || fake.unacked(TIP_PROGRESS).is_empty()).await;
     assert_eq!(*tries.lock().unwrap(), 2);
-    let timeline = timeline.lock().unwrap().clone();
-    let recorded = timeline
-        .iter()
-        .position(|l| *l == format!("result {terminal}"))
-        .unwrap();
-    let acked = timeline
-        .iter()
-        .position(|l| *l == format!("ack {terminal}"))
-        .unwrap();
-    assert!(recorded < acked, "{timeline:?}");
+    assert_before(
+        &timeline.lock().unwrap(),
+        &format!("result {terminal}"),
+        &format!("ack {terminal}"),
+    );
     host.close();
 }
 
 #[tokio::test]
 async fn a_claimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let timeline = fake.timeline();
     // The handler records only once the test lets it: the payer has the outcome by then.
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -322,23 +310,17 @@ async fn a_claimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() {
     assert_eq!(fake.unacked(TIP_PROGRESS), [terminal]);
     gate.add_permits(1);
     eventually("cleared", WAIT, || fake.unacked(TIP_PROGRESS).is_empty()).await;
-    let timeline = timeline.lock().unwrap().clone();
-    let recorded = timeline
-        .iter()
-        .position(|l| *l == format!("result {terminal}"))
-        .unwrap();
-    let acked = timeline
-        .iter()
-        .position(|l| *l == format!("ack {terminal}"))
-        .unwrap();
-    assert!(recorded < acked, "{timeline:?}");
+    assert_before(
+        &timeline.lock().unwrap(),
+        &format!("result {terminal}"),
+        &format!("ack {terminal}"),
+    );
     host.close();
 }
 
 #[tokio::test]
 async fn an_identity_refused_by_the_check_refuses_the_connection() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let checked: Arc<Mutex<Vec<brmcp_adapters::PeerId>>> = Arc::default();
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     let e = host
@@ -380,8 +362,7 @@ async fn an_identity_refused_by_the_check_refuses_the_connection() {
 
 #[tokio::test]
 async fn a_pm_as_large_as_a_relay_routes_does_not_wedge_the_stream() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().pms({

@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{
-    Certs, Fake, FakeOptions, KX_STREAM, Reply, b64, default_reply, eventually, uid,
-};
+use crate::common::{Fake, KX_STREAM, Reply, assert_before, b64, default_reply, eventually, uid};
 use brmcp_adapters::BoxError;
 use brmcp_adapters::clientrpc::proto::KxCompleted;
 use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams};
@@ -30,8 +28,7 @@ fn kx_params(with: u8, nick: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn kx_completed_is_decoded_handled_then_acked() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let timeline = fake.timeline();
     let seen: Arc<Mutex<Vec<KxCompleted>>> = Arc::default();
     let handler = {
@@ -61,11 +58,10 @@ async fn kx_completed_is_decoded_handled_then_acked() {
     assert_eq!(got[0].sequence_id, id);
     assert_eq!(got[0].initial_rendezvous, uid(0xee).as_bytes().to_vec());
     assert_eq!(fake.acks(ACK), [id]);
-    let timeline = timeline.lock().unwrap().clone();
-    let at = |line: String| timeline.iter().position(|l| *l == line).unwrap();
-    assert!(
-        at(format!("kx {id}")) < at(format!("ack {id}")),
-        "{timeline:?}"
+    assert_before(
+        &timeline.lock().unwrap(),
+        &format!("kx {id}"),
+        &format!("ack {id}"),
     );
 
     // A reconnect replays nothing: the exchange was cleared.
@@ -78,8 +74,7 @@ async fn kx_completed_is_decoded_handled_then_acked() {
 
 #[tokio::test]
 async fn a_failing_handler_holds_the_ack_and_a_restart_redelivers() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     // The first process never manages to handle the exchange (it dies meanwhile).
     let calls = Arc::new(AtomicUsize::new(0));
     let failing = {
@@ -118,8 +113,7 @@ async fn a_failing_handler_holds_the_ack_and_a_restart_redelivers() {
 
 #[tokio::test]
 async fn an_undecodable_kx_item_does_not_hold_the_stream_up() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let seen: Arc<Mutex<Vec<KxCompleted>>> = Arc::default();
     let handler = {
         let seen = seen.clone();
@@ -146,8 +140,7 @@ async fn an_undecodable_kx_item_does_not_hold_the_stream_up() {
 
 #[tokio::test]
 async fn mediate_kx_sends_mediator_and_target_as_hex_and_surfaces_refusals() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let peer = uid(0x21);
     fake.set_handler(move |call| match call.method.as_str() {
         "ChatService.MediateKX" if call.params["mediator"] == json!(peer.to_string()) => {

@@ -38,8 +38,7 @@ async fn pings_are_answered_both_ways_and_the_connection_stays_up() {
 
 #[tokio::test]
 async fn a_server_that_stops_answering_is_dropped_and_reconnected() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let config = certs
         .config(&fake)
         .with_ping(Duration::from_millis(40), Duration::from_millis(100));
@@ -54,8 +53,7 @@ async fn a_server_that_stops_answering_is_dropped_and_reconnected() {
 
 #[tokio::test]
 async fn a_request_in_flight_fails_when_the_socket_dies() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     fake.set_handler(|call| {
         if call.method == "VersionService.Version" {
             Reply::later(std::future::pending())
@@ -87,8 +85,7 @@ async fn a_request_in_flight_fails_when_the_socket_dies() {
 
 #[tokio::test]
 async fn a_failed_connect_can_be_retried() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     fake.refuse_next(1);
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     let err = host.connect(Streams::new()).await.unwrap_err();
@@ -101,8 +98,7 @@ async fn a_failed_connect_can_be_retried() {
 
 #[tokio::test]
 async fn a_spawned_host_keeps_trying_and_waiting_calls_go_through() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     fake.refuse_next(3);
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.spawn(Streams::new()).await.unwrap();

@@ -22,8 +22,7 @@ async fn connected(certs: &Certs, fake: &Fake) -> ClientRpcHost {
 
 #[tokio::test]
 async fn responses_are_matched_by_id_when_out_of_order() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     // Each Version answer waits for its own gate and names the id it answers.
     let gates: Arc<std::sync::Mutex<Vec<Arc<Semaphore>>>> = Arc::default();
     let handler_gates = gates.clone();
@@ -73,8 +72,7 @@ async fn responses_are_matched_by_id_when_out_of_order() {
 
 #[tokio::test]
 async fn pm_request_has_the_exact_shape() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let host = connected(&certs, &fake).await;
     host.send_pm(&uid(0x22), "hello there".into())
         .await
@@ -104,8 +102,7 @@ async fn pm_request_has_the_exact_shape() {
 
 #[tokio::test]
 async fn pms_to_one_peer_leave_one_at_a_time_in_order() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let gate = Arc::new(Semaphore::new(0));
     let held = gate.clone();
     fake.set_handler(move |call| {
@@ -168,8 +165,7 @@ async fn pms_to_one_peer_leave_one_at_a_time_in_order() {
 async fn server_error_texts_are_kept() {
     const TOO_LARGE: &str = "cannot enqueue message rpc.RMPrivateMessage estimated as larger \
         than max message size 1887950 > 1887437: RM is too large";
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     fake.set_handler(|call| {
         let known = ["user", "msg"];
         if let Some(field) = call
@@ -228,8 +224,7 @@ async fn server_error_texts_are_kept() {
 
 #[tokio::test]
 async fn at_most_16_requests_in_flight_streams_included() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let gate = Arc::new(Semaphore::new(0));
     let held = gate.clone();
     fake.set_handler(move |call| {
@@ -326,8 +321,7 @@ async fn basic_auth_is_sent_and_refusals_surface_as_auth_errors() {
 
 #[tokio::test]
 async fn no_authorization_header_without_credentials() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let host = connected(&certs, &fake).await;
     assert_eq!(fake.auth_headers(), [None]);
     host.close();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    Certs, Fake, FakeOptions, PM_STREAM, TIP_PROGRESS, TIP_STREAM, eventually, seq_of, uid,
+    Fake, PM_STREAM, TIP_PROGRESS, TIP_STREAM, assert_before, eventually, seq_of, uid,
 };
 use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
 use brmcp_adapters::clientrpc::{ClientRpcHost, PmHandler, Streams};
@@ -38,8 +38,7 @@ fn recording(timeline: Arc<Mutex<Vec<String>>>) -> (Seen, impl PmHandler) {
 
 #[tokio::test]
 async fn pm_is_decoded_recorded_then_acked() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let timeline = fake.timeline();
     let (seen, handler) = recording(timeline.clone());
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
@@ -75,15 +74,11 @@ async fn pm_is_decoded_recorded_then_acked() {
     // Each ack comes after every PM it covers was handled (acks are cumulative; one
     // may cover both).
     let timeline = timeline.lock().unwrap().clone();
-    let at = |line: String| timeline.iter().position(|l| *l == line).unwrap();
     let acks = fake.acks("ChatService.AckReceivedPM");
     assert_eq!(acks.last(), Some(&second));
     for ack in &acks {
         for pm in [first, second].into_iter().filter(|pm| pm <= ack) {
-            assert!(
-                at(format!("pm {pm}")) < at(format!("ack {ack}")),
-                "{timeline:?}"
-            );
+            assert_before(&timeline, &format!("pm {pm}"), &format!("ack {ack}"));
         }
     }
     let acks = fake.requests_of("ChatService.AckReceivedPM");
@@ -98,8 +93,7 @@ async fn pm_is_decoded_recorded_then_acked() {
 
 #[tokio::test]
 async fn router_receives_every_pm() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     let router = Router::new(host.clone(), RouterConfig::server());
     host.connect(Streams::new().pms(router.clone()))
@@ -121,8 +115,7 @@ async fn router_receives_every_pm() {
 
 #[tokio::test]
 async fn redelivery_after_reconnect_goes_to_the_handler_again() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let (seen, handler) = recording(fake.timeline());
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().pms(handler)).await.unwrap();
@@ -161,8 +154,7 @@ async fn redelivery_after_reconnect_goes_to_the_handler_again() {
 
 #[tokio::test]
 async fn a_restart_redelivers_what_was_not_acknowledged() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
 
     // First run: handled, but the ack never reached the server.
     let (seen, handler) = recording(fake.timeline());
@@ -188,8 +180,7 @@ async fn a_restart_redelivers_what_was_not_acknowledged() {
 
 #[tokio::test]
 async fn reconnect_backs_off_and_reopens_every_stream_from_the_last_ack() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let pms = Arc::new(AtomicUsize::new(0));
     let tips = Arc::new(AtomicUsize::new(0));
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
@@ -285,8 +276,7 @@ async fn reconnect_backs_off_and_reopens_every_stream_from_the_last_ack() {
 
 #[tokio::test]
 async fn received_tips_reach_the_handler_and_a_failing_handler_is_retried() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let calls: Arc<Mutex<Vec<ReceivedTip>>> = Arc::default();
     let handler = {
         let calls = calls.clone();

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{
-    Certs, Fake, FakeOptions, Reply, TIP_PROGRESS, default_reply, eventually, uid,
-};
+use crate::common::{Certs, Fake, Reply, TIP_PROGRESS, default_reply, eventually, uid};
 use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -23,8 +21,7 @@ async fn payer(certs: &Certs, fake: &Fake, tip_timeout: Duration) -> ClientRpcHo
 
 #[tokio::test]
 async fn tip_sends_dcr_and_waits_for_its_terminal_event() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     // TipUser answers only once the test says so: events may come before the answer.
     let gate = Arc::new(Semaphore::new(0));
     let held = gate.clone();
@@ -98,8 +95,7 @@ async fn tip_sends_dcr_and_waits_for_its_terminal_event() {
 
 #[tokio::test]
 async fn failed_tip_reports_brclients_text() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let host = payer(&certs, &fake, WAIT).await;
     let bob = uid(0x22);
     let tip = tokio::spawn({
@@ -135,8 +131,7 @@ async fn failed_tip_reports_brclients_text() {
 
 #[tokio::test]
 async fn tip_without_a_terminal_event_is_unconfirmed() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let host = payer(&certs, &fake, Duration::from_millis(200)).await;
     let mut unclaimed = host.subscribe_unclaimed_tip_results();
     let outcome = host.tip(uid(0x22), 10_000).await.unwrap();
@@ -158,8 +153,7 @@ async fn tip_without_a_terminal_event_is_unconfirmed() {
 
 #[tokio::test]
 async fn refused_tip_keeps_the_servers_text() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     fake.set_handler(|call| {
         if call.method == "PaymentsService.TipUser" {
             Reply::Error(-32603, "tip exceeds max limit: 0.5 DCR".into())
@@ -175,8 +169,7 @@ async fn refused_tip_keeps_the_servers_text() {
 
 #[tokio::test]
 async fn tips_need_the_tip_progress_stream() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().tip_progress(false))
         .await

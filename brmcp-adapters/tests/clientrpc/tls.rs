@@ -13,8 +13,7 @@ fn streams() -> Streams {
 
 #[tokio::test]
 async fn pinned_brclient_cert_connects() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(streams()).await.expect("connects");
     let version = host.version().await.unwrap();
@@ -43,8 +42,7 @@ async fn different_server_cert_is_refused() {
 
 #[tokio::test]
 async fn server_refuses_a_client_without_its_certificate() {
-    let certs = Certs::brclient();
-    let fake = Fake::start(&certs, FakeOptions::default()).await;
+    let (certs, fake) = Fake::brclient().await;
     let mut config = certs.config(&fake);
     config.client_cert = None;
     config.client_key = None;

@@ -17,7 +17,7 @@ use brmcp::adapters::mem::uid;
 use brmcp::bridge::Bridge;
 use go_router::{GoProbe, GoRouter};
 use serde_json::json;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 struct GoEnv {
     go: GoRouter,
@@ -29,12 +29,7 @@ async fn go_env(idle: Duration, cap: usize) -> GoEnv {
     let go = GoRouter::new(uid(1), idle, cap);
     let bridge_id = uid(2);
     let router = go.link(bridge_id, RouterConfig::client());
-    let payer = Arc::new(PayerState {
-        bot: Arc::new(BotState::default()),
-        payer_id: bridge_id,
-        mode: Mutex::new(PayMode::Fail),
-        payments: Mutex::default(),
-    });
+    let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, PayMode::Fail);
     let dir = tempfile::tempdir().expect("tempdir");
     let bridge = Bridge::new(base_config(dir.path()), router, TestPayer(payer)).expect("bridge");
     bridge

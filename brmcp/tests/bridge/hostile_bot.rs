@@ -136,12 +136,7 @@ async fn run(case: &Case) -> Run {
     let bot_router = fabric.router(bot_id, RouterConfig::server());
     let handler = HostileBot(script.clone());
     bot_router.serve(move |_: &PeerId| handler.clone());
-    let payer = Arc::new(PayerState {
-        bot: Arc::default(),
-        payer_id: bridge_id,
-        mode: Mutex::new(PayMode::NeverCredit),
-        payments: Mutex::default(),
-    });
+    let payer = PayerState::new(Arc::default(), bridge_id, PayMode::NeverCredit);
     let dir = tempfile::tempdir().unwrap();
     let mut config = base_config(dir.path());
     config.poll_attempts = 2;

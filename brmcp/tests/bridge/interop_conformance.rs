@@ -4,25 +4,22 @@
 //! The bearer check is waived (the suite cannot send headers) on the loopback bind.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::conformance::ConformanceBot;
-use crate::common::{TestPayer, autopay, base_config};
+use crate::common::interop::{interop_dir, output_within, required};
+use crate::common::{PayMode, PayerState, TestPayer, autopay, base_config};
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::Bridge;
+use std::sync::Arc;
 
 fn node_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("target/interop/node");
-    assert!(
-        dir.join("node_modules/.bin/conformance").exists()
-            && dir.join("node_modules/.bin/node").exists(),
-        "the conformance suite is not installed at {}: run scripts/test-deps",
-        dir.display()
+    let dir = interop_dir().join("node");
+    required(dir.join("node_modules/.bin/node"), "Node");
+    required(
+        dir.join("node_modules/.bin/conformance"),
+        "the conformance suite",
     );
     dir
 }
@@ -37,12 +34,7 @@ async fn conformance_suite_through_the_bridge() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = base_config(dir.path());
     config.require_token = false;
-    let payer = std::sync::Arc::new(crate::common::PayerState {
-        bot: std::sync::Arc::default(),
-        payer_id: bridge_id,
-        mode: std::sync::Mutex::new(crate::common::PayMode::Credit),
-        payments: std::sync::Mutex::default(),
-    });
+    let payer = PayerState::new(Arc::default(), bridge_id, PayMode::Credit);
     let bridge = Bridge::new(
         config,
         fabric.router(bridge_id, RouterConfig::client()),
@@ -75,6 +67,9 @@ async fn conformance_suite_through_the_bridge() {
 const EXPECTED_DEFAULT: u32 = 73;
 const EXPECTED_2026: u32 = 42;
 
+/// How long the whole suite may run: its scenarios take a minute or two.
+const SUITE_LIMIT: Duration = Duration::from_secs(300);
+
 /// Runs the suite; returns the checks passed and failed, and its output.
 async fn run_suite(node: &Path, url: &str, spec: Option<&str>) -> (u32, u32, String) {
     let results = tempfile::tempdir().unwrap();
@@ -89,18 +84,8 @@ async fn run_suite(node: &Path, url: &str, spec: Option<&str>) -> (u32, u32, Str
     if let Some(spec) = spec {
         command.args(["--spec-version", spec]);
     }
-    let child = command
-        .env("PATH", path)
-        .current_dir(results.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the conformance suite");
-    let output = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
-        .await
-        .expect("the conformance suite took over 5 minutes")
-        .expect("conformance");
+    command.env("PATH", path).current_dir(results.path());
+    let output = output_within(command, SUITE_LIMIT, "the conformance suite").await;
     let text = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),

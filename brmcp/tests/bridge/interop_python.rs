@@ -7,30 +7,13 @@
 //! In approval mode, approves and declines a payment through its elicitation callback.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::harness_bot::{HarnessEnv, harness_env};
+use crate::common::interop::{python, run_steps, step};
 use crate::common::{FORTUNE_PRICE, autopay, eventually};
 use brmcp::bridge::Mode;
 use serde_json::{Value, json};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_owned()
-}
-
-fn python() -> PathBuf {
-    let python = workspace().join("target/interop/venv/bin/python");
-    assert!(
-        python.exists(),
-        "the Python mcp SDK is not installed at {}: run scripts/test-deps",
-        python.display()
-    );
-    python
-}
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/py_client.py")
@@ -39,40 +22,8 @@ fn script() -> PathBuf {
 /// Runs the client script; returns its JSON lines by step.
 async fn run(args: &[String]) -> Vec<Value> {
     let mut command = tokio::process::Command::new(python());
-    command
-        .arg(script())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = command.spawn().expect("spawn python");
-    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the Python client took over 60 s")
-        .expect("python");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "python failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    let steps: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    assert!(
-        steps.iter().any(|s| s["step"] == "done"),
-        "incomplete run\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    steps
-}
-
-pub(crate) fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
-    steps
-        .iter()
-        .find(|s| s["step"] == name)
-        .unwrap_or_else(|| panic!("no step {name} in {steps:?}"))
+    command.arg(script()).args(args);
+    run_steps(command, "the Python client").await
 }
 
 /// What every transport and lifecycle must show.

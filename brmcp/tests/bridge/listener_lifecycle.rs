@@ -6,30 +6,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::common::{INITIALIZE, autopay, env, env_with, http};
+use crate::common::{autopay, env, env_with, initialize, post_on_session};
 use brmcp::bridge::BridgeError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn initialize(addr: SocketAddr, bot: &str, token: &str) -> (u16, Option<String>) {
-    let auth = format!("Bearer {token}");
-    let (status, headers, _) = http(
-        addr,
-        "POST",
-        &format!("/mcp/{bot}"),
-        &[
-            ("Authorization", auth.as_str()),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-        ],
-        INITIALIZE,
-    )
-    .await;
-    let session = headers
-        .iter()
-        .find(|(k, _)| k == "mcp-session-id")
-        .map(|(_, v)| v.clone());
-    (status, session)
-}
 
 /// Opens the session's standalone SSE stream; returns the open connection after its
 /// response head.
@@ -40,26 +19,14 @@ async fn open_stream(
     session: &str,
 ) -> tokio::net::TcpStream {
     let auth = format!("Bearer {token}");
-    let post = |body: &'static str| {
-        let auth = auth.clone();
-        async move {
-            http(
-                addr,
-                "POST",
-                &format!("/mcp/{bot}"),
-                &[
-                    ("Authorization", auth.as_str()),
-                    ("Content-Type", "application/json"),
-                    ("Accept", "application/json, text/event-stream"),
-                    ("Mcp-Session-Id", session),
-                    ("Mcp-Protocol-Version", "2025-06-18"),
-                ],
-                body,
-            )
-            .await
-        }
-    };
-    let (status, _, _) = post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+    let (status, _, _) = post_on_session(
+        addr,
+        bot,
+        token,
+        session,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
     assert_eq!(status, 202);
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::common::{Env, INITIALIZE, autopay, env_with, http};
+use crate::common::{Env, autopay, env_with, initialize, post_on_session};
 use brmcp::bridge::{BridgeError, Reload, SETTINGS_FILE, Settings, SettingsError};
 
 const TOKEN: &str = "first-token-first-token-first-token";
@@ -45,45 +45,9 @@ fn addr(env: &Env) -> SocketAddr {
     env.bridge.listen_addr().expect("listening")
 }
 
-async fn initialize(addr: SocketAddr, bot: &str, token: &str) -> (u16, Option<String>) {
-    let auth = format!("Bearer {token}");
-    let (status, headers, _) = http(
-        addr,
-        "POST",
-        &format!("/mcp/{bot}"),
-        &[
-            ("Authorization", auth.as_str()),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-        ],
-        INITIALIZE,
-    )
-    .await;
-    let session = headers
-        .iter()
-        .find(|(k, _)| k == "mcp-session-id")
-        .map(|(_, v)| v.clone());
-    (status, session)
-}
-
 /// POSTs `body` on an open session; the status.
 async fn on_session(addr: SocketAddr, bot: &str, session: &str, body: &str) -> u16 {
-    let auth = format!("Bearer {TOKEN}");
-    http(
-        addr,
-        "POST",
-        &format!("/mcp/{bot}"),
-        &[
-            ("Authorization", auth.as_str()),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("Mcp-Session-Id", session),
-            ("Mcp-Protocol-Version", "2025-06-18"),
-        ],
-        body,
-    )
-    .await
-    .0
+    post_on_session(addr, bot, TOKEN, session, body).await.0
 }
 
 /// Waits until the bridge's settings satisfy `cond`.

@@ -4,13 +4,11 @@
 //! run here has lost the session the last one saved (see `session_resume` for the runs
 //! that go on with it), so each opens a new one.
 
-use std::sync::{Arc, Mutex};
-
-use crate::common::{BotState, PayMode, PayerState, TestBot, TestPayer, autopay, base_config};
+use crate::common::{PayMode, PayerState, TestPayer, autopay, base_config, serve_test_bot};
 use crate::common::{call, connect, text};
 use brmcp::adapters::DEFAULT_MAX_SESSIONS_PER_PEER;
+use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::{Fabric, uid};
-use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::Bridge;
 use serde_json::json;
 
@@ -21,25 +19,14 @@ const RESTARTS: usize = 50;
 async fn fifty_restarts_every_call_succeeds() {
     let fabric = Fabric::new(31);
     let (bot_id, bridge_id) = (uid(1), uid(2));
-    let bot = Arc::new(BotState::default());
-    let bot_router = fabric.router(bot_id, RouterConfig::server());
-    let shared = bot.clone();
-    bot_router.serve(move |peer: &PeerId| TestBot {
-        state: shared.clone(),
-        caller: *peer,
-    });
+    let (bot_router, bot) = serve_test_bot(&fabric, bot_id);
     // One data directory, as one installation restarted.
     let dir = tempfile::tempdir().expect("tempdir");
 
     for run in 0..RESTARTS {
         let _ = std::fs::remove_dir_all(dir.path().join("sessions"));
         let router = fabric.router(bridge_id, RouterConfig::client());
-        let payer = Arc::new(PayerState {
-            bot: bot.clone(),
-            payer_id: bridge_id,
-            mode: Mutex::new(PayMode::Credit),
-            payments: Mutex::default(),
-        });
+        let payer = PayerState::new(bot.clone(), bridge_id, PayMode::Credit);
         let bridge =
             Bridge::new(base_config(dir.path()), router, TestPayer(payer)).expect("bridge");
         bridge

@@ -5,10 +5,12 @@
 //! sid, and every call succeeds. An answer the previous run left on its way is never
 //! taken for one of this run's calls.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{BotState, PayMode, PayerState, TestBot, TestPayer, autopay, base_config};
+use crate::common::{
+    BotState, PayMode, PayerState, TestPayer, autopay, base_config, serve_test_bot,
+};
 use crate::common::{call, connect, text};
 use crate::go_bot_sessions::go_router::{GoProbe, GoRouter};
 use brmcp::adapters::mem::{Fabric, uid};
@@ -34,12 +36,7 @@ async fn run(fabric: &Fabric, bridge_id: PeerId, bot: PeerId, dir: &std::path::P
 }
 
 async fn start(router: Router, bridge_id: PeerId, bot: PeerId, dir: &std::path::Path) -> Bridge {
-    let payer = Arc::new(PayerState {
-        bot: Arc::new(BotState::default()),
-        payer_id: bridge_id,
-        mode: Mutex::new(PayMode::Credit),
-        payments: Mutex::default(),
-    });
+    let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, PayMode::Credit);
     let bridge = Bridge::new(base_config(dir), router, TestPayer(payer)).expect("bridge");
     bridge.apply_settings(autopay(bot)).await.expect("settings");
     bridge
@@ -63,13 +60,7 @@ fn saved_sid(dir: &std::path::Path, bot: PeerId) -> String {
 async fn restarts_go_on_with_one_session() {
     let fabric = Fabric::new(41);
     let (bot_id, bridge_id) = (uid(1), uid(2));
-    let bot = Arc::new(BotState::default());
-    let bot_router = fabric.router(bot_id, RouterConfig::server());
-    let shared = bot.clone();
-    bot_router.serve(move |peer: &PeerId| TestBot {
-        state: shared.clone(),
-        caller: *peer,
-    });
+    let (bot_router, bot) = serve_test_bot(&fabric, bot_id);
     let dir = tempfile::tempdir().expect("tempdir");
 
     let mut sid = None;
@@ -196,14 +187,7 @@ async fn a_go_bot_keeps_the_session_and_after_its_restart_it_is_initialized_agai
     let dir = tempfile::tempdir().expect("tempdir");
     let echo = |bridge: Bridge, said: &'static str| async move {
         let agent = connect(&bridge, uid(1), ()).await;
-        let r = tokio::time::timeout(
-            Duration::from_secs(60),
-            agent.call_tool(call("echo", json!({ "text": said }))),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("{said}: hung"))
-        .unwrap_or_else(|e| panic!("{said}: {e}"));
-        assert_eq!(text(&r), said);
+        echo_within_a_minute(&agent, said).await;
         let _ = agent.cancel().await;
         bridge.close().await;
     };
@@ -237,7 +221,8 @@ async fn a_go_bot_keeps_the_session_and_after_its_restart_it_is_initialized_agai
     assert_eq!(GoProbe::get(&probe.calls), 3, "each call ran once");
 }
 
-async fn echo(agent: &crate::common::Agent, said: &str) {
+/// Calls `echo` with `said`; the answer must be `said`, within a minute.
+async fn echo_within_a_minute(agent: &crate::common::Agent, said: &str) {
     let r = tokio::time::timeout(
         Duration::from_secs(60),
         agent.call_tool(call("echo", json!({ "text": said }))),
@@ -260,7 +245,7 @@ async fn a_resumed_session_lost_mid_run_is_initialized_again_on_its_sid() {
     // The first run opens the session.
     let bridge = start(router.clone(), bridge_id, go.id(), dir.path()).await;
     let agent = connect(&bridge, go.id(), ()).await;
-    echo(&agent, "one").await;
+    echo_within_a_minute(&agent, "one").await;
     let _ = agent.cancel().await;
     bridge.close().await;
     let sid = saved_sid(dir.path(), go.id());
@@ -268,9 +253,9 @@ async fn a_resumed_session_lost_mid_run_is_initialized_again_on_its_sid() {
     // The second resumes it; then the Go bot restarts under it.
     let bridge = start(router, bridge_id, go.id(), dir.path()).await;
     let agent = connect(&bridge, go.id(), ()).await;
-    echo(&agent, "two").await;
+    echo_within_a_minute(&agent, "two").await;
     go.restart();
-    echo(&agent, "three").await;
+    echo_within_a_minute(&agent, "three").await;
     assert_eq!(GoProbe::get(&probe.refusals), 1, "refused once");
     assert_eq!(go.sessions(), 1, "no stray session");
     assert_eq!(saved_sid(dir.path(), go.id()), sid, "the same sid");

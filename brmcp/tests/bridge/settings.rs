@@ -16,12 +16,7 @@ use serde_json::{Value, json};
 fn bridge_in(dir: &std::path::Path) -> Result<Bridge, BridgeError> {
     let fabric = Fabric::new(1);
     let router = fabric.router(uid(2), RouterConfig::client());
-    let payer = Arc::new(PayerState {
-        bot: Arc::default(),
-        payer_id: uid(2),
-        mode: std::sync::Mutex::new(PayMode::Credit),
-        payments: std::sync::Mutex::default(),
-    });
+    let payer = PayerState::new(Arc::default(), uid(2), PayMode::Credit);
     Bridge::new(base_config(dir), router, TestPayer(payer))
 }
 

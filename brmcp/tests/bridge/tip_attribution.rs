@@ -14,7 +14,7 @@ use brmcp::adapters::{BoxError, PeerId, RouterConfig};
 use brmcp::bridge::{Bridge, Payer, PaymentUnconfirmed, Resolution, SpendStatus, TipOutcomeEvent};
 use serde_json::json;
 
-use crate::common::{BotState, FORTUNE_PRICE, TestBot, autopay, base_config, call, connect};
+use crate::common::{FORTUNE_PRICE, autopay, base_config, call, connect, serve_test_bot};
 
 /// A payer whose tips never confirm in time, on a stream at `position`.
 #[derive(Clone, Default)]
@@ -42,12 +42,7 @@ struct Net {
 async fn start(dir: &std::path::Path, payer: StreamPayer) -> Net {
     let fabric = Fabric::new(3);
     let (bot, me) = (uid(1), uid(2));
-    let state = Arc::new(BotState::default());
-    let bot_router = fabric.router(bot, RouterConfig::server());
-    bot_router.serve(move |peer: &PeerId| TestBot {
-        state: state.clone(),
-        caller: *peer,
-    });
+    let (bot_router, _) = serve_test_bot(&fabric, bot);
     let bridge = Bridge::new(
         base_config(dir),
         fabric.router(me, RouterConfig::client()),
@@ -214,12 +209,7 @@ async fn an_outcome_recorded_in_flight_settles_its_payment_once_and_the_payer_ag
     let payer = InFlightPayer::default();
     let fabric = Fabric::new(3);
     let (bot, me) = (uid(1), uid(2));
-    let state = Arc::new(BotState::default());
-    let bot_router = fabric.router(bot, RouterConfig::server());
-    bot_router.serve(move |peer: &PeerId| TestBot {
-        state: state.clone(),
-        caller: *peer,
-    });
+    let (bot_router, _) = serve_test_bot(&fabric, bot);
     let bridge = Bridge::new(
         base_config(dir.path()),
         fabric.router(me, RouterConfig::client()),

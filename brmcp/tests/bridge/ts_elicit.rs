@@ -8,12 +8,11 @@
 //! Without Node (no `scripts/test-deps` run) each test says so and passes; CI installs it.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::Ordering::SeqCst;
-use std::time::Duration;
 
 use crate::common::FORTUNE_PRICE;
 use crate::common::harness_bot::HarnessEnv;
+use crate::common::interop::{node_modules, node_or_skip, required, run_steps};
 use crate::interop_python::elicited_by;
 use serde_json::{Value, json};
 
@@ -29,64 +28,19 @@ const SLOW_ANSWER_AFTER_MS: u64 = 11_000;
 /// would fail the call (the SDK's 60 s default is too slow for a test).
 const SLOW_TIMEOUT_MS: u64 = 7_000;
 
-fn node_modules() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("target/interop/node/node_modules")
-}
-
-/// The Node binary `scripts/test-deps` installs, if it is there.
-fn node() -> Option<PathBuf> {
-    let node = node_modules().join(".bin/node");
-    if node.exists() {
-        return Some(node);
-    }
-    eprintln!(
-        "skipped: Node is not installed at {} (run scripts/test-deps; CI does)",
-        node.display()
-    );
-    None
-}
-
 /// Runs the client script; returns its JSON lines.
 async fn run(node: &Path, args: &[String]) -> Vec<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/ts_client.mjs");
-    let sdk = node_modules().join("@modelcontextprotocol/sdk");
-    assert!(
-        sdk.exists(),
-        "{} is missing: run scripts/test-deps",
-        sdk.display()
+    required(
+        node_modules().join("@modelcontextprotocol/sdk"),
+        "the TypeScript MCP SDK",
     );
-    let child = tokio::process::Command::new(node)
+    let mut command = tokio::process::Command::new(node);
+    command
         .arg(script)
         .args(args)
-        .env("NODE_MODULES", node_modules())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn node");
-    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the TypeScript client took over 60 s")
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "node failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    let steps: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    assert!(
-        steps.iter().any(|s| s["step"] == "done"),
-        "incomplete run\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    steps
+        .env("NODE_MODULES", node_modules());
+    run_steps(command, "the TypeScript client").await
 }
 
 /// The paid call with the SDK answering `answer` after `after_ms`, the call waiting at
@@ -137,7 +91,7 @@ fn refused(fortune: &Value, env: &HarnessEnv, why: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_approves_through_elicitation() {
-    let Some(node) = node() else { return };
+    let Some(node) = node_or_skip() else { return };
     let (fortune, env) = elicited(node, "accept", ANSWER_AFTER_MS, 0).await;
     paid(&fortune, &env);
     env.bridge.close().await;
@@ -145,7 +99,7 @@ async fn typescript_approves_through_elicitation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_declines_through_elicitation() {
-    let Some(node) = node() else { return };
+    let Some(node) = node_or_skip() else { return };
     let (fortune, env) = elicited(node, "decline", ANSWER_AFTER_MS, 0).await;
     refused(
         &fortune,
@@ -157,7 +111,7 @@ async fn typescript_declines_through_elicitation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_cancels_through_elicitation() {
-    let Some(node) = node() else { return };
+    let Some(node) = node_or_skip() else { return };
     let (fortune, env) = elicited(node, "cancel", ANSWER_AFTER_MS, 0).await;
     refused(
         &fortune,
@@ -171,7 +125,7 @@ async fn typescript_cancels_through_elicitation() {
 /// it, and the call succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_slow_approval_is_kept_alive_by_progress() {
-    let Some(node) = node() else { return };
+    let Some(node) = node_or_skip() else { return };
     let (fortune, env) = elicited(node, "accept", SLOW_ANSWER_AFTER_MS, SLOW_TIMEOUT_MS).await;
     paid(&fortune, &env);
     let waited = fortune["elapsed_ms"].as_u64().expect("elapsed_ms");

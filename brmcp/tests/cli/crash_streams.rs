@@ -24,8 +24,7 @@ use brmcp::adapters::clientrpc::proto::method;
 use sha2::{Digest, Sha256};
 
 use crate::fake::{
-    Call, Certs, Fake, FakeOptions, PM_STREAM, Reply, TIP_PROGRESS, TIP_STREAM, b64, default_reply,
-    uid,
+    Call, Certs, Fake, PM_STREAM, Reply, TIP_PROGRESS, TIP_STREAM, b64, default_reply, uid,
 };
 
 /// Kills in CI: each cycle costs about a second.
@@ -102,8 +101,7 @@ struct Run {
 
 impl Run {
     async fn new(role: Role) -> Self {
-        let certs = Certs::brclient();
-        let fake = Fake::start(&certs, FakeOptions::default()).await;
+        let (certs, fake) = Fake::brclient().await;
         // An identity of its own, so runs in parallel hold different client locks.
         let mut me = [0u8; 32];
         getrandom::fill(&mut me).unwrap();

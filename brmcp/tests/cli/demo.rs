@@ -3,6 +3,29 @@
 
 use std::process::Command;
 
+/// Fails unless every one of `expected` is in the demo's `stdout`.
+fn assert_all_in(stdout: &str, expected: &[&str]) {
+    for expected in expected {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+}
+
+/// The demo's line starting with `prefix` and the numbers in it, in order.
+fn wallet_line<'a>(stdout: &'a str, prefix: &str) -> (&'a str, Vec<i64>) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .expect("wallet line");
+    let numbers = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (line, numbers)
+}
+
 #[test]
 fn demo_completes_a_free_and_a_paid_call() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -14,29 +37,20 @@ fn demo_completes_a_free_and_a_paid_call() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
-    for expected in [
-        "echo     0 atoms",
-        "fortune  10000 atoms",
-        "<- {\"echo\":\"hello over Bison Relay\"}",
-        "the bridge tipped 10000 atoms (Paid) and reissued the call",
-        "<- {\"fortune\":",
-        "bridge spend log: 1 payment(s), 10000 atoms in the last 24 hours",
-        "demo complete",
-    ] {
-        assert!(
-            stdout.contains(expected),
-            "missing {expected:?} in:\n{stdout}"
-        );
-    }
+    assert_all_in(
+        &stdout,
+        &[
+            "echo     0 atoms",
+            "fortune  10000 atoms",
+            "<- {\"echo\":\"hello over Bison Relay\"}",
+            "the bridge tipped 10000 atoms (Paid) and reissued the call",
+            "<- {\"fortune\":",
+            "bridge spend log: 1 payment(s), 10000 atoms in the last 24 hours",
+            "demo complete",
+        ],
+    );
     // The tip moved 10000 atoms (10,000,000 matoms) from bob's wallet to alice's.
-    let wallets = stdout
-        .lines()
-        .find(|l| l.starts_with("wallets"))
-        .expect("wallet line");
-    let numbers: Vec<i64> = wallets
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let (wallets, numbers) = wallet_line(&stdout, "wallets");
     assert_eq!(numbers.len(), 4, "{wallets}");
     assert_eq!(numbers[1] - numbers[0], 10_000_000, "{wallets}");
     assert_eq!(numbers[2] - numbers[3], 10_000_000, "{wallets}");
@@ -68,20 +82,18 @@ fn demo_sells_an_upstream_command() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
-    for expected in [
-        "echo     1234 atoms",
-        "secret   1234 atoms",
-        "agent -> tools/call pricey {}",
-        "the bridge tipped 1234 atoms (Paid) and reissued the call",
-        "<- {\"result\":\"never paid for\"}",
-        "bridge spend log: 1 payment(s), 1234 atoms in the last 24 hours",
-        "demo complete: a paid call to the upstream",
-    ] {
-        assert!(
-            stdout.contains(expected),
-            "missing {expected:?} in:\n{stdout}"
-        );
-    }
+    assert_all_in(
+        &stdout,
+        &[
+            "echo     1234 atoms",
+            "secret   1234 atoms",
+            "agent -> tools/call pricey {}",
+            "the bridge tipped 1234 atoms (Paid) and reissued the call",
+            "<- {\"result\":\"never paid for\"}",
+            "bridge spend log: 1 payment(s), 1234 atoms in the last 24 hours",
+            "demo complete: a paid call to the upstream",
+        ],
+    );
 }
 
 /// `brmcp demo --directory` runs the discovery loop: the provider registers and pays
@@ -104,38 +116,29 @@ fn demo_directory_runs_the_discovery_loop() {
         .and_then(|l| l.split_whitespace().next())
         .expect("alice's uid")
         .to_owned();
-    for expected in [
-        "[1] directory devnet-directory up",
-        "registration: pending_review",
-        "crawled 3 tool(s); paid test of fortune: ok (10000 atoms paid); fee 5000 atoms",
-        "\"testOutcome\":\"ok\"",
-        "<- {\"expiresAt\":",
-        "\"state\":\"listed\"}",
-        "1 of 1 matching tools",
-        &format!("\"fortune\" of bot {alice}"),
-        "10000 atoms",
-        "(the user accepts)",
-        "<- added bot",
-        "<- {\"fortune\":",
-        &format!("the bridge tipped 10000 atoms (Paid) to {alice}"),
-        "bridge spend log: 1 payment(s), 10000 atoms in the last 24 hours",
-        "demo complete",
-    ] {
-        assert!(
-            stdout.contains(expected),
-            "missing {expected:?} in:\n{stdout}"
-        );
-    }
+    assert_all_in(
+        &stdout,
+        &[
+            "[1] directory devnet-directory up",
+            "registration: pending_review",
+            "crawled 3 tool(s); paid test of fortune: ok (10000 atoms paid); fee 5000 atoms",
+            "\"testOutcome\":\"ok\"",
+            "<- {\"expiresAt\":",
+            "\"state\":\"listed\"}",
+            "1 of 1 matching tools",
+            &format!("\"fortune\" of bot {alice}"),
+            "10000 atoms",
+            "(the user accepts)",
+            "<- added bot",
+            "<- {\"fortune\":",
+            &format!("the bridge tipped 10000 atoms (Paid) to {alice}"),
+            "bridge spend log: 1 payment(s), 10000 atoms in the last 24 hours",
+            "demo complete",
+        ],
+    );
     // alice paid fee + budget (15,000 atoms) once, and was paid 10,000 by the
     // directory's test and 10,000 by the agent: 5,000 atoms up.
-    let wallet = stdout
-        .lines()
-        .find(|l| l.starts_with("alice's wallet"))
-        .expect("wallet line");
-    let numbers: Vec<i64> = wallet
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let (wallet, numbers) = wallet_line(&stdout, "alice's wallet");
     assert_eq!(numbers.len(), 2, "{wallet}");
     assert_eq!(numbers[1] - numbers[0], 5_000_000, "{wallet}");
 }

@@ -8,8 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use rmcp::RoleClient;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
@@ -246,7 +248,7 @@ impl Stack {
     }
 
     /// An MCP client, as an agent connects to the bridge.
-    async fn client(&self) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    async fn client(&self) -> RunningService<RoleClient, ()> {
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(format!(
                 "http://{}/mcp/{}",
@@ -282,6 +284,26 @@ impl Stack {
     }
 }
 
+/// The devnet's bot as an agent sees it: `echo` and `fortune` listed, and a free `echo`
+/// answered with its structured result.
+pub(super) async fn assert_devnet_bot_free_call(client: &RunningService<RoleClient, ()>) {
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["echo", "fortune"]);
+    let echo = client
+        .call_tool(
+            CallToolRequestParams::new("echo").with_arguments(
+                json!({"text": "hi"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        )
+        .await
+        .expect("echo");
+    assert_eq!(echo.structured_content, Some(json!({"echo": "hi"})));
+}
+
 fn assert_fortune(result: &rmcp::model::CallToolResult) {
     assert_ne!(result.is_error, Some(true), "{result:?}");
     assert!(
@@ -298,21 +320,7 @@ async fn serve_and_bridge_processes_make_a_paid_call_through_devnet() {
     let dir = tempfile::tempdir().expect("temp dir");
     let stack = Stack::start(dir.path(), "autopay");
     let client = stack.client().await;
-    let tools = client.list_all_tools().await.expect("tools/list");
-    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["echo", "fortune"]);
-    let echo = client
-        .call_tool(
-            CallToolRequestParams::new("echo").with_arguments(
-                json!({"text": "hi"})
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-        )
-        .await
-        .expect("echo");
-    assert_eq!(echo.structured_content, Some(json!({"echo": "hi"})));
+    assert_devnet_bot_free_call(&client).await;
     let fortune = client
         .call_tool(CallToolRequestParams::new("fortune"))
         .await

@@ -23,7 +23,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use super::processes::{Procs, brmcp, free_port, spawn, wait_for};
+use super::processes::{Procs, assert_devnet_bot_free_call, brmcp, free_port, spawn, wait_for};
 
 /// How long the running bridge may take to apply an edited `mcpclient.json` (the README
 /// promises a second).
@@ -307,21 +307,7 @@ async fn readme_devnet_walkthrough_runs() {
         StreamableHttpClientTransportConfig::with_uri(served_at).auth_header(token),
     );
     let client = ().serve(transport).await.expect("MCP session through the bridge");
-    let tools = client.list_all_tools().await.expect("tools/list");
-    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["echo", "fortune"]);
-    let echo = client
-        .call_tool(
-            CallToolRequestParams::new("echo").with_arguments(
-                json!({"text": "hi"})
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-        )
-        .await
-        .expect("echo");
-    assert_eq!(echo.structured_content, Some(json!({"echo": "hi"})));
+    assert_devnet_bot_free_call(&client).await;
 
     // Both caps default to 0, which means never pay.
     let refused = client

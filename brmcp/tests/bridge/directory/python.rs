@@ -3,55 +3,21 @@
 //! its elicitation callback (accept adds; decline adds nothing).
 
 use std::path::Path;
-use std::process::Stdio;
 
+use crate::common::interop::{python, run_steps, step};
 use brmcp::adapters::mem::uid;
 use serde_json::Value;
 
 use super::*;
 
 async fn run(url: &str, token: &str, answer: &str) -> Vec<Value> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join("../target/interop/venv/bin/python");
-    assert!(
-        python.exists(),
-        "the Python mcp SDK is not installed at {}: run scripts/test-deps",
-        python.display()
-    );
-    let child = tokio::process::Command::new(python)
-        .arg(root.join("tests/bridge/directory/py_directory.py"))
-        .args([url, token, &uid(PROVIDER).to_string(), answer])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn python");
-    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the Python client took over 60 s")
-        .expect("python");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{stderr}"
-    );
-    let steps: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    assert!(
-        steps.iter().any(|s| s["step"] == "done"),
-        "{stdout}\n{stderr}"
-    );
-    steps
-}
-
-fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
-    steps
-        .iter()
-        .find(|s| s["step"] == name)
-        .unwrap_or_else(|| panic!("no step {name} in {steps:?}"))
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/directory/py_directory.py");
+    let mut command = tokio::process::Command::new(python());
+    command
+        .arg(script)
+        .args([url, token, &uid(PROVIDER).to_string(), answer]);
+    run_steps(command, "the Python client").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,13 +39,8 @@ async fn awaiting_funding_survives_a_restart() {
     assert_eq!(w.balance().await, 1500);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_test_interrupted_mid_payment_resumes_with_the_same_call_key() {
-    let mut w = world_with(Mode::Hang).await;
-    let provider = w.as_provider().await;
-    ok(&provider, "register", registration(2000)).await;
-    w.tip(3000).await;
-    // Wait until the tip is on its way (it never lands).
+/// Waits up to 10 s until the directory's payer was asked for exactly one payment.
+async fn wait_one_payment(w: &World) {
     for _ in 0..1000 {
         if w.payer.calls.load(Ordering::SeqCst) == 1 {
             break;
@@ -53,6 +48,16 @@ async fn a_test_interrupted_mid_payment_resumes_with_the_same_call_key() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(w.payer.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_interrupted_mid_payment_resumes_with_the_same_call_key() {
+    let mut w = world_with(Mode::Hang).await;
+    let provider = w.as_provider().await;
+    ok(&provider, "register", registration(2000)).await;
+    w.tip(3000).await;
+    // The tip is on its way (it never lands).
+    wait_one_payment(&w).await;
     drop(provider);
     w.directory().close().await;
     w.directory().settle().await;
@@ -103,12 +108,7 @@ async fn a_debit_whose_tip_was_never_sent_is_refunded_at_restart() {
     let provider = w.as_provider().await;
     ok(&provider, "register", registration(2000)).await;
     w.tip(3000).await;
-    for _ in 0..1000 {
-        if w.payer.calls.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_one_payment(&w).await;
     drop(provider);
     w.directory().close().await;
     w.directory().settle().await;

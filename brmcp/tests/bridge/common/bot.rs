@@ -1,0 +1,482 @@
+//! The paid MCP bot of the bridge tests (WIRE.md §10): priced tools, balances debited
+//! per call, call keys that run and charge once and replay their outcome.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use brmcp::adapters::mem::Fabric;
+use brmcp::adapters::{PeerId, Router, RouterConfig};
+use brmcp::server::Shortfall;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, CreateMessageRequestParams, ErrorData, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    ProgressNotificationParam, Prompt, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ResourceContents, Role, SamplingMessage,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::complete_from;
+
+/// Price of the bot's `fortune` tool, in atoms.
+pub const FORTUNE_PRICE: u64 = 500;
+
+/// What the bot saw and holds.
+#[derive(Default)]
+pub struct BotState {
+    /// Balances by caller, in atoms.
+    pub balances: Mutex<HashMap<PeerId, u64>>,
+    /// Tool executions by tool name (replays and refusals do not count).
+    pub executions: Mutex<HashMap<String, usize>>,
+    /// Every `tools/call` received: tool name, call key.
+    pub calls: Mutex<Vec<(String, Option<String>)>>,
+    /// Completed keyed outcomes by (caller, key).
+    pub outcomes: Mutex<HashMap<(PeerId, String), CallToolResult>>,
+    /// `_meta` of every tools/call, as the bot received it.
+    pub metas: Mutex<Vec<serde_json::Map<String, Value>>>,
+    /// `wait` calls that saw their cancellation.
+    pub cancelled: AtomicUsize,
+    pub wait_started: Notify,
+    pub cancel_seen: Notify,
+    /// Tools listed in addition to the fixed ones (changed with `add_tool`).
+    pub extra_tools: Mutex<Vec<Tool>>,
+    /// Drop the next N answers to `tools/call` after running the call (a lost reply).
+    pub lose_replies: AtomicUsize,
+}
+
+impl BotState {
+    pub fn balance(&self, who: &PeerId) -> u64 {
+        self.balances.lock().unwrap().get(who).copied().unwrap_or(0)
+    }
+
+    pub fn credit(&self, who: PeerId, atoms: u64) {
+        *self.balances.lock().unwrap().entry(who).or_default() += atoms;
+    }
+
+    pub fn executions(&self, tool: &str) -> usize {
+        self.executions
+            .lock()
+            .unwrap()
+            .get(tool)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn calls_of(&self, tool: &str) -> Vec<Option<String>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, _)| t == tool)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+}
+
+fn tool(value: Value) -> Tool {
+    serde_json::from_value(value).expect("tool")
+}
+
+pub fn fixed_tools() -> Vec<Tool> {
+    vec![
+        tool(json!({
+            "name": "echo",
+            "title": "Echo",
+            "description": "Echo the text back",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string", "description": "the text to echo back"}}, "required": ["text"], "additionalProperties": false},
+            "outputSchema": {"type": "object", "properties": {"echo": {"type": "string"}}, "required": ["echo"]},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "fortune",
+            "description": "A fortune, for a price",
+            "inputSchema": {"type": "object", "additionalProperties": false},
+            "_meta": {"brmcp/priceAtoms": FORTUNE_PRICE}
+        })),
+        tool(json!({
+            "name": "quote",
+            "description": "A dynamically priced quote",
+            "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "_meta": {"brmcp/pricing": "dynamic"}
+        })),
+        tool(json!({
+            "name": "fail",
+            "description": "Always fails as a tool",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "progress",
+            "description": "Reports progress, then finishes",
+            "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "wait",
+            "description": "Waits until cancelled",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "sample",
+            "description": "Asks the client's model",
+            "inputSchema": {"type": "object", "properties": {"prompt": {"type": "string"}}},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "sample_cancel",
+            "description": "Asks the client's model, then cancels the question",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "grow",
+            "description": "Adds a tool and announces the change",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "log",
+            "description": "Logs a line to the client",
+            "inputSchema": {"type": "object", "properties": {"line": {"type": "string"}}},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+    ]
+}
+
+/// Serves the test bot as `bot_id` on `fabric`, with fresh state: its router (the
+/// fabric holds routers weakly) and what it sees.
+pub fn serve_test_bot(fabric: &Fabric, bot_id: PeerId) -> (Router, Arc<BotState>) {
+    let bot = Arc::new(BotState::default());
+    let bot_router = fabric.router(bot_id, RouterConfig::server());
+    let shared = bot.clone();
+    bot_router.serve(move |peer: &PeerId| TestBot {
+        state: shared.clone(),
+        caller: *peer,
+    });
+    (bot_router, bot)
+}
+
+/// The test bot, one per session; `caller` is the Bison Relay uid of the peer.
+#[derive(Clone)]
+pub struct TestBot {
+    pub state: Arc<BotState>,
+    pub caller: PeerId,
+}
+
+impl TestBot {
+    fn price(name: &str, args: &serde_json::Map<String, Value>) -> u64 {
+        match name {
+            "fortune" => FORTUNE_PRICE,
+            "quote" => args.get("n").and_then(Value::as_u64).unwrap_or(1),
+            _ => 0,
+        }
+    }
+
+    async fn run(
+        &self,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        *self
+            .state
+            .executions
+            .lock()
+            .unwrap()
+            .entry(name.to_owned())
+            .or_default() += 1;
+        let arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        Ok(match name {
+            "echo" => {
+                let text = arg("text");
+                let mut r = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
+                r.structured_content = Some(json!({"echo": text}));
+                r
+            }
+            "fortune" => {
+                let n = self.state.executions("fortune");
+                CallToolResult::success(vec![ContentBlock::text(format!("fortune #{n}"))])
+            }
+            "quote" => CallToolResult::success(vec![ContentBlock::text("a quote")]),
+            "fail" => CallToolResult::error(vec![ContentBlock::text("boom")]),
+            "progress" => {
+                let steps = args.get("steps").and_then(Value::as_u64).unwrap_or(3);
+                if let Some(token) = ctx.meta.get_progress_token() {
+                    for i in 0..steps {
+                        let _ = ctx
+                            .peer
+                            .notify_progress(
+                                ProgressNotificationParam::new(token.clone(), (i + 1) as f64)
+                                    .with_total(steps as f64)
+                                    .with_message(format!("step {}", i + 1)),
+                            )
+                            .await;
+                    }
+                }
+                CallToolResult::success(vec![ContentBlock::text(format!("done {steps}"))])
+            }
+            "wait" => {
+                self.state.wait_started.notify_one();
+                tokio::select! {
+                    () = ctx.ct.cancelled() => {
+                        self.state.cancelled.fetch_add(1, Ordering::SeqCst);
+                        self.state.cancel_seen.notify_one();
+                        CallToolResult::success(vec![ContentBlock::text("cancelled")])
+                    }
+                    () = tokio::time::sleep(Duration::from_secs(3600)) => {
+                        CallToolResult::success(vec![ContentBlock::text("done")])
+                    }
+                }
+            }
+            "sample" => {
+                let params = CreateMessageRequestParams::new(
+                    vec![SamplingMessage::user_text(arg("prompt"))],
+                    64,
+                );
+                match ctx.peer.create_message(params).await {
+                    Ok(answer) => {
+                        let text = serde_json::to_value(&answer.message)
+                            .ok()
+                            .and_then(|m| m["content"]["text"].as_str().map(str::to_owned))
+                            .unwrap_or_default();
+                        CallToolResult::success(vec![ContentBlock::text(format!(
+                            "model said: {text}"
+                        ))])
+                    }
+                    Err(e) => {
+                        CallToolResult::error(vec![ContentBlock::text(format!("no sampling: {e}"))])
+                    }
+                }
+            }
+            "sample_cancel" => {
+                let params =
+                    CreateMessageRequestParams::new(vec![SamplingMessage::user_text("hang")], 8);
+                let request = rmcp::model::ServerRequest::CreateMessageRequest(
+                    rmcp::model::CreateMessageRequest::new(params),
+                );
+                let handle = ctx
+                    .peer
+                    .send_cancellable_request(
+                        request,
+                        rmcp::service::PeerRequestOptions::no_options(),
+                    )
+                    .await
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = handle.cancel(Some("changed my mind".into())).await;
+                CallToolResult::success(vec![ContentBlock::text("sampling cancelled")])
+            }
+            "grow" => {
+                self.state.extra_tools.lock().unwrap().push(tool(json!({
+                    "name": "grown",
+                    "description": "Added at run time",
+                    "inputSchema": {"type": "object"},
+                    "_meta": {"brmcp/priceAtoms": 7}
+                })));
+                let _ = ctx.peer.notify_tool_list_changed().await;
+                CallToolResult::success(vec![ContentBlock::text("grown")])
+            }
+            "grown" => CallToolResult::success(vec![ContentBlock::text("hello from grown")]),
+            "log" => {
+                let _ = ctx
+                    .peer
+                    .notify_logging_message(
+                        LoggingMessageNotificationParam::new(
+                            LoggingLevel::Warning,
+                            json!(arg("line")),
+                        )
+                        .with_logger("testbot"),
+                    )
+                    .await;
+                CallToolResult::success(vec![ContentBlock::text("logged")])
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {other:?}"),
+                    None,
+                ));
+            }
+        })
+    }
+}
+
+impl ServerHandler for TestBot {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_resources()
+                .enable_prompts()
+                .enable_completions()
+                .enable_logging()
+                .build(),
+        )
+        .with_instructions("a test bot")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut tools = fixed_tools();
+        tools.extend(self.state.extra_tools.lock().unwrap().iter().cloned());
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let args = request.arguments.clone().unwrap_or_default();
+        let key = context
+            .meta
+            .get("brmcp/callKey")
+            .and_then(Value::as_str)
+            .filter(|k| (8..=128).contains(&k.len()))
+            .map(str::to_owned);
+        self.state
+            .calls
+            .lock()
+            .unwrap()
+            .push((name.clone(), key.clone()));
+        self.state
+            .metas
+            .lock()
+            .unwrap()
+            .push(context.meta.0.0.clone());
+        if let Some(key) = &key
+            && let Some(outcome) = self
+                .state
+                .outcomes
+                .lock()
+                .unwrap()
+                .get(&(self.caller, key.clone()))
+        {
+            return Ok(outcome.clone().into());
+        }
+        let price = Self::price(&name, &args);
+        if price > 0 {
+            let mut balances = self.state.balances.lock().unwrap();
+            let balance = balances.entry(self.caller).or_default();
+            if *balance < price {
+                let body = Shortfall::new(price, *balance * 1000).payment_required_json(&name);
+                return Ok(CallToolResult::error(vec![ContentBlock::text(body)]).into());
+            }
+            *balance -= price;
+        }
+        let result = self.run(&name, &args, &context).await?;
+        if let Some(key) = key {
+            self.state
+                .outcomes
+                .lock()
+                .unwrap()
+                .insert((self.caller, key), result.clone());
+        }
+        if self
+            .state
+            .lose_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            // The call ran; its answer never arrives (the session is dropped under it).
+            std::future::pending::<()>().await;
+        }
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(serde_json::from_value(json!({
+            "resources": [{"uri": "test://hello", "name": "hello", "mimeType": "text/plain", "_meta": {"x-test": 1}}]
+        }))
+        .expect("resources"))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(serde_json::from_value(json!({
+            "resourceTemplates": [{"uriTemplate": "test://items/{id}", "name": "item"}]
+        }))
+        .expect("templates"))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        if request.uri != "test://hello" && !request.uri.starts_with("test://items/") {
+            return Err(ErrorData::resource_not_found("no such resource", None));
+        }
+        let text = format!("contents of {}", request.uri);
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, request.uri.clone())]).into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
+            "greet",
+            Some("Greets someone"),
+            Some(vec![
+                serde_json::from_value(json!({"name": "name", "required": true})).expect("arg"),
+            ]),
+        )]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let name = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("you")
+            .to_owned();
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            format!("Hello, {name}!"),
+        )])
+        .with_description("a greeting")
+        .into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        Ok(complete_from(&["alice", "albert", "bob"], &request))
+    }
+
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+}

@@ -1,0 +1,28 @@
+//! What the ledger's bound tests share: the call they repeat and the size of the
+//! ledger's files.
+
+use brmcp::adapters::PeerId;
+use brmcp::server::{ArgsHash, CallKey, CallRequest, FILE_NAME, Keyed};
+use serde_json::json;
+
+/// A keyed call of `document` by `caller` at 1 atom, with no arguments.
+pub fn document_call(caller: PeerId, key: &CallKey) -> CallRequest<'_> {
+    CallRequest {
+        caller,
+        tool: "document",
+        price_atoms: 1,
+        keyed: Some(Keyed {
+            key,
+            args: ArgsHash::of_value(&json!({})),
+        }),
+    }
+}
+
+/// Bytes of the ledger's files (the database and its write-ahead log).
+pub fn ledger_bytes(dir: &std::path::Path) -> u64 {
+    ["", "-wal"]
+        .iter()
+        .filter_map(|suffix| std::fs::metadata(dir.join(format!("{FILE_NAME}{suffix}"))).ok())
+        .map(|m| m.len())
+        .sum()
+}
