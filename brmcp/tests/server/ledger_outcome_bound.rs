@@ -5,10 +5,11 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    ArgsHash, Billing, CallKey, CallRequest, Charge, DEFAULT_CALLS_PER_MINUTE, FILE_NAME, Keyed,
-    Ledger, MAX_OUTCOME_BYTES_PER_CALLER, Tip,
+    Billing, CallKey, CallRequest, Charge, DEFAULT_CALLS_PER_MINUTE, Ledger,
+    MAX_OUTCOME_BYTES_PER_CALLER, Tip,
 };
-use serde_json::json;
+
+use crate::support::ledger::{document_call, ledger_bytes};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
@@ -24,24 +25,7 @@ fn key(n: usize) -> CallKey {
 }
 
 fn request(key: &CallKey) -> CallRequest<'_> {
-    CallRequest {
-        caller: ALICE,
-        tool: "document",
-        price_atoms: 1,
-        keyed: Some(Keyed {
-            key,
-            args: ArgsHash::of_value(&json!({})),
-        }),
-    }
-}
-
-/// Bytes of the ledger's files (the database and its write-ahead log).
-fn ledger_bytes(dir: &std::path::Path) -> u64 {
-    ["", "-wal"]
-        .iter()
-        .filter_map(|suffix| std::fs::metadata(dir.join(format!("{FILE_NAME}{suffix}"))).ok())
-        .map(|m| m.len())
-        .sum()
+    document_call(ALICE, key)
 }
 
 #[test]

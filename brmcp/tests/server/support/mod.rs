@@ -3,6 +3,8 @@
 //! their runs.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod ledger;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
