@@ -380,36 +380,75 @@ mod tests {
         .await;
     }
 
+    /// A devnet with a directory on node `d` and, on node `p`, `brmcp serve` started
+    /// with a `directory` block registering there, funding up to `cap` atoms a request.
+    struct Registering {
+        _dir: tempfile::TempDir,
+        devnet: Devnet,
+        d: NodeInfo,
+        p: NodeInfo,
+        prov_id: PeerId,
+        directory: crate::directory::Directory,
+        dir_host: ClientRpcHost,
+        prov_host: ClientRpcHost,
+        harness: Harness,
+        /// The provider's devnet balance before it started.
+        before: i64,
+    }
+
+    impl Registering {
+        async fn start(cap: u64) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
+                .await
+                .unwrap();
+            let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+            let prov_id = PeerId::from_bytes(p.uid);
+            let (directory, dir_host) = devnet_directory(&d).await;
+            let before = devnet.balance(&p.uid);
+            let prov_host = host_from(&p.config_path).unwrap();
+            let config = registrant_config(&d, &p, cap);
+            let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
+            Self {
+                _dir: dir,
+                devnet,
+                d,
+                p,
+                prov_id,
+                directory,
+                dir_host,
+                prov_host,
+                harness,
+                before,
+            }
+        }
+
+        async fn stop(self) {
+            self.harness.close();
+            self.prov_host.close();
+            self.directory.close().await;
+            self.dir_host.close();
+            self.devnet.shutdown().await;
+        }
+    }
+
     /// With a `directory` block, `brmcp serve` registers at startup with the directory
     /// it names, records the fund history, tips the invoice within its auto-fund
     /// policy, and the directory crawls and test-calls it through to pending_review.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serve_registers_with_its_directories_at_startup_and_reaches_review() {
         use crate::directory::State;
-        let dir = tempfile::tempdir().unwrap();
-        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
-            .await
-            .unwrap();
-        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
-        let prov_id = PeerId::from_bytes(p.uid);
-        let (directory, dir_host) = devnet_directory(&d).await;
-        let before = devnet.balance(&p.uid);
-        let prov_host = host_from(&p.config_path).unwrap();
-        let config = registrant_config(&d, &p, 20_000);
-        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
-        until_state(&directory, prov_id, State::PendingReview).await;
-        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
+        let r = Registering::start(20_000).await;
+        let (d, p, directory) = (&r.d, &r.p, &r.directory);
+        until_state(directory, r.prov_id, State::PendingReview).await;
+        let reg = directory.entry(&r.prov_id).unwrap().reg.unwrap();
         assert_eq!(reg.description, "fortunes");
         // Fee plus test budget, recorded once in the fund history and tipped once.
         let price = i64::try_from(FORTUNE_ATOMS).unwrap();
-        assert_eq!(fund_history(&p), [(d.uid_hex(), 1000 + price)]);
+        assert_eq!(fund_history(p), [(d.uid_hex(), 1000 + price)]);
         // It paid the invoice and was paid the test's price back.
-        assert_eq!(before - devnet.balance(&p.uid), 1000 * 1000);
-        harness.close();
-        prov_host.close();
-        directory.close().await;
-        dir_host.close();
-        devnet.shutdown().await;
+        assert_eq!(r.before - r.devnet.balance(&p.uid), 1000 * 1000);
+        r.stop().await;
     }
 
     /// An invoice above the per-request cap is registered but never paid: nothing
@@ -417,29 +456,15 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serve_leaves_an_invoice_above_its_cap_unpaid() {
         use crate::directory::State;
-        let dir = tempfile::tempdir().unwrap();
-        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
-            .await
-            .unwrap();
-        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
-        let prov_id = PeerId::from_bytes(p.uid);
-        let (directory, dir_host) = devnet_directory(&d).await;
-        let before = devnet.balance(&p.uid);
-        let prov_host = host_from(&p.config_path).unwrap();
         // The invoice is 11,000 atoms.
-        let config = registrant_config(&d, &p, 5_000);
-        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
-        until_state(&directory, prov_id, State::AwaitingFunding).await;
+        let r = Registering::start(5_000).await;
+        until_state(&r.directory, r.prov_id, State::AwaitingFunding).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
+        let reg = r.directory.entry(&r.prov_id).unwrap().reg.unwrap();
         assert_eq!(reg.state, State::AwaitingFunding);
-        assert_eq!(devnet.balance(&p.uid), before, "nothing tipped");
-        assert!(fund_history(&p).is_empty());
-        harness.close();
-        prov_host.close();
-        directory.close().await;
-        dir_host.close();
-        devnet.shutdown().await;
+        assert_eq!(r.devnet.balance(&r.p.uid), r.before, "nothing tipped");
+        assert!(fund_history(&r.p).is_empty());
+        r.stop().await;
     }
 
     /// The bot dies after its PM journal recorded (and the client was told to clear) a
