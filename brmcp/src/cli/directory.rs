@@ -191,19 +191,10 @@ mod tests {
 
     use super::*;
     use crate::cli::serve::{FORTUNE_ATOMS, connect, start_serving};
+    use crate::cli::testing::until;
     use crate::devnet::{Devnet, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
     use crate::directory::State;
     use crate::server::ServeConfig;
-
-    async fn until(what: &str, mut check: impl FnMut() -> bool) {
-        for _ in 0..1200 {
-            if check() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("timed out waiting for: {what}");
-    }
 
     fn policy(admin: &NodeInfo) -> Policy {
         Policy {

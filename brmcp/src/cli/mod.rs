@@ -25,6 +25,8 @@ mod log;
 mod serve;
 mod status;
 mod table;
+#[cfg(test)]
+mod testing;
 mod wire;
 
 /// MCP over Bison Relay private messages.

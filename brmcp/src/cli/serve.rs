@@ -4,28 +4,27 @@
 //! `directory` block, it is also a registrant: it serves `listing_invite` and registers
 //! with the block's directories at every start.
 
+mod host;
+mod operator;
+pub(crate) use host::{connect, harness_streams, host_from, start_serving};
+use operator::{ServeAction, operate};
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use brmcp_adapters::clientrpc::proto::ReceivedTip;
-use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
+use brmcp_adapters::clientrpc::ClientRpcHost;
 use brmcp_adapters::wire::UnixTime;
-use brmcp_adapters::{BoxError, PeerId, Router, RouterConfig};
-use clap::{Args, Subcommand};
+use brmcp_adapters::{Router, RouterConfig};
+use clap::Args;
 use serde_json::json;
 use tokio::sync::Notify;
 
 use super::CliError;
-use super::directory::HostPayer;
-use super::table::{Table, matoms_as_atoms, print_json, rfc3339};
-use crate::directory::{Registrant, RegistrantBlock, RegistrantConfig, StatusOut};
-use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::upstream::{STATUS_FILE, UpstreamStatus, Upstreams};
 use crate::server::{
-    AutoReply, Balance, CallContext, CallId, Clock, DynamicTools, Harness, HarnessBuilder,
-    JournalEntry, Ledger, MATOMS_PER_ATOM, ServeConfig, SystemClock, Tip, ToolError, ToolSpec,
-    atoms_to_matoms, follow_config,
+    CallContext, Clock, DynamicTools, Harness, HarnessBuilder, ServeConfig, SystemClock, ToolError,
+    ToolSpec, follow_config,
 };
 use crate::status::{ConnectionWatch, Publisher, ServeSummary, Snapshot};
 
@@ -59,60 +58,6 @@ pub(super) struct ServeArgs {
     action: Option<ServeAction>,
 }
 
-#[derive(Debug, Subcommand)]
-enum ServeAction {
-    /// List callers' balances (also while the server runs).
-    Balances {
-        /// Print one JSON document (an array of objects) instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Credit a caller by hand, with a reason kept in the audit table.
-    Credit {
-        /// The caller's user id (64 hex).
-        uid: PeerId,
-        /// Atoms to credit.
-        atoms: u64,
-        /// Why (kept in the audit table).
-        #[arg(long)]
-        reason: String,
-        /// Print one JSON object instead of a sentence.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Refund a completed paid call by its journal id.
-    Refund {
-        /// The call's journal id (see `journal`).
-        call: i64,
-        /// Why (kept in the audit table).
-        #[arg(long)]
-        reason: String,
-        /// Print one JSON object instead of a sentence.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Show the running server's state: its clientrpc connection, sessions, router
-    /// counters, allowlist, ledger totals and upstream MCP servers (exit status 3
-    /// when it is not running).
-    Status {
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Show the most recent paid calls.
-    Journal {
-        /// Only this caller's calls.
-        #[arg(long)]
-        uid: Option<PeerId>,
-        /// How many entries.
-        #[arg(long, default_value_t = 20)]
-        limit: usize,
-        /// Print one JSON document (an array of objects) instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
 pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     match args.action {
         None => super::runtime()?.block_on(serve(&args.datadir, args.rpc_config)),
@@ -122,144 +67,6 @@ pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
 
 fn now() -> UnixTime {
     SystemClock.unix()
-}
-
-fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
-    if let ServeAction::Status { json } = action {
-        return super::status::show(datadir, "serve", json);
-    }
-    // Stopped, the server's calls left pending are refunded as at its start; running,
-    // they are in flight, and the operator works beside it.
-    let opened = Ledger::open_for_operator(datadir, now())?;
-    if opened.refunded > 0 {
-        eprintln!("refunded {} interrupted call(s)", opened.refunded);
-    }
-    let ledger = opened.ledger;
-    match action {
-        ServeAction::Balances { json } => print_balances(&ledger.balances()?, json),
-        ServeAction::Credit {
-            uid,
-            atoms,
-            reason,
-            json,
-        } => {
-            let matoms =
-                atoms_to_matoms(atoms).ok_or_else(|| CliError("amount too large".into()))?;
-            let balance = ledger.manual_credit(&uid, matoms, &reason, now())?;
-            if json {
-                print_json(&json!({
-                    "caller": uid.to_string(),
-                    "credited_atoms": atoms,
-                    "credited_matoms": matoms,
-                    "balance_matoms": balance,
-                }));
-            } else {
-                println!(
-                    "credited {atoms} atoms to {uid}; new balance {} atoms",
-                    matoms_as_atoms(balance)
-                );
-            }
-        }
-        ServeAction::Refund { call, reason, json } => {
-            let id = CallId::new(call);
-            let balance = ledger.manual_refund(id, &reason, now())?;
-            let entry = ledger
-                .journal_entry(id)?
-                .ok_or_else(|| CliError(format!("call {call} vanished after its refund")))?;
-            print_refund(&entry, balance, json);
-        }
-        ServeAction::Journal { uid, limit, json } => {
-            print_journal(&ledger.journal(uid.as_ref(), limit)?, json);
-        }
-        ServeAction::Status { .. } => {}
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_balances(balances: &[Balance], json: bool) {
-    if json {
-        let rows: Vec<_> = balances
-            .iter()
-            .map(|b| {
-                json!({
-                    "caller": b.caller.to_string(),
-                    "balance_matoms": b.matoms,
-                    "balance_atoms": b.matoms / MATOMS_PER_ATOM,
-                })
-            })
-            .collect();
-        print_json(&json!(rows));
-        return;
-    }
-    let mut table = Table::new(&["CALLER", "BALANCE (ATOMS)"]);
-    for b in balances {
-        table.row(vec![b.caller.to_string(), matoms_as_atoms(b.matoms)]);
-    }
-    print!("{table}");
-}
-
-fn print_refund(entry: &JournalEntry, balance_matoms: u64, json: bool) {
-    if json {
-        print_json(&json!({
-            "call": entry.id.get(),
-            "caller": entry.caller.to_string(),
-            "tool": entry.tool,
-            "refunded_atoms": entry.price_atoms,
-            "balance_matoms": balance_matoms,
-        }));
-        return;
-    }
-    println!(
-        "refunded call {} ({}): {} atoms returned to {}; new balance {} atoms",
-        entry.id.get(),
-        entry.tool,
-        entry.price_atoms,
-        entry.caller,
-        matoms_as_atoms(balance_matoms)
-    );
-}
-
-fn print_journal(entries: &[JournalEntry], json: bool) {
-    if json {
-        let rows: Vec<_> = entries
-            .iter()
-            .map(|e| {
-                let finished = e.finished_at.map(UnixTime::secs);
-                json!({
-                    "id": e.id.get(),
-                    "caller": e.caller.to_string(),
-                    "tool": e.tool,
-                    "price_atoms": e.price_atoms,
-                    "state": e.state.as_str(),
-                    "started_at": e.started_at.secs(),
-                    "started_at_rfc3339": rfc3339(e.started_at.secs()),
-                    "finished_at": finished,
-                    "finished_at_rfc3339": finished.map(rfc3339),
-                    "reason": e.reason,
-                    "call_key": e.call_key,
-                })
-            })
-            .collect();
-        print_json(&json!(rows));
-        return;
-    }
-    let mut table = Table::new(&[
-        "ID", "STARTED", "FINISHED", "CALLER", "TOOL", "ATOMS", "STATE", "REASON",
-    ]);
-    for e in entries {
-        table.row(vec![
-            e.id.get().to_string(),
-            rfc3339(e.started_at.secs()),
-            e.finished_at
-                .map_or_else(|| "-".to_owned(), |t| rfc3339(t.secs())),
-            e.caller.to_string(),
-            e.tool.clone(),
-            e.price_atoms.to_string(),
-            e.state.to_string(),
-            e.reason.clone().unwrap_or_default(),
-        ]);
-    }
-    print!("{table}");
 }
 
 /// The example tools: `echo` (free) and `fortune` (paid).
@@ -337,169 +144,6 @@ fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), C
         wrote = true;
     }
     Ok((config, wrote))
-}
-
-/// Connects to the clientrpc endpoint a bisonbotkit config names.
-pub(crate) fn host_from(rpc_config: &Path) -> Result<ClientRpcHost, CliError> {
-    let bot = BotConfig::load(rpc_config)?;
-    super::log::apply_conf(&bot, rpc_config)?;
-    let config = ClientRpcConfig::from_bot_config(&bot);
-    Ok(ClientRpcHost::new(config)?)
-}
-
-/// Starts `host` on `streams`; the error names the client's address.
-pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<(), CliError> {
-    host.connect(streams).await.map_err(|e| {
-        CliError(format!(
-            "cannot reach the Bison Relay client at {}: {e}",
-            host.config().url
-        ))
-    })
-}
-
-/// Records each tip in the ledger (which credits it once, whatever the redeliveries)
-/// before the host acknowledges it.
-struct ServeTips {
-    harness: Harness,
-    ledger: Arc<Ledger>,
-}
-
-impl TipHandler for ServeTips {
-    async fn handle_tip(&self, tip: ReceivedTip) -> Result<(), BoxError> {
-        let Ok(matoms) = u64::try_from(tip.amount_matoms) else {
-            // brclient reports settled amounts, never negative ones: nothing to credit.
-            tracing::error!(seq = tip.sequence_id, from = %tip.uid, matoms = tip.amount_matoms, "tip with a negative amount not credited");
-            return Ok(());
-        };
-        let outcome = self
-            .harness
-            .record_tip(Tip {
-                seq: tip.sequence_id,
-                caller: tip.uid,
-                matoms,
-            })
-            .await?;
-        tracing::info!(
-            seq = tip.sequence_id,
-            caller = %tip.uid,
-            atoms = %matoms_as_atoms(matoms),
-            outcome = ?outcome,
-            "tip received"
-        );
-        Ok(())
-    }
-
-    async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
-        let ledger = self.ledger.clone();
-        tokio::task::spawn_blocking(move || ledger.clear_tips(up_to)).await??;
-        Ok(())
-    }
-}
-
-/// Starts the harness on `host` and feeds it the host's PMs (through the PM journal)
-/// and tips (through the ledger), the data directory bound to the client; with
-/// upstreams in `config`, starts supervising them (their tools are served as they come
-/// up).
-pub(crate) async fn start_serving(
-    datadir: &Path,
-    config: &ServeConfig,
-    host: &ClientRpcHost,
-) -> Result<(Harness, Upstreams), CliError> {
-    let builder = Harness::builder()
-        .data_dir(datadir)
-        .config(config)
-        .auto_reply(AutoReply::new(
-            "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
-        ));
-    let (mut builder, upstreams) = with_tools(builder, datadir, config);
-    let registrant = match &config.directory {
-        None => None,
-        Some(block) => Some(registrant(datadir, block, host)?),
-    };
-    if let Some(registrant) = &registrant {
-        builder = builder.tool(registrant.listing_invite());
-    }
-    let harness = builder.build()?;
-    if harness.refunded_at_open() > 0 {
-        eprintln!(
-            "refunded {} call(s) interrupted by the last stop",
-            harness.refunded_at_open()
-        );
-    }
-    let router = harness.start(host.clone())?;
-    let streams = harness_streams(datadir, &harness)?;
-    connect(host, streams).await?;
-    if let (Some(registrant), Some(block)) = (registrant, &config.directory) {
-        registrant.attach(router);
-        let directories = block.register_at_uids.clone();
-        // In the background: a directory that is slow to answer holds up nothing.
-        tokio::spawn(async move {
-            for directory in directories {
-                let _ = registrant.register(directory).await;
-            }
-        });
-    }
-    Ok((harness, upstreams))
-}
-
-/// The registrant `block` configures, its fund history in `datadir`, paying with tips
-/// through `host`, each outcome told on stderr.
-fn registrant(
-    datadir: &Path,
-    block: &RegistrantBlock,
-    host: &ClientRpcHost,
-) -> Result<Registrant, CliError> {
-    let mut config = RegistrantConfig::new(
-        block.description.clone(),
-        block.test.clone(),
-        datadir,
-        HostPayer(host.clone()),
-    );
-    config.tags.clone_from(&block.tags);
-    config.auto_fund = block.auto_fund.clone();
-    config.notify = Some(Arc::new(
-        |directory: PeerId, status: &StatusOut, err: Option<&str>| {
-            let state = json!(status.state);
-            let mut line = format!("directory {directory}: {}", state.as_str().unwrap_or("?"));
-            if status.shortfall_atoms > 0 {
-                line.push_str(&format!(", {} atoms short", status.shortfall_atoms));
-            }
-            if !status.note.is_empty() {
-                line.push_str(&format!(" ({})", status.note));
-            }
-            if let Some(err) = err {
-                line.push_str(&format!(": {err}"));
-            }
-            eprintln!("{line}");
-        },
-    ));
-    Registrant::new(config).map_err(CliError)
-}
-
-/// The streams that feed `harness` from a client: PMs through the data directory's PM
-/// journal (record, then ack), tips through the ledger (credit, then ack), and the data
-/// directory bound to the client's identity at every connect.
-pub(crate) fn harness_streams(datadir: &Path, harness: &Harness) -> Result<Streams, CliError> {
-    let inbox = Arc::new(Inbox::open(datadir)?);
-    let wake = Arc::new(Notify::new());
-    let forwarder = harness.clone();
-    tokio::spawn(journal::forward(
-        inbox.clone(),
-        wake.clone(),
-        move |from, body| {
-            let harness = forwarder.clone();
-            async move { harness.handle_pm(from, body).await.map_err(Into::into) }
-        },
-    ));
-    let tips = ServeTips {
-        harness: harness.clone(),
-        // The harness opened (and owns) it; this handle only marks cleared tips.
-        ledger: Arc::new(Ledger::attach(datadir)?),
-    };
-    Ok(Streams::new()
-        .pms(JournalHandler::new(inbox.clone(), wake))
-        .tips(tips)
-        .identity(super::client_guard(inbox)))
 }
 
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
@@ -654,20 +298,16 @@ mod tests {
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
+    use brmcp_adapters::PeerId;
+
     use super::*;
     use crate::bridge::{Mode, Settings};
+    use crate::cli::directory::HostPayer;
+    use crate::cli::testing::until;
     use crate::devnet::{Devnet, NodeInfo};
+    use crate::journal::Inbox;
     use crate::server::CallState;
-
-    async fn until(what: &str, mut check: impl FnMut() -> bool) {
-        for _ in 0..400 {
-            if check() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("timed out waiting for: {what}");
-    }
+    use crate::server::{Ledger, MATOMS_PER_ATOM};
 
     /// A directory (fee 1000 atoms, test budgets up to 100,000) on devnet node `d`.
     async fn devnet_directory(d: &NodeInfo) -> (crate::directory::Directory, ClientRpcHost) {
@@ -740,36 +380,75 @@ mod tests {
         .await;
     }
 
+    /// A devnet with a directory on node `d` and, on node `p`, `brmcp serve` started
+    /// with a `directory` block registering there, funding up to `cap` atoms a request.
+    struct Registering {
+        _dir: tempfile::TempDir,
+        devnet: Devnet,
+        d: NodeInfo,
+        p: NodeInfo,
+        prov_id: PeerId,
+        directory: crate::directory::Directory,
+        dir_host: ClientRpcHost,
+        prov_host: ClientRpcHost,
+        harness: Harness,
+        /// The provider's devnet balance before it started.
+        before: i64,
+    }
+
+    impl Registering {
+        async fn start(cap: u64) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
+                .await
+                .unwrap();
+            let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
+            let prov_id = PeerId::from_bytes(p.uid);
+            let (directory, dir_host) = devnet_directory(&d).await;
+            let before = devnet.balance(&p.uid);
+            let prov_host = host_from(&p.config_path).unwrap();
+            let config = registrant_config(&d, &p, cap);
+            let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
+            Self {
+                _dir: dir,
+                devnet,
+                d,
+                p,
+                prov_id,
+                directory,
+                dir_host,
+                prov_host,
+                harness,
+                before,
+            }
+        }
+
+        async fn stop(self) {
+            self.harness.close();
+            self.prov_host.close();
+            self.directory.close().await;
+            self.dir_host.close();
+            self.devnet.shutdown().await;
+        }
+    }
+
     /// With a `directory` block, `brmcp serve` registers at startup with the directory
     /// it names, records the fund history, tips the invoice within its auto-fund
     /// policy, and the directory crawls and test-calls it through to pending_review.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serve_registers_with_its_directories_at_startup_and_reaches_review() {
         use crate::directory::State;
-        let dir = tempfile::tempdir().unwrap();
-        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
-            .await
-            .unwrap();
-        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
-        let prov_id = PeerId::from_bytes(p.uid);
-        let (directory, dir_host) = devnet_directory(&d).await;
-        let before = devnet.balance(&p.uid);
-        let prov_host = host_from(&p.config_path).unwrap();
-        let config = registrant_config(&d, &p, 20_000);
-        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
-        until_state(&directory, prov_id, State::PendingReview).await;
-        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
+        let r = Registering::start(20_000).await;
+        let (d, p, directory) = (&r.d, &r.p, &r.directory);
+        until_state(directory, r.prov_id, State::PendingReview).await;
+        let reg = directory.entry(&r.prov_id).unwrap().reg.unwrap();
         assert_eq!(reg.description, "fortunes");
         // Fee plus test budget, recorded once in the fund history and tipped once.
         let price = i64::try_from(FORTUNE_ATOMS).unwrap();
-        assert_eq!(fund_history(&p), [(d.uid_hex(), 1000 + price)]);
+        assert_eq!(fund_history(p), [(d.uid_hex(), 1000 + price)]);
         // It paid the invoice and was paid the test's price back.
-        assert_eq!(before - devnet.balance(&p.uid), 1000 * 1000);
-        harness.close();
-        prov_host.close();
-        directory.close().await;
-        dir_host.close();
-        devnet.shutdown().await;
+        assert_eq!(r.before - r.devnet.balance(&p.uid), 1000 * 1000);
+        r.stop().await;
     }
 
     /// An invoice above the per-request cap is registered but never paid: nothing
@@ -777,29 +456,15 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serve_leaves_an_invoice_above_its_cap_unpaid() {
         use crate::directory::State;
-        let dir = tempfile::tempdir().unwrap();
-        let devnet = Devnet::start(dir.path().join("devnet"), &["dir", "prov"])
-            .await
-            .unwrap();
-        let [d, p] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
-        let prov_id = PeerId::from_bytes(p.uid);
-        let (directory, dir_host) = devnet_directory(&d).await;
-        let before = devnet.balance(&p.uid);
-        let prov_host = host_from(&p.config_path).unwrap();
         // The invoice is 11,000 atoms.
-        let config = registrant_config(&d, &p, 5_000);
-        let (harness, _upstreams) = start_serving(&p.dir, &config, &prov_host).await.unwrap();
-        until_state(&directory, prov_id, State::AwaitingFunding).await;
+        let r = Registering::start(5_000).await;
+        until_state(&r.directory, r.prov_id, State::AwaitingFunding).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let reg = directory.entry(&prov_id).unwrap().reg.unwrap();
+        let reg = r.directory.entry(&r.prov_id).unwrap().reg.unwrap();
         assert_eq!(reg.state, State::AwaitingFunding);
-        assert_eq!(devnet.balance(&p.uid), before, "nothing tipped");
-        assert!(fund_history(&p).is_empty());
-        harness.close();
-        prov_host.close();
-        directory.close().await;
-        dir_host.close();
-        devnet.shutdown().await;
+        assert_eq!(r.devnet.balance(&r.p.uid), r.before, "nothing tipped");
+        assert!(fund_history(&r.p).is_empty());
+        r.stop().await;
     }
 
     /// The bot dies after its PM journal recorded (and the client was told to clear) a

@@ -10,9 +10,11 @@
 //! `directory` (the Go host's block, see [`RegistrantBlock`]) makes `brmcp serve` a
 //! registrant with directories; absent, it is none.
 //!
-//! Read fail-closed: a file that does not parse, or names a uid that is not 64 hex
-//! characters, is an error, never an empty (or open) allowlist. Other top-level keys
-//! this version does not know are ignored. As in Go, `calls_per_minute` 0 or
+//! Read fail-closed: a file that does not parse, names a uid that is not 64 hex
+//! characters, or holds a top-level key other than [`CONFIG_KEYS`] (a misspelt
+//! `allowed_uid` would otherwise leave the allowlist empty without a word) is an error
+//! naming the file and the key, never an empty (or open) allowlist. A live reload of
+//! such a file keeps the running settings. As in Go, `calls_per_minute` 0 or
 //! below means the default (30). Uids match case-insensitively (the Go harness compared
 //! them as strings, so an upper-case entry never matched).
 
@@ -31,6 +33,10 @@ pub const CONFIG_FILE: &str = "brmcp.json";
 
 /// What [`ServeConfig::load_or_create`] writes when there is no file: nobody allowed.
 pub const CONFIG_TEMPLATE: &str = "{\"allowed_uids\": [], \"calls_per_minute\": 30}\n";
+
+/// The top-level keys of `brmcp.json`: the Go harness's three, then ours. Any other
+/// key is refused ([`ConfigError::UnknownKey`]).
+pub const CONFIG_KEYS: [&str; 4] = ["allowed_uids", "calls_per_minute", "directory", "upstreams"];
 
 /// The serving harness's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +118,18 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A top-level key is none of [`CONFIG_KEYS`].
+    #[error(
+        "config {}: {key}: unknown key (known: {})",
+        .path.display(),
+        CONFIG_KEYS.join(", ")
+    )]
+    UnknownKey {
+        /// The file.
+        path: PathBuf,
+        /// The key, as written.
+        key: String,
+    },
     /// A top-level key holds a value of the wrong type.
     #[error("config {}: {key}: {reason}", .path.display())]
     BadKey {
@@ -141,14 +159,20 @@ struct Raw {
 }
 
 impl Raw {
-    /// The known keys of a JSON object, each decoded on its own so that a wrong type
-    /// names its key.
+    /// The keys of a JSON object, each decoded on its own so that a wrong type names
+    /// its key; a key that is none of [`CONFIG_KEYS`] is refused.
     fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text)
             .map_err(|source| ConfigError::Parse {
                 path: path.to_owned(),
                 source,
             })?;
+        if let Some(key) = object.keys().find(|k| !CONFIG_KEYS.contains(&k.as_str())) {
+            return Err(ConfigError::UnknownKey {
+                path: path.to_owned(),
+                key: key.clone(),
+            });
+        }
         let mut take = |key: &'static str| object.remove(key).filter(|v| !v.is_null());
         fn field<T: serde::de::DeserializeOwned>(
             path: &Path,
@@ -181,7 +205,8 @@ impl ServeConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`], [`ConfigError::BadKey`], [`ConfigError::BadUid`],
+    /// [`ConfigError::Parse`], [`ConfigError::UnknownKey`], [`ConfigError::BadKey`],
+    /// [`ConfigError::BadUid`],
     /// [`ConfigError::BadRate`], [`ConfigError::BadUpstream`],
     /// [`ConfigError::BadDirectory`].
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
@@ -340,6 +365,39 @@ mod tests {
             "config brmcp.json: upstreams[0].tools.t: expected a price in atoms \
              (0 to 9223372036854775) or \"off\""
         );
+    }
+
+    #[test]
+    fn unknown_top_level_keys_are_refused_naming_file_key_and_known_keys() {
+        let err = parse(r#"{"allowed_uid": [], "calls_per_minute": 30}"#).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::UnknownKey { key, .. } if key == "allowed_uid"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "config brmcp.json: allowed_uid: unknown key \
+             (known: allowed_uids, calls_per_minute, directory, upstreams)"
+        );
+        // Refused whatever its value, null included, and beside every known key.
+        let uid = "ab".repeat(32);
+        let all = format!(
+            r#""allowed_uids": ["{uid}"], "calls_per_minute": 5, "upstreams": [],
+               "directory": {{"description": "d", "test": {{"tool": "t", "maxAtoms": 5}}}}"#
+        );
+        for extra in [r#""x": null"#, r#""x": 1"#, r#""x": {}"#] {
+            let err = parse(&format!("{{{all}, {extra}}}")).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::UnknownKey { key, .. } if key == "x"),
+                "{extra}: {err:?}"
+            );
+        }
+        // Every known key, the Go harness's and ours, still reads.
+        let config = parse(&format!("{{{all}}}")).unwrap();
+        assert_eq!(config.allowed_uids, [PeerId::from_bytes([0xab; 32])]);
+        assert_eq!(config.calls_per_minute, 5);
+        assert!(config.upstreams.is_empty());
+        assert!(config.directory.is_some());
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub use call_key::{
 pub use catalog::{Catalog, CatalogFuture};
 pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_THROTTLED_SENDERS};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{CONFIG_FILE, CONFIG_TEMPLATE, ConfigError, ServeConfig};
+pub use config::{CONFIG_FILE, CONFIG_KEYS, CONFIG_TEMPLATE, ConfigError, ServeConfig};
 pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
 pub use harness::{

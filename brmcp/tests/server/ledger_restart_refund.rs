@@ -17,14 +17,9 @@ const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
 const CRASH_DIR_ENV: &str = "BRMCP_LEDGER_CRASH_DIR";
 
 /// Fund Alice with 2500 matoms and charge a 2-atom keyed call, leaving it pending.
-fn fund_and_charge(ledger: &Ledger, key: &CallKey) {
-    let tip = Tip {
-        seq: 1,
-        caller: ALICE,
-        matoms: 2_500,
-    };
-    ledger.record_tip(&tip, true, NOW).unwrap();
-    let request = CallRequest {
+/// Alice's keyed, argument-less call of `fortune` for 2 atoms.
+fn fortune_call(key: &CallKey) -> CallRequest<'_> {
+    CallRequest {
         caller: ALICE,
         tool: "fortune",
         price_atoms: 2,
@@ -32,7 +27,17 @@ fn fund_and_charge(ledger: &Ledger, key: &CallKey) {
             key,
             args: ArgsHash::of_arguments(None),
         }),
+    }
+}
+
+fn fund_and_charge(ledger: &Ledger, key: &CallKey) {
+    let tip = Tip {
+        seq: 1,
+        caller: ALICE,
+        matoms: 2_500,
     };
+    ledger.record_tip(&tip, true, NOW).unwrap();
+    let request = fortune_call(key);
     assert!(matches!(
         ledger.charge(&request, NOW).unwrap(),
         Charge::Run(_)
@@ -59,15 +64,7 @@ fn assert_refunded_once(dir: &std::path::Path, key: &CallKey) {
     assert_eq!(opened.ledger.balance_matoms(&ALICE).unwrap(), 2_500);
 
     // The key was released with the refund: the caller's retry runs (and pays) afresh.
-    let request = CallRequest {
-        caller: ALICE,
-        tool: "fortune",
-        price_atoms: 2,
-        keyed: Some(Keyed {
-            key,
-            args: ArgsHash::of_arguments(None),
-        }),
-    };
+    let request = fortune_call(key);
     assert!(matches!(
         opened.ledger.charge(&request, LATER).unwrap(),
         Charge::Run(_)

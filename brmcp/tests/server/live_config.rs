@@ -1,7 +1,7 @@
 //! `brmcp.json` applied while serving: callers added and removed and the rate changed
 //! without dropping the sessions of callers still allowed; a removed caller refused
-//! from its next call on, even while it floods; a torn or invalid file refused with
-//! its file and key, the running settings kept.
+//! from its next call on, even while it floods; a torn or invalid file (an unknown
+//! top-level key included) refused with its file and key, the running settings kept.
 
 use std::io::Write;
 use std::path::Path;
@@ -169,12 +169,22 @@ async fn a_torn_or_invalid_file_is_refused_naming_file_and_key_and_the_old_confi
     let text = logs.text();
     assert!(text.contains(&format!("config {file}: EOF")), "{text}");
 
-    // A bad uid and a bad type: each names its key.
+    // A bad uid, a bad type and an unknown key (in a file that would otherwise drop
+    // Bob and change the rate): each names its key.
+    let misspelt = json!({"allowed_uids": [peer(ALICE).to_string()], "calls_per_minte": 3});
     for (body, key) in [
-        (r#"{"allowed_uids": ["abc"]}"#, "allowed_uids[0] \"abc\""),
         (
-            r#"{"calls_per_minute": "fast"}"#,
+            r#"{"allowed_uids": ["abc"]}"#.to_owned(),
+            "allowed_uids[0] \"abc\"",
+        ),
+        (
+            r#"{"calls_per_minute": "fast"}"#.to_owned(),
             "calls_per_minute: invalid type",
+        ),
+        (
+            misspelt.to_string(),
+            "calls_per_minte: unknown key (known: allowed_uids, calls_per_minute, \
+             directory, upstreams)",
         ),
     ] {
         std::fs::write(&path, body).unwrap();

@@ -1,0 +1,283 @@
+//! [`HarnessBuilder`]: the operator's tools, callers, limits and hooks, checked and
+//! assembled into a [`Harness`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use brmcp_adapters::{PeerId, RouterConfig};
+use rmcp::model::{
+    Implementation, PromptsCapability, ResourcesCapability, ServerCapabilities, ServerConfig,
+};
+
+use super::{ChatHook, Counters, Harness, HarnessError, Shared, TipEvent, TipHook, Visibility};
+use crate::server::billing::Billing;
+use crate::server::calls::InFlight;
+use crate::server::catalog::Catalog;
+use crate::server::chat::{AutoReply, Throttle};
+use crate::server::clock::{Clock, SystemClock};
+use crate::server::config::ServeConfig;
+use crate::server::dynamic::DynamicTools;
+use crate::server::gate::AllowGate;
+use crate::server::ledger::Ledger;
+use crate::server::rate_limit::RateLimiter;
+use crate::server::tools::ToolSpec;
+
+/// Builds a [`Harness`].
+#[must_use]
+pub struct HarnessBuilder {
+    data_dir: Option<PathBuf>,
+    billing: Option<Arc<dyn Billing>>,
+    gate: AllowGate,
+    calls_per_minute: u32,
+    visibility: Option<Visibility>,
+    tools: Vec<ToolSpec>,
+    dynamic: Option<DynamicTools>,
+    catalog: Option<Arc<dyn Catalog>>,
+    chat_hook: Option<ChatHook>,
+    auto_reply: Option<AutoReply>,
+    tip_hook: Option<TipHook>,
+    clock: Arc<dyn Clock>,
+    router_config: RouterConfig,
+    info: Implementation,
+    instructions: Option<String>,
+}
+
+impl fmt::Debug for HarnessBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HarnessBuilder")
+            .field("data_dir", &self.data_dir)
+            .field("gate", &self.gate)
+            .field("calls_per_minute", &self.calls_per_minute)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HarnessBuilder {
+    pub(super) fn new() -> Self {
+        Self {
+            data_dir: None,
+            billing: None,
+            gate: AllowGate::list([]),
+            calls_per_minute: 0,
+            visibility: None,
+            tools: Vec::new(),
+            dynamic: None,
+            catalog: None,
+            chat_hook: None,
+            auto_reply: None,
+            tip_hook: None,
+            clock: Arc::new(SystemClock),
+            router_config: RouterConfig::server(),
+            info: Implementation::new("brmcp", env!("CARGO_PKG_VERSION")),
+            instructions: None,
+        }
+    }
+
+    /// The data directory of the built-in SQLite [`Ledger`] (created if missing).
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Another [`Billing`] store instead of the built-in ledger; no ledger is opened.
+    pub fn billing(mut self, billing: Arc<dyn Billing>) -> Self {
+        self.billing = Some(billing);
+        self
+    }
+
+    /// The allowed callers from a settings file, and its rate limit.
+    pub fn config(self, config: &ServeConfig) -> Self {
+        self.allowed_uids(config.allowed_uids.iter().copied())
+            .calls_per_minute(config.calls_per_minute)
+    }
+
+    /// Allow exactly these callers (the default allows nobody).
+    pub fn allowed_uids(mut self, uids: impl IntoIterator<Item = PeerId>) -> Self {
+        self.gate = AllowGate::list(uids);
+        self
+    }
+
+    /// Allow whoever `allow` says, instead of a list.
+    pub fn allow(mut self, allow: impl Fn(&PeerId) -> bool + Send + Sync + 'static) -> Self {
+        self.gate = AllowGate::predicate(allow);
+        self
+    }
+
+    /// Calls per minute per caller; 0 means the default (30).
+    pub fn calls_per_minute(mut self, calls: u32) -> Self {
+        self.calls_per_minute = calls;
+        self
+    }
+
+    /// Which tools each caller sees (default: all).
+    pub fn visibility(
+        mut self,
+        visible: impl Fn(&PeerId, &str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.visibility = Some(Arc::new(visible));
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: ToolSpec) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Serves these run-time tools too, after the fixed ones (a fixed tool's name
+    /// wins), and announces `tools.listChanged`: callers that listed the tools are
+    /// notified whenever the set changes.
+    pub fn dynamic_tools(mut self, tools: DynamicTools) -> Self {
+        self.dynamic = Some(tools);
+        self
+    }
+
+    /// Serves the resources and prompts of `catalog` (free, to the callers the gate
+    /// admits, each request counted by the rate limit).
+    pub fn catalog(mut self, catalog: Arc<dyn Catalog>) -> Self {
+        self.catalog = Some(catalog);
+        self
+    }
+
+    /// Receives plain-chat PMs.
+    pub fn on_chat(mut self, hook: impl Fn(PeerId, &str) + Send + Sync + 'static) -> Self {
+        self.chat_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Answers plain chat automatically, at most once per sender per interval.
+    pub fn auto_reply(mut self, reply: AutoReply) -> Self {
+        self.auto_reply = Some(reply);
+        self
+    }
+
+    /// Receives every newly recorded tip.
+    pub fn on_tip(mut self, hook: impl Fn(TipEvent) + Send + Sync + 'static) -> Self {
+        self.tip_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The clock for rate limits, replay windows and the auto-reply throttle (default:
+    /// the system clock).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The router's settings (default [`RouterConfig::server`]); its authorizer is
+    /// replaced by the harness's allow gate.
+    pub fn router_config(mut self, config: RouterConfig) -> Self {
+        self.router_config = config;
+        self
+    }
+
+    /// The name and version the server announces (default `brmcp` and this crate's
+    /// version).
+    pub fn server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.info = Implementation::new(name, version);
+        self
+    }
+
+    /// Instructions the server announces to clients.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Opens the ledger (refunding calls a dead process left pending) unless a billing
+    /// store was given, and checks the tools.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::NoStore`], [`HarnessError::Ledger`] (the ledger cannot be
+    /// opened: in use, corrupt, not a ledger), [`HarnessError::BadTool`],
+    /// [`HarnessError::DuplicateTool`].
+    pub fn build(self) -> Result<Harness, HarnessError> {
+        let mut tools = HashMap::new();
+        let mut order = Vec::new();
+        for spec in self.tools {
+            if let Some(reason) = &spec.schema_error {
+                return Err(HarnessError::BadTool {
+                    name: spec.name().to_owned(),
+                    reason: reason.clone(),
+                });
+            }
+            let name: Arc<str> = spec.name().into();
+            if tools.contains_key(&name) {
+                return Err(HarnessError::DuplicateTool(name.to_string()));
+            }
+            order.push(name.clone());
+            tools.insert(name, Arc::new(spec));
+        }
+        let (billing, ledger, refunded_at_open) = match (self.billing, self.data_dir) {
+            (Some(billing), _) => (billing, None, 0),
+            (None, Some(dir)) => {
+                let opened = Ledger::open(&dir, self.clock.unix())?;
+                if opened.refunded > 0 {
+                    tracing::info!(
+                        refunded = opened.refunded,
+                        "refunded calls interrupted by the last shutdown"
+                    );
+                }
+                let ledger = Arc::new(opened.ledger);
+                (
+                    ledger.clone() as Arc<dyn Billing>,
+                    Some(ledger),
+                    opened.refunded,
+                )
+            }
+            (None, None) => return Err(HarnessError::NoStore),
+        };
+        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
+        if self.dynamic.is_some()
+            && let Some(tools) = capabilities.tools.as_mut()
+        {
+            tools.list_changed = Some(true);
+        }
+        let (resources, prompts) = self.catalog.as_ref().map_or((false, false), |c| c.offers());
+        if resources {
+            let mut resources = ResourcesCapability::default();
+            resources.list_changed = Some(true);
+            capabilities.resources = Some(resources);
+        }
+        if prompts {
+            let mut prompts = PromptsCapability::default();
+            prompts.list_changed = Some(true);
+            capabilities.prompts = Some(prompts);
+        }
+        let mut info = ServerConfig::new(capabilities).with_server_info(self.info);
+        if let Some(text) = self.instructions {
+            info = info.with_instructions(text);
+        }
+        let throttle = self
+            .auto_reply
+            .map(|reply| (Throttle::new(reply.interval), reply));
+        Ok(Harness {
+            shared: Arc::new(Shared {
+                billing,
+                ledger,
+                refunded_at_open,
+                gate: self.gate,
+                limiter: RateLimiter::new(self.calls_per_minute),
+                visibility: self.visibility,
+                tools,
+                order,
+                dynamic: self.dynamic,
+                catalog: self.catalog,
+                listeners: Arc::default(),
+                in_flight: InFlight::new(),
+                clock: self.clock,
+                chat_hook: self.chat_hook,
+                auto_reply: throttle,
+                tip_hook: self.tip_hook,
+                router_config: self.router_config,
+                info,
+                counters: Counters::default(),
+                started: OnceLock::new(),
+            }),
+        })
+    }
+}

@@ -1,0 +1,240 @@
+//! One `tools/call` after lookup and argument decoding (steps 3 to 8 of the harness's
+//! order): the key claim, the rate limit, the price, the debit, the handler and its
+//! outcome.
+
+use std::sync::Arc;
+
+use brmcp_adapters::PeerId;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::service::{RequestContext, RoleServer};
+
+use super::{Counters, HarnessError, Shared};
+use crate::server::billing::{CallId, CallRequest, Charge, Keyed};
+use crate::server::call_key::{ArgsHash, CallKey};
+use crate::server::calls::Claim;
+use crate::server::rate_limit::RATE_LIMITED;
+use crate::server::tools::{CallContext, PreparedCall};
+
+/// The longest handler error message kept in a refund's reason, in bytes.
+const MAX_REASON_LEN: usize = 256;
+
+impl Shared {
+    /// One `tools/call` after lookup and argument decoding: steps 3 to 8.
+    pub(super) async fn call(
+        self: Arc<Self>,
+        call: Call,
+        prepared: Box<dyn PreparedCall>,
+        request: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let owner = match &call.keyed {
+            None => None,
+            Some((key, args)) => match self.in_flight.claim(call.caller, key, &call.tool, *args) {
+                Claim::Conflict(conflict) => {
+                    Counters::bump(&self.counters.key_conflicts);
+                    return refusal(conflict.to_string());
+                }
+                Claim::Wait(waiter) => {
+                    Counters::bump(&self.counters.waited);
+                    return waiter.answer().await.unwrap_or_else(|| {
+                        refusal("the original call with this key failed; retry")
+                    });
+                }
+                Claim::Owner(owner) => Some(owner),
+            },
+        };
+        // Its own task: the request may be dropped (cancelled, session closed), but the
+        // charge must still be completed or refunded and duplicates answered.
+        let task = tokio::spawn(async move {
+            let answer = self.run(call, prepared, request).await;
+            if let Some(owner) = owner {
+                owner.finish(answer.clone());
+            }
+            answer
+        });
+        task.await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "tool call task failed");
+            refusal("internal error")
+        })
+    }
+
+    /// Steps 3 (the ledger's side) to 8, for the owner of the call's key.
+    async fn run(
+        &self,
+        call: Call,
+        prepared: Box<dyn PreparedCall>,
+        request: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let Call {
+            caller,
+            tool,
+            keyed,
+        } = call;
+        if let Some((key, args)) = &keyed {
+            let (key, args, name, now) = (key.clone(), *args, tool.clone(), self.clock.unix());
+            let held = self
+                .blocking(move |b| b.held(&caller, &name, Keyed { key: &key, args }, now))
+                .await;
+            match held {
+                Ok(None) => {}
+                Ok(Some(answer)) => return self.answer(answer, &tool),
+                Err(e) => return store_failure(&e),
+            }
+        }
+        if !self.limiter.try_take(&caller, self.clock.since_epoch()) {
+            Counters::bump(&self.counters.rate_limited);
+            return refusal(RATE_LIMITED);
+        }
+        let price_atoms = match prepared.price(&caller) {
+            Ok(price) => price,
+            Err(message) => return refusal(message),
+        };
+        let charged = if price_atoms == 0 && keyed.is_none() {
+            None
+        } else {
+            let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.unix());
+            let charge = self
+                .blocking(move |b| {
+                    let request = CallRequest {
+                        caller,
+                        tool: &name,
+                        price_atoms,
+                        keyed: key.as_ref().map(|(key, args)| Keyed { key, args: *args }),
+                    };
+                    b.charge(&request, now)
+                })
+                .await;
+            match charge {
+                Ok(Charge::Run(id)) => Some(id),
+                Ok(answer) => return self.answer(answer, &tool),
+                Err(e) => return store_failure(&e),
+            }
+        };
+
+        let context = CallContext {
+            caller,
+            tool: tool.clone(),
+            price_atoms,
+            call_key: keyed.map(|(key, _)| key),
+            request,
+        };
+        // Its own task, so a panicking handler is an error answer, not a lost charge.
+        Counters::bump(&self.counters.runs);
+        let outcome = match tokio::spawn(prepared.run(context)).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(e.message().to_owned()),
+            Err(e) => {
+                tracing::error!(%tool, error = %e, "tool handler panicked");
+                Err("tool failed".to_owned())
+            }
+        };
+        match outcome {
+            Ok(result) => {
+                if let Some(id) = charged {
+                    self.finish(id, &result, None).await;
+                }
+                result
+            }
+            Err(message) => {
+                Counters::bump(&self.counters.handler_errors);
+                let result = refusal(message.clone());
+                if let Some(id) = charged {
+                    self.finish(id, &result, Some(reason(&message))).await;
+                }
+                result
+            }
+        }
+    }
+
+    /// The result of a call the store answered without a run, counted.
+    fn answer(&self, charge: Charge, tool: &str) -> CallToolResult {
+        self.counters.count_answer(&charge);
+        answer_for(charge, tool)
+    }
+
+    /// Completes (no `refund_reason`) or refunds a charged call, keeping `result` as its
+    /// key's answer.
+    async fn finish(&self, id: CallId, result: &CallToolResult, refund_reason: Option<String>) {
+        let outcome = match serde_json::to_string(result) {
+            Ok(json) => json,
+            Err(e) => {
+                // Not reachable for rmcp's types; the call stays pending and is refunded
+                // on the next start rather than replaying something unreadable.
+                tracing::error!(call = %id, error = %e, "tool result does not serialize");
+                return;
+            }
+        };
+        let now = self.clock.unix();
+        let done = self
+            .blocking(move |b| match refund_reason {
+                None => b.complete(id, &outcome, now),
+                Some(reason) => b.refund(id, &reason, Some(&outcome), now),
+            })
+            .await;
+        if let Err(e) = done {
+            // The call stays pending in the store and is refunded on the next start.
+            tracing::error!(call = %id, error = %e, "call outcome not recorded");
+        }
+    }
+}
+
+/// Who calls which tool, with which key.
+pub(super) struct Call {
+    pub(super) caller: PeerId,
+    pub(super) tool: Arc<str>,
+    pub(super) keyed: Option<(CallKey, ArgsHash)>,
+}
+
+/// A tool error result with one text content.
+pub(super) fn refusal(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// The answer for anything [`Billing::charge`] or [`Billing::held`] says other than
+/// `Run`.
+fn answer_for(charge: Charge, tool: &str) -> CallToolResult {
+    match charge {
+        Charge::Replay(outcome) => serde_json::from_str(&outcome).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "stored outcome does not parse");
+            refusal("duplicate call: stored outcome unreadable")
+        }),
+        Charge::Insufficient(shortfall) => refusal(shortfall.payment_required_json(tool)),
+        Charge::OutcomeNotRetained => refusal(
+            "duplicate call: outcome not retained (too large, or dropped by the per-caller bound)",
+        ),
+        Charge::InProgress => refusal("duplicate call: still in progress; retry later"),
+        Charge::KeyConflict(conflict) => refusal(conflict.to_string()),
+        Charge::Run(id) => {
+            // Never passed here; a charge without a handler run would stay pending.
+            tracing::error!(call = %id, "charge answered without a run");
+            refusal("internal error")
+        }
+    }
+}
+
+fn store_failure(e: &HarnessError) -> CallToolResult {
+    tracing::error!(error = %e, "billing store failed");
+    refusal("server error: billing unavailable; retry later")
+}
+
+/// A refund reason: the handler's message, cut to [`MAX_REASON_LEN`] bytes.
+fn reason(message: &str) -> String {
+    let mut end = message.len().min(MAX_REASON_LEN);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("handler error: {}", &message[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refund_reasons_are_cut_on_a_char_boundary() {
+        let long = "é".repeat(200);
+        let cut = reason(&long);
+        assert!(cut.len() <= "handler error: ".len() + MAX_REASON_LEN);
+        assert!(cut.starts_with("handler error: éé"));
+        assert_eq!(reason("boom"), "handler error: boom");
+    }
+}

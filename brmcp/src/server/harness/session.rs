@@ -1,0 +1,186 @@
+//! One MCP session: an rmcp server on behalf of the peer that opened it.
+
+use std::sync::{Arc, Weak};
+
+use brmcp_adapters::PeerId;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+
+use super::call::{Call, refusal};
+use super::{Counters, Shared};
+use crate::server::call_key::{ArgsHash, CALL_KEY_META, CallKey};
+use crate::server::catalog::Catalog;
+use crate::server::rate_limit::RATE_LIMITED;
+
+/// One session: an rmcp server on behalf of the peer that opened it.
+pub(super) struct Session {
+    pub(super) shared: Weak<Shared>,
+    pub(super) caller: PeerId,
+}
+
+impl Session {
+    fn shared(&self) -> Result<Arc<Shared>, ErrorData> {
+        self.shared
+            .upgrade()
+            .ok_or_else(|| ErrorData::internal_error("server shutting down", None))
+    }
+
+    /// The catalog for one request of the part `offered` selects: method not found
+    /// when it is not offered, refused by the rate limit like a call.
+    fn catalog(
+        &self,
+        context: &RequestContext<RoleServer>,
+        offered: impl Fn((bool, bool)) -> bool,
+    ) -> Result<Arc<dyn Catalog>, ErrorData> {
+        let shared = self.shared()?;
+        let Some(catalog) = shared.catalog.clone().filter(|c| offered(c.offers())) else {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "not offered by this server",
+                None,
+            ));
+        };
+        shared.listen(self.caller, &context.peer);
+        if !shared
+            .limiter
+            .try_take(&self.caller, shared.clock.since_epoch())
+        {
+            Counters::bump(&shared.counters.rate_limited);
+            return Err(ErrorData::invalid_request(RATE_LIMITED, None));
+        }
+        Ok(catalog)
+    }
+}
+
+impl ServerHandler for Session {
+    fn get_info(&self) -> ServerConfig {
+        self.shared
+            .upgrade()
+            .map(|s| s.info.clone())
+            .unwrap_or_default()
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let shared = self.shared()?;
+        shared.listen(self.caller, &context.peer);
+        Ok(ListToolsResult::with_all_items(
+            shared.visible_tools(&self.caller),
+        ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(ListResourcesResult::with_all_items(
+            catalog.list_resources().await?,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            catalog.list_resource_templates().await?,
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let catalog = self.catalog(&context, |(resources, _)| resources)?;
+        Ok(catalog.read_resource(request).await?.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let catalog = self.catalog(&context, |(_, prompts)| prompts)?;
+        Ok(ListPromptsResult::with_all_items(
+            catalog.list_prompts().await?,
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let catalog = self.catalog(&context, |(_, prompts)| prompts)?;
+        Ok(catalog.get_prompt(request).await?.into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Ok(shared) = self.shared() {
+            shared.listen(self.caller, &context.peer);
+        }
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        let shared = self.shared.upgrade()?;
+        shared
+            .visible_tool(&self.caller, name)
+            .map(|(_, spec)| spec.tool.clone())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let shared = self.shared()?;
+        let Some((tool, spec)) = shared.visible_tool(&self.caller, &request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {:?}", request.name),
+                None,
+            ));
+        };
+        // A key that is not a string of 8 to 128 bytes is ignored (WIRE.md §10).
+        let key = context
+            .meta
+            .get(CALL_KEY_META)
+            .or_else(|| request.meta.as_ref().and_then(|m| m.get(CALL_KEY_META)))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|key| CallKey::new(key).ok());
+        let keyed = key.map(|key| (key, ArgsHash::of_arguments(request.arguments.as_ref())));
+        let prepared = match spec.prepare(request.arguments) {
+            Ok(prepared) => prepared,
+            Err(message) => return Ok(refusal(message).into()),
+        };
+        Counters::bump(&shared.counters.calls);
+        let (started, price) = (std::time::Instant::now(), prepared.price(&self.caller));
+        let call = Call {
+            caller: self.caller,
+            tool,
+            keyed,
+        };
+        let name = call.tool.clone();
+        let result = shared.call(call, prepared, context).await;
+        crate::server::call_log::log_call(
+            &self.caller,
+            &name,
+            price.ok(),
+            &result,
+            started.elapsed(),
+        );
+        Ok(result.into())
+    }
+}

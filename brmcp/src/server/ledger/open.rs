@@ -1,0 +1,327 @@
+//! Opening the ledger: the directory lock, the file checks that refuse what is not a
+//! usable ledger, schema creation and migration, and the refunds of calls a dead
+//! process left pending.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use brmcp_adapters::wire::UnixTime;
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+
+#[cfg(doc)]
+use super::Billing;
+use super::retention::enable_incremental_vacuum;
+use super::{
+    APPLICATION_ID, CallId, FILE_NAME, INTERRUPTED, LOCK_FILE_NAME, Ledger, LedgerError, Opened,
+    SCHEMA_VERSION, WAL_SIZE_LIMIT, found, refund_pending,
+};
+
+/// Schema 1 to 2: tips are identified by sequence id, caller and amount, and carry
+/// whether the client cleared their id. Schema 1's tips are kept, not cleared.
+const MIGRATE_1_TO_2: &str = "
+CREATE TABLE tips_v2 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER NOT NULL,
+    caller TEXT NOT NULL,
+    matoms INTEGER NOT NULL CHECK (matoms >= 0),
+    credited INTEGER NOT NULL CHECK (credited IN (0, 1)),
+    received_at INTEGER NOT NULL,
+    cleared INTEGER NOT NULL DEFAULT 0 CHECK (cleared IN (0, 1))
+) STRICT;
+INSERT INTO tips_v2 (seq, caller, matoms, credited, received_at)
+    SELECT seq, caller, matoms, credited, received_at FROM tips ORDER BY seq;
+DROP TABLE tips;
+ALTER TABLE tips_v2 RENAME TO tips;
+CREATE INDEX tips_uncleared ON tips (seq) WHERE cleared = 0;
+";
+
+/// Schema 2 to 3: the totals of calls pruned from the journal (see
+/// [`MAX_JOURNAL_ROWS_PER_CALLER`]). The file's switch to incremental vacuum is not a
+/// schema change: open makes it whatever the version.
+const MIGRATE_2_TO_3: &str = "
+CREATE TABLE pruned (
+    caller TEXT PRIMARY KEY NOT NULL,
+    completed INTEGER NOT NULL CHECK (completed >= 0),
+    completed_atoms INTEGER NOT NULL CHECK (completed_atoms >= 0),
+    refunded INTEGER NOT NULL CHECK (refunded >= 0)
+) STRICT, WITHOUT ROWID;
+";
+
+/// How long open waits for the directory lock. Rides out a previous process that is
+/// still closing, or an operator command that took the lock while no server ran; a
+/// live server holds it for its lifetime, so waiting longer gains nothing.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// How often open retries the directory lock within [`LOCK_WAIT`].
+const LOCK_RETRY: Duration = Duration::from_millis(25);
+
+/// How long a transaction waits for another connection's write (an operator's credit
+/// beside the server, say). Every writer holds the lock for one short transaction.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// How many `quick_check` complaints an error quotes; the first few name the damage.
+const CHECK_LINES: usize = 4;
+
+const SCHEMA: &str = include_str!("../ledger_schema.sql");
+
+impl Ledger {
+    /// Open (creating on first use) the ledger in `dir`, then refund every call left
+    /// pending by a process that died mid-call, with reason [`INTERRUPTED`].
+    ///
+    /// The refunds and their state changes commit in one transaction, so each happens
+    /// exactly once however often open is retried.
+    ///
+    /// # Errors
+    ///
+    /// Each variant names the path: [`LedgerError::CreateDir`], [`LedgerError::NotAFile`],
+    /// [`LedgerError::Open`], [`LedgerError::NotALedger`], [`LedgerError::Corrupt`],
+    /// [`LedgerError::UnsupportedSchema`], [`LedgerError::InUse`], [`LedgerError::Lock`].
+    /// A file that is not a usable ledger is never modified.
+    pub fn open(dir: &Path, now: UnixTime) -> Result<Opened, LedgerError> {
+        Self::open_waiting(dir, now, LOCK_WAIT)
+    }
+
+    /// For the operator's commands: [`open`](Self::open) when no process serves from
+    /// `dir` (refunding what a dead one left pending), else [`attach`](Self::attach)
+    /// beside it, without waiting for its lock. Also attaches when the lock file
+    /// cannot be made (a read-only directory still reads).
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::open`] but [`LedgerError::InUse`] and [`LedgerError::Lock`], and
+    /// [`LedgerError::Missing`].
+    pub fn open_for_operator(dir: &Path, now: UnixTime) -> Result<Opened, LedgerError> {
+        match Self::open_waiting(dir, now, Duration::ZERO) {
+            Err(LedgerError::InUse { .. } | LedgerError::Lock { .. }) => Ok(Opened {
+                ledger: Self::attach(dir)?,
+                refunded: 0,
+            }),
+            opened => opened,
+        }
+    }
+
+    fn open_waiting(dir: &Path, now: UnixTime, wait: Duration) -> Result<Opened, LedgerError> {
+        create_dir(dir)?;
+        let path = dir.join(FILE_NAME);
+        let lock = lock_dir(dir, &path, wait)?;
+        let mut conn = connect(&path, true).map_err(|e| open_error(&path, e))?;
+        let refunded = refund_interrupted(&mut conn, now).map_err(|e| match e {
+            LedgerError::Sqlite(e) => open_error(&path, e),
+            other => other,
+        })?;
+        Ok(Opened {
+            ledger: Self {
+                conn: Mutex::new(conn),
+                path,
+                _lock: Some(lock),
+            },
+            refunded,
+        })
+    }
+
+    /// Open the existing ledger in `dir` beside the process that holds it (a running
+    /// `brmcp serve`), for reads and the operator's credits and refunds. Takes no lock
+    /// and refunds nothing: the calls pending there are in flight. The [`Billing`]
+    /// calls that move calls and tips (and [`purge_expired`](Self::purge_expired)) are
+    /// refused with [`LedgerError::NotOwner`]: they are the serving process's.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::open`] but [`LedgerError::InUse`] and [`LedgerError::Lock`], and
+    /// [`LedgerError::Missing`] when there is no ledger, or one still being created.
+    pub fn attach(dir: &Path) -> Result<Self, LedgerError> {
+        let path = dir.join(FILE_NAME);
+        if !path.exists() {
+            return Err(LedgerError::Missing { path });
+        }
+        // Never creates the schema: a file without one is the owner's, mid-creation.
+        let conn = connect(&path, false).map_err(|e| open_error(&path, e))?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+            _lock: None,
+        })
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<(), LedgerError> {
+    crate::secure_fs::create_dir(dir).map_err(|source| LedgerError::CreateDir {
+        path: dir.to_owned(),
+        source,
+    })
+}
+
+/// Where [`connect`] failed, before it is tied to a path.
+enum ConnectError {
+    NotAFile,
+    Missing,
+    Sqlite(rusqlite::Error),
+    Foreign(String),
+    Corrupt(String),
+    Schema(i32),
+}
+
+impl From<rusqlite::Error> for ConnectError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Sqlite(e)
+    }
+}
+
+/// Open, check and (when new and `create`) create the database. Reads the file before
+/// writing anything, so a file that is not a ledger is left exactly as it was.
+fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
+    // Other failures (permissions) are SQLite's to report.
+    if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+        return Err(ConnectError::NotAFile);
+    }
+    crate::secure_fs::prepare_sqlite(path)?;
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_WAIT)?;
+
+    // First read of the file: garbage fails here with "file is not a database".
+    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    let fresh = app_id == 0 && version == 0 && objects == 0;
+    if fresh && !create {
+        return Err(ConnectError::Missing);
+    }
+    if !fresh && app_id != APPLICATION_ID {
+        return Err(ConnectError::Foreign(format!(
+            "application id {app_id:#010x}, not {APPLICATION_ID:#010x}"
+        )));
+    }
+    // Older schemas are migrated by the process that serves from the ledger only.
+    if !fresh && version != SCHEMA_VERSION && !((1..SCHEMA_VERSION).contains(&version) && create) {
+        return Err(ConnectError::Schema(version));
+    }
+    quick_check(&conn)?;
+
+    if create {
+        // Before WAL and the schema on a new file (SQLite ignores it after either);
+        // one VACUUM on an older one.
+        enable_incremental_vacuum(&conn)?;
+    }
+    let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    crate::secure_fs::seal_sqlite(path)?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+    if fresh {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(SCHEMA)?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()?;
+    } else if version < SCHEMA_VERSION {
+        let tx = conn.unchecked_transaction()?;
+        if version < 2 {
+            tx.execute_batch(MIGRATE_1_TO_2)?;
+        }
+        tx.execute_batch(MIGRATE_2_TO_3)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()?;
+    }
+    Ok(conn)
+}
+
+/// Take the data directory's lock (see [`LOCK_FILE_NAME`]), retrying for `wait`.
+/// The OS drops it when the process dies, however it dies.
+fn lock_dir(dir: &Path, db: &Path, wait: Duration) -> Result<std::fs::File, LedgerError> {
+    let path = dir.join(LOCK_FILE_NAME);
+    crate::secure_fs::refuse_symlink(&path).map_err(|source| LedgerError::Lock {
+        path: path.clone(),
+        source,
+    })?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = match options.open(&path) {
+        Ok(file) => file,
+        Err(source) => return Err(LedgerError::Lock { path, source }),
+    };
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(LedgerError::InUse {
+                    path: db.to_owned(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(LedgerError::Lock { path, source });
+            }
+        }
+    }
+}
+
+/// `quick_check` rather than `integrity_check`: it finds damaged pages and records in
+/// time linear in the file and skips the index cross-check, which would grow with the
+/// journal on every start.
+fn quick_check(conn: &Connection) -> Result<(), ConnectError> {
+    let mut stmt = conn.prepare("PRAGMA quick_check")?;
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .take(CHECK_LINES)
+        .collect::<Result<Vec<_>, _>>()?;
+    if rows == ["ok"] {
+        return Ok(());
+    }
+    // A row may hold several lines; the error stays on one.
+    let lines: Vec<&str> = rows.iter().flat_map(|row| row.lines()).collect();
+    Err(ConnectError::Corrupt(
+        lines[..lines.len().min(CHECK_LINES)].join("; "),
+    ))
+}
+
+fn open_error(path: &Path, e: impl Into<ConnectError>) -> LedgerError {
+    let path = path.to_owned();
+    match e.into() {
+        ConnectError::NotAFile => LedgerError::NotAFile { path },
+        ConnectError::Missing => LedgerError::Missing { path },
+        ConnectError::Foreign(detail) => LedgerError::NotALedger {
+            path,
+            source: detail.into(),
+        },
+        ConnectError::Corrupt(detail) => LedgerError::Corrupt { path, detail },
+        ConnectError::Schema(found) => LedgerError::UnsupportedSchema { path, found },
+        ConnectError::Sqlite(e) => match e.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => LedgerError::NotALedger {
+                path,
+                source: Box::new(e),
+            },
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                LedgerError::InUse { path }
+            }
+            _ => LedgerError::Open { path, source: e },
+        },
+    }
+}
+
+/// Refund every pending call, in one transaction with the state changes. Their keys are
+/// released: the caller's retry runs afresh, as it was paid back.
+fn refund_interrupted(conn: &mut Connection, now: UnixTime) -> Result<usize, LedgerError> {
+    // Immediate even with nothing to refund: the write lock it takes is what keeps other
+    // processes out from here on.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let pending = {
+        let mut stmt = tx.prepare(concat!(
+            found_columns!(),
+            ", id FROM calls WHERE state = 'pending'"
+        ))?;
+        stmt.query_map([], |row| found(row, CallId::new(row.get(4)?)))?
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    for call in &pending {
+        // No outcome: the key is released, so the caller's retry runs afresh.
+        refund_pending(&tx, call, INTERRUPTED, None, now)?;
+    }
+    tx.commit()?;
+    Ok(pending.len())
+}
