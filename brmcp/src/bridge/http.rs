@@ -20,7 +20,9 @@
 //! `DELETE` of a session answers 204, as the MCP specification allows (rmcp says 202,
 //! on which the Python SDK warns).
 
+mod access;
 mod listener;
+mod payments;
 mod sessions;
 
 use std::collections::HashMap;
@@ -30,27 +32,25 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use brmcp_adapters::PeerId;
 use futures_util::StreamExt;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::directory::DirectoryServer;
 use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::{BridgeError, Inner, Settings, lock};
-use sessions::{Sessions, TokenKey};
+use access::{allowed_hosts, authorized, host_allowed, origin_allowed, token_key};
+use payments::{PAYMENTS_PATH, payments};
+use sessions::Sessions;
 
 /// How long a stopping listener waits for open requests before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-
-/// Host names always accepted: the loopback names.
-const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// Default bound on open connections to the owned listener: 256, well under the
 /// usual 1024 descriptors, yet far more than the agents of one user open.
@@ -233,33 +233,42 @@ impl HttpState {
 
     /// The service of `link`'s bot.
     fn bot_service(&self, inner: &Arc<Inner>, link: &Arc<BotLink>) -> Arc<BotService> {
-        let weak: Weak<Inner> = Arc::downgrade(inner);
-        let link = link.clone();
-        self.service(Endpoint::Bot(link.bot), move |sessions, config| {
-            Handler::Bot(StreamableHttpService::new(
-                move || {
-                    let inner = weak
-                        .upgrade()
-                        .ok_or_else(|| std::io::Error::other("bridge closed"))?;
-                    Ok(ProxyServer::new(inner, link.clone()))
-                },
-                sessions,
-                config,
-            ))
-        })
+        self.link_service(inner, link, Endpoint::Bot, Handler::Bot, ProxyServer::new)
     }
 
     /// The service of the directory tools of `link`'s directory.
     fn directory_service(&self, inner: &Arc<Inner>, link: &Arc<BotLink>) -> Arc<BotService> {
+        self.link_service(
+            inner,
+            link,
+            Endpoint::Directory,
+            Handler::Directory,
+            DirectoryServer::new,
+        )
+    }
+
+    /// The `endpoint` service of `link`: each MCP session gets a fresh `server` while
+    /// the bridge is open.
+    fn link_service<S>(
+        &self,
+        inner: &Arc<Inner>,
+        link: &Arc<BotLink>,
+        endpoint: fn(PeerId) -> Endpoint,
+        handler: fn(StreamableHttpService<S, LocalSessionManager>) -> Handler,
+        server: fn(Arc<Inner>, Arc<BotLink>) -> S,
+    ) -> Arc<BotService>
+    where
+        S: rmcp::ServerHandler + Send + 'static,
+    {
         let weak: Weak<Inner> = Arc::downgrade(inner);
         let link = link.clone();
-        self.service(Endpoint::Directory(link.bot), move |sessions, config| {
-            Handler::Directory(StreamableHttpService::new(
+        self.service(endpoint(link.bot), move |sessions, config| {
+            handler(StreamableHttpService::new(
                 move || {
                     let inner = weak
                         .upgrade()
                         .ok_or_else(|| std::io::Error::other("bridge closed"))?;
-                    Ok(DirectoryServer::new(inner, link.clone()))
+                    Ok(server(inner, link.clone()))
                 },
                 sessions,
                 config,
@@ -281,111 +290,6 @@ async fn close_service(service: &BotService) {
     for id in ids {
         let _ = service.sessions.close_session(&id).await;
     }
-}
-
-/// The accepted hosts: the loopback names, the configured names, the listen address
-/// and the local address the connection reached (`local`, which for a wildcard bind
-/// is the interface's address the agent dialed).
-fn allowed_hosts(config: &super::Config, local: Option<SocketAddr>) -> Vec<String> {
-    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
-    hosts.extend(config.allowed_hosts.iter().cloned());
-    for ip in [Some(config.listen.ip()), local.map(|a| a.ip())]
-        .into_iter()
-        .flatten()
-    {
-        if !ip.is_unspecified() {
-            hosts.push(ip.to_canonical().to_string());
-        }
-    }
-    hosts
-}
-
-fn host_matches(allowed: &[String], host: &str, port: Option<&str>) -> bool {
-    allowed.iter().any(|allowed| {
-        let (a_host, a_port) = split_host(allowed);
-        a_host.eq_ignore_ascii_case(host) && a_port.is_none_or(|p| Some(p) == port)
-    })
-}
-
-/// The host part and port of a `Host` header (`[::1]:80`, `localhost`, `a.b:8891`).
-fn split_host(value: &str) -> (&str, Option<&str>) {
-    if let Some(rest) = value.strip_prefix('[') {
-        let Some((host, after)) = rest.split_once(']') else {
-            return (value, None);
-        };
-        return (host, after.strip_prefix(':'));
-    }
-    match value.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => (host, Some(port)),
-        _ => (value, None),
-    }
-}
-
-fn host_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let (host, port) = split_host(value.trim());
-    host_matches(allowed, host, port)
-}
-
-/// An absent `Origin` passes (agents are not browsers); a present one must be
-/// `http://` or `https://` an allowed host (any port, as browsers send the page's).
-fn origin_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::ORIGIN) else {
-        return true;
-    };
-    let Ok(value) = value.to_str() else {
-        return false;
-    };
-    let Some(authority) = value
-        .trim()
-        .strip_prefix("http://")
-        .or_else(|| value.trim().strip_prefix("https://"))
-    else {
-        return false;
-    };
-    if authority.contains(['/', '@', '?', '#']) {
-        return false;
-    }
-    let (host, _) = split_host(authority);
-    host_matches(allowed, host, None)
-}
-
-/// The key of the bearer token presented (zeros when none).
-fn token_key(headers: &HeaderMap) -> TokenKey {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().split_once(' '))
-        .map(|(_, token)| Sha256::digest(token.trim().as_bytes()).into())
-        .unwrap_or_default()
-}
-
-/// Whether the `Authorization` header carries the configured token.
-fn authorized(settings: &Settings, headers: &HeaderMap) -> bool {
-    if settings.token.is_empty() {
-        return false;
-    }
-    let Some(value) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let Some((scheme, token)) = value.trim().split_once(' ') else {
-        return false;
-    };
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return false;
-    }
-    // Comparing digests takes the same time whatever the tokens' contents and lengths.
-    let a = Sha256::digest(token.trim().as_bytes());
-    let b = Sha256::digest(settings.token.as_bytes());
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response {
@@ -542,59 +446,6 @@ async fn session_request(
 /// The MCP session header.
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Where the payments waiting for approval are listed and decided, behind the same
-/// token as the MCP endpoints: `GET /payments`, `POST /payments/<id>/approve|deny`.
-pub(crate) const PAYMENTS_PATH: &str = "/payments";
-
-fn payments(inner: &Inner, method: &axum::http::Method, rest: &str) -> Response {
-    let json = |status: StatusCode, value: serde_json::Value| {
-        (
-            status,
-            [(header::CONTENT_TYPE, "application/json")],
-            value.to_string(),
-        )
-            .into_response()
-    };
-    match (method.as_str(), rest.trim_end_matches('/')) {
-        ("GET", "") => {
-            let list: Vec<serde_json::Value> = inner
-                .policy
-                .pending()
-                .into_iter()
-                .map(|p| {
-                    serde_json::json!({
-                        "id": p.id,
-                        "bot": p.bot.to_string(),
-                        "tool": p.tool,
-                        "atoms": p.atoms,
-                        "created": p.created.secs(),
-                    })
-                })
-                .collect();
-            json(StatusCode::OK, serde_json::Value::Array(list))
-        }
-        ("POST", path) => {
-            let Some((id, verb)) = path.strip_prefix('/').and_then(|p| p.rsplit_once('/')) else {
-                return plain(StatusCode::NOT_FOUND, "not found");
-            };
-            let approve = match verb {
-                "approve" => true,
-                "deny" => false,
-                _ => return plain(StatusCode::NOT_FOUND, "not found"),
-            };
-            if inner.policy.decide(id, approve) {
-                json(
-                    StatusCode::OK,
-                    serde_json::json!({"id": id, "approved": approve}),
-                )
-            } else {
-                plain(StatusCode::NOT_FOUND, "no such payment waiting")
-            }
-        }
-        _ => plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
-    }
-}
-
 /// The endpoints as a router.
 pub(crate) fn app(inner: Arc<Inner>) -> axum::Router {
     axum::Router::new().fallback(endpoint).with_state(inner)
@@ -712,43 +563,5 @@ async fn shutdown(inner: &Arc<Inner>, listener: Listener) {
     let mut current = lock(&inner.http.addr);
     if *current == Some(addr) {
         *current = None;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_header_forms() {
-        assert_eq!(split_host("localhost:8891"), ("localhost", Some("8891")));
-        assert_eq!(split_host("[::1]:80"), ("::1", Some("80")));
-        assert_eq!(split_host("::1"), ("::1", None));
-        assert_eq!(split_host("example.com"), ("example.com", None));
-    }
-
-    #[test]
-    fn bearer_scheme_is_case_insensitive_and_required() {
-        let settings = Settings {
-            token: "s3cret".into(),
-            ..Settings::default()
-        };
-        let with = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
-            authorized(&settings, &h)
-        };
-        assert!(with("Bearer s3cret"));
-        assert!(with("bearer s3cret"));
-        assert!(with("BEARER s3cret"));
-        assert!(!with("s3cret"), "a raw token is refused");
-        assert!(!with("Bearer s3cre"));
-        assert!(!with("Bearer s3crett"));
-        assert!(!with("Basic s3cret"));
-        assert!(!authorized(&settings, &HeaderMap::new()));
-        let empty = Settings::default();
-        let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
-        assert!(!authorized(&empty, &h), "an empty token never authorizes");
     }
 }

@@ -65,6 +65,7 @@ use std::time::Duration;
 
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
+pub(crate) use directory::text_of;
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,

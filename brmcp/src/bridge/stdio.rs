@@ -3,10 +3,11 @@
 //! Only protocol goes to stdout; the bridge logs through `tracing`, which the host
 //! points at stderr.
 
-use rmcp::ServiceExt;
 use rmcp::service::RoleServer;
 use rmcp::transport::IntoTransport;
+use rmcp::{ServerHandler, ServiceExt};
 
+use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::{Bridge, BridgeError};
 use brmcp_adapters::PeerId;
@@ -28,19 +29,34 @@ impl Bridge {
             .link(bot)
             .ok_or_else(|| BridgeError::NotAllowed(bot.to_string()))?;
         let server = ProxyServer::new(self.inner.clone(), link.clone());
-        let running = tokio::select! {
-            r = server.serve(transport) => r.map_err(|e| BridgeError::Serve(e.to_string()))?,
-            () = link.closed.cancelled() => return Ok(()),
-        };
-        let stop = running.cancellation_token();
-        tokio::select! {
-            r = running.waiting() => {
-                r.map_err(|e| BridgeError::Serve(e.to_string()))?;
-            }
-            () = link.closed.cancelled() => stop.cancel(),
-        }
-        Ok(())
+        serve_until_closed(server, &link, transport).await
     }
+}
+
+/// Serves `server` to one agent over `transport` until the agent leaves or `link`
+/// closes (its bot or directory de-listed, or the bridge closed).
+pub(super) async fn serve_until_closed<S, T, E, A>(
+    server: S,
+    link: &BotLink,
+    transport: T,
+) -> Result<(), BridgeError>
+where
+    S: ServerHandler,
+    T: IntoTransport<RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let running = tokio::select! {
+        r = server.serve(transport) => r.map_err(|e| BridgeError::Serve(e.to_string()))?,
+        () = link.closed.cancelled() => return Ok(()),
+    };
+    let stop = running.cancellation_token();
+    tokio::select! {
+        r = running.waiting() => {
+            r.map_err(|e| BridgeError::Serve(e.to_string()))?;
+        }
+        () = link.closed.cancelled() => stop.cancel(),
+    }
+    Ok(())
 }
 
 /// Serves `bot` over this process's stdin and stdout until the agent closes stdin or

@@ -15,7 +15,7 @@
 mod directory;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -28,7 +28,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 
 use super::CliError;
-use crate::bridge::{Mode, Settings};
+use brmcp_adapters::clientrpc::ClientRpcHost;
+
+use crate::bridge::{Bridge, Mode, Settings};
 use crate::devnet::Devnet;
 use crate::server::ServeConfig;
 
@@ -124,6 +126,35 @@ async fn within<T>(
         .map_err(|_| CliError(format!("{what}: no answer in {STEP_TIMEOUT:?}")))?
 }
 
+/// Starts the demo's bridge in `bridge_dir` on the client of `rpc_config`, with the
+/// bots and directories of `allowed`, in autopay mode under the demo caps, listening
+/// on a loopback port: the bridge, its client, its settings and its address.
+async fn start_demo_bridge(
+    bridge_dir: &Path,
+    rpc_config: &Path,
+    allowed: Settings,
+) -> Result<(Bridge, ClientRpcHost, Settings, SocketAddr), CliError> {
+    let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+    let (bridge, host) = within(
+        "start the bridge",
+        super::bridge::start_bridge(bridge_dir, rpc_config, listen, false),
+    )
+    .await?;
+    let settings = Settings {
+        enabled: true,
+        mode: Mode::Autopay,
+        per_call_cap_atoms: DEMO_PER_CALL_CAP_ATOMS,
+        per_day_cap_atoms: DEMO_PER_DAY_CAP_ATOMS,
+        ..allowed
+    };
+    let settings = bridge.apply_settings(settings).await?;
+    bridge.start().await?;
+    let addr = bridge
+        .listen_addr()
+        .ok_or_else(|| CliError("the bridge's HTTP endpoint did not start".into()))?;
+    Ok((bridge, host, settings, addr))
+}
+
 fn text_of(result: &CallToolResult) -> String {
     if let Some(s) = &result.structured_content {
         return s.to_string();
@@ -137,7 +168,7 @@ fn text_of(result: &CallToolResult) -> String {
 }
 
 async fn demo(
-    dir: &std::path::Path,
+    dir: &Path,
     keep_running: bool,
     upstreams: Option<serde_json::Value>,
 ) -> Result<ExitCode, CliError> {
@@ -173,26 +204,12 @@ async fn demo(
     .await?;
 
     // The bridge on bob, in autopay mode with caps.
-    let bridge_dir = dir.join("bob-bridge");
-    let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
-    let (bridge, host_b) = within(
-        "start the bridge",
-        super::bridge::start_bridge(&bridge_dir, &bob.config_path, listen, false),
-    )
-    .await?;
-    let settings = Settings {
-        enabled: true,
-        mode: Mode::Autopay,
-        per_call_cap_atoms: DEMO_PER_CALL_CAP_ATOMS,
-        per_day_cap_atoms: DEMO_PER_DAY_CAP_ATOMS,
+    let allowed = Settings {
         allowed_bots: vec![alice.uid_hex()],
         ..Settings::default()
     };
-    let settings = bridge.apply_settings(settings).await?;
-    bridge.start().await?;
-    let addr = bridge
-        .listen_addr()
-        .ok_or_else(|| CliError("the bridge's HTTP endpoint did not start".into()))?;
+    let (bridge, host_b, settings, addr) =
+        start_demo_bridge(&dir.join("bob-bridge"), &bob.config_path, allowed).await?;
     let url = format!("http://{addr}/mcp/{}", alice.uid_hex());
     println!(
         "bridge: {url} (autopay, caps {DEMO_PER_CALL_CAP_ATOMS} atoms per call, {DEMO_PER_DAY_CAP_ATOMS} per day)"

@@ -101,14 +101,10 @@ pub(crate) async fn crawl(
     serde_json::to_value(page.tools).map_err(|e| format!("list tools: {e}"))
 }
 
-/// Every text content of a result, joined with `\n`.
+/// Every text content of a result, joined with `\n`: read as the bridge reads a
+/// directory's answers.
 pub(crate) fn result_text_whole(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::bridge::text_of(result)
 }
 
 /// The text content of a result, joined with `\n` and cut to [`RESULT_TEXT_MAX`] bytes.

@@ -23,13 +23,13 @@ mod tools;
 
 use std::sync::Arc;
 
+use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::IntoTransport;
-use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 use brmcp_adapters::PeerId;
@@ -39,6 +39,7 @@ use super::proxy::ProxyServer;
 use super::proxy::ask::{self, Answer};
 use super::{Bridge, BridgeError, Inner};
 use answer::Provider;
+pub(crate) use answer::text_of;
 pub use answer::{AnswerError, MAX_ANSWER_BYTES};
 use tools::{AddArgs, SearchArgs, UidArgs};
 pub use tools::{DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH};
@@ -371,18 +372,7 @@ impl Bridge {
     {
         let link = self.directory(name)?;
         let server = DirectoryServer::new(self.inner.clone(), link.clone());
-        let running = tokio::select! {
-            r = server.serve(transport) => r.map_err(|e| BridgeError::Serve(e.to_string()))?,
-            () = link.closed.cancelled() => return Ok(()),
-        };
-        let stop = running.cancellation_token();
-        tokio::select! {
-            r = running.waiting() => {
-                r.map_err(|e| BridgeError::Serve(e.to_string()))?;
-            }
-            () = link.closed.cancelled() => stop.cancel(),
-        }
-        Ok(())
+        super::stdio::serve_until_closed(server, &link, transport).await
     }
 
     /// Looks `uid` up in the directory `name` (`get_provider`, which is free) and adds

@@ -4,7 +4,6 @@
 //! listing with an admin tool; the agent searches the directory through the bridge,
 //! adds the bot it found (the user confirming) and calls the found tool, paying for it.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,8 +20,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, ErrorData, ServiceExt};
 use serde_json::{Value, json};
 
-use super::{DEMO_PER_CALL_CAP_ATOMS, DEMO_PER_DAY_CAP_ATOMS, short, step, text_of, within};
-use crate::bridge::{DirectoryEntry, Mode, Settings};
+use super::{short, start_demo_bridge, step, text_of, within};
+use crate::bridge::{DirectoryEntry, Settings};
 use crate::cli::CliError;
 use crate::cli::devnet::{DIRECTORY_NICK, directory_policy, provider_config};
 use crate::devnet::{Devnet, NodeInfo};
@@ -189,29 +188,15 @@ async fn discovery(devnet: &Devnet, n: &Nodes, dir: &Path) -> Result<ExitCode, C
     }
 
     // 5. The agent finds the tool through the bridge's directory tools and adds the bot.
-    let bridge_dir = dir.join("bob-bridge");
-    let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
-    let (bridge, agent_host) = within(
-        "start the bridge",
-        super::super::bridge::start_bridge(&bridge_dir, &agent.config_path, listen, false),
-    )
-    .await?;
-    let settings = Settings {
-        enabled: true,
-        mode: Mode::Autopay,
-        per_call_cap_atoms: DEMO_PER_CALL_CAP_ATOMS,
-        per_day_cap_atoms: DEMO_PER_DAY_CAP_ATOMS,
+    let allowed = Settings {
         directories: vec![DirectoryEntry::new(
             PeerId::from_bytes(d.uid),
             Some(DIRECTORY_LABEL.to_owned()),
         )],
         ..Settings::default()
     };
-    let settings = bridge.apply_settings(settings).await?;
-    bridge.start().await?;
-    let addr = bridge
-        .listen_addr()
-        .ok_or_else(|| CliError("the bridge's HTTP endpoint did not start".into()))?;
+    let (bridge, agent_host, settings, addr) =
+        start_demo_bridge(&dir.join("bob-bridge"), &agent.config_path, allowed).await?;
     let connect = |path: String| {
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}{path}"))

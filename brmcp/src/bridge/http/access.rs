@@ -1,0 +1,157 @@
+//! Who may reach the endpoints: the `Host` and `Origin` checks against DNS rebinding
+//! and cross-site pages, and the bearer token.
+
+use std::net::SocketAddr;
+
+use axum::http::{HeaderMap, header};
+use sha2::{Digest, Sha256};
+
+use super::sessions::TokenKey;
+use crate::bridge::{Config, Settings};
+
+/// Host names always accepted: the loopback names.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The accepted hosts: the loopback names, the configured names, the listen address
+/// and the local address the connection reached (`local`, which for a wildcard bind
+/// is the interface's address the agent dialed).
+pub(super) fn allowed_hosts(config: &Config, local: Option<SocketAddr>) -> Vec<String> {
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+    hosts.extend(config.allowed_hosts.iter().cloned());
+    for ip in [Some(config.listen.ip()), local.map(|a| a.ip())]
+        .into_iter()
+        .flatten()
+    {
+        if !ip.is_unspecified() {
+            hosts.push(ip.to_canonical().to_string());
+        }
+    }
+    hosts
+}
+
+fn host_matches(allowed: &[String], host: &str, port: Option<&str>) -> bool {
+    allowed.iter().any(|allowed| {
+        let (a_host, a_port) = split_host(allowed);
+        a_host.eq_ignore_ascii_case(host) && a_port.is_none_or(|p| Some(p) == port)
+    })
+}
+
+/// The host part and port of a `Host` header (`[::1]:80`, `localhost`, `a.b:8891`).
+fn split_host(value: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = value.strip_prefix('[') {
+        let Some((host, after)) = rest.split_once(']') else {
+            return (value, None);
+        };
+        return (host, after.strip_prefix(':'));
+    }
+    match value.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => (host, Some(port)),
+        _ => (value, None),
+    }
+}
+
+pub(super) fn host_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let (host, port) = split_host(value.trim());
+    host_matches(allowed, host, port)
+}
+
+/// An absent `Origin` passes (agents are not browsers); a present one must be
+/// `http://` or `https://` an allowed host (any port, as browsers send the page's).
+pub(super) fn origin_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let Some(authority) = value
+        .trim()
+        .strip_prefix("http://")
+        .or_else(|| value.trim().strip_prefix("https://"))
+    else {
+        return false;
+    };
+    if authority.contains(['/', '@', '?', '#']) {
+        return false;
+    }
+    let (host, _) = split_host(authority);
+    host_matches(allowed, host, None)
+}
+
+/// The key of the bearer token presented (zeros when none).
+pub(super) fn token_key(headers: &HeaderMap) -> TokenKey {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .map(|(_, token)| Sha256::digest(token.trim().as_bytes()).into())
+        .unwrap_or_default()
+}
+
+/// Whether the `Authorization` header carries the configured token.
+pub(super) fn authorized(settings: &Settings, headers: &HeaderMap) -> bool {
+    if settings.token.is_empty() {
+        return false;
+    }
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some((scheme, token)) = value.trim().split_once(' ') else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return false;
+    }
+    // Comparing digests takes the same time whatever the tokens' contents and lengths.
+    let a = Sha256::digest(token.trim().as_bytes());
+    let b = Sha256::digest(settings.token.as_bytes());
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn host_header_forms() {
+        assert_eq!(split_host("localhost:8891"), ("localhost", Some("8891")));
+        assert_eq!(split_host("[::1]:80"), ("::1", Some("80")));
+        assert_eq!(split_host("::1"), ("::1", None));
+        assert_eq!(split_host("example.com"), ("example.com", None));
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_required() {
+        let settings = Settings {
+            token: "s3cret".into(),
+            ..Settings::default()
+        };
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            authorized(&settings, &h)
+        };
+        assert!(with("Bearer s3cret"));
+        assert!(with("bearer s3cret"));
+        assert!(with("BEARER s3cret"));
+        assert!(!with("s3cret"), "a raw token is refused");
+        assert!(!with("Bearer s3cre"));
+        assert!(!with("Bearer s3crett"));
+        assert!(!with("Basic s3cret"));
+        assert!(!authorized(&settings, &HeaderMap::new()));
+        let empty = Settings::default();
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
+        assert!(!authorized(&empty, &h), "an empty token never authorizes");
+    }
+}

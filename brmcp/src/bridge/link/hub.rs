@@ -1,0 +1,435 @@
+//! The routing state of a link: agent sessions, forwarded requests, progress routes
+//! and log outboxes, so what the bot sends on its own reaches the right agents.
+
+#![allow(deprecated)] // logging is SEP-2577-deprecated; still relayed
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+
+use rmcp::model::{
+    ClientCapabilities, ClientResult, ErrorCode, ErrorData, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ServerRequest, Tool,
+};
+use rmcp::service::{
+    OriginatingRequestId, Peer, PeerRequestOptions, RequestContext, RoleClient, RoleServer,
+};
+
+use crate::bridge::lock;
+use crate::early_progress::EarlyProgress;
+
+/// Notifications kept per upstream progress token before its call is registered.
+const EARLY_PER_TOKEN: usize = 32;
+
+/// Upstream progress tokens with early notifications kept at once; the oldest go first.
+const EARLY_TOKENS: usize = 64;
+
+/// An agent session (legacy lifecycle) of a bot: where notifications go.
+pub(crate) struct AgentSession {
+    pub(crate) peer: Peer<RoleServer>,
+    pub(crate) subscriptions: Mutex<HashSet<String>>,
+}
+
+/// An agent request being forwarded on the link: a bot's request to the client made
+/// meanwhile goes to this agent, on this request's stream.
+struct Inflight {
+    seq: u64,
+    peer: Peer<RoleServer>,
+    id: rmcp::model::RequestId,
+    /// For an agent without a session here (stateless lifecycle): the log messages to
+    /// send on this request's stream.
+    logs: Option<Arc<LogOutbox>>,
+}
+
+/// Log messages for an agent on the stateless lifecycle, sent on the stream of its
+/// request, in order, before the request's answer.
+pub(crate) struct LogOutbox {
+    peer: Peer<RoleServer>,
+    queue: Mutex<VecDeque<LoggingMessageNotificationParam>>,
+    send: tokio::sync::Mutex<()>,
+}
+
+impl LogOutbox {
+    async fn flush(&self) {
+        let _turn = self.send.lock().await;
+        loop {
+            let Some(params) = lock(&self.queue).pop_front() else {
+                return;
+            };
+            if let Err(e) = self.peer.notify_logging_message(params).await {
+                tracing::debug!(error = %e, "log message not relayed");
+            }
+        }
+    }
+}
+
+/// One registered progress route: upstream token to the agent's token.
+pub(crate) struct Route {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    queue: Mutex<VecDeque<ProgressNotificationParam>>,
+    send: tokio::sync::Mutex<()>,
+}
+
+impl Route {
+    fn queue(&self) -> MutexGuard<'_, VecDeque<ProgressNotificationParam>> {
+        lock(&self.queue)
+    }
+
+    /// Sends what is queued, in order; concurrent flushes take turns.
+    async fn flush(&self) {
+        let _turn = self.send.lock().await;
+        loop {
+            let Some(mut params) = self.queue().pop_front() else {
+                return;
+            };
+            params.progress_token = self.token.clone();
+            if let Err(e) = self.peer.notify_progress(params).await {
+                tracing::debug!(error = %e, "progress not relayed");
+            }
+        }
+    }
+}
+
+struct Progress {
+    routes: HashMap<ProgressToken, Arc<Route>>,
+    early: EarlyProgress,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            routes: HashMap::new(),
+            early: EarlyProgress::new(EARLY_TOKENS, EARLY_PER_TOKEN),
+        }
+    }
+}
+
+/// Routing state of one link, shared with its client handler and transport tap.
+pub(crate) struct Hub {
+    progress: Mutex<Progress>,
+    sessions: Mutex<Vec<Weak<AgentSession>>>,
+    inflight: Mutex<Vec<Inflight>>,
+    seq: AtomicU64,
+    tools: RwLock<Arc<Vec<Tool>>>,
+}
+
+impl Hub {
+    pub(super) fn new() -> Self {
+        Self {
+            progress: Mutex::default(),
+            sessions: Mutex::default(),
+            inflight: Mutex::default(),
+            seq: AtomicU64::new(0),
+            tools: RwLock::new(Arc::new(Vec::new())),
+        }
+    }
+
+    /// The bot's tools as last listed.
+    pub(crate) fn tools(&self) -> Arc<Vec<Tool>> {
+        self.tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn set_tools(&self, tools: Vec<Tool>) {
+        *self.tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tools);
+    }
+
+    /// Registers an agent session for notifications.
+    pub(crate) fn add_session(&self, session: &Arc<AgentSession>) {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|s| s.strong_count() > 0);
+        sessions.push(Arc::downgrade(session));
+    }
+
+    pub(super) fn live_sessions(&self) -> Vec<Arc<AgentSession>> {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|s| s.strong_count() > 0);
+        sessions.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Marks an agent request as being forwarded; the guard unmarks it.
+    pub(crate) fn track(
+        self: &Arc<Self>,
+        peer: &Peer<RoleServer>,
+        id: &rmcp::model::RequestId,
+        sessionless: bool,
+    ) -> Tracked {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let logs = sessionless.then(|| {
+            Arc::new(LogOutbox {
+                peer: peer.clone(),
+                queue: Mutex::default(),
+                send: tokio::sync::Mutex::new(()),
+            })
+        });
+        lock(&self.inflight).push(Inflight {
+            seq,
+            peer: peer.clone(),
+            id: id.clone(),
+            logs: logs.clone(),
+        });
+        Tracked {
+            hub: self.clone(),
+            seq,
+            logs,
+        }
+    }
+
+    /// Called by the tap, in arrival order: agent sessions get the message as a
+    /// notification; stateless agents with a request in flight get it on that
+    /// request's stream, before its answer.
+    pub(super) fn on_log(&self, params: LoggingMessageNotificationParam) {
+        for session in self.live_sessions() {
+            let params = params.clone();
+            tokio::spawn(async move {
+                let _ = session.peer.notify_logging_message(params).await;
+            });
+        }
+        let stateless: Vec<Arc<LogOutbox>> = lock(&self.inflight)
+            .iter()
+            .filter_map(|i| i.logs.clone())
+            .collect();
+        for outbox in stateless {
+            lock(&outbox.queue).push_back(params.clone());
+            tokio::spawn(async move { outbox.flush().await });
+        }
+    }
+
+    /// Routes upstream progress for `upstream` to the agent's `token`; progress that
+    /// arrived early is queued first.
+    pub(crate) fn route_progress(
+        &self,
+        upstream: ProgressToken,
+        peer: Peer<RoleServer>,
+        token: ProgressToken,
+    ) -> Arc<Route> {
+        let mut progress = lock(&self.progress);
+        let early = progress.early.take(&upstream);
+        let route = Arc::new(Route {
+            peer,
+            token,
+            queue: Mutex::new(early),
+            send: tokio::sync::Mutex::new(()),
+        });
+        progress.routes.insert(upstream, route.clone());
+        drop(progress);
+        if !route.queue().is_empty() {
+            let r = route.clone();
+            tokio::spawn(async move { r.flush().await });
+        }
+        route
+    }
+
+    /// Ends a route once its request is answered; what is still queued is sent first.
+    pub(crate) async fn finish_progress(&self, upstream: &ProgressToken, route: &Route) {
+        lock(&self.progress).routes.remove(upstream);
+        route.flush().await;
+    }
+
+    /// Forgets early progress of a request that will never be routed.
+    pub(crate) fn drop_progress(&self, upstream: &ProgressToken) {
+        lock(&self.progress).early.take(upstream);
+    }
+
+    /// Called by the tap, in arrival order.
+    pub(super) fn on_progress(&self, params: ProgressNotificationParam) {
+        let mut progress = lock(&self.progress);
+        if let Some(route) = progress.routes.get(&params.progress_token).cloned() {
+            drop(progress);
+            route.queue().push_back(params);
+            tokio::spawn(async move { route.flush().await });
+            return;
+        }
+        progress.early.push(params);
+    }
+
+    /// The agent a bot's request to the client goes to: the newest forwarded request
+    /// of an agent that declared the capability, else the newest such agent session.
+    fn pick_agent(
+        &self,
+        supports: impl Fn(&ClientCapabilities) -> bool,
+    ) -> Option<(Peer<RoleServer>, Option<rmcp::model::RequestId>)> {
+        let declares = |peer: &Peer<RoleServer>| {
+            peer.peer_info()
+                .is_some_and(|info| supports(&info.capabilities))
+        };
+        let inflight = lock(&self.inflight);
+        if let Some(found) = inflight
+            .iter()
+            .rev()
+            .find(|i| declares(&i.peer))
+            .map(|i| (i.peer.clone(), Some(i.id.clone())))
+        {
+            return Some(found);
+        }
+        drop(inflight);
+        self.live_sessions()
+            .into_iter()
+            .rev()
+            .find(|s| declares(&s.peer))
+            .map(|s| (s.peer.clone(), None))
+    }
+
+    /// Relays a bot's request to an agent and its answer back.
+    pub(super) async fn relay(
+        &self,
+        mut request: ServerRequest,
+        ctx: &RequestContext<RoleClient>,
+        supports: impl Fn(&ClientCapabilities) -> bool,
+    ) -> Result<ClientResult, ErrorData> {
+        let method = match &request {
+            ServerRequest::PingRequest(_) => "ping".to_owned(),
+            ServerRequest::CreateMessageRequest(_) => "sampling/createMessage".to_owned(),
+            ServerRequest::ListRootsRequest(_) => "roots/list".to_owned(),
+            ServerRequest::ElicitRequest(_) => "elicitation/create".to_owned(),
+            ServerRequest::CustomRequest(r) => r.method.clone(),
+            _ => "this request".to_owned(),
+        };
+        let Some((peer, origin)) = self.pick_agent(supports) else {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("no agent connected to the bridge supports {method}"),
+                None,
+            ));
+        };
+        if let Some(origin) = origin {
+            rmcp::model::GetExtensions::extensions_mut(&mut request)
+                .insert(OriginatingRequestId(origin));
+        }
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("relay to agent: {e}"), None))?;
+        let id = handle.id.clone();
+        tokio::select! {
+            answer = handle.rx => match answer {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
+                Ok(Err(e)) => Err(ErrorData::internal_error(format!("relay to agent: {e}"), None)),
+                Err(_) => Err(ErrorData::internal_error("relay to agent: agent gone", None)),
+            },
+            () = ctx.ct.cancelled() => {
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("cancelled by the bot".into()),
+                    ))
+                    .await;
+                Err(ErrorData::internal_error("cancelled by the bot", None))
+            }
+        }
+    }
+}
+
+/// Unmarks a forwarded request when dropped.
+pub(crate) struct Tracked {
+    hub: Arc<Hub>,
+    seq: u64,
+    logs: Option<Arc<LogOutbox>>,
+}
+
+impl Tracked {
+    /// Sends the log messages still queued for the request (call before answering).
+    pub(crate) async fn flush(&self) {
+        if let Some(logs) = &self.logs {
+            logs.flush().await;
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        lock(&self.hub.inflight).retain(|i| i.seq != self.seq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{NumberOrString, ServerCapabilities, ServerConfig};
+    use rmcp::service::{NotificationContext, RunningService};
+    use rmcp::{ClientHandler, ServerHandler, ServiceExt};
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    struct Quiet;
+    impl ServerHandler for Quiet {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::default())
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Seen(Arc<Mutex<Vec<ProgressNotificationParam>>>);
+    impl ClientHandler for Seen {
+        async fn on_progress(
+            &self,
+            params: ProgressNotificationParam,
+            _context: NotificationContext<RoleClient>,
+        ) {
+            lock(&self.0).push(params);
+        }
+    }
+
+    /// An agent's server-side peer, and what its client receives.
+    async fn agent() -> (
+        RunningService<RoleServer, Quiet>,
+        RunningService<RoleClient, Seen>,
+        Seen,
+    ) {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move { Quiet.serve(b).await.unwrap() });
+        let seen = Seen::default();
+        let client = seen.clone().serve(a).await.unwrap();
+        (server.await.unwrap(), client, seen)
+    }
+
+    fn progress(token: i64, p: f64) -> ProgressNotificationParam {
+        ProgressNotificationParam::new(ProgressToken(NumberOrString::Number(token)), p)
+    }
+
+    #[tokio::test]
+    async fn early_progress_is_kept_until_its_call_is_registered() {
+        let (server, _client, seen) = agent().await;
+        let hub = Hub::new();
+        let upstream = ProgressToken(NumberOrString::Number(7));
+        // The bot's progress overtakes the registration of its call.
+        hub.on_progress(progress(7, 1.0));
+        hub.on_progress(progress(7, 2.0));
+        hub.on_progress(progress(8, 9.0)); // another call's, never registered
+        let agent_token = ProgressToken(NumberOrString::String("agent".into()));
+        let route =
+            hub.route_progress(upstream.clone(), server.peer().clone(), agent_token.clone());
+        hub.on_progress(progress(7, 3.0));
+        hub.finish_progress(&upstream, &route).await;
+        hub.drop_progress(&ProgressToken(NumberOrString::Number(8)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&seen.0).len() < 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let seen = lock(&seen.0).clone();
+        let values: Vec<f64> = seen.iter().map(|p| p.progress).collect();
+        assert_eq!(values, vec![1.0, 2.0, 3.0], "in order, none lost");
+        assert!(seen.iter().all(|p| p.progress_token == agent_token));
+        let state = lock(&hub.progress);
+        assert!(state.routes.is_empty() && state.early.is_empty());
+    }
+
+    #[test]
+    fn early_progress_is_bounded() {
+        let hub = Hub::new();
+        for token in 0..(EARLY_TOKENS as i64 + 10) {
+            for i in 0..(EARLY_PER_TOKEN + 5) {
+                hub.on_progress(progress(token, i as f64));
+            }
+        }
+        let lens = lock(&hub.progress).early.lens();
+        assert_eq!(lens.len(), EARLY_TOKENS);
+        assert!(lens.values().all(|&n| n == EARLY_PER_TOKEN));
+        // The oldest tokens went first.
+        assert!(!lens.contains_key(&ProgressToken(NumberOrString::Number(0))));
+    }
+}

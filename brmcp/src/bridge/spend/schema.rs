@@ -1,0 +1,129 @@
+//! The spend log's file: its identity, its schema, and the migration of older
+//! versions, applied whenever the log is opened.
+
+use std::path::Path;
+
+use rusqlite::{Connection, params};
+
+use super::SpendError;
+
+/// `PRAGMA application_id` of a spend log: "brsp" in ASCII.
+const APPLICATION_ID: i32 = 0x6272_7370;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS spend (
+    id     INTEGER PRIMARY KEY,
+    ts     INTEGER NOT NULL,
+    bot    TEXT    NOT NULL,
+    tool   TEXT    NOT NULL,
+    rail   TEXT    NOT NULL,
+    atoms  INTEGER NOT NULL CHECK (atoms > 0),
+    status TEXT    NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
+    err    TEXT,
+    unconfirmed INTEGER NOT NULL DEFAULT 0,
+    tip_pos INTEGER NOT NULL DEFAULT 0,
+    outcome INTEGER
+);
+CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
+CREATE TABLE IF NOT EXISTS tip_floor (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    pos INTEGER NOT NULL
+);
+";
+
+/// Columns added after version 1, with their declarations: a version 1 or 2 log
+/// gains them when opened.
+const ADDED_COLUMNS: [(&str, &str); 3] = [
+    ("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),
+    ("tip_pos", "INTEGER NOT NULL DEFAULT 0"),
+    ("outcome", "INTEGER"),
+];
+
+/// The schema version written to `PRAGMA user_version`.
+const USER_VERSION: i32 = 3;
+
+/// Opens the log's database at `path`, refusing another application's, and brings
+/// its schema to [`USER_VERSION`].
+pub(super) fn open(path: &Path) -> Result<Connection, SpendError> {
+    crate::secure_fs::prepare_sqlite(path)?;
+    let db = Connection::open(path)?;
+    db.busy_timeout(std::time::Duration::from_secs(5))?;
+    db.pragma_update(None, "journal_mode", "WAL")?;
+    crate::secure_fs::seal_sqlite(path)?;
+    db.pragma_update(None, "synchronous", "FULL")?;
+    let app: i32 = db.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    let tables: i64 = db.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+    if app != APPLICATION_ID && (app != 0 || tables != 0) {
+        return Err(SpendError::Foreign(path.display().to_string()));
+    }
+    db.pragma_update(None, "application_id", APPLICATION_ID)?;
+    db.execute_batch(SCHEMA)?;
+    for (name, decl) in ADDED_COLUMNS {
+        let present: bool = db.query_row(
+            "SELECT count(*) FROM pragma_table_info('spend') WHERE name = ?1",
+            params![name],
+            |r| r.get::<_, i64>(0).map(|n| n > 0),
+        )?;
+        if !present {
+            db.execute_batch(&format!("ALTER TABLE spend ADD COLUMN {name} {decl}"))?;
+        }
+    }
+    // An outcome settles at most one row.
+    db.execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS spend_outcome ON spend (outcome)")?;
+    db.pragma_update(None, "user_version", USER_VERSION)?;
+    Ok(db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bridge::spend::{Resolution, SPEND_FILE, SpendLog, TipOutcomeEvent};
+    use brmcp_adapters::PeerId;
+    use brmcp_adapters::wire::UnixTime;
+
+    #[test]
+    fn a_version_1_log_gains_the_unconfirmed_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Connection::open(dir.path().join(SPEND_FILE)).unwrap();
+        old.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        old.pragma_update(None, "user_version", 1).unwrap();
+        old.execute_batch(
+            "CREATE TABLE spend (id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, \
+             bot TEXT NOT NULL, tool TEXT NOT NULL, rail TEXT NOT NULL, \
+             atoms INTEGER NOT NULL CHECK (atoms > 0), status TEXT NOT NULL \
+             CHECK (status IN ('pending', 'paid', 'failed')), err TEXT);
+             INSERT INTO spend (ts, bot, tool, rail, atoms, status) \
+             VALUES (100, '0101010101010101010101010101010101010101010101010101010101010101', 't', 'tip', 7, 'pending');",
+        )
+        .unwrap();
+        drop(old);
+        let log = SpendLog::open(dir.path(), UnixTime(200)).unwrap();
+        assert_eq!(log.unconfirm_left_pending().unwrap(), 1);
+        let entries = log.entries().unwrap();
+        assert!(entries[0].unconfirmed, "left pending by an earlier run");
+        assert_eq!(
+            log.resolve_outcome(&TipOutcomeEvent {
+                id: 1,
+                bot: PeerId::from_bytes([1; 32]),
+                atoms: 7,
+                outcome: Ok(()),
+            })
+            .unwrap(),
+            Resolution::Settled(1)
+        );
+        assert_eq!(log.spent_today(UnixTime(200)).unwrap(), 7);
+    }
+
+    #[test]
+    fn a_foreign_database_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = Connection::open(dir.path().join(SPEND_FILE)).unwrap();
+        other.execute_batch("CREATE TABLE x (y);").unwrap();
+        drop(other);
+        assert!(matches!(
+            SpendLog::open(dir.path(), UnixTime(1)),
+            Err(SpendError::Foreign(_))
+        ));
+    }
+}

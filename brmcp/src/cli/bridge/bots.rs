@@ -1,0 +1,75 @@
+//! `brmcp bridge bots`: the allowed bots, added by hand or from a directory.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use brmcp_adapters::PeerId;
+
+use super::{BotsAction, BridgeArgs, load, rpc_config, save, start_bridge};
+use crate::bridge::{ListedBot, SETTINGS_FILE};
+use crate::cli::CliError;
+use crate::cli::table::Table;
+
+/// Adds, removes or lists the bots of `datadir`'s settings (not `--from-directory`,
+/// which needs the client: [`add_from_directory`]).
+pub(super) fn run(datadir: &Path, action: BotsAction) -> Result<ExitCode, CliError> {
+    let settings_path = datadir.join(SETTINGS_FILE);
+    let settings = load(&settings_path)?;
+    let settings = match action {
+        BotsAction::Add {
+            name: Some(name),
+            uid: Some(uid),
+            ..
+        } => settings.with_bot(&name, uid)?,
+        BotsAction::Add { .. } => {
+            return Err(CliError(
+                "bots add needs NAME and UID, or --from-directory UID".into(),
+            ));
+        }
+        BotsAction::Remove { bot } => settings.without_bot(&bot)?,
+        BotsAction::List => {
+            for bot in settings.bots() {
+                println!("{} {}", bot.uid, bot.name.as_deref().unwrap_or("-"));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    save(datadir, &settings_path, &settings)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `bots add --from-directory`: looks `uid` up in the directory, prints it, adds it.
+pub(super) async fn add_from_directory(
+    args: BridgeArgs,
+    uid: PeerId,
+    directory: Option<String>,
+    name: Option<String>,
+) -> Result<ExitCode, CliError> {
+    let (bridge, host) =
+        start_bridge(&args.datadir, &rpc_config(&args), args.listen, false).await?;
+    let added = bridge
+        .add_from_directory(directory.as_deref(), uid, name.as_deref())
+        .await;
+    bridge.close().await;
+    host.close();
+    let listed = added?;
+    print_listed(&listed);
+    let name = bridge
+        .bots()
+        .into_iter()
+        .find(|b| b.uid == uid)
+        .and_then(|b| b.name)
+        .unwrap_or_default();
+    println!("added bot {uid} as {name:?}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A provider as its directory lists it: uid, description, tools with prices.
+fn print_listed(listed: &ListedBot) {
+    println!("bot {}: {}", listed.uid, listed.description);
+    let mut table = Table::new(&["TOOL", "PRICE"]);
+    for (tool, price) in &listed.tools {
+        table.row(vec![tool.clone(), price.clone()]);
+    }
+    print!("{table}");
+}
