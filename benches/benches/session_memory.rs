@@ -138,21 +138,27 @@ async fn measure(park: bool) {
     println!("idle_session_memory: {both} bytes/session (N={N}, live heap, client + server ends)");
     println!("  server end: {server_side} bytes/session (live heap after the clients closed)");
     println!("  client end: {} bytes/session", both - server_side);
-    println!(
-        "  of the server end, the handler (BenchServer and its tool router): {handler_bytes} bytes"
-    );
-    println!(
-        "  per end, the transport alone (router entry, session, inbound queue, writer): {transport_bytes} bytes"
-    );
-    println!(
-        "  so per pair the two rmcp services hold about {} bytes",
-        both - 2 * transport_bytes - handler_bytes
-    );
-    println!(
-        "  (an inbound queue slot holds a ClientJsonRpcMessage of {} or a ServerJsonRpcMessage of {} bytes)",
-        size_of::<rmcp::model::ClientJsonRpcMessage>(),
-        size_of::<rmcp::model::ServerJsonRpcMessage>()
-    );
+    if park {
+        println!(
+            "  of the server end, nothing runs: the router entry, its state and resume record"
+        );
+    } else {
+        println!(
+            "  of the server end, the handler (BenchServer and its tool router): {handler_bytes} bytes"
+        );
+        println!(
+            "  per end, the transport alone (router entry, session, inbound queue, writer): {transport_bytes} bytes"
+        );
+        println!(
+            "  so per pair the two rmcp services hold about {} bytes",
+            both - 2 * transport_bytes - handler_bytes
+        );
+        println!(
+            "  (an inbound queue slot holds a ClientJsonRpcMessage of {} or a ServerJsonRpcMessage of {} bytes)",
+            size_of::<rmcp::model::ClientJsonRpcMessage>(),
+            size_of::<rmcp::model::ServerJsonRpcMessage>()
+        );
+    }
     match (rss_before, rss_open) {
         (Some(before), Some(after)) => println!(
             "idle_session_memory_rss: {} bytes/session (N={N}, VmRSS growth, both ends)",
