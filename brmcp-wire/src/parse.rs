@@ -375,49 +375,79 @@ mod grammar {
     /// The value and length of the run of ASCII digits that starts `bytes`, read eight
     /// at a time; `None` when a word cannot be read (too near the end) or the run is
     /// longer than 19 digits. The caller reads those byte by byte.
+    ///
+    /// The first two words are loaded and converted independently of each other, so a
+    /// deadline's ten digits cost one conversion's latency, not two in a row.
     #[inline(always)]
     fn digit_run(bytes: &[u8]) -> Option<(u64, usize)> {
-        const ONES: u64 = u64::from_ne_bytes([1; 8]);
-        const HIGH: u64 = ONES * 0x80;
-        let mut value = 0u64;
-        let mut n = 0;
-        loop {
-            let w = word_at(bytes, n)?;
-            // Non-digit bytes: a high bit set, or outside b'0'..=b'9' (see `all_id_bytes`).
-            let low = w & !HIGH;
-            let digit = low.wrapping_add(ONES * (0x80 - u64::from(b'0')))
-                & !low.wrapping_add(ONES * (0x80 - u64::from(b'9' + 1)))
-                & !w
-                & HIGH;
-            let k = ((digit ^ HIGH).trailing_zeros() / 8) as usize;
-            if k > 0 {
-                // The k digits to the top of the word (the first digit stays most
-                // significant), zero digits below them; then pairs, quads, octets.
-                let d = w.wrapping_sub(ONES * u64::from(b'0')) << (8 * (8 - k));
-                let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
-                let d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff;
-                let d = (d.wrapping_mul(10_000) + (d >> 32)) & 0xffff_ffff;
-                const POW10: [u64; 9] = [
-                    1,
-                    10,
-                    100,
-                    1_000,
-                    10_000,
-                    100_000,
-                    1_000_000,
-                    10_000_000,
-                    100_000_000,
-                ];
-                value = value.checked_mul(POW10[k])?.checked_add(d)?;
-            }
-            n += k;
-            if n > 19 {
-                return None;
-            }
-            if k < 8 {
-                return Some((value, n));
+        let w0 = word_at(bytes, 0)?;
+        let k0 = digits_in(w0);
+        let v0 = word_value(w0, k0);
+        if k0 < 8 {
+            return Some((v0, k0));
+        }
+        let w1 = word_at(bytes, 8)?;
+        let k1 = digits_in(w1);
+        let mut value = v0 * POW10[k1] + word_value(w1, k1);
+        let mut n = 8 + k1;
+        if k1 == 8 {
+            // More than 16 digits: the rest a word at a time, in a row.
+            loop {
+                let w = word_at(bytes, n)?;
+                let k = digits_in(w);
+                value = value.checked_mul(POW10[k])?.checked_add(word_value(w, k))?;
+                n += k;
+                if n > 19 {
+                    return None;
+                }
+                if k < 8 {
+                    break;
+                }
             }
         }
+        Some((value, n))
+    }
+
+    /// Powers of ten up to the eighth.
+    const POW10: [u64; 9] = [
+        1,
+        10,
+        100,
+        1_000,
+        10_000,
+        100_000,
+        1_000_000,
+        10_000_000,
+        100_000_000,
+    ];
+
+    /// How many ASCII digits start the little-endian word `w` (0 to 8).
+    #[inline(always)]
+    const fn digits_in(w: u64) -> usize {
+        const ONES: u64 = u64::from_ne_bytes([1; 8]);
+        const HIGH: u64 = ONES * 0x80;
+        // Non-digit bytes: a high bit set, or outside b'0'..=b'9' (see `all_id_bytes`).
+        let low = w & !HIGH;
+        let digit = low.wrapping_add(ONES * (0x80 - b'0' as u64))
+            & !low.wrapping_add(ONES * (0x80 - (b'9' + 1) as u64))
+            & !w
+            & HIGH;
+        ((digit ^ HIGH).trailing_zeros() / 8) as usize
+    }
+
+    /// The value of the first `k` (at most 8) bytes of `w`, all ASCII digits.
+    #[inline(always)]
+    const fn word_value(w: u64, k: usize) -> u64 {
+        const ONES: u64 = u64::from_ne_bytes([1; 8]);
+        if k == 0 {
+            return 0;
+        }
+        // The k digits to the top of the word (the first digit stays most significant),
+        // zero digits below them; then pairs, quads, octets.
+        let d = w.wrapping_sub(ONES * b'0' as u64) << (8 * (8 - k));
+        let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
+        let d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff;
+        (d.wrapping_mul(10_000) + (d >> 32)) & 0xffff_ffff
     }
 
     /// Whether all eight bytes of `w` are lowercase hex digits ([`crate::id::is_id_byte`]),
