@@ -107,3 +107,72 @@ async fn sessions_are_not_parked_by_default() {
     assert_eq!(handlers(&probe), 1);
     client.cancel().await.expect("cancel");
 }
+
+/// A hostile or confused client on a parked session: a message that is not JSON-RPC
+/// leaves it parked; an answer to nothing, a reused request id and a second
+/// `initialize` each revive it, and the client only ever sees answers to its own
+/// requests (never the replayed handshake's).
+#[tokio::test(start_paused = true)]
+async fn a_parked_session_takes_junk_id_reuse_and_re_initialize() {
+    use crate::common::raw::RawClient;
+    use brmcp_adapters::mem::uid;
+
+    const WAIT: Duration = Duration::from_secs(5);
+    let mut config = RouterConfig::server();
+    config.server_park_after = Some(PARK_AFTER);
+    let mut raw = RawClient::new(uid(2), config);
+    let probe = serve(&raw.server);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}});
+    let echo = |id: u64, t: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "echo", "arguments": {"text": t}}})
+    };
+    raw.send(initialize.clone()).await;
+    assert_eq!(raw.recv(WAIT).await.expect("initialized")["id"], 1);
+    raw.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    raw.send(echo(2, "a")).await;
+    assert_eq!(raw.recv(WAIT).await.expect("answered")["id"], 2);
+    tokio::time::sleep(PARK_AFTER * 3).await;
+    assert_eq!(handlers(&probe), 0);
+
+    raw.send(json!("not a JSON-RPC message")).await;
+    assert!(raw.recv(WAIT).await.is_none(), "junk got an answer");
+    assert_eq!(handlers(&probe), 0, "junk revived the session");
+    assert_eq!(raw.server.stats().dropped_json, 1);
+
+    // An answer to a request the server never sent, then a request id used before.
+    raw.send(json!({"jsonrpc": "2.0", "id": 99, "result": {}}))
+        .await;
+    raw.send(echo(2, "again")).await;
+    let answer = raw.recv(WAIT).await.expect("the reused id was answered");
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "again", "{answer}");
+    assert!(raw.recv(WAIT).await.is_none(), "an answer nobody asked for");
+
+    // Parked again, the client starts over with `initialize`: answered under its id.
+    tokio::time::sleep(PARK_AFTER * 3).await;
+    assert_eq!(handlers(&probe), 0);
+    raw.send(initialize).await;
+    let init = raw
+        .recv(WAIT)
+        .await
+        .expect("the new initialize was answered");
+    assert_eq!(init["id"], 1, "{init}");
+    raw.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    raw.send(echo(3, "b")).await;
+    assert_eq!(raw.recv(WAIT).await.expect("answered")["id"], 3);
+    let stats = raw.server.stats();
+    assert_eq!(
+        (
+            stats.sessions_accepted,
+            stats.sessions_open,
+            stats.sessions_closed
+        ),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+}
