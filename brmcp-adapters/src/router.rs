@@ -21,7 +21,9 @@
 //!    resumable, as an expired one); only a peer whose sessions are all busy is refused.
 //!
 //! The driver sleeps until the earlier of the reassembler's next deadline and the next
-//! possible idle expiry.
+//! possible idle expiry or parking. A parked server session
+//! ([`RouterConfig::server_park_after`]) keeps its entry but runs no service; its next
+//! message revives it through the resume path.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
