@@ -11,13 +11,14 @@
 
 use std::hint::black_box;
 use std::mem::MaybeUninit;
-use std::time::Instant;
 
 use brmcp_wire::{Header, MessageId, SessionId, encode_part, parse};
 use brmcp_wire_ffi::BRMCP_WIRE_MODE_COMPATIBLE;
 use brmcp_wire_ffi::codec::{self, Part};
 use brmcp_wire_ffi::status::Status;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+mod paired;
 
 fn payload(len: usize) -> Vec<u8> {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -78,39 +79,15 @@ fn c_parse_decode(text: &[u8], out: &mut [u8]) -> usize {
     n
 }
 
-/// Runs `rust` and `c` in alternating batches and prints the median over batches of
-/// their time per call and of the C/Rust ratio. On a shared machine the load changes
-/// between criterion's sequential measurements; alternating batches see the same load,
-/// so the boundary's cost can be read even when absolute times drift.
-fn paired(name: &str, mut rust: impl FnMut() -> usize, mut c: impl FnMut() -> usize) {
-    /// Calls per batch: long enough to time, short enough to sample the load often.
-    const BATCH: u32 = 64;
-    /// Batches per side.
-    const ROUNDS: usize = 301;
-    let time = |f: &mut dyn FnMut() -> usize| {
-        let start = Instant::now();
-        for _ in 0..BATCH {
-            black_box(f());
-        }
-        start.elapsed().as_secs_f64() * 1e9 / f64::from(BATCH)
-    };
-    let (mut r, mut k, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let a = time(&mut rust);
-        let b = time(&mut c);
-        r.push(a);
-        k.push(b);
-        ratio.push(b / a);
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (r, k) = (median(&mut r), median(&mut k));
+/// Prints the paired times of `rust` and `c` per call (see `paired`) and their ratio.
+fn paired(name: &str, rust: impl FnMut() -> usize, c: impl FnMut() -> usize) {
+    let p = paired::paired(rust, c);
     println!(
-        "paired {name}: rust {r:.1} ns, c {k:.1} ns per call; c/rust {:.3} (median of batch ratios), c - rust {:.1} ns",
-        median(&mut ratio),
-        k - r
+        "paired {name}: rust {:.1} ns, c {:.1} ns per call; c/rust {:.3} (median of batch ratios), c - rust {:.1} ns",
+        p.a_ns,
+        p.b_ns,
+        p.b_over_a,
+        p.b_ns - p.a_ns
     );
 }
 

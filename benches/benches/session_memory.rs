@@ -13,6 +13,10 @@
 //! writer task; dialed without an rmcp service on top), the handler, and the rest, the
 //! rmcp service of each end. Target: at most 32 KiB per idle session, both ends.
 //!
+//! Measured twice: with the server's sessions running, and parked
+//! (`RouterConfig::server_park_after`: an idle session's service and handler dropped,
+//! revived by its next message).
+//!
 //! Run: `cargo bench -p brmcp-benches --bench session_memory`.
 
 use std::alloc::System;
@@ -32,6 +36,10 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Sessions measured.
 const N: usize = 10_000;
+
+/// Idle time after which the server parks a session (`RouterConfig::server_park_after`),
+/// short so that every session measured is parked by the time it is counted.
+const PARK_AFTER: Duration = Duration::from_millis(200);
 
 /// Sessions opened (and kept) before the baseline, so one-time setup is not counted.
 const WARM_UP: usize = 8;
@@ -66,9 +74,10 @@ fn per_session(bytes: i128) -> i128 {
     bytes / N as i128
 }
 
-async fn measure() {
+async fn measure(park: bool) {
     let mut server = RouterConfig::server();
     server.max_sessions_per_peer = N + WARM_UP;
+    server.server_park_after = park.then_some(PARK_AFTER);
     let pair = Pair::with_configs(1, Faults::none(), server, RouterConfig::client());
     pair.server.serve(|_peer: &PeerId| BenchServer::new());
 
@@ -101,6 +110,9 @@ async fn measure() {
         clients.push(open(&pair).await);
     }
     settle().await;
+    if park {
+        tokio::time::sleep(PARK_AFTER * 2).await;
+    }
     let heap_open = live_heap();
     let rss_open = rss();
 
@@ -116,25 +128,37 @@ async fn measure() {
     assert_eq!(stats.sessions_open as usize, N + WARM_UP, "{stats:?}");
 
     let both = per_session(heap_open - heap_before);
+    let parked = if park {
+        "parked after 200 ms"
+    } else {
+        "not parked"
+    };
+    println!("server sessions {parked}:");
     let server_side = per_session(heap_server_only - heap_before);
     println!("idle_session_memory: {both} bytes/session (N={N}, live heap, client + server ends)");
     println!("  server end: {server_side} bytes/session (live heap after the clients closed)");
     println!("  client end: {} bytes/session", both - server_side);
-    println!(
-        "  of the server end, the handler (BenchServer and its tool router): {handler_bytes} bytes"
-    );
-    println!(
-        "  per end, the transport alone (router entry, session, inbound queue, writer): {transport_bytes} bytes"
-    );
-    println!(
-        "  so per pair the two rmcp services hold about {} bytes",
-        both - 2 * transport_bytes - handler_bytes
-    );
-    println!(
-        "  (an inbound queue slot holds a ClientJsonRpcMessage of {} or a ServerJsonRpcMessage of {} bytes)",
-        size_of::<rmcp::model::ClientJsonRpcMessage>(),
-        size_of::<rmcp::model::ServerJsonRpcMessage>()
-    );
+    if park {
+        println!(
+            "  of the server end, nothing runs: the router entry, its state and resume record"
+        );
+    } else {
+        println!(
+            "  of the server end, the handler (BenchServer and its tool router): {handler_bytes} bytes"
+        );
+        println!(
+            "  per end, the transport alone (router entry, session, inbound queue, writer): {transport_bytes} bytes"
+        );
+        println!(
+            "  so per pair the two rmcp services hold about {} bytes",
+            both - 2 * transport_bytes - handler_bytes
+        );
+        println!(
+            "  (an inbound queue slot holds a ClientJsonRpcMessage of {} or a ServerJsonRpcMessage of {} bytes)",
+            size_of::<rmcp::model::ClientJsonRpcMessage>(),
+            size_of::<rmcp::model::ServerJsonRpcMessage>()
+        );
+    }
     match (rss_before, rss_open) {
         (Some(before), Some(after)) => println!(
             "idle_session_memory_rss: {} bytes/session (N={N}, VmRSS growth, both ends)",
@@ -155,5 +179,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime")
-        .block_on(measure());
+        .block_on(async {
+            measure(false).await;
+            measure(true).await;
+        });
 }

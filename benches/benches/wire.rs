@@ -5,6 +5,8 @@
 //! messages; `decode_body/1KiB` shows the body alone, so the difference is the header),
 //! `encode/200KiB` at least 0.9x `base64_encode/200KiB`, `parse_header/typical` at most
 //! 40 ns, `reassemble/64x200KiB` at least 0.85x the throughput of 64 bare decodes.
+//! The two small-part goals are also printed as `paired` lines, timed in alternating
+//! batches.
 
 use std::hint::black_box;
 
@@ -14,6 +16,8 @@ use brmcp_wire::{
     Accepted, Assembler, Chunks, Header, Limits, MessageId, SessionId, UnixTime, encode_part, parse,
 };
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+
+mod paired;
 
 const SIZES: [(&str, usize); 4] = [
     ("1KiB", 1024),
@@ -30,6 +34,9 @@ fn engine() -> Simd {
             .with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
     )
 }
+
+/// A typical small JSON-RPC request, whose header `parse_header/typical` parses.
+const TYPICAL_REQUEST: &[u8] = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"},"_meta":{"brmcp/callKey":"0123456789abcdef"}}}"#;
 
 fn payload(len: usize) -> Vec<u8> {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -120,13 +127,51 @@ fn codec(c: &mut Criterion) {
     }
 
     // A typical small JSON-RPC request: header parsing alone.
-    let request = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"},"_meta":{"brmcp/callKey":"0123456789abcdef"}}}"#;
-    let (_, text) = single_part(request);
+    let (_, text) = single_part(TYPICAL_REQUEST);
     let mut g = c.benchmark_group("parse_header");
     g.bench_function("typical", |b| {
         b.iter(|| parse(black_box(&text)).expect("parse"))
     });
     g.finish();
+}
+
+/// The two goals on small parts as ratios to the bare engine, timed in alternating
+/// batches (see `paired`), so the machine's load does not skew them.
+fn goals(_: &mut Criterion) {
+    let engine = engine();
+    let data = payload(1024);
+    let (_, text) = single_part(&data);
+    let b64 = engine.encode(&data);
+    let mut out = vec![0u8; 1024 + 3];
+    let mut out2 = out.clone();
+    let p = paired::paired(
+        || {
+            let part = parse(black_box(&text)).expect("parse");
+            part.decode_body(&mut out).expect("decode")
+        },
+        || {
+            engine
+                .decode_slice(black_box(&b64), &mut out2)
+                .expect("decode")
+        },
+    );
+    println!(
+        "paired parse_decode/1KiB {:.1} ns vs base64_decode/1KiB {:.1} ns: {:.3}x the engine's throughput (goal >= 0.8x)",
+        p.a_ns, p.b_ns, p.b_over_a
+    );
+    let (_, text) = single_part(TYPICAL_REQUEST);
+    let p = paired::paired(
+        || parse(black_box(&text)).expect("parse"),
+        || {
+            engine
+                .decode_slice(black_box(&b64), &mut out2)
+                .expect("decode")
+        },
+    );
+    println!(
+        "paired parse_header/typical {:.1} ns (goal <= 40 ns), beside base64_decode/1KiB {:.1} ns",
+        p.a_ns, p.b_ns
+    );
 }
 
 fn reassembly(c: &mut Criterion) {
@@ -182,5 +227,5 @@ fn reassembly(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, codec, reassembly);
+criterion_group!(benches, codec, goals, reassembly);
 criterion_main!(benches);

@@ -85,6 +85,13 @@ pub struct RouterConfig {
     pub server_idle_timeout: Option<Duration>,
     /// Idle time after which a session we dialed is closed; `None`: never.
     pub client_idle_timeout: Option<Duration>,
+    /// Idle time after which a session a peer opened is parked: its rmcp service and
+    /// handler are dropped and only what it takes to resume it is kept; its next message
+    /// revives it already initialized, so the peer notices nothing. Only sessions opened
+    /// with `initialize` are parked. `None` (the default): never. A parked session's
+    /// handler cannot push notifications (a list change, a log line) until the peer's
+    /// next message, so set it only for handlers that keep no per-session state.
+    pub server_park_after: Option<Duration>,
     /// Raw payload bytes per part.
     pub chunk_len: usize,
     /// Lifetime stamped on outbound parts.
@@ -122,6 +129,7 @@ impl RouterConfig {
             max_sessions_per_peer: DEFAULT_MAX_SESSIONS_PER_PEER,
             server_idle_timeout: Some(DEFAULT_SERVER_IDLE_TIMEOUT),
             client_idle_timeout: None,
+            server_park_after: None,
             chunk_len: DEFAULT_CHUNK_LEN,
             ttl: DEFAULT_TTL,
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
@@ -174,6 +182,7 @@ impl fmt::Debug for RouterConfig {
             .field("max_sessions_per_peer", &self.max_sessions_per_peer)
             .field("server_idle_timeout", &self.server_idle_timeout)
             .field("client_idle_timeout", &self.client_idle_timeout)
+            .field("server_park_after", &self.server_park_after)
             .field("chunk_len", &self.chunk_len)
             .field("ttl", &self.ttl)
             .field("request_timeout", &self.request_timeout)

@@ -21,7 +21,9 @@
 //!    resumable, as an expired one); only a peer whose sessions are all busy is refused.
 //!
 //! The driver sleeps until the earlier of the reassembler's next deadline and the next
-//! possible idle expiry.
+//! possible idle expiry or parking. A parked server session
+//! ([`RouterConfig::server_park_after`]) keeps its entry but runs no service; its next
+//! message revives it through the resume path.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -46,7 +48,7 @@ use crate::inbound_queue::{InboundPm, QueueRx, QueueTx, inbound_queue};
 use crate::inbox::{InboxTx, inbox};
 use crate::peer::PeerId;
 use crate::resume::Resumable;
-use crate::session::{Outlet, SessionShared, spawn_writer};
+use crate::session::{Outlet, SessionShared};
 use crate::stats::{Counters, RouterStats};
 use crate::transport::BrTransport;
 
@@ -58,6 +60,11 @@ const RECENT_MIDS: usize = 64;
 /// Refused peers remembered, so each gets one info line, not one per part (a refused
 /// peer's flood must not flood the log).
 const REFUSED_LOGGED: usize = 64;
+
+/// How much early a session may be parked, so that one scan of the sessions parks every
+/// one due within it: 100 ms. Sessions opened one after another come due one after
+/// another; without it, each would cost a scan of all of them.
+const PARK_SCAN_GAP: Duration = Duration::from_millis(100);
 
 /// Router-level replies (errors for sessions that could not be opened) queued at most.
 const REPLY_QUEUE: usize = 64;
@@ -231,10 +238,8 @@ impl Router {
                 inbox: inbox_tx,
             })
             .map_err(|_| AdapterError::RouterClosed)?;
-        let outbox = spawn_writer(self.inner.outlet.clone(), shared.clone());
         Ok(BrTransport::new(
             shared,
-            outbox,
             inbox_rx,
             self.inner.ctl_tx.clone(),
             self.inner.outlet.clone(),
@@ -332,6 +337,9 @@ enum Inbox {
     Server(InboxTx<ClientJsonRpcMessage>),
     /// We dialed: the peer sends server messages.
     Client(InboxTx<ServerJsonRpcMessage>),
+    /// We serve, and the session is parked: no service runs; its next message revives
+    /// it (see [`RouterConfig::server_park_after`]).
+    Parked,
 }
 
 struct Entry {
@@ -442,16 +450,29 @@ impl Driver {
         if self.next_idle_check.is_some_and(|at| at <= now) {
             let mut next: Option<Instant> = None;
             let mut idle = Vec::new();
+            let mut park = Vec::new();
+            let park_after = self.config.server_park_after;
             for (key, entry) in &self.sessions {
-                let Some(timeout) = entry.idle else { continue };
                 // A session with a request in progress is busy, not idle. A timeout too
                 // large to add means never.
-                let base = if entry.shared.is_busy() {
+                let busy = entry.shared.is_busy();
+                let base = if busy {
                     now
                 } else {
                     entry.shared.last_active()
                 };
-                let Some(due) = base.checked_add(timeout) else {
+                if let Some(after) = park_after
+                    && entry.inbound
+                    && !matches!(entry.inbox, Inbox::Parked)
+                    && let Some(due) = base.checked_add(after)
+                {
+                    if !busy && due <= now + PARK_SCAN_GAP {
+                        park.push(*key);
+                    } else {
+                        next = Some(next.map_or(due, |n| n.min(due)));
+                    }
+                }
+                let Some(due) = entry.idle.and_then(|timeout| base.checked_add(timeout)) else {
                     continue;
                 };
                 if due <= now {
@@ -462,6 +483,9 @@ impl Driver {
             }
             for key in idle {
                 self.close(key, CloseReason::Idle);
+            }
+            for key in park {
+                self.park(key);
             }
             self.next_idle_check = next;
         }

@@ -1,19 +1,19 @@
-//! One session's outbound side: a writer task that chunks each message and sends its
-//! PMs in order, under the deadline fixed when the message was queued; and the state a
+//! One session's outbound side: a writer task, running while messages are queued, that
+//! chunks each message and sends its PMs in order, under the deadline fixed when the message was queued; and the state a
 //! session shares with the router.
 //!
 //! A message's deadline (`exp`) is chosen by whoever queues it, at that moment (WIRE.md
 //! §8): a host that stalls delays the PMs, never their deadline, and a message whose
 //! deadline passed while it waited is not sent at all.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use brmcp_wire::{Chunks, MessageId, SessionId, UnixTime, encode_part};
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage, RequestId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
@@ -109,6 +109,8 @@ pub(crate) struct SessionShared {
     queued: AtomicUsize,
     /// On a session a peer opened: what it takes to resume it after it is forgotten.
     resume: Mutex<Resume>,
+    /// Messages queued for sending.
+    outbox: Mutex<OutQueue>,
 }
 
 /// The `initialize` of a session a peer opened, as received, and the protocol version
@@ -136,9 +138,28 @@ impl SessionShared {
             unanswered: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
             resume: Mutex::new(Resume::default()),
+            outbox: Mutex::new(OutQueue::default()),
         };
         this.touch();
         this
+    }
+
+    /// A session's state for it to live on parked under the router-unique `id`: the same
+    /// key, activity and resume record, nothing in progress. The old state stays with
+    /// the transport being dropped, whose close is then stale.
+    pub(crate) fn parked(&self, id: u64) -> Self {
+        Self {
+            peer: self.peer,
+            sid: self.sid,
+            id,
+            epoch: self.epoch,
+            last_active: AtomicU64::new(self.last_active.load(Ordering::Relaxed)),
+            closed: AtomicBool::new(false),
+            unanswered: Mutex::new(HashSet::new()),
+            queued: AtomicUsize::new(0),
+            resume: Mutex::new(crate::lock(&self.resume).clone()),
+            outbox: Mutex::new(OutQueue::default()),
+        }
     }
 
     pub(crate) fn touch(&self) {
@@ -241,34 +262,67 @@ pub(crate) struct Outbound {
     pub(crate) ack: Option<oneshot::Sender<Result<(), AdapterError>>>,
 }
 
-/// Starts the writer of one session: it sends queued messages one after another, so the
-/// PMs leave in the order the messages were queued. It ends when every queue handle is
-/// dropped, after sending what was queued.
-pub(crate) fn spawn_writer(
-    outlet: Arc<Outlet>,
-    session: Arc<SessionShared>,
-) -> mpsc::UnboundedSender<Outbound> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Outbound>();
-    tokio::spawn(async move {
-        while let Some(Outbound {
-            payload,
-            mid,
-            exp,
-            ack,
-        }) = rx.recv().await
-        {
-            session.touch();
-            let result = outlet
-                .send_message(&session.peer, session.sid, mid, exp, &payload)
-                .await;
-            session.release_outbound(payload.len());
-            if let Err(e) = &result {
-                tracing::debug!(peer = %session.peer, sid = %session.sid, error = %e, "send failed");
-            }
-            if let Some(ack) = ack {
-                let _ = ack.send(result);
-            }
+/// A session's outbound messages, and whether a writer is draining them. The writer
+/// runs only while there are messages: an idle session holds no task and no channel
+/// (which would keep a block of 32 slots allocated), just this empty queue.
+#[derive(Default)]
+pub(crate) struct OutQueue {
+    messages: VecDeque<Outbound>,
+    writing: bool,
+}
+
+impl std::fmt::Debug for OutQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutQueue")
+            .field("messages", &self.messages.len())
+            .field("writing", &self.writing)
+            .finish()
+    }
+}
+
+impl SessionShared {
+    /// Queues `message` for the session's writer, starting one if none runs: messages
+    /// are sent one after another, in the order queued, each under its own deadline.
+    pub(crate) fn push_outbound(self: &Arc<Self>, outlet: &Arc<Outlet>, message: Outbound) {
+        let mut queue = crate::lock(&self.outbox);
+        queue.messages.push_back(message);
+        if !queue.writing {
+            queue.writing = true;
+            tokio::spawn(write(outlet.clone(), self.clone()));
         }
-    });
-    tx
+    }
+
+    /// The next message for the writer; `None` (and the writer marked gone, the queue's
+    /// storage freed) when the queue is empty.
+    fn pop_outbound(&self) -> Option<Outbound> {
+        let mut queue = crate::lock(&self.outbox);
+        let next = queue.messages.pop_front();
+        if next.is_none() {
+            *queue = OutQueue::default();
+        }
+        next
+    }
+}
+
+/// The writer of one session: sends its queued messages until the queue is empty.
+async fn write(outlet: Arc<Outlet>, session: Arc<SessionShared>) {
+    while let Some(Outbound {
+        payload,
+        mid,
+        exp,
+        ack,
+    }) = session.pop_outbound()
+    {
+        session.touch();
+        let result = outlet
+            .send_message(&session.peer, session.sid, mid, exp, &payload)
+            .await;
+        session.release_outbound(payload.len());
+        if let Err(e) = &result {
+            tracing::debug!(peer = %session.peer, sid = %session.sid, error = %e, "send failed");
+        }
+        if let Some(ack) = ack {
+            let _ = ack.send(result);
+        }
+    }
 }

@@ -71,7 +71,7 @@ counters! {
     sessions_dialed,
     /// Sessions closed for being idle.
     sessions_expired,
-    /// Expired sessions re-created, already initialized, for a request on them.
+    /// Expired or parked sessions re-created, already initialized, for a message on them.
     sessions_resumed,
     /// Sessions closed because their inbound queue overflowed.
     sessions_overflowed,

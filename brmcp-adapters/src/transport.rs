@@ -38,7 +38,6 @@ use crate::session::{Outbound, Outlet, SessionShared};
 /// session; messages already queued are still sent.
 pub struct BrTransport<R: ServiceRole> {
     session: Arc<SessionShared>,
-    outbox: mpsc::UnboundedSender<Outbound>,
     inbox: InboxRx<RxJsonRpcMessage<R>>,
     ctl: mpsc::UnboundedSender<Ctl>,
     outlet: Arc<Outlet>,
@@ -64,7 +63,6 @@ impl<R: ServiceRole> std::fmt::Debug for BrTransport<R> {
 impl<R: ServiceRole> BrTransport<R> {
     pub(crate) fn new(
         session: Arc<SessionShared>,
-        outbox: mpsc::UnboundedSender<Outbound>,
         inbox: InboxRx<RxJsonRpcMessage<R>>,
         ctl: mpsc::UnboundedSender<Ctl>,
         outlet: Arc<Outlet>,
@@ -73,7 +71,6 @@ impl<R: ServiceRole> BrTransport<R> {
     ) -> Self {
         Self {
             session,
-            outbox,
             inbox,
             ctl,
             client: ClientState::new(request_timeout, outlet.ttl),
@@ -136,18 +133,16 @@ impl<R: ServiceRole> BrTransport<R> {
             self.close_session();
             return Err(AdapterError::OutboundFull(self.max_outbound));
         }
-        let len = payload.len();
-        self.outbox
-            .send(Outbound {
+        self.session.push_outbound(
+            &self.outlet,
+            Outbound {
                 payload,
                 mid,
                 exp,
                 ack,
-            })
-            .map_err(|_| {
-                self.session.release_outbound(len);
-                AdapterError::Closed
-            })
+            },
+        );
+        Ok(())
     }
 
     fn close_session(&mut self) {

@@ -96,6 +96,7 @@ macro_rules! id_type {
 
             /// Builds an id from bytes the caller has already checked: 1 to
             /// `MAX_ID_LEN` bytes, each [`is_id_byte`].
+            #[inline(always)]
             pub(crate) fn from_checked(bytes: &[u8]) -> Self {
                 let mut buf = [0u8; MAX_ID_LEN];
                 buf[..bytes.len()].copy_from_slice(bytes);

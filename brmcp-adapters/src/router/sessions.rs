@@ -18,7 +18,7 @@ use crate::inbox::{InboxTx, Refused, inbox};
 use crate::peer::PeerId;
 use crate::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
 use crate::resume::{replay, resumed_init_id};
-use crate::session::{SessionShared, spawn_writer};
+use crate::session::{Resume, SessionShared};
 use crate::stats::Counters;
 use crate::transport::BrTransport;
 
@@ -69,6 +69,10 @@ impl Driver {
             entry.recent.pop_front();
         }
         entry.recent.push_back(mid);
+        if matches!(entry.inbox, Inbox::Parked) {
+            self.revive(key, payload);
+            return;
+        }
         let result = match &entry.inbox {
             Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
                 Ok(message) => {
@@ -84,6 +88,7 @@ impl Driver {
                 Ok(message) => deliver(tx, message, payload.len()),
                 Err(e) => Delivery::Invalid(e),
             },
+            Inbox::Parked => return,
         };
         match result {
             Delivery::Queued => {
@@ -156,38 +161,13 @@ impl Driver {
             );
             return;
         }
-        let Some(ctl) = self.ctl_weak.upgrade() else {
-            return;
-        };
         let id = self.next_id.fetch_add(1, Relaxed);
         let shared = Arc::new(SessionShared::new(peer, sid, id, self.epoch));
-        let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
-        // A resumed session first gets its recorded handshake, then the request.
-        let mut first = Vec::with_capacity(3);
-        if let Some((record, _)) = &resumed {
-            let Some(handshake) = replay(record) else {
-                self.reply_error(
-                    peer,
-                    sid,
-                    request_id,
-                    SESSION_NOT_FOUND,
-                    "session not found",
-                );
-                return;
-            };
-            if let Some(initialize) = &record.initialize {
-                shared.record_initialize(initialize);
-            }
-            first.extend(handshake);
-        } else if is_initialize(&message) {
-            shared.record_initialize(payload);
-        }
-        first.push((message, payload.len()));
-        for (message, len) in first {
-            shared.track_client_message(&message);
-            if inbox_tx.try_send(message, len).is_err() {
-                // An inbox too small for the replayed handshake: the client re-establishes
-                // the session itself.
+        let record = resumed.as_ref().map(|(record, _)| record);
+        let inbox_tx = match self.start(&shared, message, payload, record) {
+            Ok(inbox_tx) => inbox_tx,
+            Err(Unstarted::Stopping) => return,
+            Err(Unstarted::Lost) => {
                 self.reply_error(
                     peer,
                     sid,
@@ -197,31 +177,14 @@ impl Driver {
                 );
                 return;
             }
-        }
-        let outbox = spawn_writer(self.outlet.clone(), shared.clone());
-        let mut transport = BrTransport::new(
-            shared.clone(),
-            outbox,
-            inbox_rx,
-            ctl,
-            self.outlet.clone(),
-            None,
-            self.config.max_outbound_bytes,
-        );
-        if resumed.is_some() {
-            transport.swallow_answer(resumed_init_id());
-            Counters::bump(&self.counters.sessions_resumed);
-        }
-        if let Some(acceptor) = &mut self.acceptor {
-            acceptor(transport);
-        } else if self.accept_tx.try_send(transport).is_err() {
-            Counters::bump(&self.counters.dropped_accept_backlog);
-            if let Some((record, at)) = resumed {
-                self.resumable.insert(key, record, at);
+            Err(Unstarted::Busy) => {
+                if let Some((record, at)) = resumed {
+                    self.resumable.insert(key, record, at);
+                }
+                self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "server busy");
+                return;
             }
-            self.reply_error(peer, sid, request_id, TOO_MANY_SESSIONS, "server busy");
-            return;
-        }
+        };
         let idle = self.config.server_idle_timeout;
         let mut recent = VecDeque::new();
         recent.push_back(mid);
@@ -240,6 +203,138 @@ impl Driver {
         Counters::bump(&self.counters.messages_delivered);
         self.counters.sessions_open.fetch_add(1, Relaxed);
         self.schedule_idle(idle);
+        self.schedule_idle(self.config.server_park_after);
+    }
+
+    /// Starts the service of a server session on `shared`: its inbox gets the recorded
+    /// handshake first when `record` is given (a resumed or revived session), then
+    /// `message`; the transport goes to the acceptor. Returns the inbox's sending end.
+    fn start(
+        &mut self,
+        shared: &Arc<SessionShared>,
+        message: ClientJsonRpcMessage,
+        payload: &[u8],
+        record: Option<&Resume>,
+    ) -> Result<InboxTx<ClientJsonRpcMessage>, Unstarted> {
+        let ctl = self.ctl_weak.upgrade().ok_or(Unstarted::Stopping)?;
+        let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
+        let mut first = Vec::with_capacity(3);
+        if let Some(record) = record {
+            first.extend(replay(record).ok_or(Unstarted::Lost)?);
+            if let Some(initialize) = &record.initialize {
+                shared.record_initialize(initialize);
+            }
+        } else if is_initialize(&message) {
+            shared.record_initialize(payload);
+        }
+        first.push((message, payload.len()));
+        for (message, len) in first {
+            shared.track_client_message(&message);
+            // An inbox too small for the replayed handshake: the client re-establishes
+            // the session itself.
+            inbox_tx
+                .try_send(message, len)
+                .map_err(|_| Unstarted::Lost)?;
+        }
+        let mut transport = BrTransport::new(
+            shared.clone(),
+            inbox_rx,
+            ctl,
+            self.outlet.clone(),
+            None,
+            self.config.max_outbound_bytes,
+        );
+        if record.is_some() {
+            transport.swallow_answer(resumed_init_id());
+        }
+        if let Some(acceptor) = &mut self.acceptor {
+            acceptor(transport);
+        } else if self.accept_tx.try_send(transport).is_err() {
+            Counters::bump(&self.counters.dropped_accept_backlog);
+            return Err(Unstarted::Busy);
+        }
+        if record.is_some() {
+            Counters::bump(&self.counters.sessions_resumed);
+        }
+        Ok(inbox_tx)
+    }
+
+    /// Parks the idle server session `key`: its inbox sender goes, so its service and
+    /// handler end; the entry keeps its place, caps and timers, and its resume record.
+    /// A session that cannot be resumed (no recorded handshake) is left running.
+    pub(super) fn park(&mut self, key: (PeerId, SessionId)) {
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let Some(entry) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        if !entry.inbound || entry.shared.is_busy() || entry.shared.resume_record().is_none() {
+            return;
+        }
+        let parked = Arc::new(entry.shared.parked(id));
+        // The old state goes with its transport, whose close need not reach us.
+        std::mem::replace(&mut entry.shared, parked).mark_closed();
+        entry.inbox = Inbox::Parked;
+        tracing::debug!(peer = %key.0, sid = %key.1, "session parked");
+    }
+
+    /// A message on a parked session: a new service, given the recorded handshake (not
+    /// for a new `initialize`) and then the message.
+    fn revive(&mut self, key: (PeerId, SessionId), payload: &[u8]) {
+        let (peer, sid) = key;
+        let message = match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
+            Ok(message) => message,
+            Err(e) => {
+                Counters::bump(&self.counters.dropped_json);
+                tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+                return;
+            }
+        };
+        let Some(shared) = self.sessions.get(&key).map(|e| e.shared.clone()) else {
+            return;
+        };
+        let request_id = match &message {
+            JsonRpcMessage::Request(r) => Some(r.id.clone()),
+            _ => None,
+        };
+        let record = if is_initialize(&message) {
+            None
+        } else {
+            match shared.resume_record() {
+                Some(record) => Some(record),
+                None => {
+                    self.close(key, CloseReason::Transport);
+                    return;
+                }
+            }
+        };
+        match self.start(&shared, message, payload, record.as_ref()) {
+            Ok(inbox_tx) => {
+                if let Some(entry) = self.sessions.get_mut(&key) {
+                    entry.inbox = Inbox::Server(inbox_tx);
+                }
+                shared.touch();
+                Counters::bump(&self.counters.messages_delivered);
+                tracing::debug!(%peer, %sid, "session revived");
+                self.schedule_idle(self.config.server_park_after);
+            }
+            Err(Unstarted::Stopping) => {}
+            Err(Unstarted::Lost) => {
+                self.close(key, CloseReason::Transport);
+                if let Some(id) = request_id {
+                    self.reply_error(peer, sid, id, SESSION_NOT_FOUND, "session not found");
+                }
+            }
+            Err(Unstarted::Busy) => {
+                // Parked again under a fresh id: the dropped transport's close is stale.
+                let id = self.next_id.fetch_add(1, Relaxed);
+                if let Some(entry) = self.sessions.get_mut(&key) {
+                    entry.shared = Arc::new(shared.parked(id));
+                }
+                if let Some(id) = request_id {
+                    self.reply_error(peer, sid, id, TOO_MANY_SESSIONS, "server busy");
+                }
+            }
+        }
     }
 
     fn reply_error(
@@ -275,6 +370,16 @@ fn opens_session(request: &ClientRequest) -> bool {
         request,
         ClientRequest::InitializeRequest(_) | ClientRequest::DiscoverRequest(_)
     ) || request.get_meta().protocol_version().is_some()
+}
+
+/// Why a server session's service did not start.
+enum Unstarted {
+    /// The router is stopping.
+    Stopping,
+    /// Its recorded handshake no longer replays: to the client, the session is gone.
+    Lost,
+    /// The accept backlog is full.
+    Busy,
 }
 
 enum Delivery {

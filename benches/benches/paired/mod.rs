@@ -1,0 +1,48 @@
+//! Two routines timed in alternating batches. On a shared machine the load changes
+//! between criterion's sequential measurements; alternating batches see the same load,
+//! so their ratio can be read even when absolute times drift.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+/// Calls per batch: long enough to time, short enough to sample the load often.
+const BATCH: u32 = 64;
+
+/// Batches per side.
+const ROUNDS: usize = 301;
+
+/// Medians over the batches of `a`'s and `b`'s time per call (ns), and of the batch
+/// ratios b/a.
+pub(crate) struct Paired {
+    pub(crate) a_ns: f64,
+    pub(crate) b_ns: f64,
+    pub(crate) b_over_a: f64,
+}
+
+/// Runs `a` and `b` in alternating batches.
+pub(crate) fn paired<T, U>(mut a: impl FnMut() -> T, mut b: impl FnMut() -> U) -> Paired {
+    fn time<V>(f: &mut impl FnMut() -> V) -> f64 {
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            black_box(f());
+        }
+        start.elapsed().as_secs_f64() * 1e9 / f64::from(BATCH)
+    }
+    let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let x = time(&mut a);
+        let y = time(&mut b);
+        ta.push(x);
+        tb.push(y);
+        ratio.push(y / x);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Paired {
+        a_ns: median(&mut ta),
+        b_ns: median(&mut tb),
+        b_over_a: median(&mut ratio),
+    }
+}
