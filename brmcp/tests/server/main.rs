@@ -31,6 +31,7 @@ mod lifecycles;
 mod live_config;
 mod milliatoms;
 mod paid_tool_gate;
+mod parked;
 mod rate_limit;
 mod replay_restart;
 mod restart_refund;
