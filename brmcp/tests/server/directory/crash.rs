@@ -30,6 +30,8 @@ use crate::support::{child_dir, log_line, read_lines, spawn_child};
 const ROUNDS: u64 = 40;
 /// Kills per run.
 const KILLS: usize = 30;
+/// Most runs the test makes to see [`KILLS`]` / 2` kills land.
+const MAX_RUNS: usize = 4;
 /// The one tip every start redelivers, in atoms: enough for every round.
 const TIP_ATOMS: u64 = 100_000;
 
@@ -306,15 +308,31 @@ fn directory_crash_injection() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(random);
     eprintln!("directory crash: {SEED_ENV}={seed}");
+    let started = Instant::now();
+    // A fast machine can finish every round within a few kills: such a run is still
+    // checked, and another one on a fresh directory adds its kills, until enough landed.
+    let mut total_kills = 0;
+    for run in 1..=MAX_RUNS {
+        total_kills += crash_run(&mut seed, started);
+        if total_kills >= KILLS / 2 {
+            return;
+        }
+        eprintln!("directory crash: run {run} ended with {total_kills} kill(s) so far");
+    }
+    panic!("the rounds ran out before the kills did: {total_kills} kill(s) in {MAX_RUNS} runs");
+}
+
+/// One run on a fresh directory: kills the child up to [`KILLS`] times, lets it finish,
+/// checks every invariant, and returns how many kills landed.
+fn crash_run(seed: &mut u64, started: Instant) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let started = Instant::now();
     let (mut kills, mut generation) = (0, 0);
     loop {
         generation += 1;
         let mut process = spawn_child(module_path!(), "directory_crash_injection", dir.path(), &[]);
-        let deadline = (kills < KILLS)
-            .then(|| Instant::now() + Duration::from_millis(10 + next(&mut seed) % 150));
+        let deadline =
+            (kills < KILLS).then(|| Instant::now() + Duration::from_millis(10 + next(seed) % 150));
         let status = loop {
             if let Some(status) = process.try_wait().unwrap() {
                 break Some(status);
@@ -349,8 +367,5 @@ fn directory_crash_injection() {
     assert!(read_lines(&log).last().is_some_and(|l| l == "complete"));
     eprintln!("directory crash: {generation} generations, {kills} kills");
     verify_after(dir.path());
-    assert!(
-        kills >= KILLS / 2,
-        "the rounds ran out before the kills did"
-    );
+    kills
 }
