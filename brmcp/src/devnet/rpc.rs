@@ -402,20 +402,28 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: &Decoded) -> Resu
     }
 }
 
-/// `ChatService.MediateKX`: the mediator must be a contact; the answer means the
-/// request left. The exchange then completes at once, with a `KXCompleted` on both
-/// sides, when the mediator is a node that knows the target and both are online;
-/// otherwise it never does (the devnet does not queue mediations), as a request a
-/// mediator ignores.
+/// `ChatService.MediateKX`: as brclient, the mediator is resolved first (it must be
+/// a contact), then the target parsed, and a target already a contact is refused
+/// with `RequestMediateIdentity`'s text (its missing space included). The answer
+/// means the request left. The exchange then completes at once, with a
+/// `KXCompleted` on both sides, when the mediator is a node that knows the target
+/// and both are online; otherwise it never does (the devnet does not queue
+/// mediations), as a request a mediator ignores.
 fn mediate_kx(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> {
-    let mut target = [0u8; 32];
-    hex::decode_to_slice(p.str("target"), &mut target)
-        .map_err(|e| format!("invalid target: encoding/hex: {e}"))?;
     let mut st = net.lock();
     let mediator = st.nodes[node]
         .resolve(p.str("mediator"))
         .ok_or_else(|| format!("user {} not found", p.str("mediator")))?
         .uid;
+    let mut target = [0u8; 32];
+    hex::decode_to_slice(p.str("target"), &mut target)
+        .map_err(|e| format!("invalid target: encoding/hex: {e}"))?;
+    if st.nodes[node].contact(&target).is_some() {
+        return Err(format!(
+            "cannot request mediate identity: already havesession with target {}",
+            hex::encode(target)
+        ));
+    }
     let reachable =
         |st: &super::State, uid: &[u8; 32]| st.node_by_uid(uid).filter(|&i| st.nodes[i].online);
     if let (Some(m), Some(t)) = (reachable(&st, &mediator), reachable(&st, &target))

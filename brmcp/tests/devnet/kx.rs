@@ -1,7 +1,8 @@
 //! Mediated key exchange through the devnet: `MediateKX` through a contact who knows
 //! the target makes the two users contacts and emits `KXCompleted` on both sides; an
 //! unknown mediator is refused with brclient's text; a mediator who does not know the
-//! target answers `{}` and nothing follows.
+//! target answers `{}` and nothing follows; the mediator is checked before the
+//! target, and a target already a contact is refused with brclient's text.
 
 use crate::common::{QUIET, WAIT, b64, connect, start, u64_str};
 use brmcp::devnet::{DevnetConfig, StreamKind};
@@ -98,4 +99,56 @@ async fn an_unknown_mediator_is_refused_and_an_unaware_one_does_nothing() {
     assert_eq!(a.item(KXS, QUIET).await, None);
     assert_eq!(c.item(KXS, QUIET).await, None);
     assert_eq!(net.devnet.log(alice.id, StreamKind::Kx).unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_mediator_is_checked_first_and_an_existing_contact_is_refused() {
+    let net = chain().await;
+    let (alice, bob, carol) = (net.node("alice"), net.node("bob"), net.node("carol"));
+    net.devnet.kx(alice.id, carol.id).unwrap();
+    let mut a = connect(&alice).await;
+    let mut c = connect(&carol).await;
+    a.request(KXS, json!({}));
+    c.request(KXS, json!({}));
+    for _ in 0..2 {
+        a.item(KXS, WAIT).await.unwrap();
+        c.item(KXS, WAIT).await.unwrap();
+    }
+
+    // Both bad: brclient resolves the mediator before it parses the target.
+    let (code, text) = a
+        .err(
+            "ChatService.MediateKX",
+            json!({"mediator": "mallory", "target": "not hex"}),
+        )
+        .await;
+    assert_eq!(code, -32603);
+    assert_eq!(text, "user mallory not found");
+    let (_, text) = a
+        .err(
+            "ChatService.MediateKX",
+            json!({"mediator": "bob", "target": "not hex"}),
+        )
+        .await;
+    assert!(text.starts_with("invalid target: encoding/hex: "), "{text}");
+
+    // carol is already alice's contact: refused, and no second KX on either side.
+    let (code, text) = a
+        .err(
+            "ChatService.MediateKX",
+            json!({"mediator": bob.uid_hex(), "target": carol.uid_hex()}),
+        )
+        .await;
+    assert_eq!(code, -32603);
+    assert_eq!(
+        text,
+        format!(
+            "cannot request mediate identity: already havesession with target {}",
+            carol.uid_hex()
+        )
+    );
+    assert_eq!(a.item(KXS, QUIET).await, None);
+    assert_eq!(c.item(KXS, QUIET).await, None);
+    assert_eq!(net.devnet.log(alice.id, StreamKind::Kx).unwrap().len(), 2);
+    assert_eq!(net.devnet.log(carol.id, StreamKind::Kx).unwrap().len(), 2);
 }
