@@ -261,16 +261,19 @@ impl ServeConfig {
         })
     }
 
-    /// Reads the settings file at `path`; a missing file is an error.
+    /// Reads the settings file at `path`; a missing file is an error, and so is a
+    /// symbolic link, which the reload follower refuses too.
     ///
     /// # Errors
     ///
     /// [`ConfigError::Io`] or any error of [`parse`](Self::parse).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = crate::secure_fs::refuse_symlink(path)
+            .and_then(|()| std::fs::read_to_string(path))
+            .map_err(|source| ConfigError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
         Self::parse(&text, path)
     }
 
@@ -446,5 +449,33 @@ mod tests {
             ServeConfig::load(&dir.path().join("missing.json")),
             Err(ConfigError::Io { .. })
         ));
+    }
+
+    /// A symlinked file is refused at start, as the reload follower refuses it, rather
+    /// than loaded once and then refused on every poll; `load_or_create` neither
+    /// follows it nor replaces it.
+    #[cfg(unix)]
+    #[test]
+    fn a_symlinked_file_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, r#"{"calls_per_minute": 7}"#).unwrap();
+        let path = dir.path().join(CONFIG_FILE);
+        std::os::unix::fs::symlink(&real, &path).unwrap();
+        for err in [
+            ServeConfig::load(&path).unwrap_err(),
+            ServeConfig::load_or_create(&path).unwrap_err(),
+        ] {
+            let text = err.to_string();
+            assert!(matches!(err, ConfigError::Io { .. }), "{text}");
+            let file = path.display().to_string();
+            assert!(text.starts_with(&format!("config {file}: ")), "{text}");
+            assert!(text.contains("is a symbolic link"), "{text}");
+        }
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(
+            std::fs::read_to_string(&real).unwrap(),
+            r#"{"calls_per_minute": 7}"#
+        );
     }
 }
