@@ -242,6 +242,8 @@ pub fn read(datadir: &Path) -> Result<Option<Snapshot>, String> {
 pub struct Publisher {
     path: PathBuf,
     wake: Arc<Notify>,
+    /// Ends the loop after its write in flight, if any.
+    halt: Arc<Notify>,
     collect: Arc<dyn Fn() -> Snapshot + Send + Sync>,
     task: JoinHandle<()>,
 }
@@ -263,12 +265,18 @@ impl Publisher {
     /// Outside a tokio runtime.
     pub fn start(datadir: &Path, collect: impl Fn() -> Snapshot + Send + Sync + 'static) -> Self {
         let path = datadir.join(STATUS_FILE);
-        let wake = Arc::new(Notify::new());
+        let (wake, halt) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let collect: Arc<dyn Fn() -> Snapshot + Send + Sync> = Arc::new(collect);
-        let task = tokio::spawn(run(path.clone(), wake.clone(), collect.clone()));
+        let task = tokio::spawn(run(
+            path.clone(),
+            wake.clone(),
+            halt.clone(),
+            collect.clone(),
+        ));
         Self {
             path,
             wake,
+            halt,
             collect,
             task,
         }
@@ -279,9 +287,13 @@ impl Publisher {
         self.wake.clone()
     }
 
-    /// Stops publishing and writes the last snapshot, marked stopped.
-    pub async fn stop(self) {
-        self.task.abort();
+    /// Stops publishing and writes the last snapshot, marked stopped. The loop is
+    /// halted and awaited, not aborted: aborting does not stop a write already on the
+    /// blocking pool, which could land after the stopped one and make a clean stop
+    /// look like a death.
+    pub async fn stop(mut self) {
+        self.halt.notify_one();
+        let _ = (&mut self.task).await;
         let (path, collect) = (self.path.clone(), self.collect.clone());
         let _ = tokio::task::spawn_blocking(move || {
             let mut last = collect();
@@ -298,13 +310,19 @@ impl Drop for Publisher {
     }
 }
 
-async fn run(path: PathBuf, wake: Arc<Notify>, collect: Arc<dyn Fn() -> Snapshot + Send + Sync>) {
+async fn run(
+    path: PathBuf,
+    wake: Arc<Notify>,
+    halt: Arc<Notify>,
+    collect: Arc<dyn Fn() -> Snapshot + Send + Sync>,
+) {
     loop {
         let (path, collect) = (path.clone(), collect.clone());
         let _ = tokio::task::spawn_blocking(move || write(&path, &collect())).await;
         tokio::select! {
             () = tokio::time::sleep(PUBLISH_EVERY) => {}
             () = wake.notified() => {}
+            () = halt.notified() => return,
         }
     }
 }
@@ -390,6 +408,44 @@ mod tests {
             let meta = std::fs::metadata(dir.path().join(STATUS_FILE)).unwrap();
             assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         }
+    }
+
+    /// A clean stop while a periodic write is still on the blocking pool: that write
+    /// lands before the stopped snapshot, never after it. Dropping the runtime waits
+    /// for every blocking task, so the file is read after the slow write finished.
+    #[test]
+    fn a_stop_during_a_slow_write_leaves_the_file_marked_stopped() {
+        use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicI64::new(0));
+        let slow = Arc::new(AtomicBool::new(false));
+        let (counter, entered) = (calls.clone(), slow.clone());
+        runtime.block_on(async {
+            let publisher = Publisher::start(dir.path(), move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                if n == 1 {
+                    entered.store(true, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                snapshot(1_000 + n, false)
+            });
+            while calls.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            publisher.wake().notify_one();
+            while !slow.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            publisher.stop().await;
+        });
+        drop(runtime);
+        let last = read(dir.path()).unwrap().unwrap();
+        assert!(last.stopped, "{last:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
     }
 
     #[test]
