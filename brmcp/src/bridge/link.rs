@@ -59,6 +59,8 @@ pub enum LinkError {
 pub(crate) struct Conn {
     service: RunningService<RoleClient, LinkHandler>,
     pub(crate) info: ServerPeerInfo,
+    /// Its serial in the link (see [`Hub::next_serial`]).
+    pub(crate) serial: u64,
 }
 
 impl Conn {
@@ -199,9 +201,10 @@ impl BotLink {
         };
         let transport = transport.map_err(|e| LinkError::Failed(e.to_string()))?;
         let sid = transport.sid().as_str().to_owned();
+        let serial = self.hub.next_serial();
         let service = self
             .handler()
-            .serve(self.tap(transport, epoch_base(epoch)))
+            .serve(self.tap(transport, serial, epoch_base(epoch)))
             .await
             .map_err(|e| LinkError::Failed(format!("connect to bot: {e}")))?;
         let info = service
@@ -221,7 +224,11 @@ impl BotLink {
         if let Err(e) = self.store.save(&self.bot, &saved) {
             tracing::warn!(bot = %self.bot, error = %e, "session not saved; the next run opens a new one");
         }
-        Ok(Arc::new(Conn { service, info }))
+        Ok(Arc::new(Conn {
+            service,
+            info,
+            serial,
+        }))
     }
 
     /// Goes on with a session a previous run opened: no handshake (the bot has it, or
@@ -250,9 +257,10 @@ impl BotLink {
             .dial_on(self.bot, sid)
             .map_err(|e| failed(e.to_string()))?;
         let info = saved.server;
+        let serial = self.hub.next_serial();
         let service = serve_directly(
             self.handler(),
-            self.tap(transport, epoch_base(saved.epoch)),
+            self.tap(transport, serial, epoch_base(saved.epoch)),
             Some(info.clone()),
         );
         match list_all_tools_checked(service.peer()).await {
@@ -263,7 +271,11 @@ impl BotLink {
                     ..saved
                 });
                 self.hub.set_tools(tools);
-                Ok(Arc::new(Conn { service, info }))
+                Ok(Arc::new(Conn {
+                    service,
+                    info,
+                    serial,
+                }))
             }
             Err(Listing::Lost(why)) => {
                 let _ = service.cancel().await;
@@ -286,10 +298,11 @@ impl BotLink {
         }
     }
 
-    fn tap(&self, inner: BrTransport<RoleClient>, base: i64) -> Tap {
+    fn tap(&self, inner: BrTransport<RoleClient>, serial: u64, base: i64) -> Tap {
         Tap {
             inner,
             hub: self.hub.clone(),
+            serial,
             base,
         }
     }
