@@ -14,7 +14,7 @@ mod handler;
 mod hub;
 mod tap;
 
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use brmcp_adapters::protocol::ToolPrice;
@@ -81,11 +81,11 @@ pub(crate) struct BotLink {
     store: SessionStore,
     /// The session a previous run left, until it is resumed or found lost.
     resumable: Mutex<Option<Saved>>,
-    /// The live session as saved, if it was resumed: its transport has no `initialize`
-    /// of its own to repeat, so once it fails the next connect initializes it again on
-    /// its sid (a Go bot then keeps no stray session), under the next epoch (requests
-    /// of the failed one may still be answered).
-    resumed: Mutex<Option<Saved>>,
+    /// The live session as saved, if it was resumed, and its connection: its transport
+    /// has no `initialize` of its own to repeat, so once it fails the next connect
+    /// initializes it again on its sid (a Go bot then keeps no stray session), under
+    /// the next epoch (requests of the failed one may still be answered).
+    resumed: Mutex<Option<(Saved, Weak<Conn>)>>,
     pub(crate) hub: Arc<Hub>,
     /// Cancelled when the bot is de-listed: its agent sessions end.
     pub(crate) closed: CancellationToken,
@@ -180,7 +180,13 @@ impl BotLink {
                 Err(Resume::Failed(e)) => return Err(e),
             }
         }
-        let again = lock(&self.resumed).take().and_then(|mut saved| {
+        let again = lock(&self.resumed).take().and_then(|(mut saved, old)| {
+            // A connection that timed out but did not close still carries calls: a
+            // second dial of its sid would take its place at the router and fail them
+            // all, so a new session is opened beside it.
+            if old.upgrade().is_some_and(|c| !c.service.is_closed()) {
+                return None;
+            }
             saved.epoch += 1;
             let sid = saved.session_id()?;
             // Saved before anything is sent, as in `resume`.
@@ -266,16 +272,18 @@ impl BotLink {
         match list_all_tools_checked(service.peer()).await {
             Ok(tools) => {
                 tracing::debug!(bot = %self.bot, %sid, "session resumed");
-                *lock(&self.resumed) = Some(Saved {
-                    server: info.clone(),
-                    ..saved
-                });
-                self.hub.set_tools(tools);
-                Ok(Arc::new(Conn {
+                let conn = Arc::new(Conn {
                     service,
-                    info,
+                    info: info.clone(),
                     serial,
-                }))
+                });
+                let saved = Saved {
+                    server: info,
+                    ..saved
+                };
+                *lock(&self.resumed) = Some((saved, Arc::downgrade(&conn)));
+                self.hub.set_tools(tools);
+                Ok(conn)
             }
             Err(Listing::Lost(why)) => {
                 let _ = service.cancel().await;

@@ -33,6 +33,12 @@ struct Seen {
     runs: Mutex<HashMap<String, usize>>,
 }
 
+impl Seen {
+    fn runs(&self, tool: &str) -> usize {
+        self.runs.lock().unwrap().get(tool).copied().unwrap_or(0)
+    }
+}
+
 /// A bot with tools that take their time and report progress.
 #[derive(Clone, Default)]
 struct Bot(Arc<Seen>);
@@ -214,5 +220,40 @@ async fn progress_of_a_call_on_the_old_connection_stays_its_own() {
     let a_steps = a.messages();
     assert_eq!(a_steps.len(), 30, "A got all its steps: {a_steps:?}");
     assert!(a_steps.iter().all(|m| m == "A-secret"));
+    bridge.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_on_a_resumed_session_leaves_its_other_calls_alone() {
+    let s = setup(52);
+    // Run 1 opens the session; run 2 resumes it.
+    let first = bridge(&s).await;
+    let agent = connect(&first, s.bot_id, ()).await;
+    assert_eq!(call_text(&agent, "echo").await, "echo");
+    let _ = agent.cancel().await;
+    first.close().await;
+    let bridge = bridge(&s).await;
+    let agent = Arc::new(connect(&bridge, s.bot_id, ()).await);
+    assert_eq!(call_text(&agent, "echo").await, "echo", "resumed");
+
+    // The echo's reply is lost: it times out at 5 s while the slow call (4 to 6 s) is
+    // in flight on the same connection.
+    s.bot.0.lose.store(1, Ordering::SeqCst);
+    let lost = tokio::spawn({
+        let agent = agent.clone();
+        async move { call_text(&agent, "echo").await }
+    });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let slow = tokio::spawn({
+        let agent = agent.clone();
+        async move { call_text(&agent, "slow").await }
+    });
+    assert_eq!(lost.await.unwrap(), "echo", "the lost reply's call retried");
+    assert_eq!(slow.await.unwrap(), "slow done");
+    assert_eq!(
+        s.bot.0.runs("slow"),
+        1,
+        "the slow call was answered, not retried"
+    );
     bridge.close().await;
 }
