@@ -173,7 +173,9 @@ impl BotLink {
                 Err(Resume::Lost { why, again }) => {
                     tracing::info!(bot = %self.bot, %why, "saved session lost at the bot; initializing it again");
                     *lock(&self.resumable) = None;
-                    self.store.forget(&self.bot);
+                    if again.is_none() {
+                        self.store.forget(&self.bot);
+                    }
                     return self.open(again).await;
                 }
                 // Not answered: the bot may be offline; the next attempt tries again.
@@ -262,7 +264,7 @@ impl BotLink {
             .router
             .dial_on(self.bot, sid)
             .map_err(|e| failed(e.to_string()))?;
-        let info = saved.server;
+        let info = saved.server.clone();
         let serial = self.hub.next_serial();
         let service = serve_directly(
             self.handler(),
@@ -274,22 +276,23 @@ impl BotLink {
                 tracing::debug!(bot = %self.bot, %sid, "session resumed");
                 let conn = Arc::new(Conn {
                     service,
-                    info: info.clone(),
+                    info,
                     serial,
                 });
-                let saved = Saved {
-                    server: info,
-                    ..saved
-                };
                 *lock(&self.resumed) = Some((saved, Arc::downgrade(&conn)));
                 self.hub.set_tools(tools);
                 Ok(conn)
             }
             Err(Listing::Lost(why)) => {
                 let _ = service.cancel().await;
+                // The next epoch: `initialize` must not share its id with the refused
+                // listing, whose late answer could be taken for its. Saved before it
+                // is sent, as above.
+                saved.epoch += 1;
+                let fits = saved.epoch < MAX_EPOCH && self.store.save(&self.bot, &saved).is_ok();
                 Err(Resume::Lost {
                     why,
-                    again: Some((sid, saved.epoch)),
+                    again: fits.then_some((sid, saved.epoch)),
                 })
             }
             Err(Listing::Failed(why)) => {
@@ -376,8 +379,8 @@ fn epoch_base(epoch: u64) -> i64 {
 
 /// Why a saved session was not resumed.
 enum Resume {
-    /// The bot does not have it (any more): initialize it `again` on the same sid and
-    /// epoch, or (`None`) open a new one.
+    /// The bot does not have it (any more): initialize it `again` on the same sid under
+    /// the next epoch (already saved), or (`None`) open a new one.
     Lost {
         why: String,
         again: Option<(SessionId, u64)>,

@@ -1,7 +1,8 @@
 //! A link to a bot reconnects after a call timed out while other calls are still in
 //! flight on the old connection: those calls keep their answers and their progress.
 //! Every connection draws its upstream progress tokens from 0, so the same numbers
-//! are live on both at once; each agent still gets only its own progress.
+//! are live on both at once; each agent still gets only its own progress. A saved
+//! session the bot lost is initialized again under an epoch of its own.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,8 +16,9 @@ use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::Bridge;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool,
+    InitializeRequestParams, InitializeResult, ListToolsResult, NumberOrString,
+    PaginatedRequestParams, ProgressNotificationParam, RequestId, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient, RoleServer, ServerHandler};
@@ -31,6 +33,8 @@ struct Seen {
     /// Replies still to lose: the call runs, its answer never leaves.
     lose: AtomicUsize,
     runs: Mutex<HashMap<String, usize>>,
+    /// Ids of the `initialize` requests received.
+    initializes: Mutex<Vec<RequestId>>,
 }
 
 impl Seen {
@@ -53,6 +57,16 @@ async fn progress(ctx: &RequestContext<RoleServer>, step: u32, message: &str) {
 impl ServerHandler for Bot {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.0.initializes.lock().unwrap().push(context.id.clone());
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -138,23 +152,30 @@ impl ClientHandler for Progress {
 
 struct Setup {
     fabric: Fabric,
-    _bot_router: brmcp::adapters::Router,
+    /// The bot's router (the fabric holds routers weakly); `None` while it restarts.
+    bot_router: Option<brmcp::adapters::Router>,
     bot: Bot,
     bot_id: PeerId,
     bridge_id: PeerId,
     dir: tempfile::TempDir,
 }
 
-fn setup(seed: u64) -> Setup {
-    let fabric = Fabric::new(seed);
-    let (bot_id, bridge_id) = (uid(1), uid(2));
+/// The bot serving as `bot_id` on `fabric`, with fresh state: its router and handler.
+fn serve_bot(fabric: &Fabric, bot_id: PeerId) -> (brmcp::adapters::Router, Bot) {
     let bot = Bot::default();
     let bot_router = fabric.router(bot_id, RouterConfig::server());
     let handler = bot.clone();
     bot_router.serve(move |_: &PeerId| handler.clone());
+    (bot_router, bot)
+}
+
+fn setup(seed: u64) -> Setup {
+    let fabric = Fabric::new(seed);
+    let (bot_id, bridge_id) = (uid(1), uid(2));
+    let (bot_router, bot) = serve_bot(&fabric, bot_id);
     Setup {
         fabric,
-        _bot_router: bot_router,
+        bot_router: Some(bot_router),
         bot,
         bot_id,
         bridge_id,
@@ -255,5 +276,29 @@ async fn a_timeout_on_a_resumed_session_leaves_its_other_calls_alone() {
         1,
         "the slow call was answered, not retried"
     );
+    bridge.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_saved_session_is_initialized_under_an_epoch_of_its_own() {
+    let mut s = setup(53);
+    let first = bridge(&s).await;
+    let agent = connect(&first, s.bot_id, ()).await;
+    assert_eq!(call_text(&agent, "echo").await, "echo");
+    let _ = agent.cancel().await;
+    first.close().await;
+
+    // The bot restarts and knows the session no more: the resume's listing (epoch 1,
+    // id 2^32) is refused, and the session is initialized again on its sid.
+    s.bot_router = None;
+    let (bot_router, bot) = serve_bot(&s.fabric, s.bot_id);
+    (s.bot_router, s.bot) = (Some(bot_router), bot);
+    let bridge = bridge(&s).await;
+    let agent = connect(&bridge, s.bot_id, ()).await;
+    assert_eq!(call_text(&agent, "echo").await, "echo");
+    // Not the refused listing's id: a late answer to it cannot pass for this one's.
+    let epoch_2 = NumberOrString::Number(2 << 32);
+    assert_eq!(*s.bot.0.initializes.lock().unwrap(), vec![epoch_2]);
+    let _ = agent.cancel().await;
     bridge.close().await;
 }
