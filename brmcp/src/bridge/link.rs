@@ -14,7 +14,7 @@ mod handler;
 mod hub;
 mod tap;
 
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use brmcp_adapters::protocol::ToolPrice;
@@ -59,6 +59,8 @@ pub enum LinkError {
 pub(crate) struct Conn {
     service: RunningService<RoleClient, LinkHandler>,
     pub(crate) info: ServerPeerInfo,
+    /// Its serial in the link (see [`Hub::next_serial`]).
+    pub(crate) serial: u64,
 }
 
 impl Conn {
@@ -79,11 +81,11 @@ pub(crate) struct BotLink {
     store: SessionStore,
     /// The session a previous run left, until it is resumed or found lost.
     resumable: Mutex<Option<Saved>>,
-    /// The live session as saved, if it was resumed: its transport has no `initialize`
-    /// of its own to repeat, so once it fails the next connect initializes it again on
-    /// its sid (a Go bot then keeps no stray session), under the next epoch (requests
-    /// of the failed one may still be answered).
-    resumed: Mutex<Option<Saved>>,
+    /// The live session as saved, if it was resumed, and its connection: its transport
+    /// has no `initialize` of its own to repeat, so once it fails the next connect
+    /// initializes it again on its sid (a Go bot then keeps no stray session), under
+    /// the next epoch (requests of the failed one may still be answered).
+    resumed: Mutex<Option<(Saved, Weak<Conn>)>>,
     pub(crate) hub: Arc<Hub>,
     /// Cancelled when the bot is de-listed: its agent sessions end.
     pub(crate) closed: CancellationToken,
@@ -171,14 +173,22 @@ impl BotLink {
                 Err(Resume::Lost { why, again }) => {
                     tracing::info!(bot = %self.bot, %why, "saved session lost at the bot; initializing it again");
                     *lock(&self.resumable) = None;
-                    self.store.forget(&self.bot);
+                    if again.is_none() {
+                        self.store.forget(&self.bot);
+                    }
                     return self.open(again).await;
                 }
                 // Not answered: the bot may be offline; the next attempt tries again.
                 Err(Resume::Failed(e)) => return Err(e),
             }
         }
-        let again = lock(&self.resumed).take().and_then(|mut saved| {
+        let again = lock(&self.resumed).take().and_then(|(mut saved, old)| {
+            // A connection that timed out but did not close still carries calls: a
+            // second dial of its sid would take its place at the router and fail them
+            // all, so a new session is opened beside it.
+            if old.upgrade().is_some_and(|c| !c.service.is_closed()) {
+                return None;
+            }
             saved.epoch += 1;
             let sid = saved.session_id()?;
             // Saved before anything is sent, as in `resume`.
@@ -199,9 +209,10 @@ impl BotLink {
         };
         let transport = transport.map_err(|e| LinkError::Failed(e.to_string()))?;
         let sid = transport.sid().as_str().to_owned();
+        let serial = self.hub.next_serial();
         let service = self
             .handler()
-            .serve(self.tap(transport, epoch_base(epoch)))
+            .serve(self.tap(transport, serial, epoch_base(epoch)))
             .await
             .map_err(|e| LinkError::Failed(format!("connect to bot: {e}")))?;
         let info = service
@@ -221,7 +232,11 @@ impl BotLink {
         if let Err(e) = self.store.save(&self.bot, &saved) {
             tracing::warn!(bot = %self.bot, error = %e, "session not saved; the next run opens a new one");
         }
-        Ok(Arc::new(Conn { service, info }))
+        Ok(Arc::new(Conn {
+            service,
+            info,
+            serial,
+        }))
     }
 
     /// Goes on with a session a previous run opened: no handshake (the bot has it, or
@@ -249,27 +264,35 @@ impl BotLink {
             .router
             .dial_on(self.bot, sid)
             .map_err(|e| failed(e.to_string()))?;
-        let info = saved.server;
+        let info = saved.server.clone();
+        let serial = self.hub.next_serial();
         let service = serve_directly(
             self.handler(),
-            self.tap(transport, epoch_base(saved.epoch)),
+            self.tap(transport, serial, epoch_base(saved.epoch)),
             Some(info.clone()),
         );
         match list_all_tools_checked(service.peer()).await {
             Ok(tools) => {
                 tracing::debug!(bot = %self.bot, %sid, "session resumed");
-                *lock(&self.resumed) = Some(Saved {
-                    server: info.clone(),
-                    ..saved
+                let conn = Arc::new(Conn {
+                    service,
+                    info,
+                    serial,
                 });
+                *lock(&self.resumed) = Some((saved, Arc::downgrade(&conn)));
                 self.hub.set_tools(tools);
-                Ok(Arc::new(Conn { service, info }))
+                Ok(conn)
             }
             Err(Listing::Lost(why)) => {
                 let _ = service.cancel().await;
+                // The next epoch: `initialize` must not share its id with the refused
+                // listing, whose late answer could be taken for its. Saved before it
+                // is sent, as above.
+                saved.epoch += 1;
+                let fits = saved.epoch < MAX_EPOCH && self.store.save(&self.bot, &saved).is_ok();
                 Err(Resume::Lost {
                     why,
-                    again: Some((sid, saved.epoch)),
+                    again: fits.then_some((sid, saved.epoch)),
                 })
             }
             Err(Listing::Failed(why)) => {
@@ -286,10 +309,11 @@ impl BotLink {
         }
     }
 
-    fn tap(&self, inner: BrTransport<RoleClient>, base: i64) -> Tap {
+    fn tap(&self, inner: BrTransport<RoleClient>, serial: u64, base: i64) -> Tap {
         Tap {
             inner,
             hub: self.hub.clone(),
+            serial,
             base,
         }
     }
@@ -355,8 +379,8 @@ fn epoch_base(epoch: u64) -> i64 {
 
 /// Why a saved session was not resumed.
 enum Resume {
-    /// The bot does not have it (any more): initialize it `again` on the same sid and
-    /// epoch, or (`None`) open a new one.
+    /// The bot does not have it (any more): initialize it `again` on the same sid under
+    /// the next epoch (already saved), or (`None`) open a new one.
     Lost {
         why: String,
         again: Option<(SessionId, u64)>,

@@ -137,18 +137,20 @@ impl ProxyServer {
             .await
             .map_err(|e| Failure::Transport(e.to_string()))?;
         let upstream_token = handle.progress_token.clone();
-        let route = ctx
-            .meta
-            .get_progress_token()
-            .map(|token| hub.route_progress(upstream_token.clone(), ctx.peer.clone(), token));
+        let route = ctx.meta.get_progress_token().map(|token| {
+            hub.route_progress(conn.serial, upstream_token.clone(), ctx.peer.clone(), token)
+        });
         let id = handle.id.clone();
         let answer = tokio::select! {
             answer = handle.rx => Some(answer),
             () = ctx.ct.cancelled() => None,
         };
         match &route {
-            Some(route) => hub.finish_progress(&upstream_token, route).await,
-            None => hub.drop_progress(&upstream_token),
+            Some(route) => {
+                hub.finish_progress(conn.serial, &upstream_token, route)
+                    .await
+            }
+            None => hub.drop_progress(conn.serial, &upstream_token),
         }
         tracked.flush().await;
         match answer {

@@ -16,6 +16,7 @@ mod http_abuse;
 mod http_gate;
 mod interop_conformance;
 mod interop_python;
+mod link_reconnect;
 mod listener_lifecycle;
 mod reload;
 mod restart_storm;

@@ -91,9 +91,21 @@ impl Route {
     }
 }
 
+/// Progress routes and early progress, keyed by the connection's serial and its
+/// upstream token: every connection of a link draws its tokens from 0.
 struct Progress {
-    routes: HashMap<ProgressToken, Arc<Route>>,
+    routes: HashMap<(u64, ProgressToken), Arc<Route>>,
+    /// Keyed by [`early_key`].
     early: EarlyProgress,
+}
+
+/// The key of a connection's upstream token in the early buffer: the serial and the
+/// token's JSON (a number and a string of the same digits stay apart).
+fn early_key(serial: u64, upstream: &ProgressToken) -> ProgressToken {
+    let token = serde_json::to_string(&upstream.0).unwrap_or_default();
+    ProgressToken(rmcp::model::NumberOrString::String(
+        format!("{serial}/{token}").into(),
+    ))
 }
 
 impl Default for Progress {
@@ -111,6 +123,8 @@ pub(crate) struct Hub {
     sessions: Mutex<Vec<Weak<AgentSession>>>,
     inflight: Mutex<Vec<Inflight>>,
     seq: AtomicU64,
+    /// The serial of the next connection to the bot.
+    conns: AtomicU64,
     tools: RwLock<Arc<Vec<Tool>>>,
 }
 
@@ -121,8 +135,14 @@ impl Hub {
             sessions: Mutex::default(),
             inflight: Mutex::default(),
             seq: AtomicU64::new(0),
+            conns: AtomicU64::new(0),
             tools: RwLock::new(Arc::new(Vec::new())),
         }
+    }
+
+    /// A serial for a new connection to the bot, which keys its progress.
+    pub(super) fn next_serial(&self) -> u64 {
+        self.conns.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The bot's tools as last listed.
@@ -198,23 +218,24 @@ impl Hub {
         }
     }
 
-    /// Routes upstream progress for `upstream` to the agent's `token`; progress that
-    /// arrived early is queued first.
+    /// Routes upstream progress for `upstream` on connection `serial` to the agent's
+    /// `token`; progress that arrived early is queued first.
     pub(crate) fn route_progress(
         &self,
+        serial: u64,
         upstream: ProgressToken,
         peer: Peer<RoleServer>,
         token: ProgressToken,
     ) -> Arc<Route> {
         let mut progress = lock(&self.progress);
-        let early = progress.early.take(&upstream);
+        let early = progress.early.take(&early_key(serial, &upstream));
         let route = Arc::new(Route {
             peer,
             token,
             queue: Mutex::new(early),
             send: tokio::sync::Mutex::new(()),
         });
-        progress.routes.insert(upstream, route.clone());
+        progress.routes.insert((serial, upstream), route.clone());
         drop(progress);
         if !route.queue().is_empty() {
             let r = route.clone();
@@ -224,25 +245,37 @@ impl Hub {
     }
 
     /// Ends a route once its request is answered; what is still queued is sent first.
-    pub(crate) async fn finish_progress(&self, upstream: &ProgressToken, route: &Route) {
-        lock(&self.progress).routes.remove(upstream);
+    pub(crate) async fn finish_progress(
+        &self,
+        serial: u64,
+        upstream: &ProgressToken,
+        route: &Route,
+    ) {
+        lock(&self.progress)
+            .routes
+            .remove(&(serial, upstream.clone()));
         route.flush().await;
     }
 
     /// Forgets early progress of a request that will never be routed.
-    pub(crate) fn drop_progress(&self, upstream: &ProgressToken) {
-        lock(&self.progress).early.take(upstream);
+    pub(crate) fn drop_progress(&self, serial: u64, upstream: &ProgressToken) {
+        lock(&self.progress)
+            .early
+            .take(&early_key(serial, upstream));
     }
 
-    /// Called by the tap, in arrival order.
-    pub(super) fn on_progress(&self, params: ProgressNotificationParam) {
+    /// Called by the tap of connection `serial`, in arrival order.
+    pub(super) fn on_progress(&self, serial: u64, mut params: ProgressNotificationParam) {
         let mut progress = lock(&self.progress);
-        if let Some(route) = progress.routes.get(&params.progress_token).cloned() {
+        let key = (serial, params.progress_token.clone());
+        if let Some(route) = progress.routes.get(&key).cloned() {
             drop(progress);
             route.queue().push_back(params);
             tokio::spawn(async move { route.flush().await });
             return;
         }
+        // The route sets the agent's token when it sends; until then the key is kept.
+        params.progress_token = early_key(serial, &params.progress_token);
         progress.early.push(params);
     }
 
@@ -397,15 +430,19 @@ mod tests {
         let hub = Hub::new();
         let upstream = ProgressToken(NumberOrString::Number(7));
         // The bot's progress overtakes the registration of its call.
-        hub.on_progress(progress(7, 1.0));
-        hub.on_progress(progress(7, 2.0));
-        hub.on_progress(progress(8, 9.0)); // another call's, never registered
+        hub.on_progress(0, progress(7, 1.0));
+        hub.on_progress(0, progress(7, 2.0));
+        hub.on_progress(0, progress(8, 9.0)); // another call's, never registered
         let agent_token = ProgressToken(NumberOrString::String("agent".into()));
-        let route =
-            hub.route_progress(upstream.clone(), server.peer().clone(), agent_token.clone());
-        hub.on_progress(progress(7, 3.0));
-        hub.finish_progress(&upstream, &route).await;
-        hub.drop_progress(&ProgressToken(NumberOrString::Number(8)));
+        let route = hub.route_progress(
+            0,
+            upstream.clone(),
+            server.peer().clone(),
+            agent_token.clone(),
+        );
+        hub.on_progress(0, progress(7, 3.0));
+        hub.finish_progress(0, &upstream, &route).await;
+        hub.drop_progress(0, &ProgressToken(NumberOrString::Number(8)));
         let deadline = Instant::now() + Duration::from_secs(5);
         while lock(&seen.0).len() < 3 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -423,13 +460,55 @@ mod tests {
         let hub = Hub::new();
         for token in 0..(EARLY_TOKENS as i64 + 10) {
             for i in 0..(EARLY_PER_TOKEN + 5) {
-                hub.on_progress(progress(token, i as f64));
+                hub.on_progress(0, progress(token, i as f64));
             }
         }
         let lens = lock(&hub.progress).early.lens();
         assert_eq!(lens.len(), EARLY_TOKENS);
         assert!(lens.values().all(|&n| n == EARLY_PER_TOKEN));
         // The oldest tokens went first.
-        assert!(!lens.contains_key(&ProgressToken(NumberOrString::Number(0))));
+        assert!(!lens.contains_key(&early_key(0, &ProgressToken(NumberOrString::Number(0)))));
+    }
+
+    /// Waits until `seen` has `n` notifications and returns their values.
+    async fn values(seen: &Seen, n: usize) -> Vec<f64> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&seen.0).len() < n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        lock(&seen.0).iter().map(|p| p.progress).collect()
+    }
+
+    #[tokio::test]
+    async fn connections_of_a_link_keep_their_progress_apart() {
+        let (server_a, _client_a, seen_a) = agent().await;
+        let (server_c, _client_c, seen_c) = agent().await;
+        let hub = Hub::new();
+        let (old, new) = (hub.next_serial(), hub.next_serial());
+        // Both connections drew upstream token 2: A's call on the old one, C's on the new.
+        let upstream = ProgressToken(NumberOrString::Number(2));
+        let token = |s: &str| ProgressToken(NumberOrString::String(s.into()));
+        let a = hub.route_progress(old, upstream.clone(), server_a.peer().clone(), token("a"));
+        // Early progress of the new connection is its own.
+        hub.on_progress(new, progress(2, 10.0));
+        let c = hub.route_progress(new, upstream.clone(), server_c.peer().clone(), token("c"));
+        hub.on_progress(old, progress(2, 1.0));
+        hub.on_progress(new, progress(2, 11.0));
+        hub.finish_progress(new, &upstream, &c).await;
+        // C is done; A's progress still reaches A.
+        hub.on_progress(old, progress(2, 2.0));
+        hub.finish_progress(old, &upstream, &a).await;
+        assert_eq!(
+            values(&seen_a, 2).await,
+            vec![1.0, 2.0],
+            "A gets all its own"
+        );
+        assert_eq!(
+            values(&seen_c, 2).await,
+            vec![10.0, 11.0],
+            "C gets only its own"
+        );
+        let state = lock(&hub.progress);
+        assert!(state.routes.is_empty() && state.early.is_empty());
     }
 }

@@ -22,6 +22,8 @@ use crate::bridge::session_store::EPOCH_SPAN;
 pub(super) struct Tap {
     pub(super) inner: BrTransport<RoleClient>,
     pub(super) hub: Arc<Hub>,
+    /// The connection's serial in its link, which keys its progress in the hub.
+    pub(super) serial: u64,
     /// `epoch · 2^32`; 0 on a session this run opened.
     pub(super) base: i64,
 }
@@ -109,7 +111,7 @@ impl Transport<RoleClient> for Tap {
             if let JsonRpcMessage::Notification(n) = &message
                 && let ServerNotification::ProgressNotification(p) = &n.notification
             {
-                self.hub.on_progress(p.params.clone());
+                self.hub.on_progress(self.serial, p.params.clone());
                 continue;
             }
             if let JsonRpcMessage::Notification(n) = &message
