@@ -154,6 +154,7 @@ pub(crate) const fn is_body_space(b: u8) -> bool {
 /// the last is whole quads; small enough to live on any stack.
 const GATHER_LEN: usize = 1024;
 
+#[inline]
 pub(crate) fn decode_with<E: Engine>(
     engine: &E,
     body: &[u8],
@@ -165,16 +166,28 @@ pub(crate) fn decode_with<E: Engine>(
     }
     match engine.decode_slice(body, out) {
         Ok(n) => Ok(n),
-        Err(e) => {
-            if let Some(offset) = body.iter().position(|&b| is_body_space(b)) {
-                if canonical {
-                    return Err(BodyError::Whitespace { offset });
-                }
-                return decode_gathered(engine, body, out);
-            }
-            Err(map_error(e, body, body))
-        }
+        Err(e) => retry(engine, body, out, canonical, e),
     }
+}
+
+/// After the one-call decode failed: whitespace (gathered in compatible mode) or the
+/// engine's error. Out of line, so the hot call keeps a small frame.
+#[cold]
+#[inline(never)]
+fn retry<E: Engine>(
+    engine: &E,
+    body: &[u8],
+    out: &mut [u8],
+    canonical: bool,
+    e: DecodeSliceError,
+) -> Result<usize, BodyError> {
+    if let Some(offset) = body.iter().position(|&b| is_body_space(b)) {
+        if canonical {
+            return Err(BodyError::Whitespace { offset });
+        }
+        return decode_gathered(engine, body, out);
+    }
+    Err(map_error(e, body, body))
 }
 
 /// Slow path: decode the whitespace-free runs of `body` through a stack buffer.

@@ -162,6 +162,7 @@ impl<'a> Part<'a> {
     /// # Errors
     /// [`BodyError`] when the body is not valid padded base64 (with the offset of the
     /// first bad byte), or when `out` is too small.
+    #[inline]
     pub fn decode_body(&self, out: &mut [u8]) -> Result<usize, BodyError> {
         body::decode(self.body, out, self.canonical)
     }
