@@ -2,6 +2,27 @@
 
 use std::time::Duration;
 
+/// How long a connection may be refused: a token change restarts the listener, and a
+/// test that saw the new settings may knock in the moment between the two listeners.
+const RELISTEN: Duration = Duration::from_secs(5);
+
+/// A connection to `addr`, retried while it is refused for up to [`RELISTEN`].
+async fn connect(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let deadline = tokio::time::Instant::now() + RELISTEN;
+    loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(stream) => return stream,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+    }
+}
+
 /// A raw HTTP/1.1 exchange with the bridge's listener: status, headers, body.
 pub async fn http(
     addr: std::net::SocketAddr,
@@ -11,7 +32,7 @@ pub async fn http(
     body: &str,
 ) -> (u16, Vec<(String, String)>, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut stream = connect(addr).await;
     let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         request.push_str(&format!("Host: 127.0.0.1:{}\r\n", addr.port()));
