@@ -39,8 +39,8 @@ async fn accepted_add_makes_the_bot_callable_at_once() {
     assert_eq!(asked.len(), 1, "one question");
     assert!(asked[0].contains(&provider.to_string()), "{}", asked[0]);
     assert!(
-        asked[0].contains(&format!("paid_echo ({PAID_ECHO} atoms)"))
-            && asked[0].contains("echo (free)"),
+        asked[0].contains(&format!("\"paid_echo\" ({PAID_ECHO} atoms)"))
+            && asked[0].contains("\"echo\" (free)"),
         "tools and prices named: {}",
         asked[0]
     );
