@@ -182,3 +182,48 @@ async fn bots_add_from_directory_adds_listed_refuses_unlisted() {
     );
     cli.close().await;
 }
+
+/// An edit of `mcpclient.json` the running bridge has not applied yet (its watcher
+/// polls), or refused (a typo), is not overwritten by adding a bot: the add is
+/// refused and the file keeps the user's edit; once applied, the add keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_bot_keeps_an_edit_not_applied_yet() {
+    let mut s = settings(10_000, 100_000);
+    s = s
+        .with_bot("kept", uid(50))
+        .unwrap()
+        .with_bot("old", uid(51))
+        .unwrap();
+    let w = world(0, s.clone()).await;
+    let path = w.data_dir.join(SETTINGS_FILE);
+    // No watcher runs: the edit stays unapplied, as within a poll interval.
+    let edited = s.without_bot("old").unwrap();
+    edited.save(&path).unwrap();
+    let refused = w.bridge.add_bot("new", uid(52)).await.unwrap_err();
+    assert!(refused.to_string().contains("changed on disk"), "{refused}");
+    assert_eq!(bots_on_disk(&w), [uid(50)], "the edit is kept");
+    // Through the directory tool, after the user accepted, likewise.
+    let user = User::answering(ElicitationAction::Accept);
+    let agent = directory_agent(&w.bridge, None, user.clone()).await;
+    let tried = tool(
+        &agent,
+        DIRECTORY_ADD_BOT,
+        json!({"uid": uid(PROVIDER).to_string()}),
+    )
+    .await;
+    assert_eq!(tried.is_error, Some(true), "{tried:?}");
+    assert!(text(&tried).contains("changed on disk"), "{tried:?}");
+    assert_eq!(bots_on_disk(&w), [uid(50)], "the edit is kept");
+
+    // A refused edit (a typo) stays on disk, unapplied, and is not overwritten.
+    std::fs::write(&path, b"{\"mode\": \"autopay\",").unwrap();
+    let refused = w.bridge.add_bot("new", uid(52)).await.unwrap_err();
+    assert!(refused.to_string().contains("changed on disk"), "{refused}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"{\"mode\": \"autopay\",");
+
+    // Once the edit is applied, the add goes through and keeps it.
+    edited.save(&path).unwrap();
+    w.bridge.reload().await.unwrap();
+    w.bridge.add_bot("new", uid(52)).await.unwrap();
+    assert_eq!(bots_on_disk(&w), [uid(50), uid(52)]);
+}
