@@ -22,6 +22,7 @@ mod answer;
 mod tools;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::ServerHandler;
 use rmcp::model::{
@@ -259,7 +260,23 @@ impl DirectoryServer {
                 self.bridge.config.data_dir.display()
             ));
         };
-        match answer.await {
+        // Bounded as a payment approval is, and given up when the agent cancels its
+        // call: an answer after either adds nothing.
+        let wait = settings.approval_timeout_secs;
+        let answer = tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => {
+                return failed(format!("bot {uid} not added: the call was cancelled"));
+            }
+            answer = tokio::time::timeout(Duration::from_secs(wait), answer) => match answer {
+                Ok(answer) => answer,
+                Err(_) => return failed(format!("bot {uid} not added: no answer within {wait}s")),
+            },
+        };
+        if ctx.ct.is_cancelled() {
+            return failed(format!("bot {uid} not added: the call was cancelled"));
+        }
+        match answer {
             Ok(Answer::Accept) => {}
             Ok(Answer::Decline) => {
                 return failed(format!("bot {uid} not added: declined by the user"));

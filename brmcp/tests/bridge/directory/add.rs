@@ -227,3 +227,89 @@ async fn adding_a_bot_keeps_an_edit_not_applied_yet() {
     w.bridge.add_bot("new", uid(52)).await.unwrap();
     assert_eq!(bots_on_disk(&w), [uid(50), uid(52)]);
 }
+
+/// A user who answers the add-bot question after `delay` (never: `None`), recording
+/// the questions.
+#[derive(Clone, Default)]
+struct SlowUser {
+    delay: Option<Duration>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for SlowUser {
+    fn get_info(&self) -> ClientConfig {
+        User::answering(ElicitationAction::Accept).get_info()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.asked.lock().unwrap().push(message);
+        }
+        match self.delay {
+            Some(delay) => tokio::time::sleep(delay).await,
+            None => std::future::pending().await,
+        }
+        Ok(ElicitResult::new(ElicitationAction::Accept))
+    }
+}
+
+/// The add-bot question is bounded by the approval timeout: a user who never
+/// answers gets the bot not added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_add_times_out_and_adds_nothing() {
+    let mut s = settings(10_000, 100_000);
+    s.approval_timeout_secs = 1;
+    let w = world(0, s).await;
+    let user = SlowUser::default();
+    let agent = directory_agent(&w.bridge, None, user.clone()).await;
+    let refused = tokio::time::timeout(
+        Duration::from_secs(20),
+        tool(
+            &agent,
+            DIRECTORY_ADD_BOT,
+            json!({"uid": uid(PROVIDER).to_string()}),
+        ),
+    )
+    .await
+    .expect("the question is bounded");
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(
+        text(&refused).contains("no answer within 1s"),
+        "{refused:?}"
+    );
+    assert_eq!(user.asked.lock().unwrap().len(), 1, "the user was asked");
+    assert!(w.bridge.bots().is_empty() && bots_on_disk(&w).is_empty());
+}
+
+/// An agent that cancels its `directory_add_bot` call gets nothing added, even when
+/// the user accepts afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_add_adds_nothing_even_if_accepted_later() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+
+    let w = world(0, settings(10_000, 100_000)).await;
+    let user = SlowUser {
+        delay: Some(Duration::from_millis(500)),
+        asked: Arc::default(),
+    };
+    let agent = directory_agent(&w.bridge, None, user.clone()).await;
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params(
+        DIRECTORY_ADD_BOT,
+        json!({"uid": uid(PROVIDER).to_string()}),
+    )));
+    let handle = agent
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    let asked = || !user.asked.lock().unwrap().is_empty();
+    assert!(crate::common::eventually(Duration::from_secs(5), asked).await);
+    handle.cancel(Some("changed my mind".into())).await.unwrap();
+    // The user's accept arrives after the cancel; nothing is added.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(w.bridge.bots().is_empty() && bots_on_disk(&w).is_empty());
+}
