@@ -74,7 +74,7 @@ pub(crate) fn text_of(result: &CallToolResult) -> String {
 pub(crate) const MAX_REFUSAL_BYTES: usize = 2048;
 
 /// `text` cut to `max` bytes on a character boundary, marked when cut.
-fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }

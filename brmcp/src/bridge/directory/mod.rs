@@ -39,9 +39,9 @@ use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::proxy::ask::{self, Answer};
 use super::{Bridge, BridgeError, Inner};
-use answer::Provider;
 pub(crate) use answer::text_of;
 pub use answer::{AnswerError, MAX_ANSWER_BYTES};
+use answer::{MAX_REFUSAL_BYTES, Provider};
 use tools::{AddArgs, SearchArgs, UidArgs};
 pub use tools::{DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH};
 
@@ -153,7 +153,10 @@ impl DirectoryServer {
             Ok(_) => Ok(Err(refused(format!(
                 "{tool}: an answer this bridge does not take"
             )))),
-            Err(e) => Ok(Err(refused(format!("{tool}: {}", e.message)))),
+            Err(e) => Ok(Err(refused(format!(
+                "{tool}: {}",
+                answer::cut(&e.message, MAX_REFUSAL_BYTES)
+            )))),
         }
     }
 
@@ -415,11 +418,10 @@ impl Bridge {
                 .cloned()
                 .unwrap_or_default(),
         );
-        let result = conn
-            .peer()
-            .call_tool(params)
-            .await
-            .map_err(|e| BridgeError::Directory(format!("get_provider: {e}")))?;
+        let result = conn.peer().call_tool(params).await.map_err(|e| {
+            let e = answer::cut(&e.to_string(), MAX_REFUSAL_BYTES);
+            BridgeError::Directory(format!("get_provider: {e}"))
+        })?;
         if result.is_error == Some(true) {
             return Err(BridgeError::Directory(format!(
                 "bot {uid}: {}",

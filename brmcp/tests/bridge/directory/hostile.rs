@@ -59,7 +59,10 @@ impl ServerHandler for Liar {
             .get(request.name.as_ref())
             .cloned()
             .unwrap_or_default();
-        // `ERR:` scripts a refusal.
+        // `RPC:` scripts a JSON-RPC error, `ERR:` a refusal.
+        if let Some(message) = text.strip_prefix("RPC:") {
+            return Err(ErrorData::internal_error(message.to_owned(), None));
+        }
         Ok(match text.strip_prefix("ERR:") {
             Some(refusal) => CallToolResult::error(vec![ContentBlock::text(refusal)]),
             None => CallToolResult::success(vec![ContentBlock::text(text)]),
@@ -311,4 +314,34 @@ async fn hostile_tool_names_cannot_write_the_question() {
     );
     assert!(question.len() < 4096, "{} bytes", question.len());
     assert_eq!(h.bridge.bots().len(), 1);
+}
+
+/// A JSON-RPC error of 500 KB reaches neither the agent nor `bots add` whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_rpc_errors_arrive_cut() {
+    let h = hostile().await;
+    let agent = directory_agent(&h.bridge, None, ()).await;
+    let flood = format!("RPC:{}", "z".repeat(500_000));
+    h.liar.answer("search", flood.clone());
+    h.liar.answer("get_provider", flood);
+    let refused = tool(&agent, DIRECTORY_SEARCH, json!({})).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    let shown = text(&refused);
+    assert!(
+        shown.len() < 4096 && shown.contains("zzz") && shown.ends_with("… (cut)"),
+        "{} bytes",
+        shown.len()
+    );
+    let cli = h
+        .bridge
+        .add_from_directory(None, uid(PROVIDER), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        cli.len() < 4096 && cli.contains("zzz") && cli.ends_with("… (cut)"),
+        "{} bytes",
+        cli.len()
+    );
+    assert!(h.bridge.bots().is_empty());
 }
