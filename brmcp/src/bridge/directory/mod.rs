@@ -397,18 +397,36 @@ impl Bridge {
 
     /// Looks `uid` up in the directory `name` (`get_provider`, which is free) and adds
     /// it to the bots as `bot_name` (default `dir-` and its uid's first 8 characters):
-    /// what `brmcp bridge bots add --from-directory` does. A uid the directory does not
-    /// list is refused and nothing changes.
+    /// [`listed_in_directory`](Self::listed_in_directory) then
+    /// [`add_listed`](Self::add_listed). A uid the directory does not list is refused
+    /// and nothing changes.
     ///
     /// # Errors
-    /// [`BridgeError::UnknownDirectory`], [`BridgeError::Unavailable`],
-    /// [`BridgeError::Directory`] (the directory refused, or answered nonsense), and
-    /// those of [`add_bot`](Self::add_bot).
+    /// As [`listed_in_directory`](Self::listed_in_directory) and
+    /// [`add_bot`](Self::add_bot).
     pub async fn add_from_directory(
         &self,
         name: Option<&str>,
         uid: PeerId,
         bot_name: Option<&str>,
+    ) -> Result<ListedBot, BridgeError> {
+        let listed = self.listed_in_directory(name, uid).await?;
+        self.add_listed(&listed, bot_name).await?;
+        Ok(listed)
+    }
+
+    /// The provider `uid` as the directory `name` (its name or uid; `None`: the first)
+    /// lists it (`get_provider`, which is free), so a user can read it before
+    /// [`add_listed`](Self::add_listed): what `brmcp bridge bots add --from-directory`
+    /// shows.
+    ///
+    /// # Errors
+    /// [`BridgeError::UnknownDirectory`], [`BridgeError::Unavailable`],
+    /// [`BridgeError::Directory`] (the directory refused, or answered nonsense).
+    pub async fn listed_in_directory(
+        &self,
+        name: Option<&str>,
+        uid: PeerId,
     ) -> Result<ListedBot, BridgeError> {
         let link = self.directory(name)?;
         let conn = link.ensure().await?;
@@ -430,9 +448,21 @@ impl Bridge {
         }
         let provider = answer::provider(&result, &uid)
             .map_err(|e| BridgeError::Directory(format!("get_provider: {e}")))?;
-        let bot_name = bot_name.map_or_else(|| default_name(&uid), str::to_owned);
-        self.add_bot(&bot_name, uid).await?;
         Ok(ListedBot::from(&provider))
+    }
+
+    /// Adds the provider `listed` to the bots as `bot_name` (default `dir-` and its
+    /// uid's first 8 characters). Returns the settings as applied.
+    ///
+    /// # Errors
+    /// As [`add_bot`](Self::add_bot).
+    pub async fn add_listed(
+        &self,
+        listed: &ListedBot,
+        bot_name: Option<&str>,
+    ) -> Result<super::Settings, BridgeError> {
+        let bot_name = bot_name.map_or_else(|| default_name(&listed.uid), str::to_owned);
+        self.add_bot(&bot_name, listed.uid).await
     }
 }
 
