@@ -59,7 +59,7 @@ mod watch;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -332,6 +332,17 @@ impl Bridge {
     /// As [`apply_settings`](Self::apply_settings), writing the file only if `persist`
     /// or a token was minted.
     async fn apply(&self, settings: Settings, persist: bool) -> Result<Settings, BridgeError> {
+        self.apply_over(settings, persist, None).await
+    }
+
+    /// As [`apply`](Self::apply); with `base`, only while the live settings and the
+    /// file (if any) still hold `base`, the settings `settings` was made from.
+    async fn apply_over(
+        &self,
+        settings: Settings,
+        persist: bool,
+        base: Option<&Settings>,
+    ) -> Result<Settings, BridgeError> {
         let mut settings = settings.normalized()?;
         let mint = settings.enabled && settings.token.is_empty();
         if mint {
@@ -339,8 +350,12 @@ impl Bridge {
         }
         let old = {
             let mut current = lock(&self.inner.settings);
+            let path = self.inner.config.data_dir.join(SETTINGS_FILE);
+            if let Some(base) = base {
+                check_unchanged(&path, base, &current)?;
+            }
             if persist || mint {
-                settings.save(&self.inner.config.data_dir.join(SETTINGS_FILE))?;
+                settings.save(&path)?;
             }
             std::mem::replace(&mut *current, settings.clone())
         };
@@ -376,8 +391,9 @@ impl Bridge {
     /// # Errors
     /// As [`apply_settings`](Self::apply_settings), and a bad or taken name.
     pub async fn add_bot(&self, name: &str, uid: PeerId) -> Result<Settings, BridgeError> {
-        let settings = self.settings().with_bot(name, uid)?;
-        self.apply_settings(settings).await
+        let base = self.settings();
+        let settings = base.clone().with_bot(name, uid)?;
+        self.apply_over(settings, true, Some(&base)).await
     }
 
     /// Removes a bot by name or uid; its sessions close.
@@ -527,5 +543,26 @@ impl Inner {
                 )
             })
             .clone()
+    }
+}
+
+/// [`SettingsError::ChangedOnDisk`] unless the live settings `current` and the file
+/// `path` (when there is one) both hold `base`: a change made from `base` must not
+/// overwrite an edit the watcher has not applied yet, or refused.
+fn check_unchanged(path: &Path, base: &Settings, current: &Settings) -> Result<(), SettingsError> {
+    let changed = || SettingsError::ChangedOnDisk(path.to_owned());
+    if current != base {
+        return Err(changed());
+    }
+    match crate::file_watch::read(path) {
+        Ok(None) => Ok(()),
+        Ok(Some(text)) => match Settings::parse(path, &text) {
+            Ok(on_disk) if on_disk == *base => Ok(()),
+            _ => Err(changed()),
+        },
+        Err(source) => Err(SettingsError::Io {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }

@@ -234,6 +234,10 @@ pub enum SettingsError {
         "directory {0:?}: not a 64-hex uid with a unique name of 1 to 64 letters, digits, '.', '_' or '-'"
     )]
     Directory(String),
+    /// The file holds other settings than the ones in use (an edit not applied
+    /// yet, or refused), or they changed meanwhile: writing would lose that edit.
+    #[error("{}: changed on disk (not applied yet, or refused); retry", .0.display())]
+    ChangedOnDisk(PathBuf),
     /// Reading or writing the file failed.
     #[error("settings file {}: {source}", .path.display())]
     Io {

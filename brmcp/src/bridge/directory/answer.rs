@@ -36,6 +36,26 @@ pub enum AnswerError {
     /// `get_provider` answered about another provider.
     #[error("answered about another provider")]
     WrongProvider,
+    /// A tool name outside the MCP tool-name rule.
+    #[error("a tool name is not 1 to {MAX_TOOL_NAME_LEN} characters of A-Z a-z 0-9 _ . -")]
+    BadToolName,
+}
+
+/// Longest tool name taken: 128 characters, the MCP tool-name rule.
+pub(crate) const MAX_TOOL_NAME_LEN: usize = 128;
+
+/// Most tools of a provider named in the question asked before adding it: 20. The
+/// user reads the question; a longer catalog is summed up as "... and N more".
+pub(crate) const MAX_LISTED_TOOLS: usize = 20;
+
+/// Whether `name` follows the MCP tool-name rule: 1 to [`MAX_TOOL_NAME_LEN`]
+/// characters of `A-Z a-z 0-9 _ . -`. A name outside it could carry text (line
+/// breaks, prices) meant to pass for the bridge's words.
+fn is_tool_name(name: &str) -> bool {
+    (1..=MAX_TOOL_NAME_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// The text content of `result`, joined with newlines (as Go consumers read it).
@@ -54,7 +74,7 @@ pub(crate) fn text_of(result: &CallToolResult) -> String {
 pub(crate) const MAX_REFUSAL_BYTES: usize = 2048;
 
 /// `text` cut to `max` bytes on a character boundary, marked when cut.
-fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
@@ -188,10 +208,10 @@ pub(crate) fn search(result: &CallToolResult) -> Result<Search, AnswerError> {
         let uid = check_uid(&hit.provider_uid)?;
         text.push_str(&format!("\n- {:?} of bot {uid}: {}", hit.tool, hit.price()));
         if !hit.description.is_empty() {
-            text.push_str(&format!(" — {}", hit.description));
+            text.push_str(&format!(" — {:?}", hit.description));
         }
         if !hit.tags.is_empty() {
-            text.push_str(&format!(" [{}]", hit.tags.join(", ")));
+            text.push_str(&format!(" {:?}", hit.tags));
         }
     }
     if !answer.hits.is_empty() {
@@ -247,28 +267,40 @@ pub(crate) struct Provider {
 }
 
 impl Provider {
-    /// The tools as `name (price)`, comma-separated.
+    /// The first [`MAX_LISTED_TOOLS`] tools as `"name" (price)`, comma-separated,
+    /// then how many more there are.
     pub(crate) fn tool_list(&self) -> String {
         if self.tools.is_empty() {
             return "no tools".into();
         }
-        self.tools
+        let mut list = self
+            .tools
             .iter()
-            .map(|t| format!("{} ({})", t.name, t.price))
+            .take(MAX_LISTED_TOOLS)
+            .map(|t| format!("{:?} ({})", t.name, t.price))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", ");
+        if let Some(more) = self
+            .tools
+            .len()
+            .checked_sub(MAX_LISTED_TOOLS)
+            .filter(|n| *n > 0)
+        {
+            list.push_str(&format!(", ... and {more} more"));
+        }
+        list
     }
 
-    /// The provider, one line per tool.
+    /// The provider, one line per tool; the directory's words quoted.
     pub(crate) fn text(&self) -> String {
-        let mut text = format!("bot {}: {}", self.uid, self.description);
+        let mut text = format!("bot {}: {:?}", self.uid, self.description);
         if !self.tags.is_empty() {
-            text.push_str(&format!(" [{}]", self.tags.join(", ")));
+            text.push_str(&format!(" {:?}", self.tags));
         }
         for tool in &self.tools {
             text.push_str(&format!("\n- {:?}: {}", tool.name, tool.price));
             if !tool.description.is_empty() {
-                text.push_str(&format!(" — {}", tool.description));
+                text.push_str(&format!(" — {:?}", tool.description));
             }
         }
         text
@@ -285,6 +317,9 @@ pub(crate) fn provider(result: &CallToolResult, uid: &PeerId) -> Result<Provider
         serde_json::from_value(json.clone()).map_err(|_| AnswerError::Malformed)?;
     if check_uid(&answer.uid)? != *uid {
         return Err(AnswerError::WrongProvider);
+    }
+    if !answer.catalog.iter().all(|t| is_tool_name(&t.name)) {
+        return Err(AnswerError::BadToolName);
     }
     let tools = answer
         .catalog

@@ -22,6 +22,7 @@ mod answer;
 mod tools;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::ServerHandler;
 use rmcp::model::{
@@ -38,9 +39,9 @@ use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::proxy::ask::{self, Answer};
 use super::{Bridge, BridgeError, Inner};
-use answer::Provider;
 pub(crate) use answer::text_of;
 pub use answer::{AnswerError, MAX_ANSWER_BYTES};
+use answer::{MAX_REFUSAL_BYTES, Provider};
 use tools::{AddArgs, SearchArgs, UidArgs};
 pub use tools::{DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH};
 
@@ -152,7 +153,10 @@ impl DirectoryServer {
             Ok(_) => Ok(Err(refused(format!(
                 "{tool}: an answer this bridge does not take"
             )))),
-            Err(e) => Ok(Err(refused(format!("{tool}: {}", e.message)))),
+            Err(e) => Ok(Err(refused(format!(
+                "{tool}: {}",
+                answer::cut(&e.message, MAX_REFUSAL_BYTES)
+            )))),
         }
     }
 
@@ -259,7 +263,23 @@ impl DirectoryServer {
                 self.bridge.config.data_dir.display()
             ));
         };
-        match answer.await {
+        // Bounded as a payment approval is, and given up when the agent cancels its
+        // call: an answer after either adds nothing.
+        let wait = settings.approval_timeout_secs;
+        let answer = tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => {
+                return failed(format!("bot {uid} not added: the call was cancelled"));
+            }
+            answer = tokio::time::timeout(Duration::from_secs(wait), answer) => match answer {
+                Ok(answer) => answer,
+                Err(_) => return failed(format!("bot {uid} not added: no answer within {wait}s")),
+            },
+        };
+        if ctx.ct.is_cancelled() {
+            return failed(format!("bot {uid} not added: the call was cancelled"));
+        }
+        match answer {
             Ok(Answer::Accept) => {}
             Ok(Answer::Decline) => {
                 return failed(format!("bot {uid} not added: declined by the user"));
@@ -377,18 +397,36 @@ impl Bridge {
 
     /// Looks `uid` up in the directory `name` (`get_provider`, which is free) and adds
     /// it to the bots as `bot_name` (default `dir-` and its uid's first 8 characters):
-    /// what `brmcp bridge bots add --from-directory` does. A uid the directory does not
-    /// list is refused and nothing changes.
+    /// [`listed_in_directory`](Self::listed_in_directory) then
+    /// [`add_listed`](Self::add_listed). A uid the directory does not list is refused
+    /// and nothing changes.
     ///
     /// # Errors
-    /// [`BridgeError::UnknownDirectory`], [`BridgeError::Unavailable`],
-    /// [`BridgeError::Directory`] (the directory refused, or answered nonsense), and
-    /// those of [`add_bot`](Self::add_bot).
+    /// As [`listed_in_directory`](Self::listed_in_directory) and
+    /// [`add_bot`](Self::add_bot).
     pub async fn add_from_directory(
         &self,
         name: Option<&str>,
         uid: PeerId,
         bot_name: Option<&str>,
+    ) -> Result<ListedBot, BridgeError> {
+        let listed = self.listed_in_directory(name, uid).await?;
+        self.add_listed(&listed, bot_name).await?;
+        Ok(listed)
+    }
+
+    /// The provider `uid` as the directory `name` (its name or uid; `None`: the first)
+    /// lists it (`get_provider`, which is free), so a user can read it before
+    /// [`add_listed`](Self::add_listed): what `brmcp bridge bots add --from-directory`
+    /// shows.
+    ///
+    /// # Errors
+    /// [`BridgeError::UnknownDirectory`], [`BridgeError::Unavailable`],
+    /// [`BridgeError::Directory`] (the directory refused, or answered nonsense).
+    pub async fn listed_in_directory(
+        &self,
+        name: Option<&str>,
+        uid: PeerId,
     ) -> Result<ListedBot, BridgeError> {
         let link = self.directory(name)?;
         let conn = link.ensure().await?;
@@ -398,11 +436,10 @@ impl Bridge {
                 .cloned()
                 .unwrap_or_default(),
         );
-        let result = conn
-            .peer()
-            .call_tool(params)
-            .await
-            .map_err(|e| BridgeError::Directory(format!("get_provider: {e}")))?;
+        let result = conn.peer().call_tool(params).await.map_err(|e| {
+            let e = answer::cut(&e.to_string(), MAX_REFUSAL_BYTES);
+            BridgeError::Directory(format!("get_provider: {e}"))
+        })?;
         if result.is_error == Some(true) {
             return Err(BridgeError::Directory(format!(
                 "bot {uid}: {}",
@@ -411,9 +448,21 @@ impl Bridge {
         }
         let provider = answer::provider(&result, &uid)
             .map_err(|e| BridgeError::Directory(format!("get_provider: {e}")))?;
-        let bot_name = bot_name.map_or_else(|| default_name(&uid), str::to_owned);
-        self.add_bot(&bot_name, uid).await?;
         Ok(ListedBot::from(&provider))
+    }
+
+    /// Adds the provider `listed` to the bots as `bot_name` (default `dir-` and its
+    /// uid's first 8 characters). Returns the settings as applied.
+    ///
+    /// # Errors
+    /// As [`add_bot`](Self::add_bot).
+    pub async fn add_listed(
+        &self,
+        listed: &ListedBot,
+        bot_name: Option<&str>,
+    ) -> Result<super::Settings, BridgeError> {
+        let bot_name = bot_name.map_or_else(|| default_name(&listed.uid), str::to_owned);
+        self.add_bot(&bot_name, listed.uid).await
     }
 }
 

@@ -47,13 +47,17 @@ pub(super) async fn add_from_directory(
 ) -> Result<ExitCode, CliError> {
     let (bridge, host) =
         start_bridge(&args.datadir, &rpc_config(&args), args.listen, false).await?;
-    let added = bridge
-        .add_from_directory(directory.as_deref(), uid, name.as_deref())
-        .await;
+    // Shown before it is added, so the user sees what a failed add was about.
+    let added = match bridge.listed_in_directory(directory.as_deref(), uid).await {
+        Ok(listed) => {
+            print_listed(&listed);
+            bridge.add_listed(&listed, name.as_deref()).await.map(drop)
+        }
+        Err(e) => Err(e),
+    };
     bridge.close().await;
     host.close();
-    let listed = added?;
-    print_listed(&listed);
+    added?;
     let name = bridge
         .bots()
         .into_iter()
@@ -64,12 +68,41 @@ pub(super) async fn add_from_directory(
     Ok(ExitCode::SUCCESS)
 }
 
-/// A provider as its directory lists it: uid, description, tools with prices.
+/// A provider as its directory lists it: uid, description, tools with prices, the
+/// directory's words with control characters escaped.
 fn print_listed(listed: &ListedBot) {
-    println!("bot {}: {}", listed.uid, listed.description);
+    println!("bot {}: {}", listed.uid, printable(&listed.description));
     let mut table = Table::new(&["TOOL", "PRICE"]);
     for (tool, price) in &listed.tools {
-        table.row(vec![tool.clone(), price.clone()]);
+        table.row(vec![printable(tool), price.clone()]);
     }
     print!("{table}");
+}
+
+/// `text` with its control characters (line breaks, terminal escapes) escaped, so a
+/// directory's words cannot move the cursor, recolour the terminal or fake lines.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            printable("echo (free)\n\u{1b}[2Aadded \u{7}ok"),
+            "echo (free)\\n\\u{1b}[2Aadded \\u{7}ok"
+        );
+        assert_eq!(printable("plain text — ok"), "plain text — ok");
+    }
 }

@@ -251,11 +251,15 @@ async fn discovery(devnet: &Devnet, n: &Nodes, dir: &Path) -> Result<ExitCode, C
         "\n[6] agent -> tools/call fortune ({} atoms) on the added bot",
         super::super::serve::FORTUNE_ATOMS
     );
+    // A reused `--dir` keeps the spend log of earlier runs: only entries added from
+    // here on are this call's.
+    let logged_before = bridge.spend_log()?.0.len();
     let fortune = step("call fortune", bot.call_tool(call("fortune", json!({})))).await?;
     println!("  <- {}", answer("call fortune", &fortune)?);
     let _ = bot.cancel().await;
     let (spend, today) = bridge.spend_log()?;
-    for payment in &spend {
+    let paid_now = spend.get(logged_before..).unwrap_or_default();
+    for payment in paid_now {
         println!(
             "  (the bridge tipped {} atoms ({:?}) to {} and reissued the call)",
             payment.atoms,
@@ -277,7 +281,7 @@ async fn discovery(devnet: &Devnet, n: &Nodes, dir: &Path) -> Result<ExitCode, C
     harness.close();
     provider_host.close();
     running.close().await;
-    if spend.is_empty() {
+    if paid_now.is_empty() {
         return Err(CliError("the agent's call was not paid for".into()));
     }
     println!(

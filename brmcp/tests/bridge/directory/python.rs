@@ -51,7 +51,7 @@ async fn python_agent_searches_and_adds_through_elicitation() {
     );
     let asked = add["asked"][0].as_str().unwrap();
     assert!(
-        asked.contains(&provider) && asked.contains("paid_echo (500 atoms)"),
+        asked.contains(&provider) && asked.contains("\"paid_echo\" (500 atoms)"),
         "{asked}"
     );
     assert!(w.bridge.bots().is_empty());

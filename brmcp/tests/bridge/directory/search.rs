@@ -65,7 +65,7 @@ async fn search_shows_uids_and_prices() {
     assert_ne!(listed.is_error, Some(true), "{listed:?}");
     let shown = text(&listed);
     assert!(
-        shown.contains(&format!("bot {provider}: An echo service")),
+        shown.contains(&format!("bot {provider}: \"An echo service\"")),
         "{shown}"
     );
     assert!(
