@@ -389,7 +389,8 @@ impl Bridge {
     /// Adds (or renames) a named bot and allows it.
     ///
     /// # Errors
-    /// As [`apply_settings`](Self::apply_settings), and a bad or taken name.
+    /// As [`apply_settings`](Self::apply_settings), a bad or taken name, and a settings
+    /// file changed on disk since it was last applied (the edit is kept; retry).
     pub async fn add_bot(&self, name: &str, uid: PeerId) -> Result<Settings, BridgeError> {
         let base = self.settings();
         let settings = base.clone().with_bot(name, uid)?;
@@ -399,10 +400,12 @@ impl Bridge {
     /// Removes a bot by name or uid; its sessions close.
     ///
     /// # Errors
-    /// As [`apply_settings`](Self::apply_settings), and an unknown bot.
+    /// As [`apply_settings`](Self::apply_settings), an unknown bot, and a settings file
+    /// changed on disk since it was last applied.
     pub async fn remove_bot(&self, name_or_uid: &str) -> Result<Settings, BridgeError> {
-        let settings = self.settings().without_bot(name_or_uid)?;
-        self.apply_settings(settings).await
+        let base = self.settings();
+        let settings = base.clone().without_bot(name_or_uid)?;
+        self.apply_over(settings, true, Some(&base)).await
     }
 
     /// The allowed bots with their names.
