@@ -461,12 +461,16 @@ impl Driver {
                 } else {
                     entry.shared.last_active()
                 };
+                // A session whose writer still has bytes to send (a stalled host) is
+                // not parked either: it is looked at again a park delay later.
+                let writing = entry.shared.has_outbound();
+                let park_base = if writing { now } else { base };
                 if let Some(after) = park_after
                     && entry.inbound
                     && !matches!(entry.inbox, Inbox::Parked)
-                    && let Some(due) = base.checked_add(after)
+                    && let Some(due) = park_base.checked_add(after)
                 {
-                    if !busy && due <= now + PARK_SCAN_GAP {
+                    if !busy && !writing && due <= now + PARK_SCAN_GAP {
                         park.push(*key);
                     } else {
                         next = Some(next.map_or(due, |n| n.min(due)));

@@ -228,6 +228,11 @@ impl SessionShared {
         !self.unanswered().is_empty()
     }
 
+    /// Whether bytes are still queued for (or being sent by) the writer.
+    pub(crate) fn has_outbound(&self) -> bool {
+        self.queued.load(Ordering::Acquire) > 0
+    }
+
     /// Returns `len` bytes reserved for a message that was not queued after all.
     pub(crate) fn release_outbound(&self, len: usize) {
         self.queued.fetch_sub(len, Ordering::AcqRel);

@@ -45,7 +45,7 @@ use super::config::{ClientRpcConfig, Endpoint};
 use super::error::ClientRpcError;
 use super::lock;
 use super::proto::{ErrorObject, Incoming, Request, StreamRequest};
-use super::streams::Delivery;
+use super::streams::{NotQueued, StreamSink};
 use super::tls;
 use crate::clock::sleep_until_opt;
 
@@ -146,7 +146,7 @@ struct Pending {
 
 /// An open stream: where its items go, and who hears when it ends.
 struct OpenStream {
-    sink: mpsc::UnboundedSender<Delivery>,
+    sink: StreamSink,
     ended: oneshot::Sender<String>,
     _permit: OwnedSemaphorePermit,
 }
@@ -286,7 +286,7 @@ impl Conn {
         &self,
         method: &str,
         params: &StreamRequest,
-        sink: mpsc::UnboundedSender<Delivery>,
+        sink: StreamSink,
     ) -> Result<oneshot::Receiver<String>, CallError> {
         let permit = self.permit().await?;
         let id = self.next_id.fetch_add(1, Relaxed);
@@ -356,13 +356,28 @@ impl Conn {
         let id = incoming.id.filter(|id| !id.is_null());
         match (id, incoming.method) {
             (None, Some(method)) => {
-                let state = lock(&self.state);
-                match state.streams.get(&method) {
+                let mut state = lock(&self.state);
+                let offered = match state.streams.get(&method) {
                     Some(stream) => {
                         let params = incoming.params.unwrap_or(Value::Null);
-                        let _ = stream.sink.send((params, Instant::now()));
+                        stream.sink.offer((params, Instant::now()))
                     }
-                    None => tracing::debug!(conn = self.number, %method, "item of no stream"),
+                    None => {
+                        tracing::debug!(conn = self.number, %method, "item of no stream");
+                        Ok(())
+                    }
+                };
+                if offered == Err(NotQueued::Full) {
+                    // The handler is behind: the stream ends here (its later items are
+                    // of no stream) and its opener reopens it; brclient replays
+                    // everything not acknowledged.
+                    state.stream_ids.retain(|_, m| *m != method);
+                    let stream = state.streams.remove(&method);
+                    drop(state);
+                    tracing::warn!(conn = self.number, %method, "stream queue full; ending the stream");
+                    if let Some(stream) = stream {
+                        let _ = stream.ended.send("too many items queued".to_owned());
+                    }
                 }
             }
             (Some(id), _) => {

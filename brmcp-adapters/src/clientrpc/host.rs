@@ -20,7 +20,10 @@ use super::proto::{
     ReceivedTip, RmPrivateMessage, StreamRequest, TipProgressEvent, TipUserRequest,
     VersionResponse, method,
 };
-use super::streams::{AckWindow, Delivery, StreamEntry, StreamKind, StreamRuntime};
+use super::streams::{
+    AckWindow, Delivery, StreamEntry, StreamKind, StreamQueue, StreamRuntime, StreamSink,
+    stream_queue,
+};
 use crate::clock::sleep_until_opt;
 use crate::error::BoxError;
 use crate::host::PmSender;
@@ -231,7 +234,7 @@ impl ClientRpcHost {
         self.inner.tip_progress.store(!no_tip_progress, Relaxed);
         let mut runtimes = Vec::new();
         for (kind, handler) in consumers {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = stream_queue();
             let runtime = Arc::new(StreamRuntime {
                 kind,
                 window: Mutex::new(AckWindow::default()),

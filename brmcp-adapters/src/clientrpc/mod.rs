@@ -54,6 +54,6 @@ pub use host::{
     ClientRpcHost, HostStatus, KxHandler, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler,
     TipOutcome, TipResultHandler,
 };
-pub use streams::StreamKind;
+pub use streams::{MAX_QUEUED_PER_STREAM, StreamKind};
 
 use crate::lock;

@@ -29,6 +29,7 @@
 //! acknowledgement before it arrives, and lost if the process dies before it does.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -156,7 +157,73 @@ pub(crate) struct StreamRuntime {
 pub(crate) type Delivery = (Value, Instant);
 
 /// A stream's runtime and the sending side of its queue.
-pub(crate) type StreamEntry = (Arc<StreamRuntime>, mpsc::UnboundedSender<Delivery>);
+pub(crate) type StreamEntry = (Arc<StreamRuntime>, StreamSink);
+
+/// Items of one stream held by the host at most, received and not yet recorded: 1024.
+/// A slow handler must not let a brclient replaying items, or reopening a stream, grow
+/// the queue without end. Past it the connection ends that stream (its opener reopens
+/// it after a backoff): brclient keeps and replays every item not acknowledged, so
+/// nothing is lost, and no item is dropped by its id (ids repeat after a reset).
+pub const MAX_QUEUED_PER_STREAM: usize = 1024;
+
+/// The sending side of a stream's queue, bounded by [`MAX_QUEUED_PER_STREAM`] across
+/// every connection: an item counts from its delivery until the consumer is done with
+/// it ([`StreamQueue::done`]).
+#[derive(Clone)]
+pub(crate) struct StreamSink {
+    tx: mpsc::UnboundedSender<Delivery>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// Why a stream item was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotQueued {
+    /// [`MAX_QUEUED_PER_STREAM`] items wait already.
+    Full,
+    /// The consumer is gone.
+    Gone,
+}
+
+impl StreamSink {
+    /// Queues `delivery` unless the queue is full or its consumer gone.
+    pub(crate) fn offer(&self, delivery: Delivery) -> Result<(), NotQueued> {
+        let before = self.queued.fetch_add(1, Ordering::AcqRel);
+        if before >= MAX_QUEUED_PER_STREAM {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(NotQueued::Full);
+        }
+        self.tx.send(delivery).map_err(|_| {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            NotQueued::Gone
+        })
+    }
+}
+
+/// The receiving side of a stream's queue.
+pub(crate) struct StreamQueue {
+    pub(crate) rx: mpsc::UnboundedReceiver<Delivery>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl StreamQueue {
+    /// The consumer is done with one item (recorded, or dropped as undecodable).
+    pub(crate) fn done(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A stream's queue, bounded by [`MAX_QUEUED_PER_STREAM`].
+pub(crate) fn stream_queue() -> (StreamSink, StreamQueue) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    (
+        StreamSink {
+            tx,
+            queued: queued.clone(),
+        },
+        StreamQueue { rx, queued },
+    )
+}
 
 #[cfg(test)]
 mod tests {

@@ -261,13 +261,19 @@ impl Driver {
 
     /// Parks the idle server session `key`: its inbox sender goes, so its service and
     /// handler end; the entry keeps its place, caps and timers, and its resume record.
-    /// A session that cannot be resumed (no recorded handshake) is left running.
+    /// A session that cannot be resumed (no recorded handshake) is left running, and so
+    /// is one whose writer still has bytes to send (a stalled host): a revived session
+    /// would get a second writer on the same key, interleaving with the first.
     pub(super) fn park(&mut self, key: (PeerId, SessionId)) {
         let id = self.next_id.fetch_add(1, Relaxed);
         let Some(entry) = self.sessions.get_mut(&key) else {
             return;
         };
-        if !entry.inbound || entry.shared.is_busy() || entry.shared.resume_record().is_none() {
+        if !entry.inbound
+            || entry.shared.is_busy()
+            || entry.shared.has_outbound()
+            || entry.shared.resume_record().is_none()
+        {
             return;
         }
         let parked = Arc::new(entry.shared.parked(id));

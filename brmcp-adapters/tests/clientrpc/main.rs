@@ -6,6 +6,7 @@ mod config;
 mod faults;
 mod kx;
 mod liveness;
+mod queue_bound;
 mod requests;
 mod streams;
 mod tips;

@@ -176,3 +176,68 @@ async fn a_parked_session_takes_junk_id_reuse_and_re_initialize() {
         "{stats:?}"
     );
 }
+
+/// Server host: while the gate is shut, every PM waits for it.
+struct Stalling {
+    fabric: brmcp_adapters::mem::Fabric,
+    from: brmcp_adapters::PeerId,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+impl brmcp_adapters::PmSender for Stalling {
+    type Error = brmcp_adapters::mem::MemError;
+    async fn send_pm(
+        &self,
+        to: &brmcp_adapters::PeerId,
+        body: String,
+    ) -> Result<(), brmcp_adapters::mem::MemError> {
+        let mut open = self.open.clone();
+        let _ = open.wait_for(|o| *o).await;
+        self.fabric.send(self.from, to, body)
+    }
+}
+
+/// A host stalled past the park delay, with an answer still queued: the session is not
+/// parked, so a revived one never writes alongside the stuck writer; once the host is
+/// back the answer arrives, and the session parks only after.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_host_keeps_the_session_unparked() {
+    use brmcp_adapters::mem::{Fabric, uid};
+    use brmcp_adapters::{Router, RouterConfig};
+
+    let fabric = Fabric::new(23);
+    let (gate, open) = tokio::sync::watch::channel(true);
+    let mut config = RouterConfig::server();
+    config.server_park_after = Some(PARK_AFTER);
+    let server = Router::new(
+        Stalling {
+            fabric: fabric.clone(),
+            from: uid(1),
+            open,
+        },
+        config.with_clock(fabric.clock()),
+    );
+    fabric.attach(uid(1), &server);
+    let probe = serve(&server);
+    let mut client_config = RouterConfig::client();
+    client_config.request_timeout = Some(PARK_AFTER * 10);
+    let client_router = fabric.router(uid(2), client_config);
+    let client = connect(&client_router, uid(1), Lifecycle::Legacy).await;
+
+    gate.send_replace(false);
+    let peer = client.peer().clone();
+    let call =
+        tokio::spawn(async move { peer.call_tool(call("echo", json!({"text": "x"}))).await });
+    for _ in 0..6 {
+        tokio::time::sleep(PARK_AFTER / 2).await;
+        assert_eq!(handlers(&probe), 1, "parked with an answer still queued");
+    }
+    gate.send_replace(true);
+    let answer = call.await.unwrap().expect("the stalled answer arrived");
+    assert_eq!(text(&answer), "x");
+    tokio::time::sleep(PARK_AFTER * 3).await;
+    assert_eq!(handlers(&probe), 0, "written out, then parked");
+    let stats = server.stats();
+    assert_eq!(stats.sessions_resumed, 0, "{stats:?}");
+    client.cancel().await.expect("cancel");
+}

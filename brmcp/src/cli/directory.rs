@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use brmcp_adapters::PeerId;
 use brmcp_adapters::clientrpc::proto::KxCompleted;
 use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
+use brmcp_adapters::{BoxError, PeerId};
 use clap::Args;
 
 use super::CliError;
@@ -84,10 +84,7 @@ pub(super) fn with_kx(streams: Streams, directory: &Directory) -> Streams {
     let directory = directory.clone();
     streams.kx(move |kx: KxCompleted| {
         let directory = directory.clone();
-        async move {
-            directory.notify_kx(kx.uid).await;
-            Ok(())
-        }
+        async move { directory.notify_kx(kx.uid).await.map_err(BoxError::from) }
     })
 }
 
@@ -326,7 +323,7 @@ mod tests {
         // second invite: the registration and the fee stand as they are.
         let before = dir_a.directory.entry(&provider).unwrap().reg.unwrap();
         let stats = dir_a.directory.stats().unwrap();
-        dir_a.directory.notify_kx(provider).await;
+        dir_a.directory.notify_kx(provider).await.unwrap();
         // A quiet window for a registration the provider would send in the background.
         tokio::time::sleep(Duration::from_millis(500)).await;
         dir_a.directory.settle().await;

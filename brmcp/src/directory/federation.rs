@@ -77,7 +77,36 @@ pub struct Lead {
     /// When last changed.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// The call key of this pursuit's invite, stored before it is sent: an invite sent
+    /// again (a key exchange redelivered after a crash) replays the first one's outcome
+    /// at the provider instead of inviting twice.
+    #[serde(
+        rename = "inviteKey",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub invite_key: String,
+    /// Undelivered invites after this pursuit's key exchange (see
+    /// [`MAX_KX_INVITE_TRIES`]).
+    #[serde(rename = "kxInviteTries", default, skip_serializing_if = "is_zero_u32")]
+    pub kx_invite_tries: u32,
 }
+
+/// Undelivered invites tried after one completed key exchange before the exchange is
+/// acknowledged without one: 8. Every completed exchange arrives on one stream, in
+/// order, and one is acknowledged only once handled; a provider that stays unreachable
+/// (or keeps failing the call) must not hold every later exchange back for ever. The
+/// lead stays `pursuing`, the failure in its note, for the operator to pursue again.
+pub const MAX_KX_INVITE_TRIES: u32 = 8;
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Why an invite was not delivered: the provider never answered it (the call failed
+/// or timed out), as opposed to answering it with a refusal or a decline.
+#[derive(Debug)]
+struct Undelivered(String);
 
 /// A curated peer directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,6 +299,8 @@ impl Core {
                 note: String::new(),
                 created_at: now,
                 updated_at: now,
+                invite_key: String::new(),
+                kx_invite_tries: 0,
             };
             self.store.put_json(Table::Leads, uid, Some(&lead))?;
             new += 1;
@@ -300,9 +331,14 @@ impl Core {
         self.set_lead(uid, LeadState::Converted, "").map(drop)
     }
 
-    /// Sends `listing_invite` to `uid`: `Ok(note)` when it was delivered (a decline's
-    /// note is `declined: …`).
-    async fn invite(&self, uid: PeerId) -> Result<String, String> {
+    /// Sends `listing_invite` to `uid` under `call_key`: `Ok(Ok(note))` when it was
+    /// delivered (a decline's note is `declined: …`), `Ok(Err(why))` when the provider
+    /// refused it, `Err` when it was not delivered.
+    async fn invite(
+        &self,
+        uid: PeerId,
+        call_key: &str,
+    ) -> Result<Result<String, String>, Undelivered> {
         let args = serde_json::json!({
             "directory": self.policy.name,
             "listingFeeAtoms": self.policy.listing_fee_atoms,
@@ -310,23 +346,43 @@ impl Core {
         let serde_json::Value::Object(args) = args else {
             unreachable!("an object")
         };
-        let key = money::new_key().map_err(|e| e.to_string())?;
         let answer = self
-            .paid_call(uid, "listing_invite", Some(&args), &key, 0, None)
-            .await?;
+            .paid_call(uid, "listing_invite", Some(&args), call_key, 0, None)
+            .await
+            .map_err(Undelivered)?;
         if answer.result.is_error == Some(true) {
-            return Err(format!(
+            return Ok(Err(format!(
                 "invite refused: {}",
                 client::result_text(&answer.result)
-            ));
+            )));
         }
-        let out: InviteOut = serde_json::from_str(&client::result_text_whole(&answer.result))
-            .map_err(|e| format!("invite reply malformed: {e}"))?;
-        Ok(if out.accepted {
+        let out: InviteOut = match serde_json::from_str(&client::result_text_whole(&answer.result))
+        {
+            Ok(out) => out,
+            Err(e) => return Ok(Err(format!("invite reply malformed: {e}"))),
+        };
+        Ok(Ok(if out.accepted {
             String::new()
         } else {
             format!("declined: {}", out.note)
-        })
+        }))
+    }
+
+    /// Starts a pursuit of `uid`'s lead: a fresh invite call key, stored before any
+    /// invite goes out. `None` when there is no lead (or it converted).
+    fn start_pursuit(&self, uid: &str) -> Result<Option<String>, DirError> {
+        let key = money::new_key().map_err(|e| DirError::Ledger(e.to_string()))?;
+        let lead = self
+            .store
+            .update_json(Table::Leads, uid, |lead: &mut Lead| {
+                if lead.state != LeadState::Converted {
+                    lead.invite_key.clone_from(&key);
+                    lead.kx_invite_tries = 0;
+                }
+            })?;
+        Ok(lead
+            .filter(|l| l.state != LeadState::Converted)
+            .map(|_| key))
     }
 
     /// `pursue_lead`.
@@ -340,13 +396,16 @@ impl Core {
         let Ok(provider) = uid.parse::<PeerId>() else {
             return refuse("no lead for that uid");
         };
-        let invite_err = match self.invite(provider).await {
-            Ok(note) => {
+        let Some(call_key) = self.start_pursuit(uid)? else {
+            return Ok(lead);
+        };
+        let invite_err = match self.invite(provider, &call_key).await {
+            Ok(Ok(note)) => {
                 return Ok(self
                     .set_lead(uid, LeadState::Invited, &note)?
                     .unwrap_or(lead));
             }
-            Err(e) => e,
+            Ok(Err(e)) | Err(Undelivered(e)) => e,
         };
         let Some(introducer) = &self.introducer else {
             return refuse(format!(
@@ -358,38 +417,64 @@ impl Core {
                 "invite failed ({invite_err}); introduction failed: bad peer uid"
             ));
         };
-        if let Err(e) = introducer.introduce(mediator, provider).await {
-            return refuse(format!(
-                "invite failed ({invite_err}); introduction failed: {e}"
-            ));
+        // Pursuing before the introduction is asked for: the exchange may complete
+        // before `introduce` returns, and must find the lead waiting for it. The
+        // invite after it is a new one, under a key of its own.
+        if self.start_pursuit(uid)?.is_none() {
+            return Ok(lead);
         }
-        Ok(self
+        let pursuing = self
             .set_lead(uid, LeadState::Pursuing, AWAITING_KX)?
-            .unwrap_or(lead))
+            .unwrap_or(lead.clone());
+        if let Err(e) = introducer.introduce(mediator, provider).await {
+            let why = format!("invite failed ({invite_err}); introduction failed: {e}");
+            self.set_lead(uid, lead.state, &why)?;
+            return refuse(why);
+        }
+        Ok(pursuing)
     }
 
-    /// A key exchange with `uid` completed: one invite if its lead is `pursuing`.
-    pub(crate) async fn notify_kx(&self, uid: PeerId) {
+    /// A key exchange with `uid` completed: one invite if its lead is `pursuing`, under
+    /// the pursuit's stored call key (a redelivered exchange replays it).
+    ///
+    /// # Errors
+    /// A store error, or an invite not delivered (at most [`MAX_KX_INVITE_TRIES`]
+    /// times): the exchange is to be offered again, not acknowledged.
+    pub(crate) async fn notify_kx(&self, uid: PeerId) -> Result<(), DirError> {
         let key = uid.to_string();
-        let pursuing = self
-            .store
-            .get_json::<Lead>(Table::Leads, &key)
-            .ok()
-            .flatten()
-            .is_some_and(|l| l.state == LeadState::Pursuing);
-        if !pursuing {
-            return;
-        }
-        let done = match self.invite(uid).await {
-            Ok(note) => self.set_lead(&key, LeadState::Invited, &note),
-            Err(e) => self.set_lead(
-                &key,
-                LeadState::Pursuing,
-                &format!("invite after KX failed: {e}"),
-            ),
+        let Some(lead) = self.store.get_json::<Lead>(Table::Leads, &key)? else {
+            return Ok(());
         };
-        if let Err(e) = done {
-            tracing::warn!(provider = %uid, error = %e, "lead not updated");
+        if lead.state != LeadState::Pursuing {
+            return Ok(());
         }
+        let call_key = if lead.invite_key.is_empty() {
+            match self.start_pursuit(&key)? {
+                Some(call_key) => call_key,
+                None => return Ok(()),
+            }
+        } else {
+            lead.invite_key
+        };
+        let (state, note) = match self.invite(uid, &call_key).await {
+            Ok(Ok(note)) => (LeadState::Invited, note),
+            Ok(Err(e)) => (LeadState::Pursuing, format!("invite after KX failed: {e}")),
+            Err(Undelivered(e)) => {
+                let note = format!("invite after KX failed: {e}");
+                let tries = self
+                    .store
+                    .update_json(Table::Leads, &key, |lead: &mut Lead| {
+                        lead.kx_invite_tries = lead.kx_invite_tries.saturating_add(1);
+                        note.clone_into(&mut lead.note);
+                    })?
+                    .map_or(0, |l| l.kx_invite_tries);
+                if tries < MAX_KX_INVITE_TRIES {
+                    return Err(DirError::Refused(note));
+                }
+                tracing::warn!(provider = %uid, tries, error = %e, "invite after KX undelivered; giving up");
+                (LeadState::Pursuing, note)
+            }
+        };
+        self.set_lead(&key, state, &note).map(drop)
     }
 }

@@ -54,7 +54,7 @@ pub use config::{
 };
 pub use federation::{
     AWAITING_KX, AddPeerIn, IntroduceFuture, Introducer, InviteIn, InviteOut, Lead, LeadState,
-    PEER_SNAPSHOT_BUDGET_FACTOR, Peer,
+    MAX_KX_INVITE_TRIES, PEER_SNAPSHOT_BUDGET_FACTOR, Peer,
 };
 pub use money::{ESCROW_TOOL, FEE_TOOL};
 pub use registrant::{

@@ -252,8 +252,12 @@ impl Directory {
 
     /// Tells the directory a key exchange with `uid` completed: a lead waiting for it
     /// gets one invite.
-    pub async fn notify_kx(&self, uid: PeerId) {
-        self.core.notify_kx(uid).await;
+    ///
+    /// # Errors
+    /// [`DirError`] when the exchange must be offered again (a store error, or an
+    /// invite not delivered): do not acknowledge it.
+    pub async fn notify_kx(&self, uid: PeerId) -> Result<(), DirError> {
+        self.core.notify_kx(uid).await
     }
 
     /// Sets the directory's own uid (known once the host is connected); a second call

@@ -149,7 +149,7 @@ async fn keep_stream(
     inner: Arc<Inner>,
     conn: Arc<Conn>,
     runtime: Arc<StreamRuntime>,
-    tx: mpsc::UnboundedSender<Delivery>,
+    tx: StreamSink,
 ) {
     let kind = runtime.kind;
     let config = &inner.config;
@@ -235,7 +235,7 @@ impl Item {
 pub(super) async fn consume(
     inner: Arc<Inner>,
     runtime: Arc<StreamRuntime>,
-    mut rx: mpsc::UnboundedReceiver<Delivery>,
+    mut rx: StreamQueue,
     handler: Handler,
 ) {
     let kind = runtime.kind;
@@ -246,21 +246,24 @@ pub(super) async fn consume(
     // After a failed acknowledgement: not before then.
     let mut ack_after: Option<Instant> = None;
     let mut ack_delay = inner.config.backoff_initial;
-    let take = |queue: &mut VecDeque<(Item, Instant)>, (params, at): Delivery| {
+    let take = |queue: &mut VecDeque<(Item, Instant)>, rx: &StreamQueue, (params, at): Delivery| {
         match Item::decode(kind, params) {
             Ok(item) => {
                 lock(&runtime.window).received(item.sequence_id());
                 queue.push_back((item, at));
             }
             // Not recorded, so never waited for: a later acknowledgement clears it.
-            Err(e) => tracing::warn!(stream = kind.name(), error = %e, "undecodable stream item"),
+            Err(e) => {
+                rx.done();
+                tracing::warn!(stream = kind.name(), error = %e, "undecodable stream item");
+            }
         }
     };
     loop {
         // Everything delivered so far is known to the window before it acknowledges.
         loop {
-            match rx.try_recv() {
-                Ok(delivery) => take(&mut queue, delivery),
+            match rx.rx.try_recv() {
+                Ok(delivery) => take(&mut queue, &rx, delivery),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => {
                     open = false;
@@ -299,6 +302,7 @@ pub(super) async fn consume(
             if !record(&inner, &handler, item, kind, &mut shutdown).await {
                 return;
             }
+            rx.done();
             lock(&runtime.window).recorded(id, at);
             continue;
         }
@@ -310,8 +314,8 @@ pub(super) async fn consume(
             (a, b) => a.or(b),
         };
         tokio::select! {
-            delivery = rx.recv() => match delivery {
-                Some(delivery) => take(&mut queue, delivery),
+            delivery = rx.rx.recv() => match delivery {
+                Some(delivery) => take(&mut queue, &rx, delivery),
                 None => open = false,
             },
             () = sleep_until_opt(wake) => {}

@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use brmcp::directory::{
-    AutoFund, IntroduceFuture, Introducer, Registrant, RegistrantConfig, StatusOut, TestSpec,
+    AutoFund, IntroduceFuture, Introducer, InviteIn, MAX_KX_INVITE_TRIES, Registrant,
+    RegistrantConfig, StatusOut, TestSpec,
 };
-use brmcp::server::NoArgs;
+use brmcp::server::{CallContext, NoArgs};
 
 use super::*;
 
@@ -385,7 +386,7 @@ async fn without_listing_invite_the_peer_introduces_then_kx_invites_once() {
         &mut f._dirs,
     );
     runs.store(f.runs.load(Ordering::SeqCst), Ordering::SeqCst);
-    f.a.notify_kx(uid(PROVIDER)).await;
+    f.a.notify_kx(uid(PROVIDER)).await.unwrap();
     wait_for(&f.a, Some(State::PendingReview)).await;
     let leads = ok(&admin, "leads", json!({})).await;
     assert_eq!(leads["leads"][0]["state"], "converted");
@@ -521,5 +522,152 @@ async fn fund_history_sums_a_window_and_survives_a_reopen() {
     assert_eq!(
         Registrant::new(bad).unwrap_err(),
         "registrant: description is required"
+    );
+}
+
+/// A lead of A, `pursuing` after its introduction, and the old provider gone; the admin
+/// session to A.
+async fn pursuing_lead(f: &Fed) -> (Router, Session) {
+    list_on_b(f).await;
+    let (r, admin) = session_to(&f.fabric, ADMIN, DIR).await;
+    let b = uid(DIR_B).to_string();
+    ok(
+        &admin,
+        "add_peer",
+        json!({"uid": b, "pubKey": f.b.public_key()}),
+    )
+    .await;
+    ok(&admin, "verify_peer", json!({"uid": b})).await;
+    let lead = ok(&admin, "pursue_lead", json!({"uid": provider_uid()})).await;
+    assert_eq!(lead["state"], "pursuing");
+    f.provider.close();
+    (r, admin)
+}
+
+/// The provider again, its `listing_invite` replaced: `invite` serves it, and every
+/// call's key is noted in the returned list.
+fn invitee(
+    f: &mut Fed,
+    invite: impl Fn(Arc<Mutex<Vec<String>>>) -> ToolSpec,
+) -> (Harness, Router, Arc<Mutex<Vec<String>>>) {
+    let data = tempfile::tempdir().unwrap();
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let harness = Harness::builder()
+        .data_dir(data.path())
+        .clock(f.clock.clone())
+        .allow(|_| true)
+        .calls_per_minute(10_000)
+        .tool(invite(keys.clone()))
+        .build()
+        .unwrap();
+    let router = harness.start(f.fabric.sender(uid(PROVIDER))).unwrap();
+    f.fabric.attach(uid(PROVIDER), &router);
+    f._dirs.push(data);
+    (harness, router, keys)
+}
+
+/// The key of a call, noted in `keys`.
+fn note_key(keys: &Mutex<Vec<String>>, call: &CallContext) {
+    let key = call
+        .call_key()
+        .map(|k| k.as_str().to_owned())
+        .unwrap_or_default();
+    keys.lock().unwrap().push(key);
+}
+
+async fn lead_of(admin: &Session) -> Value {
+    ok(admin, "leads", json!({})).await["leads"][0].clone()
+}
+
+/// A crash after the invite reached the provider and before the lead was recorded: the
+/// completion, offered again at restart, sends the invite under the same call key, so
+/// the provider sees one invite, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_redelivered_after_a_crash_reuses_the_invite_key() {
+    let mut f = fed(false).await;
+    let (_r, admin) = pursuing_lead(&f).await;
+    let (_provider, _router, keys) = invitee(&mut f, |keys| {
+        ToolSpec::free(
+            "listing_invite",
+            "Accepts, slowly",
+            move |call: CallContext, _: InviteIn| {
+                note_key(&keys, &call);
+                async {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    Ok(json!({"accepted": true}))
+                }
+            },
+        )
+    });
+
+    // The invite is delivered; the directory dies before it hears the answer.
+    let a = f.a.clone();
+    let first = tokio::spawn(async move { a.notify_kx(uid(PROVIDER)).await });
+    for _ in 0..500 {
+        if !keys.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    assert_eq!(lead_of(&admin).await["state"], "pursuing");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    f.a.notify_kx(uid(PROVIDER))
+        .await
+        .expect("the replayed invite");
+    assert_eq!(lead_of(&admin).await["state"], "invited");
+    let keys = keys.lock().unwrap().clone();
+    assert!(!keys.is_empty() && !keys[0].is_empty(), "{keys:?}");
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "two invites under different keys: {keys:?}"
+    );
+}
+
+/// A provider whose invite cannot be delivered (it quotes a price for it, beyond the
+/// invite's budget of nothing): the completion is not acknowledged (`notify_kx` fails,
+/// so the host offers it again), nothing is paid, and after [`MAX_KX_INVITE_TRIES`] it
+/// is acknowledged anyway, the lead still `pursuing` with the failure noted, so one
+/// bad provider does not hold every later exchange back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undelivered_invite_holds_the_completion_then_gives_up() {
+    let mut f = fed(false).await;
+    let (_r, admin) = pursuing_lead(&f).await;
+    let (provider, _router, keys) = invitee(&mut f, |keys| {
+        ToolSpec::fixed(
+            "listing_invite",
+            "Quotes a price",
+            5,
+            move |call: CallContext, _: InviteIn| {
+                note_key(&keys, &call);
+                async { Ok(json!({"accepted": true})) }
+            },
+        )
+    });
+    for _ in 1..MAX_KX_INVITE_TRIES {
+        let held = f.a.notify_kx(uid(PROVIDER)).await;
+        assert!(held.is_err(), "an undelivered invite was acknowledged");
+        let lead = lead_of(&admin).await;
+        assert_eq!(lead["state"], "pursuing", "{lead}");
+    }
+    f.a.notify_kx(uid(PROVIDER))
+        .await
+        .expect("given up after the last try");
+    let lead = lead_of(&admin).await;
+    assert_eq!(lead["state"], "pursuing", "{lead}");
+    assert!(
+        lead["note"]
+            .as_str()
+            .unwrap()
+            .contains("invite after KX failed"),
+        "{lead}"
+    );
+    assert!(keys.lock().unwrap().is_empty(), "the paid invite ran");
+    assert_eq!(
+        provider.balance_matoms(uid(DIR)).await.unwrap(),
+        0,
+        "the directory paid for an invite"
     );
 }
