@@ -538,13 +538,12 @@ impl From<rusqlite::Error> for Open {
 }
 
 fn connect(path: &Path) -> Result<Connection, Open> {
-    crate::secure_fs::prepare_sqlite(path)?;
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(BUSY_WAIT)?;
-    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
-    let fresh = app_id == 0 && version == 0 && objects == 0;
+    let (conn, identity) = crate::secure_fs::open_sqlite(path, BUSY_WAIT)?;
+    let (app_id, version, fresh) = (
+        identity.application_id,
+        identity.user_version,
+        identity.fresh,
+    );
     if !fresh && (app_id != APPLICATION_ID || version != SCHEMA_VERSION) {
         return Err(Open::Foreign(format!(
             "application id {app_id:#010x}, schema {version}"

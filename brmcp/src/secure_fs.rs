@@ -215,6 +215,42 @@ pub fn prepare_sqlite(path: &Path) -> Result<(), rusqlite::Error> {
     checked.map_err(|e| sqlite_error(path, &e))
 }
 
+/// What an SQLite file of ours says it is, read before anything is written to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqliteIdentity {
+    /// `PRAGMA application_id`: which program's file it is (0: none said).
+    pub application_id: i32,
+    /// `PRAGMA user_version`: the schema version that program wrote.
+    pub user_version: i32,
+    /// No id, no version and no schema objects: a new, empty file to create.
+    pub fresh: bool,
+}
+
+/// Opens the database at `path`, prepared as [`prepare_sqlite`] does, waiting up to
+/// `busy` for another connection's lock, and reads its [`SqliteIdentity`]. That is the
+/// first read of the file: one that is not a database fails here, unchanged.
+///
+/// # Errors
+/// As [`prepare_sqlite`], and SQLite's errors opening and reading the file.
+pub fn open_sqlite(
+    path: &Path,
+    busy: std::time::Duration,
+) -> Result<(rusqlite::Connection, SqliteIdentity), rusqlite::Error> {
+    prepare_sqlite(path)?;
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(busy)?;
+    let application_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let user_version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    let fresh = application_id == 0 && user_version == 0 && objects == 0;
+    let identity = SqliteIdentity {
+        application_id,
+        user_version,
+        fresh,
+    };
+    Ok((conn, identity))
+}
+
 /// After SQLite opened the database at `path` (and set its journal mode): the
 /// sidecars it made are checked and tightened too.
 ///

@@ -175,15 +175,13 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
     if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
         return Err(ConnectError::NotAFile);
     }
-    crate::secure_fs::prepare_sqlite(path)?;
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(BUSY_WAIT)?;
-
     // First read of the file: garbage fails here with "file is not a database".
-    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
-    let fresh = app_id == 0 && version == 0 && objects == 0;
+    let (conn, identity) = crate::secure_fs::open_sqlite(path, BUSY_WAIT)?;
+    let (app_id, version, fresh) = (
+        identity.application_id,
+        identity.user_version,
+        identity.fresh,
+    );
     if fresh && !create {
         return Err(ConnectError::Missing);
     }
