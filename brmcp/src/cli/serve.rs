@@ -290,18 +290,15 @@ fn with_tools(
 
 #[cfg(test)]
 mod tests {
-    use std::net::{Ipv4Addr, SocketAddr};
+
     use std::time::Duration;
 
-    use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
     use brmcp_adapters::PeerId;
 
     use super::*;
-    use crate::bridge::{Mode, Settings};
+
     use crate::cli::directory::HostPayer;
     use crate::cli::testing::until;
     use crate::devnet::{Devnet, NodeInfo};
@@ -480,11 +477,7 @@ mod tests {
             .unwrap();
         let [alice, bob] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
         let bob_id = PeerId::from_bytes(bob.uid);
-        let config = ServeConfig::parse(
-            &format!("{{\"allowed_uids\": [\"{}\"]}}", bob.uid_hex()),
-            &alice.dir.join("brmcp.json"),
-        )
-        .unwrap();
+        let config = crate::cli::testing::allowing(&alice, &bob);
         let host_a = host_from(&alice.config_path).unwrap();
         let (harness, _upstreams) = start_serving(&alice.dir, &config, &host_a).await.unwrap();
         // Credit for one fortune, so the call is charged without a tip.
@@ -493,34 +486,9 @@ mod tests {
             .manual_credit(&bob_id, FORTUNE_ATOMS * MATOMS_PER_ATOM, "test", now())
             .unwrap();
 
-        let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
-        let (bridge, host_b) = crate::cli::bridge::start_bridge(
-            &dir.path().join("bridge"),
-            &bob.config_path,
-            listen,
-            false,
-        )
-        .await
-        .unwrap();
-        let settings = Settings {
-            enabled: true,
-            mode: Mode::Autopay,
-            per_call_cap_atoms: 20_000,
-            per_day_cap_atoms: 100_000,
-            allowed_bots: vec![alice.uid_hex()],
-            ..Settings::default()
-        };
-        let settings = bridge.apply_settings(settings).await.unwrap();
-        bridge.start().await.unwrap();
-        let url = format!(
-            "http://{}/mcp/{}",
-            bridge.listen_addr().unwrap(),
-            alice.uid_hex()
-        );
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(url).auth_header(settings.token),
-        );
-        let agent = ().serve(transport).await.unwrap();
+        let (bridge, host_b, agent) =
+            crate::cli::testing::autopay_bridge(&dir.path().join("bridge"), &bob, &alice, None)
+                .await;
         // A first call establishes the session with the bot.
         let echo = agent
             .call_tool(

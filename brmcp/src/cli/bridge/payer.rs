@@ -216,19 +216,16 @@ mod tests {
     use std::net::Ipv4Addr;
     use std::time::Duration;
 
-    use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
     use rmcp::service::{RoleClient, RunningService};
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
     use super::*;
     use crate::bridge::SpendEntry;
     use crate::devnet::{Devnet, NodeInfo};
-    use crate::server::{Harness, ServeConfig};
+    use crate::server::Harness;
     use std::net::SocketAddr;
 
-    use crate::bridge::{Mode, Settings, SpendStatus};
+    use crate::bridge::SpendStatus;
     use crate::cli::bridge::start_bridge;
 
     fn terminal(id: u64, bot: PeerId, matoms: i64, completed: bool) -> TipProgressEvent {
@@ -295,40 +292,14 @@ mod tests {
             .await
             .unwrap();
         let [alice, bob] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
-        let config = ServeConfig::parse(
-            &format!("{{\"allowed_uids\": [\"{}\"]}}", bob.uid_hex()),
-            &alice.dir.join("brmcp.json"),
-        )
-        .unwrap();
+        let config = crate::cli::testing::allowing(&alice, &bob);
         let host_a = crate::cli::serve::host_from(&alice.config_path).unwrap();
         let (harness, _upstreams) = crate::cli::serve::start_serving(&alice.dir, &config, &host_a)
             .await
             .unwrap();
-        let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
-        let (bridge, host_b) =
-            start_bridge(&dir.path().join("bridge"), &bob.config_path, listen, false)
-                .await
-                .unwrap();
-        let settings = Settings {
-            enabled: true,
-            mode: Mode::Autopay,
-            tip_wait_secs: 1,
-            per_call_cap_atoms: 20_000,
-            per_day_cap_atoms: 100_000,
-            allowed_bots: vec![alice.uid_hex()],
-            ..Settings::default()
-        };
-        let settings = bridge.apply_settings(settings).await.unwrap();
-        bridge.start().await.unwrap();
-        let url = format!(
-            "http://{}/mcp/{}",
-            bridge.listen_addr().unwrap(),
-            alice.uid_hex()
-        );
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(url).auth_header(settings.token),
-        );
-        let agent = ().serve(transport).await.unwrap();
+        let (bridge, host_b, agent) =
+            crate::cli::testing::autopay_bridge(&dir.path().join("bridge"), &bob, &alice, Some(1))
+                .await;
         Net {
             dir,
             devnet,
