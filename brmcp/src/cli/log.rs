@@ -26,8 +26,10 @@ pub(crate) const RUST_LOG_ENV: &str = "RUST_LOG";
 pub(crate) const LEVEL_ENV: &str = "BRMCP_LOG";
 
 /// What the command line shows by default: one line per call, payment, refused caller,
-/// lost and restored connection, and the warnings and errors.
-pub(crate) const DEFAULT_LEVEL: &str = "info";
+/// lost and restored connection, and the warnings and errors. rmcp's own info lines (a
+/// few for every MCP session that starts and ends) would bury those, so its warnings
+/// and errors only.
+pub(crate) const DEFAULT_LEVEL: &str = "info,rmcp=warn";
 
 /// The installed log: its filter handle, and whether the level was chosen explicitly
 /// (then the `.conf`'s `debug` key does not override it).
