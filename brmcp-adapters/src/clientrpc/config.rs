@@ -419,16 +419,35 @@ impl BotConfig {
     ///
     /// # Errors
     /// [`ClientRpcError::Io`] when the file cannot be read, else as [`parse`](Self::parse),
-    /// the message starting with the file's path.
+    /// the message starting with the file's path; [`ClientRpcError::Config`] naming the
+    /// file and the key when a certificate or key file it names cannot be read (a
+    /// relative path is taken from the current directory, as the kit does).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ClientRpcError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| ClientRpcError::io(path, e))?;
-        Self::parse(&text).map_err(|e| match e {
+        let config = Self::parse(&text).map_err(|e| match e {
             ClientRpcError::Config(why) => {
                 ClientRpcError::Config(format!("{}: {why}", path.display()))
             }
             other => other,
-        })
+        })?;
+        let files = [
+            ("servercertpath", Some(&config.server_cert_path)),
+            ("clientcertpath", config.client_cert_path.as_ref()),
+            ("clientkeypath", config.client_key_path.as_ref()),
+        ];
+        for (key, file) in files {
+            if let Some(file) = file
+                && let Err(e) = std::fs::File::open(file)
+            {
+                return Err(ClientRpcError::Config(format!(
+                    "{}: {key} {}: {e}",
+                    path.display(),
+                    file.display()
+                )));
+            }
+        }
+        Ok(config)
     }
 }
 

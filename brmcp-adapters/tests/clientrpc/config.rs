@@ -172,3 +172,30 @@ async fn a_host_from_a_config_file_connects() {
     let err = BotConfig::load(dir.join("missing.conf")).unwrap_err();
     assert!(matches!(err, ClientRpcError::Io { .. }), "{err:?}");
 }
+
+#[test]
+fn a_missing_certificate_names_the_file_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("rpc.cert");
+    std::fs::write(&cert, "pem").unwrap();
+    let conf = dir.path().join("brmcp-serve.conf");
+    // Relative paths are read from the current directory, which is not `dir`.
+    std::fs::write(
+        &conf,
+        format!(
+            "brrpcurl=wss://h:1/ws\nservercertpath={}\nclientcertpath=./nowhere/rpc-client.cert\n\
+             clientkeypath={}\n",
+            cert.display(),
+            cert.display()
+        ),
+    )
+    .unwrap();
+    let shown = BotConfig::load(&conf).unwrap_err().to_string();
+    assert!(
+        shown.contains(&format!(
+            "{}: clientcertpath ./nowhere/rpc-client.cert: ",
+            conf.display()
+        )),
+        "{shown}"
+    );
+}

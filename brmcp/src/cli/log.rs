@@ -5,6 +5,9 @@
 //! (`LEVEL_ENV`, kept for old setups), the `.conf`'s `debug` key (bisonbotkit's
 //! levels), else [`DEFAULT_LEVEL`]. Each is a level (`error`, `warn`, `info`, `debug`,
 //! `trace`, `off`) or `target=level` pairs, comma separated (`info,brmcp_adapters=debug`).
+//! A bare `info` means [`DEFAULT_LEVEL`]: bisonbotkit writes `debug=info` into every
+//! `.conf`, and that must not bring back rmcp's per-session lines; name `rmcp=info`
+//! to see them.
 
 use std::fs::File;
 use std::io::Write;
@@ -49,6 +52,7 @@ fn parse(filter: &str, origin: &str) -> Result<Targets, CliError> {
     let filter = match filter.to_ascii_lowercase().as_str() {
         "critical" => "error".to_owned(),
         "warning" => "warn".to_owned(),
+        "info" => DEFAULT_LEVEL.to_owned(),
         _ => filter.to_owned(),
     };
     filter
@@ -167,5 +171,36 @@ impl Drop for TeeLine {
             let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
             let _ = file.write_all(&self.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing::Level;
+
+    use super::*;
+
+    #[test]
+    fn a_bare_info_leaves_rmcp_at_warnings_as_the_default_does() {
+        // bisonbotkit writes `debug=info` into every `.conf`.
+        for filter in ["info", "INFO", DEFAULT_LEVEL] {
+            let targets = parse(filter, "test").unwrap();
+            assert!(
+                targets.would_enable("brmcp::server", &Level::INFO),
+                "{filter}"
+            );
+            assert!(
+                !targets.would_enable("rmcp::service", &Level::INFO),
+                "{filter}"
+            );
+            assert!(
+                targets.would_enable("rmcp::service", &Level::WARN),
+                "{filter}"
+            );
+        }
+        let asked = parse("info,rmcp=info", "test").unwrap();
+        assert!(asked.would_enable("rmcp::service", &Level::INFO));
+        let debug = parse("debug", "test").unwrap();
+        assert!(debug.would_enable("rmcp::service", &Level::DEBUG));
     }
 }

@@ -74,8 +74,34 @@ impl<E: std::fmt::Display> From<E> for CliError {
     }
 }
 
+/// The exit status of a command whose reader went away (`brmcp ... | head`): a shell's
+/// status for a process ended by SIGPIPE (128 + 13).
+const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// Ends the process quietly when printing to a closed pipe, as a Unix filter does.
+///
+/// Rust ignores SIGPIPE, so `println!` panics on a closed stdout instead; the signal's
+/// default cannot be restored without unsafe code, so the panic it raises is turned
+/// into the same exit here. Every other panic goes to the default hook.
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(BROKEN_PIPE_EXIT);
+        }
+        default(info);
+    }));
+}
+
 /// Runs the command line with the process's arguments.
 pub fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     let result = log::init(cli.log_level.as_deref()).and_then(|()| match cli.command {
         Command::Wire(cmd) => wire::run(cmd),
@@ -144,27 +170,51 @@ fn client_lock_path(identity: &PeerId) -> PathBuf {
 pub(crate) fn client_guard(
     inbox: Arc<Inbox>,
 ) -> impl Fn(PeerId) -> Result<(), BoxError> + Send + Sync + 'static {
-    let held: Mutex<Option<(PeerId, std::fs::File)>> = Mutex::new(None);
+    let held: Mutex<Option<ClientLock>> = Mutex::new(None);
     move |identity: PeerId| {
         inbox.bind(&identity, SystemClock.unix())?;
         let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.as_ref().is_some_and(|(id, _)| *id == identity) {
+        if held.as_ref().is_some_and(|lock| lock.identity == identity) {
             return Ok(());
         }
+        *held = Some(ClientLock::take(identity)?);
+        Ok(())
+    }
+}
+
+/// The hold on one client: the locked file, removed again when the hold ends so the
+/// temporary directory does not collect one file per client ever served.
+struct ClientLock {
+    identity: PeerId,
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl ClientLock {
+    fn take(identity: PeerId) -> Result<Self, BoxError> {
         let path = client_lock_path(&identity);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            // Another user's file: a lock needs no write access.
-            .or_else(|_| std::fs::File::open(&path))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
         let deadline = Instant::now() + CLIENT_LOCK_WAIT;
         loop {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                // Another user's file: a lock needs no write access.
+                .or_else(|_| std::fs::File::open(&path))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             match file.try_lock() {
-                Ok(()) => break,
+                // The holder before us removes the file as it lets go: a lock on a file
+                // no longer at the path holds nothing, so open the path again.
+                Ok(()) if same_file(&file, &path) => {
+                    return Ok(Self {
+                        identity,
+                        path,
+                        file,
+                    });
+                }
+                Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
                     std::thread::sleep(CLIENT_LOCK_RETRY);
                 }
@@ -183,8 +233,34 @@ pub(crate) fn client_guard(
                 }
             }
         }
-        *held = Some((identity, file));
-        Ok(())
+    }
+}
+
+impl Drop for ClientLock {
+    fn drop(&mut self) {
+        // Removed while still locked, so a waiter that locks the old file sees it gone
+        // (`same_file`) and opens a fresh one; only our own file is removed.
+        if same_file(&self.file, &self.path) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        let _ = self.file.unlock();
+    }
+}
+
+/// Whether `file` is the file now at `path`.
+fn same_file(file: &std::fs::File, path: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        match (file.metadata(), std::fs::metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
     }
 }
 
@@ -205,10 +281,35 @@ mod tests {
         let second = client_guard(Arc::new(Inbox::open(b.path()).unwrap()));
         let e = second(me).unwrap_err().to_string();
         assert!(e.contains("another brmcp process consumes"), "{e}");
-        // Once the first is gone, the client is free.
+        // Once the first is gone, the client is free, and its lock file gone with it.
         drop(first);
+        assert!(!client_lock_path(&me).exists());
         second(me).unwrap();
-        let _ = std::fs::remove_file(client_lock_path(&me));
+        assert!(client_lock_path(&me).exists());
+        drop(second);
+        assert!(!client_lock_path(&me).exists());
+    }
+
+    #[test]
+    fn a_waiter_takes_the_client_when_the_holder_goes_and_its_file_is_removed() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut me = [0u8; 32];
+        getrandom::fill(&mut me).unwrap();
+        let me = PeerId::from_bytes(me);
+        let first = client_guard(Arc::new(Inbox::open(a.path()).unwrap()));
+        first(me).unwrap();
+        let second = client_guard(Arc::new(Inbox::open(b.path()).unwrap()));
+        let waiter = std::thread::spawn(move || second(me).map(|()| second));
+        std::thread::sleep(CLIENT_LOCK_RETRY * 4);
+        drop(first);
+        let second = waiter.join().unwrap().unwrap();
+        // The waiter holds the file now at the path, so a third is refused.
+        let c = tempfile::tempdir().unwrap();
+        let third = client_guard(Arc::new(Inbox::open(c.path()).unwrap()));
+        let e = third(me).unwrap_err().to_string();
+        assert!(e.contains("another brmcp process consumes"), "{e}");
+        drop(second);
+        assert!(!client_lock_path(&me).exists());
     }
 
     #[test]

@@ -441,8 +441,10 @@ impl Devnet {
         specs: Vec<NodeSpec>,
         config: DevnetConfig,
     ) -> Result<Self, DevnetError> {
-        let dir = dir.as_ref().to_path_buf();
-        crate::secure_fs::create_dir(&dir)?;
+        crate::secure_fs::create_dir(dir.as_ref())?;
+        // Absolute: the `.conf` files name their certificates by path, and serve or the
+        // bridge may run from another folder than devnet did.
+        let dir = std::path::absolute(dir.as_ref())?;
         let kx_all = config.kx_all;
         let devnet = Self {
             net: Arc::new(Net::new(config)),

@@ -14,8 +14,9 @@
 //! characters, or holds a top-level key other than [`CONFIG_KEYS`] (a misspelt
 //! `allowed_uid` would otherwise leave the allowlist empty without a word) is an error
 //! naming the file and the key, never an empty (or open) allowlist. A live reload of
-//! such a file keeps the running settings. As in Go, `calls_per_minute` 0 or
-//! below means the default (30). Uids match case-insensitively (the Go harness compared
+//! such a file keeps the running settings. `calls_per_minute` absent means the
+//! default (30); 0 or below is refused (the Go harness silently took 30 for it, so a
+//! typo meant to stop callers let them in at full rate). Uids match case-insensitively (the Go harness compared
 //! them as strings, so an upper-case entry never matched).
 
 use std::io::Write;
@@ -140,8 +141,12 @@ pub enum ConfigError {
         /// What serde_json said about its value.
         reason: String,
     },
-    /// `calls_per_minute` is above what a `u32` holds.
-    #[error("config {}: calls_per_minute {value} is too large", .path.display())]
+    /// `calls_per_minute` is 0 or below, or above what a `u32` holds.
+    #[error(
+        "config {}: calls_per_minute {value} is out of range (1 to {})",
+        .path.display(),
+        u32::MAX
+    )]
     BadRate {
         /// The file.
         path: PathBuf,
@@ -227,11 +232,13 @@ impl ServeConfig {
             .collect::<Result<_, _>>()?;
         let calls_per_minute = match raw.calls_per_minute {
             None => DEFAULT_CALLS_PER_MINUTE,
-            Some(n) if n <= 0 => DEFAULT_CALLS_PER_MINUTE,
-            Some(n) => u32::try_from(n).map_err(|_| ConfigError::BadRate {
-                path: path.to_owned(),
-                value: n,
-            })?,
+            Some(n) => u32::try_from(n)
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or(ConfigError::BadRate {
+                    path: path.to_owned(),
+                    value: n,
+                })?,
         };
         let upstreams = match &raw.upstreams {
             None | Some(serde_json::Value::Null) => Vec::new(),
@@ -326,14 +333,28 @@ mod tests {
     }
 
     #[test]
-    fn missing_zero_or_negative_rate_is_the_default() {
+    fn missing_rate_is_the_default_and_zero_or_negative_is_refused() {
         for text in [
             r#"{"allowed_uids": []}"#,
-            r#"{"calls_per_minute": 0}"#,
-            r#"{"calls_per_minute": -5}"#,
             r#"{"allowed_uids": null, "calls_per_minute": null}"#,
         ] {
             assert_eq!(parse(text).unwrap(), ServeConfig::default(), "{text}");
+        }
+        for (value, text) in [
+            (0, r#"{"calls_per_minute": 0}"#),
+            (-5, r#"{"calls_per_minute": -5}"#),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::BadRate { value: v, .. } if v == value),
+                "{text}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "config brmcp.json: calls_per_minute {value} is out of range (1 to 4294967295)"
+                )
+            );
         }
     }
 

@@ -70,6 +70,7 @@ fn every_file_is_private_under_umask_000() {
             "5",
             "--reason",
             "t",
+            "--create",
         ],
         &["serve", "--datadir", serve, "balances"],
         &["bridge", "--datadir", bridge, "bots", "add", "alice", UID],

@@ -56,6 +56,13 @@ fn serve_first_run_writes_its_files_and_says_what_to_edit() {
 fn ledger_commands_credit_list_and_refuse_bad_input() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().to_str().expect("utf-8");
+    let out = brmcp(&["serve", "--datadir", data, "balances"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("no ledger in {data} (brmcp.sqlite is missing)")),
+        "{}",
+        text(&out)
+    );
     let out = brmcp(&[
         "serve",
         "--datadir",
@@ -65,6 +72,7 @@ fn ledger_commands_credit_list_and_refuse_bad_input() {
         "5",
         "--reason",
         "welcome",
+        "--create",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("credited 5 atoms"), "{}", text(&out));
@@ -360,4 +368,119 @@ fn bridge_bots_and_token_commands_edit_the_settings_file() {
     std::fs::write(dir.path().join("mcpclient.json"), "{not json").expect("write");
     let out = brmcp(&["bridge", "--datadir", data, "bots", "list"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+}
+
+#[test]
+fn a_mistyped_data_directory_is_refused_not_given_a_new_ledger() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    ledger_with_a_call(dir.path());
+    let typo = dir.path().join("alicee");
+    let typo_arg = typo.to_str().expect("utf-8");
+    for args in [
+        &["credit", UID, "5000", "--reason", "x"][..],
+        &["balances"],
+        &["journal"],
+        &["refund", "1", "--reason", "x"],
+    ] {
+        let mut all = vec!["serve", "--datadir", typo_arg];
+        all.extend_from_slice(args);
+        let out = brmcp(&all);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let said = text(&out);
+        assert!(said.contains(&format!("no ledger in {typo_arg}")), "{said}");
+        assert!(!said.contains("credited"), "{said}");
+        assert!(
+            !typo.join("brmcp.sqlite").exists(),
+            "{args:?} made a ledger"
+        );
+    }
+    let said = text(&brmcp(&[
+        "serve",
+        "--datadir",
+        typo_arg,
+        "credit",
+        UID,
+        "5",
+        "--reason",
+        "x",
+    ]));
+    assert!(said.contains("Add --create"), "{said}");
+}
+
+#[test]
+fn nothing_is_credited_or_refunded_for_zero_atoms() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let caller: PeerId = UID.parse().expect("uid");
+    let ledger = Ledger::open(dir.path(), NOW).expect("ledger").ledger;
+    ledger
+        .manual_credit(&caller, 5_000, "welcome", NOW)
+        .expect("credit");
+    let request = CallRequest {
+        caller,
+        tool: "echo",
+        price_atoms: 0,
+        keyed: None,
+    };
+    let Charge::Run(free) = ledger.charge(&request, NOW).expect("charge") else {
+        panic!("a free call runs");
+    };
+    ledger.complete(free, "{}", NOW).expect("complete");
+    drop(ledger);
+    let data = dir.path().to_str().expect("utf-8");
+
+    let out = brmcp(&[
+        "serve",
+        "--datadir",
+        data,
+        "credit",
+        UID,
+        "0",
+        "--reason",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("atoms must be at least 1"),
+        "{}",
+        text(&out)
+    );
+    let id = free.get().to_string();
+    let out = brmcp(&["serve", "--datadir", data, "refund", &id, "--reason", "x"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("call {id} was free, there is nothing to refund")),
+        "{}",
+        text(&out)
+    );
+    let balances = json_of(&brmcp(&["serve", "--datadir", data, "balances", "--json"]));
+    assert_eq!(
+        balances,
+        serde_json::json!([{"caller": UID, "balance_matoms": 5_000, "balance_atoms": 5}])
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_a_listing_quietly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    ledger_with_a_call(dir.path());
+    let data = dir.path().to_str().expect("utf-8");
+    for args in [&["journal"][..], &["balances"], &["status"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_brmcp"))
+            .args(["serve", "--datadir", data])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run brmcp");
+        // `| head -0`: the reader is gone before anything is written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!said.contains("panicked"), "{args:?}: {said}");
+        assert!(
+            matches!(out.status.code(), Some(141 | 3)),
+            "{args:?}: {:?} {said}",
+            out.status
+        );
+    }
 }

@@ -12,7 +12,10 @@ use serde_json::json;
 use super::now;
 use crate::cli::CliError;
 use crate::cli::table::{Table, matoms_as_atoms, print_json, rfc3339};
-use crate::server::{Balance, CallId, JournalEntry, Ledger, MATOMS_PER_ATOM, atoms_to_matoms};
+use crate::server::{
+    Balance, CallId, FILE_NAME as LEDGER_FILE, JournalEntry, Ledger, MATOMS_PER_ATOM,
+    atoms_to_matoms,
+};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum ServeAction {
@@ -26,11 +29,15 @@ pub(super) enum ServeAction {
     Credit {
         /// The caller's user id (64 hex).
         uid: PeerId,
-        /// Atoms to credit.
+        /// Atoms to credit (at least 1).
         atoms: u64,
         /// Why (kept in the audit table).
         #[arg(long)]
         reason: String,
+        /// Create the ledger when the data directory holds none yet (without it, a
+        /// mistyped `--datadir` is refused instead of credited).
+        #[arg(long)]
+        create: bool,
         /// Print one JSON object instead of a sentence.
         #[arg(long)]
         json: bool,
@@ -72,6 +79,20 @@ pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, C
     if let ServeAction::Status { json } = action {
         return crate::cli::status::show(datadir, "serve", json);
     }
+    // A mistyped directory must not get a fresh, empty ledger that seems to work.
+    let create = matches!(action, ServeAction::Credit { create: true, .. });
+    if !create && datadir.join(LEDGER_FILE).symlink_metadata().is_err() {
+        return Err(CliError(format!(
+            "no ledger in {} ({LEDGER_FILE} is missing): is this the data directory `brmcp \
+             serve` runs with?{}",
+            datadir.display(),
+            if matches!(action, ServeAction::Credit { .. }) {
+                " Add --create to make a new ledger there."
+            } else {
+                ""
+            }
+        )));
+    }
     // Stopped, the server's calls left pending are refunded as at its start; running,
     // they are in flight, and the operator works beside it.
     let opened = Ledger::open_for_operator(datadir, now())?;
@@ -86,7 +107,13 @@ pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, C
             atoms,
             reason,
             json,
+            ..
         } => {
+            if atoms == 0 {
+                return Err(CliError(
+                    "nothing to credit: atoms must be at least 1".into(),
+                ));
+            }
             let matoms =
                 atoms_to_matoms(atoms).ok_or_else(|| CliError("amount too large".into()))?;
             let balance = ledger.manual_credit(&uid, matoms, &reason, now())?;

@@ -115,6 +115,10 @@ pub enum LedgerError {
         /// Its state.
         state: CallState,
     },
+    /// An operator refund of a call that cost nothing: there is nothing to give back,
+    /// and a refund row would suggest money moved.
+    #[error("ledger: call {0} was free, there is nothing to refund")]
+    FreeCall(CallId),
     /// An amount, or a balance after it, above [`MAX_MATOMS`](super::MAX_MATOMS).
     #[error("ledger: amount out of range")]
     AmountOutOfRange,

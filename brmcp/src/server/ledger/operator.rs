@@ -84,7 +84,8 @@ impl Ledger {
     /// # Errors
     ///
     /// [`LedgerError::UnknownCall`], [`LedgerError::NotRefundable`] (pending or already
-    /// refunded), [`LedgerError::AmountOutOfRange`] or a SQLite failure; nothing changes.
+    /// refunded), [`LedgerError::FreeCall`], [`LedgerError::AmountOutOfRange`] or a
+    /// SQLite failure; nothing changes.
     pub fn manual_refund(
         &self,
         call: CallId,
@@ -101,6 +102,9 @@ impl Ledger {
             });
         }
         let matoms = found.price_matoms()?;
+        if matoms == 0 {
+            return Err(LedgerError::FreeCall(call));
+        }
         let balance = add_balance(&tx, &found.caller, matoms)?;
         tx.execute(
             "UPDATE calls SET state = 'refunded', reason = ?2, finished_at = ?3 WHERE id = ?1",
