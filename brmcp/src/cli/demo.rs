@@ -69,7 +69,12 @@ pub(super) struct DemoArgs {
     directory: bool,
 }
 
+/// The demo's log: its transcript shows the MCP exchange and the money itself, so the
+/// log adds only what went wrong (`--log-level info` brings every line back).
+const DEMO_LOG_LEVEL: &str = "warn";
+
 pub(super) fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
+    super::log::command_default(DEMO_LOG_LEVEL)?;
     let (dir, temporary) = match args.dir {
         Some(dir) => (dir, false),
         None => {
@@ -320,8 +325,8 @@ async fn example_calls(client: &RunningService<RoleClient, ()>) -> Result<bool, 
     Ok(fortune.is_error != Some(true) && echo.is_error != Some(true))
 }
 
-/// The upstream's calls: its tools once it is up, then the first one that needs no
-/// arguments. Whether that call succeeded.
+/// The upstream's calls: its tools once it is up, then a harmless one (see
+/// [`harmless_call`]). Whether that call succeeded.
 async fn upstream_calls(client: &RunningService<RoleClient, ()>) -> Result<bool, CliError> {
     let tools = within("the upstream's tools/list", async {
         loop {
@@ -334,27 +339,114 @@ async fn upstream_calls(client: &RunningService<RoleClient, ()>) -> Result<bool,
     })
     .await?;
     print_tools(&tools);
-    let needs_nothing = |tool: &&Tool| {
-        tool.input_schema
-            .get("required")
-            .and_then(serde_json::Value::as_array)
-            .is_none_or(Vec::is_empty)
-    };
-    let Some(tool) = tools.iter().find(needs_nothing) else {
+    let Some((tool, arguments)) = harmless_call(&tools) else {
         return Err(CliError(
-            "every tool of the upstream needs arguments: nothing to call without them".into(),
+            "the upstream has no echo and no tool that takes only text arguments: nothing \
+             harmless to call"
+                .into(),
         ));
     };
-    println!("\nagent -> tools/call {} {{}}", tool.name);
+    println!(
+        "\nagent -> tools/call {} {}",
+        tool.name,
+        serde_json::Value::Object(arguments.clone())
+    );
     let result = step(
         "call the upstream's tool",
-        client.call_tool(CallToolRequestParams::new(tool.name.clone())),
+        client.call_tool(CallToolRequestParams::new(tool.name.clone()).with_arguments(arguments)),
     )
     .await?;
     println!("  <- {}", text_of(&result));
     Ok(result.is_error != Some(true))
 }
 
+/// The text the demo passes for each argument of the upstream tool it calls.
+const DEMO_TEXT: &str = "hello over Bison Relay";
+
+/// What the demo calls on an upstream: its echo when it has one, else the first tool
+/// whose required arguments are all text and whose name does not suggest it reveals
+/// the environment (a demo's transcript is shown and shared; an `env` tool would print
+/// the operator's secrets). Each required argument gets [`DEMO_TEXT`].
+fn harmless_call(tools: &[Tool]) -> Option<(&Tool, serde_json::Map<String, serde_json::Value>)> {
+    let text_only = |tool: &Tool| {
+        let required = tool
+            .input_schema
+            .get("required")
+            .and_then(serde_json::Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        let properties = tool
+            .input_schema
+            .get("properties")
+            .and_then(serde_json::Value::as_object);
+        let mut arguments = serde_json::Map::new();
+        for name in required {
+            let name = name.as_str()?;
+            let kind = properties?.get(name)?.get("type")?.as_str()?;
+            if kind != "string" {
+                return None;
+            }
+            arguments.insert(name.to_owned(), DEMO_TEXT.into());
+        }
+        Some(arguments)
+    };
+    let echo = tools
+        .iter()
+        .filter(|t| t.name.to_ascii_lowercase().ends_with("echo"))
+        .find_map(|t| text_only(t).map(|a| (t, a)));
+    echo.or_else(|| {
+        tools
+            .iter()
+            .filter(|t| !t.name.to_ascii_lowercase().contains("env"))
+            .find_map(|t| text_only(t).map(|a| (t, a)))
+    })
+}
+
 fn short(hex: &str) -> &str {
     &hex[..16.min(hex.len())]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn tool(name: &str, schema: serde_json::Value) -> Tool {
+        let serde_json::Value::Object(schema) = schema else {
+            panic!("an object schema");
+        };
+        Tool::new(name.to_owned(), "", Arc::new(schema))
+    }
+
+    #[test]
+    fn the_upstream_demo_calls_an_echo_never_an_environment_dump() {
+        let none = json!({"type": "object"});
+        let message = json!({"type": "object", "properties": {"message": {"type": "string"}},
+            "required": ["message"]});
+        let numbers = json!({"type": "object", "properties": {"a": {"type": "number"}},
+            "required": ["a"]});
+        let everything = [
+            tool("get-env", none.clone()),
+            tool("get-sum", numbers.clone()),
+            tool("echo", message),
+            tool("get-tiny-image", none.clone()),
+        ];
+        let (chosen, arguments) = harmless_call(&everything).unwrap();
+        assert_eq!(chosen.name, "echo");
+        assert_eq!(
+            serde_json::Value::Object(arguments),
+            json!({"message": DEMO_TEXT})
+        );
+
+        let no_echo = [
+            tool("printEnv", none.clone()),
+            tool("get-sum", numbers.clone()),
+            tool("get-tiny-image", none),
+        ];
+        let (chosen, arguments) = harmless_call(&no_echo).unwrap();
+        assert_eq!(chosen.name, "get-tiny-image");
+        assert!(arguments.is_empty());
+
+        assert!(harmless_call(&[tool("get-sum", numbers)]).is_none());
+    }
 }

@@ -12,6 +12,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tracing_subscriber::filter::Targets;
@@ -38,7 +39,7 @@ pub(crate) const DEFAULT_LEVEL: &str = "info,rmcp=warn";
 /// (then the `.conf`'s `debug` key does not override it).
 struct Installed {
     filter: reload::Handle<Targets, tracing_subscriber::Registry>,
-    explicit: bool,
+    explicit: AtomicBool,
 }
 
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
@@ -90,7 +91,21 @@ pub(crate) fn init(flag: Option<&str>) -> Result<(), CliError> {
         .try_init()
         .is_ok()
     {
-        let _ = INSTALLED.set(Installed { filter, explicit });
+        let _ = INSTALLED.set(Installed {
+            filter,
+            explicit: AtomicBool::new(explicit),
+        });
+    }
+    Ok(())
+}
+
+/// A command's own default, for one whose output is its transcript (the demo): applied
+/// unless the level was chosen explicitly, and then kept over any `.conf`'s `debug`.
+pub(crate) fn command_default(level: &str) -> Result<(), CliError> {
+    if let Some(installed) = INSTALLED.get()
+        && !installed.explicit.swap(true, Ordering::Relaxed)
+    {
+        let _ = installed.filter.reload(parse(level, "default")?);
     }
     Ok(())
 }
@@ -106,7 +121,7 @@ pub(crate) fn apply_conf(
 ) -> Result<(), CliError> {
     let origin = format!("{}: debug", path.display());
     if let (Some(installed), Some(level)) = (INSTALLED.get(), conf.extra.get("debug"))
-        && !installed.explicit
+        && !installed.explicit.load(Ordering::Relaxed)
         && !level.is_empty()
     {
         let targets = parse(level, &origin)?;

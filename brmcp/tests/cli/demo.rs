@@ -37,6 +37,8 @@ fn demo_completes_a_free_and_a_paid_call() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    // The transcript is the MCP exchange and the money, not log lines.
+    assert!(!stderr.contains(" INFO "), "{stderr}");
     assert_all_in(
         &stdout,
         &[
@@ -87,9 +89,10 @@ fn demo_sells_an_upstream_command() {
         &[
             "echo     1234 atoms",
             "secret   1234 atoms",
-            "agent -> tools/call pricey {}",
+            // A harmless tool: the echo, never one that could print secrets.
+            "agent -> tools/call echo {\"text\":\"hello over Bison Relay\"}",
+            "<- {\"result\":\"echo: hello over Bison Relay\"}",
             "the bridge tipped 1234 atoms (Paid) and reissued the call",
-            "<- {\"result\":\"never paid for\"}",
             "bridge spend log: 1 payment(s), 1234 atoms in the last 24 hours",
             "demo complete: a paid call to the upstream",
         ],

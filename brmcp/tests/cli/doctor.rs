@@ -82,3 +82,49 @@ fn doctor_checks_permissions_configs_and_the_client() {
         "{said}"
     );
 }
+
+#[test]
+fn a_devnet_in_a_relative_directory_writes_paths_that_work_from_anywhere() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut devnet = Command::new(env!("CARGO_BIN_EXE_brmcp"))
+        .args(["devnet", "--dir", "./net"])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("devnet");
+    let lines = BufReader::new(devnet.stdout.take().unwrap());
+    let mut ready = false;
+    for line in lines.lines().map_while(Result::ok) {
+        if line.contains("Ctrl-C stops the devnet.") {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "devnet did not start");
+    let node = dir.path().join("net").join("alice");
+    let conf = std::fs::read_to_string(node.join("brmcp-serve.conf")).expect("conf");
+    for key in [
+        "servercertpath",
+        "clientcertpath",
+        "clientkeypath",
+        "datadir",
+    ] {
+        let value = conf
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{key} in {conf}"));
+        assert!(Path::new(value).is_absolute(), "{key}={value}");
+    }
+    // Run from another folder than devnet was: the doctor reaches the client.
+    let out = Command::new(env!("CARGO_BIN_EXE_brmcp"))
+        .args(["doctor", "--datadir", node.to_str().unwrap()])
+        .current_dir("/")
+        .output()
+        .expect("brmcp doctor");
+    let said = stdout(&out);
+    let _ = devnet.kill();
+    let _ = devnet.wait();
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("TLS and auth accepted, brclient"), "{said}");
+}
