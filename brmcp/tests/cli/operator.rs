@@ -325,9 +325,32 @@ fn spend_prints_a_table_and_json() {
     assert_eq!(fortune["status"], "paid");
     assert_eq!(fortune["rail"], "tip");
     assert!(fortune["id"].is_i64(), "{spend}");
+    assert_eq!(fortune["bot_name"], Value::Null);
     let echo = rows.iter().find(|r| r["tool"] == "echo").expect("echo");
     assert_eq!(echo["status"], "pending");
     assert_eq!(echo["unconfirmed"], false);
+
+    // Named by the user, a bot is shown by its name.
+    let out = brmcp(&["bridge", "--datadir", data, "bots", "add", "oracle", UID]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = brmcp(&["bridge", "--datadir", data, "spend"]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let fortune: Vec<&str> = table
+        .lines()
+        .find(|l| l.contains("fortune"))
+        .expect("{table}")
+        .split_whitespace()
+        .collect();
+    assert_eq!(fortune[2..5], ["oracle", "fortune", "10"], "{table}");
+    let spend = json_of(&brmcp(&["bridge", "--datadir", data, "spend", "--json"]));
+    assert!(
+        spend
+            .as_array()
+            .expect("an array")
+            .iter()
+            .all(|r| r["bot_name"] == "oracle" && r["bot"] == UID),
+        "{spend}"
+    );
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! `brmcp bridge spend`: the spend log and what counts against the daily cap, and
 //! the user's resolution of a payment whose outcome is unknown.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 
 use super::{Resolved, SpendAction, now};
-use crate::bridge::{SpendEntry, SpendLog, SpendStatus};
+use crate::bridge::{SETTINGS_FILE, Settings, SpendEntry, SpendLog, SpendStatus};
 use crate::cli::CliError;
 use crate::cli::table::{Table, print_json, rfc3339};
 
@@ -27,12 +28,28 @@ pub(super) fn run(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    print_spend(&log.entries()?, log.spent_today(now())?, json);
+    // The names the user gave the bots; a missing or unreadable settings file leaves
+    // the uids, which the log holds anyway.
+    let names: HashMap<String, String> = Settings::load(&datadir.join(SETTINGS_FILE))
+        .map(|s| {
+            s.bot_names
+                .into_iter()
+                .map(|(name, uid)| (uid, name))
+                .collect()
+        })
+        .unwrap_or_default();
+    print_spend(&log.entries()?, &names, log.spent_today(now())?, json);
     Ok(ExitCode::SUCCESS)
 }
 
-/// The spend log as a table with the daily total, or as one JSON array.
-fn print_spend(entries: &[SpendEntry], today_atoms: u64, json: bool) {
+/// The spend log as a table with the daily total, or as one JSON array; a bot is shown
+/// by the name the user gave it (`names`: uid to name) where there is one.
+fn print_spend(
+    entries: &[SpendEntry],
+    names: &HashMap<String, String>,
+    today_atoms: u64,
+    json: bool,
+) {
     // Counted against the cap until its outcome arrives or the user resolves it.
     let unconfirmed = |e: &SpendEntry| e.unconfirmed && e.status == SpendStatus::Pending;
     if json {
@@ -44,6 +61,7 @@ fn print_spend(entries: &[SpendEntry], today_atoms: u64, json: bool) {
                     "ts": e.ts,
                     "ts_rfc3339": rfc3339(e.ts),
                     "bot": e.bot,
+                    "bot_name": names.get(&e.bot),
                     "tool": e.tool,
                     "rail": e.rail,
                     "atoms": e.atoms,
@@ -66,7 +84,7 @@ fn print_spend(entries: &[SpendEntry], today_atoms: u64, json: bool) {
         table.row(vec![
             e.id.to_string(),
             rfc3339(e.ts),
-            e.bot.clone(),
+            names.get(&e.bot).unwrap_or(&e.bot).clone(),
             e.tool.clone(),
             e.atoms.to_string(),
             e.status.as_str().to_owned(),
