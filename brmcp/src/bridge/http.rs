@@ -10,6 +10,8 @@
 //!    constant time; an empty configured token never authorizes; a raw token without
 //!    the scheme is refused: 401 with `WWW-Authenticate: Bearer` (waived only by
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
+//!    `/payments` (deciding payments) takes the user's approval secret instead: an
+//!    agent's token gets 403, anything else 401 (see [`super::approval`]);
 //! 5. the path must name an allowed bot, or be `/mcp/directory` (the first configured
 //!    directory's tools) or `/mcp/directory/<name or uid>`: 404;
 //! 6. the bot's session must be up, or come up within the connect timeout: 503 with
@@ -45,7 +47,9 @@ use super::directory::DirectoryServer;
 use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::{BridgeError, Inner, Settings, lock};
-use access::{allowed_hosts, authorized, host_allowed, origin_allowed, token_key};
+use access::{
+    allowed_hosts, authorize_user, authorized, host_allowed, origin_allowed, token_key,
+};
 use payments::{PAYMENTS_PATH, payments};
 use sessions::Sessions;
 
@@ -309,6 +313,14 @@ fn retry_after(inner: &Inner, mut response: Response) -> Response {
     response
 }
 
+fn unauthorized() -> Response {
+    let mut response = plain(StatusCode::UNAUTHORIZED, "unauthorized");
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
 async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     gate(inner, None, request).await
 }
@@ -326,16 +338,22 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
     if !settings.enabled {
         return plain(StatusCode::NOT_FOUND, "not found");
     }
+    if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
+        // Deciding payments is the user's: an agent's token is known but not enough.
+        if authorize_user(&inner.config.data_dir, request.headers()) {
+            return payments(&inner, request.method(), rest);
+        }
+        if authorized(&settings, request.headers()) {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: deciding payments takes the approval secret, not an agent's token",
+            );
+        }
+        return unauthorized();
+    }
     let token_waived = !inner.config.require_token && inner.config.listen.ip().is_loopback();
     if !token_waived && !authorized(&settings, request.headers()) {
-        let mut response = plain(StatusCode::UNAUTHORIZED, "unauthorized");
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return response;
-    }
-    if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
-        return payments(&inner, request.method(), rest);
+        return unauthorized();
     }
     let path = request.uri().path();
     let directory = match path.strip_prefix(DIRECTORY_PATH) {

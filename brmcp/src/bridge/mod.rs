@@ -46,6 +46,7 @@
 //! polling although the bridge paid; the payments never exceed the caps and each buys
 //! exactly one run.
 
+mod approval;
 mod directory;
 mod http;
 mod link;
@@ -65,6 +66,9 @@ use std::time::Duration;
 
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
+pub use approval::{
+    APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
+};
 pub(crate) use directory::text_of;
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use super::CliError;
 use crate::bridge::{
-    Bridge, Config, DEFAULT_LISTEN, Mode, SETTINGS_FILE, Settings, serve_directory_stdio,
+    Bridge, Config, DEFAULT_LISTEN, approval_secret, Mode, SETTINGS_FILE, Settings, serve_directory_stdio,
     serve_stdio,
 };
 use crate::journal::{self, Inbox, JournalHandler};
@@ -89,7 +89,8 @@ enum BridgeAction {
         action: Option<SpendAction>,
     },
     /// List, approve or deny the payments a running bridge holds for approval (it is
-    /// reached at --listen with the token of mcpclient.json).
+    /// reached at --listen with the data directory's approval secret, which no agent
+    /// holds).
     #[command(subcommand)]
     Approvals(ApprovalsAction),
     /// Show the running bridge's state: its clientrpc connection, sessions, router
@@ -213,8 +214,8 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
         Some(BridgeAction::Token(action)) => token::run(&args.datadir, action),
         Some(BridgeAction::Status { json }) => super::status::show(&args.datadir, "bridge", json),
         Some(BridgeAction::Approvals(action)) => {
-            let settings = load(&args.datadir.join(SETTINGS_FILE))?;
-            super::runtime()?.block_on(approvals::command(args.listen, &settings.token, action))
+            let secret = approval_secret(&args.datadir)?;
+            super::runtime()?.block_on(approvals::command(args.listen, &secret, action))
         }
         Some(BridgeAction::Spend { json, action }) => spend::run(&args.datadir, json, action),
     }
