@@ -158,7 +158,10 @@ mod tests {
         let path = dir.path().join(APPROVAL_SECRET_FILE);
         crate::secure_fs::write_new(&path, b"short").unwrap();
         let e = approval_secret(dir.path()).unwrap_err().to_string();
-        assert!(e.contains(APPROVAL_SECRET_FILE) && e.contains("remove it"), "{e}");
+        assert!(
+            e.contains(APPROVAL_SECRET_FILE) && e.contains("remove it"),
+            "{e}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), b"short");
     }
 
@@ -169,7 +172,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(APPROVAL_SECRET_FILE);
         approval_secret(dir.path()).unwrap();
-        let mode = std::fs::symlink_metadata(&path).unwrap().permissions().mode();
+        let mode = std::fs::symlink_metadata(&path)
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
 
         // Loosened by someone: refused, not used.
@@ -185,7 +191,9 @@ mod tests {
         let e = approval_secret(dir.path()).unwrap_err().to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert!(!target.exists(), "nothing written through the link");
-        let e = existing_approval_secret(dir.path()).unwrap_err().to_string();
+        let e = existing_approval_secret(dir.path())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("symbolic link"), "{e}");
     }
 }

@@ -45,11 +45,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::directory::DirectoryServer;
 use super::link::BotLink;
+use super::presence::Ownership;
 use super::proxy::ProxyServer;
 use super::{BridgeError, Inner, Settings, lock};
-use access::{
-    allowed_hosts, authorize_user, authorized, host_allowed, origin_allowed, token_key,
-};
+use access::{allowed_hosts, authorize_user, authorized, host_allowed, origin_allowed, token_key};
 use payments::{PAYMENTS_PATH, payments};
 use sessions::Sessions;
 
@@ -148,6 +147,9 @@ pub(crate) struct HttpState {
     generation: Mutex<CancellationToken>,
     services: Mutex<HashMap<Endpoint, Arc<BotService>>>,
     sessions: Sessions,
+    /// The data directory's ownership, when this bridge is its process's: each bind
+    /// is recorded for `bridge stdio` and `approvals` to find.
+    owner: Mutex<Option<Arc<Ownership>>>,
 }
 
 impl HttpState {
@@ -158,6 +160,18 @@ impl HttpState {
             generation: Mutex::new(CancellationToken::new()),
             services: Mutex::default(),
             sessions: Sessions::default(),
+            owner: Mutex::new(None),
+        }
+    }
+
+    /// Takes `ownership` of the data directory: the listener's address is recorded
+    /// now if it runs, and at each bind from now on.
+    pub(crate) fn own(&self, ownership: Ownership) {
+        let ownership = Arc::new(ownership);
+        *lock(&self.owner) = Some(ownership.clone());
+        // After storing it: a bind from now on records itself.
+        if let Some(addr) = self.addr() {
+            publish(&ownership, addr);
         }
     }
 
@@ -538,6 +552,9 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
     ));
     tokio::spawn(sweep(Arc::downgrade(inner), stop.clone()));
     *lock(&inner.http.addr) = Some(bound);
+    if let Some(owner) = lock(&inner.http.owner).as_ref() {
+        publish(owner, bound);
+    }
     tracing::info!(addr = %bound, "bridge listening");
     Ok(Listener {
         addr: bound,
@@ -578,8 +595,19 @@ async fn shutdown(inner: &Arc<Inner>, listener: Listener) {
     {
         task.abort();
     }
+    if let Some(owner) = lock(&inner.http.owner).as_ref() {
+        owner.withdraw(addr);
+    }
     let mut current = lock(&inner.http.addr);
     if *current == Some(addr) {
         *current = None;
+    }
+}
+
+/// Records `addr` for the data directory's other commands; a failure only costs
+/// them finding this bridge, so it is logged, not fatal.
+fn publish(owner: &Ownership, addr: SocketAddr) {
+    if let Err(e) = owner.publish(addr) {
+        tracing::warn!(error = %e, "bridge endpoint not recorded");
     }
 }
