@@ -156,7 +156,7 @@ mod tests {
     fn a_bad_file_is_named_not_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(APPROVAL_SECRET_FILE);
-        crate::secure_fs::write_new(&path, b"short").unwrap();
+        secure_fs::write_new(&path, b"short").unwrap();
         let e = approval_secret(dir.path()).unwrap_err().to_string();
         assert!(
             e.contains(APPROVAL_SECRET_FILE) && e.contains("remove it"),

@@ -71,8 +71,11 @@ impl<U: Upstream> Upstream for &mut U {
 /// does its work when polled, so two at once could overtake each other).
 struct Outbox<M> {
     queue: VecDeque<(Option<RequestId>, M)>,
-    current: Option<(Option<RequestId>, BoxFuture<'static, Result<(), String>>)>,
+    current: Option<(Option<RequestId>, Sending)>,
 }
+
+/// A send under way.
+type Sending = BoxFuture<'static, Result<(), String>>;
 
 impl<M> Outbox<M> {
     fn new() -> Self {
