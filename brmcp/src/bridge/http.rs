@@ -10,6 +10,8 @@
 //!    constant time; an empty configured token never authorizes; a raw token without
 //!    the scheme is refused: 401 with `WWW-Authenticate: Bearer` (waived only by
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
+//!    `/payments` (deciding payments) takes the user's approval secret instead: an
+//!    agent's token gets 403, anything else 401 (see [`super::approval`]);
 //! 5. the path must name an allowed bot, or be `/mcp/directory` (the first configured
 //!    directory's tools) or `/mcp/directory/<name or uid>`: 404;
 //! 6. the bot's session must be up, or come up within the connect timeout: 503 with
@@ -43,9 +45,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::directory::DirectoryServer;
 use super::link::BotLink;
+use super::presence::Ownership;
 use super::proxy::ProxyServer;
 use super::{BridgeError, Inner, Settings, lock};
-use access::{allowed_hosts, authorized, host_allowed, origin_allowed, token_key};
+use access::{allowed_hosts, authorize_user, authorized, host_allowed, origin_allowed, token_key};
 use payments::{PAYMENTS_PATH, payments};
 use sessions::Sessions;
 
@@ -144,6 +147,9 @@ pub(crate) struct HttpState {
     generation: Mutex<CancellationToken>,
     services: Mutex<HashMap<Endpoint, Arc<BotService>>>,
     sessions: Sessions,
+    /// The data directory's ownership, when this bridge is its process's: each bind
+    /// is recorded for `bridge stdio` and `approvals` to find.
+    owner: Mutex<Option<Arc<Ownership>>>,
 }
 
 impl HttpState {
@@ -154,6 +160,18 @@ impl HttpState {
             generation: Mutex::new(CancellationToken::new()),
             services: Mutex::default(),
             sessions: Sessions::default(),
+            owner: Mutex::new(None),
+        }
+    }
+
+    /// Takes `ownership` of the data directory: the listener's address is recorded
+    /// now if it runs, and at each bind from now on.
+    pub(crate) fn own(&self, ownership: Ownership) {
+        let ownership = Arc::new(ownership);
+        *lock(&self.owner) = Some(ownership.clone());
+        // After storing it: a bind from now on records itself.
+        if let Some(addr) = self.addr() {
+            publish(&ownership, addr);
         }
     }
 
@@ -309,6 +327,14 @@ fn retry_after(inner: &Inner, mut response: Response) -> Response {
     response
 }
 
+fn unauthorized() -> Response {
+    let mut response = plain(StatusCode::UNAUTHORIZED, "unauthorized");
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
 async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     gate(inner, None, request).await
 }
@@ -326,16 +352,22 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
     if !settings.enabled {
         return plain(StatusCode::NOT_FOUND, "not found");
     }
+    if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
+        // Deciding payments is the user's: an agent's token is known but not enough.
+        if authorize_user(&inner.config.data_dir, request.headers()) {
+            return payments(&inner, request.method(), rest);
+        }
+        if authorized(&settings, request.headers()) {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: deciding payments takes the approval secret, not an agent's token",
+            );
+        }
+        return unauthorized();
+    }
     let token_waived = !inner.config.require_token && inner.config.listen.ip().is_loopback();
     if !token_waived && !authorized(&settings, request.headers()) {
-        let mut response = plain(StatusCode::UNAUTHORIZED, "unauthorized");
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return response;
-    }
-    if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
-        return payments(&inner, request.method(), rest);
+        return unauthorized();
     }
     let path = request.uri().path();
     let directory = match path.strip_prefix(DIRECTORY_PATH) {
@@ -520,6 +552,9 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
     ));
     tokio::spawn(sweep(Arc::downgrade(inner), stop.clone()));
     *lock(&inner.http.addr) = Some(bound);
+    if let Some(owner) = lock(&inner.http.owner).as_ref() {
+        publish(owner, bound);
+    }
     tracing::info!(addr = %bound, "bridge listening");
     Ok(Listener {
         addr: bound,
@@ -560,8 +595,19 @@ async fn shutdown(inner: &Arc<Inner>, listener: Listener) {
     {
         task.abort();
     }
+    if let Some(owner) = lock(&inner.http.owner).as_ref() {
+        owner.withdraw(addr);
+    }
     let mut current = lock(&inner.http.addr);
     if *current == Some(addr) {
         *current = None;
+    }
+}
+
+/// Records `addr` for the data directory's other commands; a failure only costs
+/// them finding this bridge, so it is logged, not fatal.
+fn publish(owner: &Ownership, addr: SocketAddr) {
+    if let Err(e) = owner.publish(addr) {
+        tracing::warn!(error = %e, "bridge endpoint not recorded");
     }
 }

@@ -46,10 +46,13 @@
 //! polling although the bridge paid; the payments never exceed the caps and each buys
 //! exactly one run.
 
+mod approval;
+mod attach;
 mod directory;
 mod http;
 mod link;
 mod policy;
+mod presence;
 mod proxy;
 mod session_store;
 mod settings;
@@ -65,6 +68,10 @@ use std::time::Duration;
 
 use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
+pub use approval::{
+    APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
+};
+pub use attach::{BRIDGE_GONE, Upstream, pump};
 pub(crate) use directory::text_of;
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
@@ -76,6 +83,10 @@ pub use http::{
 };
 pub use link::LinkError;
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
+pub use presence::{
+    BRIDGE_LOCK_FILE, ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge,
+    running_bridge,
+};
 pub use settings::{
     DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, DirectoryEntry, MAX_BOT_NAME_LEN,
     MIN_TOKEN_LEN, Mode, NamedBot, SETTINGS_FILE, Settings, SettingsError,
@@ -420,6 +431,12 @@ impl Bridge {
     /// [`BridgeError::Bind`], [`BridgeError::RemoteRefused`].
     pub async fn start(&self) -> Result<(), BridgeError> {
         http::start(&self.inner).await
+    }
+
+    /// Makes this bridge its data directory's (see [`Ownership`]): its listener's
+    /// address is recorded for `bridge stdio` and `approvals`, now and at each bind.
+    pub fn own_data_dir(&self, ownership: Ownership) {
+        self.inner.http.own(ownership);
     }
 
     /// The owned listener's bound address, while it runs.

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use brmcp_adapters::clientrpc::{ClientRpcHost, Streams};
 use brmcp_adapters::wire::UnixTime;
@@ -14,8 +15,8 @@ use tokio::sync::Notify;
 
 use super::CliError;
 use crate::bridge::{
-    Bridge, Config, DEFAULT_LISTEN, Mode, SETTINGS_FILE, Settings, serve_directory_stdio,
-    serve_stdio,
+    Bridge, Config, DEFAULT_LISTEN, Mode, Ownership, SETTINGS_FILE, Settings, approval_secret,
+    running_bridge,
 };
 use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{Clock, SystemClock};
@@ -25,10 +26,12 @@ mod approvals;
 mod bots;
 mod payer;
 mod spend;
+mod stdio;
 mod token;
 
 pub(crate) use payer::TipPayer;
 use payer::settle_late_tip;
+use stdio::Served;
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
 pub(crate) const RPC_CONFIG: &str = "brmcp-bridge.conf";
@@ -58,7 +61,8 @@ pub(super) struct BridgeArgs {
 #[derive(Debug, Subcommand)]
 enum BridgeAction {
     /// Serve one bot, or a directory's tools, over stdio, for agent hosts that spawn
-    /// MCP servers.
+    /// MCP servers: through the bridge running on the data directory, else as its
+    /// bridge (on an ephemeral loopback port, for the stdio agents that come after).
     Stdio {
         /// The bot: a name from `bots list`, or its 64-hex user id.
         #[arg(
@@ -88,8 +92,9 @@ enum BridgeAction {
         #[command(subcommand)]
         action: Option<SpendAction>,
     },
-    /// List, approve or deny the payments a running bridge holds for approval (it is
-    /// reached at --listen with the token of mcpclient.json).
+    /// List, approve or deny the payments the running bridge of the data directory
+    /// holds for approval (found through the data directory, HTTP or stdio, and asked
+    /// with its approval secret, which no agent holds).
     #[command(subcommand)]
     Approvals(ApprovalsAction),
     /// Show the running bridge's state: its clientrpc connection, sessions, router
@@ -196,7 +201,7 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
                 (Some(bot), _) => Served::Bot(bot.clone()),
                 (None, directory) => Served::Directory(directory.clone().filter(|d| !d.is_empty())),
             };
-            super::runtime()?.block_on(run_stdio(args, served))
+            super::runtime()?.block_on(stdio::run(args, served))
         }
         Some(BridgeAction::Bots(BotsAction::Add {
             ref name,
@@ -213,8 +218,9 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
         Some(BridgeAction::Token(action)) => token::run(&args.datadir, action),
         Some(BridgeAction::Status { json }) => super::status::show(&args.datadir, "bridge", json),
         Some(BridgeAction::Approvals(action)) => {
-            let settings = load(&args.datadir.join(SETTINGS_FILE))?;
-            super::runtime()?.block_on(approvals::command(args.listen, &settings.token, action))
+            let secret = approval_secret(&args.datadir)?;
+            let addr = running_addr(&args.datadir)?;
+            super::runtime()?.block_on(approvals::command(addr, &secret, action))
         }
         Some(BridgeAction::Spend { json, action }) => spend::run(&args.datadir, json, action),
     }
@@ -315,8 +321,48 @@ pub(crate) async fn start_bridge_hosts(
     Ok((bridge, host))
 }
 
+/// How long `brmcp bridge` waits for the data directory's lock: rides out a previous
+/// run still closing and another command's brief look.
+const CLAIM_WAIT: Duration = Duration::from_secs(3);
+
+/// The listener of the bridge running on `datadir`.
+fn running_addr(datadir: &Path) -> Result<SocketAddr, CliError> {
+    match running_bridge(datadir)? {
+        None => Err(CliError(format!(
+            "no bridge runs on {} (start `brmcp bridge` or a `bridge stdio` agent)",
+            datadir.display()
+        ))),
+        Some(running) => running.endpoint.map(|e| e.addr).ok_or_else(|| {
+            CliError(format!(
+                "the bridge of {} serves no endpoint yet (starting, or `enabled` is false in mcpclient.json)",
+                datadir.display()
+            ))
+        }),
+    }
+}
+
+/// Takes the data directory for this process, or says which bridge has it.
+fn claim(datadir: &Path) -> Result<Ownership, CliError> {
+    crate::secure_fs::create_dir(datadir)
+        .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
+    if let Some(owned) = Ownership::claim_within(datadir, CLAIM_WAIT)? {
+        return Ok(owned);
+    }
+    let at = running_bridge(datadir)?
+        .and_then(|r| r.endpoint)
+        .map(|e| format!(" (pid {}, http://{})", e.pid, e.addr))
+        .unwrap_or_default();
+    Err(CliError(format!(
+        "a bridge already runs on {}{at}: stop it first (a `bridge stdio` agent's bridge \
+         stops with its agent); stdio agents attach to a running bridge themselves",
+        datadir.display()
+    )))
+}
+
 async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
+    let ownership = claim(&args.datadir)?;
     let (bridge, host) = start_from_args(&args).await?;
+    bridge.own_data_dir(ownership);
     let mut settings = bridge.settings();
     let minted = settings.token.is_empty();
     if !settings.enabled {
@@ -416,44 +462,4 @@ fn publish_status(datadir: &Path, bridge: &Bridge, host: &ClientRpcHost) -> Publ
         };
         snapshot
     })
-}
-
-/// What `bridge stdio` serves.
-enum Served {
-    /// A bot, by name or uid.
-    Bot(String),
-    /// A directory's tools, by name or uid (`None`: the first).
-    Directory(Option<String>),
-}
-
-async fn run_stdio(args: BridgeArgs, served: Served) -> Result<ExitCode, CliError> {
-    let (bridge, host) = start_from_args(&args).await?;
-    let bot = match served {
-        Served::Bot(bot) => bot,
-        Served::Directory(name) => {
-            warn_zero_caps(&args.datadir, &bridge.settings());
-            let _watch = bridge.watch_settings();
-            serve_directory_stdio(&bridge, name.as_deref()).await?;
-            bridge.close().await;
-            host.close();
-            return Ok(ExitCode::SUCCESS);
-        }
-    };
-    let uid = bridge
-        .bots()
-        .into_iter()
-        .find(|b| {
-            b.name.as_deref() == Some(bot.as_str()) || b.uid.to_string() == bot.to_lowercase()
-        })
-        .map(|b| b.uid)
-        .ok_or_else(|| CliError(format!("{bot:?} is not an allowed bot (see `bots list`)")))?;
-    warn_zero_caps(&args.datadir, &bridge.settings());
-    let _watch = bridge.watch_settings();
-    let publisher = publish_status(&args.datadir, &bridge, &host);
-    let served = serve_stdio(&bridge, &uid).await;
-    bridge.close().await;
-    publisher.stop().await;
-    host.close();
-    served?;
-    Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 //! clients (Python SDK, the conformance suite). One test binary for all of them.
 
 mod approval;
+mod approval_secret;
 mod autopay;
 mod common;
 mod credit_polling;

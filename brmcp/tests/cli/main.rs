@@ -13,5 +13,6 @@ mod operator;
 mod ops_status;
 mod processes;
 mod readme;
+mod shared_bridge;
 mod upstream;
 mod wire;

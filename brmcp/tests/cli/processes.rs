@@ -145,7 +145,7 @@ fn devnet_printing(dir: &Path) -> (Procs, String, String, Vec<String>) {
 
 /// A devnet and `brmcp serve` on alice: the processes, the uids of alice and bob, and
 /// what the devnet printed.
-fn serving(dir: &Path) -> (Procs, String, String, Vec<String>) {
+pub(super) fn serving(dir: &Path) -> (Procs, String, String, Vec<String>) {
     let (mut procs, alice, bob, out) = devnet_printing(dir);
     let serve = spawn(
         &mut procs,
@@ -304,7 +304,7 @@ pub(super) async fn assert_devnet_bot_free_call(client: &RunningService<RoleClie
     assert_eq!(echo.structured_content, Some(json!({"echo": "hi"})));
 }
 
-fn assert_fortune(result: &rmcp::model::CallToolResult) {
+pub(super) fn assert_fortune(result: &rmcp::model::CallToolResult) {
     assert_ne!(result.is_error, Some(true), "{result:?}");
     assert!(
         result

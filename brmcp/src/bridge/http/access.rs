@@ -1,13 +1,14 @@
 //! Who may reach the endpoints: the `Host` and `Origin` checks against DNS rebinding
-//! and cross-site pages, and the bearer token.
+//! and cross-site pages, the agents' bearer token, and the user's approval secret.
 
 use std::net::SocketAddr;
+use std::path::Path;
 
 use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 
 use super::sessions::TokenKey;
-use crate::bridge::{Config, Settings};
+use crate::bridge::{Config, Settings, existing_approval_secret};
 
 /// Host names always accepted: the loopback names.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -93,7 +94,28 @@ pub(super) fn token_key(headers: &HeaderMap) -> TokenKey {
 
 /// Whether the `Authorization` header carries the configured token.
 pub(super) fn authorized(settings: &Settings, headers: &HeaderMap) -> bool {
-    if settings.token.is_empty() {
+    bearer_is(headers, &settings.token)
+}
+
+/// Whether the `Authorization` header carries the user's approval secret of
+/// `data_dir` (see [`crate::bridge::approval_secret`]): the check of every route that
+/// decides payments, which an agent's token never passes. No secret made yet
+/// authorizes no one.
+pub(crate) fn authorize_user(data_dir: &Path, headers: &HeaderMap) -> bool {
+    match existing_approval_secret(data_dir) {
+        Ok(Some(secret)) => bearer_is(headers, &secret),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "approval secret not read");
+            false
+        }
+    }
+}
+
+/// Whether the `Authorization` header is `Bearer <expected>`: scheme
+/// case-insensitive, compared in constant time; an empty `expected` never matches.
+fn bearer_is(headers: &HeaderMap, expected: &str) -> bool {
+    if expected.is_empty() {
         return false;
     }
     let Some(value) = headers
@@ -110,7 +132,7 @@ pub(super) fn authorized(settings: &Settings, headers: &HeaderMap) -> bool {
     }
     // Comparing digests takes the same time whatever the tokens' contents and lengths.
     let a = Sha256::digest(token.trim().as_bytes());
-    let b = Sha256::digest(settings.token.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
     a.iter()
         .zip(b.iter())
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
@@ -153,5 +175,22 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
         assert!(!authorized(&empty, &h), "an empty token never authorizes");
+    }
+
+    #[test]
+    fn only_the_approval_secret_authorizes_the_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            authorize_user(dir.path(), &h)
+        };
+        assert!(!with("Bearer "), "no secret made: no one");
+        let secret = crate::bridge::approval_secret(dir.path()).unwrap();
+        assert!(with(&format!("Bearer {secret}")));
+        assert!(with(&format!("bearer {secret}")));
+        assert!(!with(&secret), "a raw secret is refused");
+        assert!(!with(&format!("Bearer {}", &secret[1..])));
+        assert!(!authorize_user(dir.path(), &HeaderMap::new()));
     }
 }

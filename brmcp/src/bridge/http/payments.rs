@@ -6,8 +6,9 @@ use axum::response::{IntoResponse, Response};
 use super::plain;
 use crate::bridge::Inner;
 
-/// Where the payments waiting for approval are listed and decided, behind the same
-/// token as the MCP endpoints: `GET /payments`, `POST /payments/<id>/approve|deny`.
+/// Where the payments waiting for approval are listed and decided, behind the user's
+/// approval secret (never an agent's token): `GET /payments`,
+/// `POST /payments/<id>/approve|deny`.
 pub(crate) const PAYMENTS_PATH: &str = "/payments";
 
 pub(super) fn payments(inner: &Inner, method: &axum::http::Method, rest: &str) -> Response {

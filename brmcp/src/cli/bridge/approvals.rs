@@ -11,10 +11,10 @@ use crate::bridge::Bridge;
 use crate::cli::CliError;
 
 /// `brmcp bridge approvals`: lists or decides the payments the bridge at `listen`
-/// holds.
+/// holds, presenting the user's approval `secret`.
 pub(super) async fn command(
     listen: SocketAddr,
-    token: &str,
+    secret: &str,
     action: ApprovalsAction,
 ) -> Result<ExitCode, CliError> {
     let base = format!("http://{listen}/payments");
@@ -25,7 +25,7 @@ pub(super) async fn command(
         ApprovalsAction::Deny { id } => client.post(format!("{base}/{id}/deny")),
     };
     let response = request
-        .bearer_auth(token)
+        .bearer_auth(secret)
         .send()
         .await
         .map_err(|e| CliError(format!("no bridge at {listen}: {e}")))?;
