@@ -253,7 +253,10 @@ async fn progress_keeps_a_long_job_alive_and_silence_times_out() {
     assert_eq!(balance(&env.harness, ALICE).await, 500_000, "refunded");
     let journal = env.harness.ledger().unwrap().journal(None, 10).unwrap();
     assert_eq!(
-        journal.iter().filter(|e| e.state == CallState::Refunded).count(),
+        journal
+            .iter()
+            .filter(|e| e.state == CallState::Refunded)
+            .count(),
         1
     );
     started.shutdown().await;

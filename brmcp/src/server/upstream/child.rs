@@ -60,10 +60,10 @@ pub(crate) struct Spawn<'a> {
 /// Whether serve's variable `name` is one every command gets.
 fn is_base(name: &str) -> bool {
     #[cfg(windows)]
-    if WINDOWS_ENV.iter().any(|v| v.eq_ignore_ascii_case(name)) {
-        return true;
-    }
-    BASE_ENV.contains(&name) || name.starts_with("LC_")
+    let windows = WINDOWS_ENV.iter().any(|v| v.eq_ignore_ascii_case(name));
+    #[cfg(not(windows))]
+    let windows = false;
+    windows || BASE_ENV.contains(&name) || name.starts_with("LC_")
 }
 
 /// The whole environment of a command: [`BASE_ENV`] and `LC_*` from `from` (serve's),
