@@ -210,13 +210,13 @@ impl Transport<RoleClient> for ChildTransport {
     async fn close(&mut self) -> Result<(), Self::Error> {
         // Its stdin at end of file, as the MCP stdio shutdown asks; then it is killed.
         self.transport.close().await?;
-        if let Some(mut child) = self.child.take() {
-            if !matches!(
+        if let Some(mut child) = self.child.take()
+            && !matches!(
                 tokio::time::timeout(CLOSE_GRACE, child.wait()).await,
                 Ok(Ok(_))
-            ) {
-                Box::into_pin(child.kill()).await?;
-            }
+            )
+        {
+            Box::into_pin(child.kill()).await?;
         }
         Ok(())
     }
