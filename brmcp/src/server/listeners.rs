@@ -2,7 +2,8 @@
 //! [`DynamicTools`](super::DynamicTools), its [`Catalog`](super::Catalog)): the session
 //! of each caller that listed or initialized, one per caller (the latest), so bounded
 //! by the callers the allow gate admits. A session that cannot be told (closed) is
-//! forgotten.
+//! forgotten. Each caller is told at most once per [`LIST_CHANGED_INTERVAL`] of each
+//! kind of change: the changes within it are one notification.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -11,6 +12,11 @@ use brmcp_adapters::PeerId;
 use rmcp::service::RoleServer;
 use rmcp::{Peer, ServiceError};
 use tokio::sync::watch;
+
+/// The least time between two notifications of one kind to a caller: each is a PM the
+/// operator's client sends, and what changes often (several upstreams re-listing) is
+/// told once per interval, the latest state.
+pub(crate) const LIST_CHANGED_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What changed.
 #[derive(Debug, Clone, Copy)]
@@ -84,5 +90,7 @@ async fn notify_changes(
                     .remove(&caller);
             }
         }
+        // Changes meanwhile are marked on the watch: the next round tells them at once.
+        tokio::time::sleep(LIST_CHANGED_INTERVAL).await;
     }
 }

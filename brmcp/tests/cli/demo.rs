@@ -77,8 +77,13 @@ fn demo_sells_an_upstream_command() {
         .args(["demo", "--price", "1234", "--dir"])
         .arg(dir.path().join("net"))
         .arg("--upstream")
-        .arg(format!("{} {}", python.display(), script.display()))
-        .env("UPSTREAM_STATE", &state)
+        // The upstream starts with a clean environment: its variable goes through `env`.
+        .arg(format!(
+            "env UPSTREAM_STATE={} {} {}",
+            state.display(),
+            python.display(),
+            script.display()
+        ))
         .output()
         .expect("run brmcp demo");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -5,7 +5,7 @@
 //! run as processes; the Python `mcp` SDK is the agent. Shows: the listing with prices
 //! and the upstream's annotations, tools the file does not name neither listed nor
 //! callable, free and paid calls (payment_required, the bridge's tip, the ledger),
-//! progress relayed, cancellation passed on, an upstream error refunded, a list change
+//! progress relayed (coalesced), cancellation passed on, an upstream error refunded, a list change
 //! reaching the agent, resources and prompts mirrored where offered, and an upstream
 //! killed mid-call: refunded, restarted, and the
 //! next paid call served, with nothing charged while it was down.
@@ -302,16 +302,17 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
         "{pricey}"
     );
 
-    // Progress, relayed in order and before the answer.
+    // Progress, relayed in order and before the answer, coalesced: the first at once,
+    // then at most one a second (the steps come faster), so the later ones may give way
+    // to the answer.
     let progress = step(&steps, "steps");
     assert_eq!(progress["texts"], json!(["done 3"]));
-    assert_eq!(
-        progress["seen"],
-        json!([
-            [1.0, 3.0, "step 1"],
-            [2.0, 3.0, "step 2"],
-            [3.0, 3.0, "step 3"]
-        ])
+    let seen = progress["seen"].as_array().expect("seen");
+    assert_eq!(seen[0], json!([1.0, 3.0, "step 1"]), "{progress}");
+    let values: Vec<f64> = seen.iter().filter_map(|p| p[0].as_f64()).collect();
+    assert!(
+        values.len() <= 3 && values.windows(2).all(|w| w[0] < w[1]),
+        "{progress}"
     );
     let progress = step(&steps, "everything_progress");
     assert_eq!(progress["is_error"], json!(false), "{progress}");
@@ -321,7 +322,10 @@ async fn upstream_servers_are_sold_through_devnet_serve_and_bridge() {
         .iter()
         .filter_map(|p| p[0].as_f64())
         .collect();
-    assert_eq!(seen, [1.0, 2.0, 3.0], "{progress}");
+    assert!(
+        seen.first() == Some(&1.0) && seen.len() <= 3 && seen.windows(2).all(|w| w[0] < w[1]),
+        "{progress}"
+    );
 
     // Cancellation reaches the upstream's handler.
     assert_eq!(step(&steps, "cancel")["cancelled"], json!(true));

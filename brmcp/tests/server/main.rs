@@ -37,5 +37,7 @@ mod replay_restart;
 mod restart_refund;
 mod support;
 mod tip_once;
+mod upstream_bounds;
+mod upstream_floods;
 mod upstream_supervision;
 mod visibility;

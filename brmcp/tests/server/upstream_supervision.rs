@@ -15,7 +15,7 @@ use brmcp::server::{DynamicTools, ServeConfig};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn upstreams(value: Value) -> ServeConfig {
+pub(crate) fn upstreams(value: Value) -> ServeConfig {
     ServeConfig::parse(
         &json!({ "upstreams": value }).to_string(),
         Path::new("brmcp.json"),
@@ -23,7 +23,7 @@ fn upstreams(value: Value) -> ServeConfig {
     .unwrap()
 }
 
-fn hook() -> (StatusHook, mpsc::Receiver<UpstreamStatus>) {
+pub(crate) fn hook() -> (StatusHook, mpsc::Receiver<UpstreamStatus>) {
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     let hook: StatusHook = Arc::new(move |s: &UpstreamStatus| {
@@ -33,7 +33,7 @@ fn hook() -> (StatusHook, mpsc::Receiver<UpstreamStatus>) {
 }
 
 /// The next status the hook saw in `state`.
-fn next_in(rx: &mpsc::Receiver<UpstreamStatus>, state: UpstreamState) -> UpstreamStatus {
+pub(crate) fn next_in(rx: &mpsc::Receiver<UpstreamStatus>, state: UpstreamState) -> UpstreamStatus {
     loop {
         let status = rx
             .recv_timeout(Duration::from_secs(20))

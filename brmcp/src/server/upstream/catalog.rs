@@ -1,6 +1,7 @@
 //! The upstreams' resources and prompts, for those whose configuration offers them, as
 //! one [`Catalog`]: listed from each upstream that is up, prompts renamed with the
-//! upstream's prefix, each read or get sent to the upstream it belongs to.
+//! upstream's prefix, each read or get sent to the upstream it belongs to. Each listing
+//! is bounded like the tools' ([`listing`](super::listing), [`LIST_TIMEOUT`]).
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -14,6 +15,8 @@ use tokio::sync::watch;
 
 use super::client::Link;
 use super::config::UpstreamConfig;
+use super::limits::LIST_TIMEOUT;
+use super::listing::{self, Listed};
 use crate::server::{Catalog, CatalogFuture};
 
 /// The upstreams' resources and prompts. Cheap to clone; clones share the links.
@@ -98,6 +101,23 @@ fn upstream_error(name: &str, e: ServiceError) -> ErrorData {
     }
 }
 
+/// One bounded listing of `what`, or why it failed.
+async fn bounded<T>(
+    what: &str,
+    list: impl Future<Output = Result<Listed<T>, ServiceError>>,
+) -> Result<Vec<T>, String> {
+    match tokio::time::timeout(LIST_TIMEOUT, list).await {
+        Err(_) => Err(format!("{what}: no answer in {} s", LIST_TIMEOUT.as_secs())),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Ok(Ok(listed)) => {
+            if let Some(bound) = listed.cut {
+                tracing::warn!(%bound, "{what} cut short at its bound");
+            }
+            Ok(listed.items)
+        }
+    }
+}
+
 fn not_found(what: &str) -> ErrorData {
     ErrorData::invalid_params(format!("unknown {what}"), None)
 }
@@ -115,10 +135,10 @@ impl Catalog for UpstreamCatalog {
         Box::pin(async move {
             let mut all = Vec::new();
             for (entry, link) in self.links(|e| e.resources) {
-                match link.peer().list_all_resources().await {
+                match bounded("resources/list", listing::resources(link.peer())).await {
                     Ok(listed) => all.extend(listed),
                     Err(e) => {
-                        tracing::debug!(upstream = %entry.name, error = %e, "resources/list failed")
+                        tracing::debug!(upstream = %entry.name, error = %e, "not listed")
                     }
                 }
             }
@@ -130,10 +150,15 @@ impl Catalog for UpstreamCatalog {
         Box::pin(async move {
             let mut all = Vec::new();
             for (entry, link) in self.links(|e| e.resources) {
-                match link.peer().list_all_resource_templates().await {
+                match bounded(
+                    "resources/templates/list",
+                    listing::resource_templates(link.peer()),
+                )
+                .await
+                {
                     Ok(listed) => all.extend(listed),
                     Err(e) => {
-                        tracing::debug!(upstream = %entry.name, error = %e, "resources/templates/list failed")
+                        tracing::debug!(upstream = %entry.name, error = %e, "not listed")
                     }
                 }
             }
@@ -162,13 +187,13 @@ impl Catalog for UpstreamCatalog {
         Box::pin(async move {
             let mut all = Vec::new();
             for (entry, link) in self.links(|e| e.prompts) {
-                match link.peer().list_all_prompts().await {
+                match bounded("prompts/list", listing::prompts(link.peer())).await {
                     Ok(listed) => all.extend(listed.into_iter().map(|mut p| {
                         p.name = format!("{}{}", entry.prefix, p.name);
                         p
                     })),
                     Err(e) => {
-                        tracing::debug!(upstream = %entry.name, error = %e, "prompts/list failed")
+                        tracing::debug!(upstream = %entry.name, error = %e, "not listed")
                     }
                 }
             }

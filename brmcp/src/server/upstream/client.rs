@@ -1,15 +1,16 @@
 //! One connection to an upstream MCP server, as its client: started from the
-//! [`Endpoint`] (a child process or a streamable-HTTP URL), with its progress taken off
-//! the transport in arrival order (so all of a call's progress is relayed before its
-//! answer) and its list changes signalled to the supervisor.
+//! [`Endpoint`] (a child process or a streamable-HTTP URL), with each message bounded
+//! to what a caller can be sent, its progress taken off the transport in arrival order
+//! (see [`progress`](super::progress)) and its list changes signalled to the
+//! supervisor. A forwarded call ends at its answer, its caller's cancellation, the
+//! idle timeout (reset by each progress) or the overall cap.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientCapabilities, ClientConfig, ClientRequest, Implementation, JsonObject, ProgressToken,
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, JsonObject,
     ServerJsonRpcMessage, ServerNotification, ServerResult,
 };
 use rmcp::service::{
@@ -17,40 +18,32 @@ use rmcp::service::{
     TxJsonRpcMessage,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, Peer, ServiceExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
+use super::child::{self, Fault, Spawn};
 use super::config::Endpoint;
-use crate::early_progress::EarlyProgress;
+use super::limits::UpstreamLimits;
+use super::progress::Routes;
 use crate::server::{CallContext, ToolError};
-
-/// How long a forwarded call may go without an answer or progress: an upstream that
-/// hangs must not hold the caller (and the charge) forever.
-pub const CALL_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The longest a forwarded call may take in all, progress or not.
-pub const CALL_MAX_TIMEOUT: Duration = Duration::from_secs(3600);
-
-/// Upstream progress tokens whose progress arrived before their call was registered,
-/// kept at once; the oldest go first.
-const EARLY_TOKENS: usize = 64;
-
-/// Early progress notifications kept per token.
-const EARLY_PER_TOKEN: usize = 16;
-
-/// Progress notifications of one call queued for a caller who reads slower than the
-/// upstream sends: the rest are dropped (progress is advisory), not held without end.
-const QUEUED_PER_CALL: usize = 64;
 
 /// A live connection to an upstream.
 pub(crate) struct Connection {
     /// The service; dropping it closes the connection (and kills a child process).
     pub(crate) running: RunningService<RoleClient, Handler>,
-    /// Signalled when the upstream says its tools, resources or prompts changed.
-    pub(crate) changed: Arc<Notify>,
+    /// What the upstream said changed since the supervisor last looked.
+    pub(crate) changes: Arc<Changes>,
     /// The child's process id, for a command upstream.
     pub(crate) pid: Option<u32>,
+}
+
+/// A forwarded call's bounds.
+#[derive(Debug, Clone, Copy)]
+struct CallLimits {
+    idle: std::time::Duration,
+    max: std::time::Duration,
+    progress_interval: std::time::Duration,
 }
 
 /// What a forwarded call needs of its connection. Cheap to clone.
@@ -59,42 +52,44 @@ pub(crate) struct Link {
     peer: Peer<RoleClient>,
     routes: Arc<Routes>,
     upstream: Arc<str>,
+    limits: CallLimits,
+    /// Why our side ended the connection, if it did.
+    fault: Fault,
 }
 
 /// Opens a connection and completes the MCP handshake.
-pub(crate) async fn connect(name: &str, endpoint: &Endpoint) -> Result<(Connection, Link), String> {
+pub(crate) async fn connect(
+    name: &str,
+    endpoint: &Endpoint,
+    limits: &UpstreamLimits,
+) -> Result<(Connection, Link), String> {
     let routes = Arc::new(Routes::default());
-    let changed = Arc::new(Notify::new());
+    let changes = Arc::new(Changes::default());
     let handler = Handler {
-        changed: changed.clone(),
+        changes: changes.clone(),
     };
-    let (running, pid) = match endpoint {
+    let (running, pid, fault) = match endpoint {
         Endpoint::Command {
             command,
             args,
             env,
+            pass_env,
             cwd,
         } => {
-            let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env).kill_on_drop(true);
-            if let Some(cwd) = cwd {
-                cmd.current_dir(cwd);
-            }
-            let mut cmd = process_wrap::tokio::CommandWrap::from(cmd);
-            // Its own group: killing it (restart, stop) ends what it started too.
-            #[cfg(unix)]
-            cmd.wrap(process_wrap::tokio::ProcessGroup::leader());
-            let (child, _) = TokioChildProcess::builder(cmd)
-                .stderr(std::process::Stdio::inherit())
-                .spawn()
-                .map_err(|e| format!("cannot start {command:?}: {e}"))?;
-            let pid = child.id();
+            let (child, pid, fault) = child::spawn(&Spawn {
+                command,
+                args,
+                env,
+                pass_env,
+                cwd: cwd.as_ref(),
+                max_line: limits.max_message_bytes,
+            })?;
             let tap = Tap {
                 inner: child,
                 routes: routes.clone(),
             };
             let running = handler.serve(tap).await.map_err(|e| e.to_string())?;
-            (running, pid)
+            (running, pid, fault)
         }
         Endpoint::Url {
             url,
@@ -102,6 +97,8 @@ pub(crate) async fn connect(name: &str, endpoint: &Endpoint) -> Result<(Connecti
             bearer_env,
         } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone());
+            config.max_json_response_size = limits.max_message_bytes;
+            config.max_sse_event_size = limits.max_message_bytes;
             if let Some(var) = bearer_env {
                 let token = std::env::var(var)
                     .map_err(|_| format!("the bearer token variable {var} is not set"))?;
@@ -119,22 +116,35 @@ pub(crate) async fn connect(name: &str, endpoint: &Endpoint) -> Result<(Connecti
                 routes: routes.clone(),
             };
             let running = handler.serve(tap).await.map_err(|e| e.to_string())?;
-            (running, None)
+            (running, None, Fault::default())
         }
     };
     let link = Link {
         peer: running.peer().clone(),
         routes,
         upstream: name.into(),
+        limits: CallLimits {
+            idle: limits.call_idle_timeout,
+            max: limits.call_max_timeout,
+            progress_interval: limits.progress_interval,
+        },
+        fault,
     };
     Ok((
         Connection {
             running,
-            changed,
+            changes,
             pid,
         },
         link,
     ))
+}
+
+/// How a forwarded call ended, short of an answer.
+enum Ended {
+    Cancelled,
+    Idle,
+    TooLong,
 }
 
 impl Link {
@@ -143,80 +153,135 @@ impl Link {
         &self.peer
     }
 
+    /// Why our side closed the connection (a message over the bound), if it did.
+    pub(crate) fn fault(&self) -> Option<&str> {
+        self.fault.get().map(String::as_str)
+    }
+
     /// Calls the upstream's tool `name` for `call`: the caller's progress is relayed
-    /// (all of it before the answer), the caller's cancellation is passed on, and an
-    /// upstream error, failure or timeout is an error (so the charge is refunded).
+    /// (coalesced, none after the answer), the caller's cancellation is passed on, and
+    /// an upstream error, failure or timeout is an error (so the charge is refunded).
     pub(crate) async fn call(
         &self,
         name: &str,
         args: JsonObject,
         call: &CallContext,
     ) -> Result<CallToolResult, ToolError> {
-        let failed =
-            |e: &dyn std::fmt::Display| ToolError::new(format!("upstream {}: {e}", self.upstream));
+        let upstream = &self.upstream;
+        let failed = |e: &dyn std::fmt::Display| match self.fault() {
+            Some(fault) => ToolError::new(format!("upstream {upstream}: {fault}")),
+            None => ToolError::new(format!("upstream {upstream}: {e}")),
+        };
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(name.to_owned()).with_arguments(args),
         ));
-        let options = PeerRequestOptions::with_timeout(CALL_IDLE_TIMEOUT)
-            .reset_timeout_on_progress()
-            .with_max_total_timeout(CALL_MAX_TIMEOUT);
+        // No timeout of rmcp's: it never sees the progress (the tap takes it), so the
+        // idle timeout is kept here, where each progress resets it.
         let handle = self
             .peer
-            .send_request_with_option(request, options)
+            .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
             .map_err(|e| failed(&e))?;
         let (id, token) = (handle.id.clone(), handle.progress_token.clone());
-        let relay = self.routes.route(
+        let (route, relay) = self.routes.route(
             token.clone(),
             call.peer().clone(),
             call.request().meta.get_progress_token(),
+            self.limits.progress_interval,
         );
         let ct = call.request().ct.clone();
         let response = handle.await_response();
         tokio::pin!(response);
-        let mut cancelled = false;
-        let answer = tokio::select! {
-            answer = &mut response => answer,
-            () = ct.cancelled() => {
-                cancelled = true;
-                // Sending the cancellation also ends the pending request here, so the
-                // response future finishes (and cleans up) promptly.
-                let cancel = CancelledNotificationParam::new(
-                    Some(id),
-                    Some("cancelled by the caller".into()),
-                );
-                let _ = self.peer.notify_cancelled(cancel).await;
-                response.await
-            }
+        let idle = tokio::time::sleep(self.limits.idle);
+        tokio::pin!(idle);
+        let overall = tokio::time::sleep(self.limits.max);
+        tokio::pin!(overall);
+        let mut ended = None;
+        let answer = loop {
+            let why = tokio::select! {
+                answer = &mut response => break answer,
+                () = route.progressed() => {
+                    idle.as_mut().reset(tokio::time::Instant::now() + self.limits.idle);
+                    continue;
+                }
+                () = ct.cancelled() => Ended::Cancelled,
+                () = &mut idle => Ended::Idle,
+                () = &mut overall => Ended::TooLong,
+            };
+            let reason = match why {
+                Ended::Cancelled => "cancelled by the caller",
+                Ended::Idle | Ended::TooLong => "timed out",
+            };
+            ended = Some(why);
+            // Sending the cancellation also ends the pending request here, so the
+            // response future finishes (and cleans up) promptly.
+            let cancel = CancelledNotificationParam::new(Some(id), Some(reason.into()));
+            let _ = self.peer.notify_cancelled(cancel).await;
+            break response.await;
         };
         self.routes.finish(&token);
         let _ = relay.await;
-        match answer {
-            Err(_) if cancelled => Err(ToolError::new("cancelled")),
-            Err(e) => Err(failed(&e)),
-            Ok(ServerResult::CallToolResult(result)) if result.is_error == Some(true) => {
+        let secs = |d: std::time::Duration| d.as_secs();
+        match (answer, ended) {
+            // An answer that beat the cancellation or timeout stands: the work was done.
+            (Ok(ServerResult::CallToolResult(result)), _) if result.is_error != Some(true) => {
+                Ok(result)
+            }
+            (Ok(ServerResult::CallToolResult(result)), _) => {
                 let text: Vec<&str> = result
                     .content
                     .iter()
                     .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
                     .collect();
                 Err(ToolError::new(if text.is_empty() {
-                    format!("upstream {}: the tool failed", self.upstream)
+                    format!("upstream {upstream}: the tool failed")
                 } else {
                     text.join(" ")
                 }))
             }
-            // An answer that beat the cancellation stands: the work was done.
-            Ok(ServerResult::CallToolResult(result)) => Ok(result),
-            Ok(_) => Err(failed(&"unexpected answer to tools/call")),
+            (Err(_), Some(Ended::Cancelled)) => Err(ToolError::new("cancelled")),
+            (Err(_), Some(Ended::Idle)) => Err(ToolError::new(format!(
+                "upstream {upstream}: no answer or progress in {} s",
+                secs(self.limits.idle)
+            ))),
+            (Err(_), Some(Ended::TooLong)) => Err(ToolError::new(format!(
+                "upstream {upstream}: no answer in {} s",
+                secs(self.limits.max)
+            ))),
+            (Err(e), None) => Err(failed(&e)),
+            (Ok(_), _) => Err(failed(&"unexpected answer to tools/call")),
         }
+    }
+}
+
+/// What an upstream said changed, taken by the supervisor.
+#[derive(Default)]
+pub(crate) struct Changes {
+    tools: AtomicBool,
+    catalog: AtomicBool,
+    /// Signalled on each change.
+    pub(crate) notify: Notify,
+}
+
+impl Changes {
+    /// Whether its tools, and its resources or prompts, changed since the last take.
+    pub(crate) fn take(&self) -> (bool, bool) {
+        (
+            self.tools.swap(false, Ordering::SeqCst),
+            self.catalog.swap(false, Ordering::SeqCst),
+        )
+    }
+
+    fn set(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
     }
 }
 
 /// The client side toward an upstream: signals its list changes.
 #[derive(Clone)]
 pub(crate) struct Handler {
-    changed: Arc<Notify>,
+    changes: Arc<Changes>,
 }
 
 impl ClientHandler for Handler {
@@ -228,82 +293,15 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.changed.notify_one();
+        self.changes.set(&self.changes.tools);
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.changed.notify_one();
+        self.changes.set(&self.changes.catalog);
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.changed.notify_one();
-    }
-}
-
-/// Where each upstream progress token's notifications go.
-struct Routes(Mutex<RoutesInner>);
-
-impl Default for Routes {
-    fn default() -> Self {
-        Self(Mutex::new(RoutesInner {
-            routes: HashMap::new(),
-            early: EarlyProgress::new(EARLY_TOKENS, EARLY_PER_TOKEN),
-        }))
-    }
-}
-
-struct RoutesInner {
-    routes: HashMap<ProgressToken, mpsc::Sender<rmcp::model::ProgressNotificationParam>>,
-    early: EarlyProgress,
-}
-
-impl Routes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, RoutesInner> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Relays `upstream`'s progress to the caller's `token` (dropped without one) until
-    /// [`finish`](Self::finish); the task ends once all of it is sent.
-    fn route(
-        &self,
-        upstream: ProgressToken,
-        caller: Peer<rmcp::RoleServer>,
-        token: Option<ProgressToken>,
-    ) -> tokio::task::JoinHandle<()> {
-        let (tx, mut rx) = mpsc::channel(QUEUED_PER_CALL);
-        let mut inner = self.lock();
-        for params in inner.early.take(&upstream) {
-            let _ = tx.try_send(params);
-        }
-        inner.routes.insert(upstream, tx);
-        drop(inner);
-        tokio::spawn(async move {
-            while let Some(mut params) = rx.recv().await {
-                let Some(token) = &token else { continue };
-                params.progress_token = token.clone();
-                if let Err(e) = caller.notify_progress(params).await {
-                    tracing::debug!(error = %e, "progress not relayed");
-                }
-            }
-        })
-    }
-
-    fn finish(&self, upstream: &ProgressToken) {
-        let mut inner = self.lock();
-        inner.routes.remove(upstream);
-        inner.early.take(upstream);
-    }
-
-    /// Called by the tap, in arrival order.
-    fn dispatch(&self, params: rmcp::model::ProgressNotificationParam) {
-        let mut inner = self.lock();
-        if let Some(tx) = inner.routes.get(&params.progress_token) {
-            if tx.try_send(params).is_err() {
-                tracing::debug!("progress dropped: the caller is behind");
-            }
-            return;
-        }
-        inner.early.push(params);
+        self.changes.set(&self.changes.catalog);
     }
 }
 
@@ -338,28 +336,5 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         self.inner.close().await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rmcp::model::{NumberOrString, ProgressNotificationParam};
-
-    #[test]
-    fn early_progress_is_bounded() {
-        let routes = Routes::default();
-        for token in 0..(EARLY_TOKENS as i64 + 10) {
-            for i in 0..(EARLY_PER_TOKEN + 5) {
-                routes.dispatch(ProgressNotificationParam::new(
-                    ProgressToken(NumberOrString::Number(token)),
-                    i as f64,
-                ));
-            }
-        }
-        let lens = routes.lock().early.lens();
-        assert_eq!(lens.len(), EARLY_TOKENS);
-        assert!(lens.values().all(|&n| n == EARLY_PER_TOKEN));
-        assert!(!lens.contains_key(&ProgressToken(NumberOrString::Number(0))));
     }
 }

@@ -4,7 +4,7 @@
 //! "upstreams": [{
 //!   "name": "everything",
 //!   "command": "npx", "args": ["@modelcontextprotocol/server-everything"],
-//!   "env": {"KEY": "value"}, "cwd": "/srv/everything",
+//!   "env": {"KEY": "value"}, "pass_env": ["API_TOKEN"], "cwd": "/srv/everything",
 //!   "tools": {"echo": 0, "get-sum": 500, "get-env": "off"},
 //!   "default_price_atoms": 1000,
 //!   "resources": true, "prompts": false
@@ -15,6 +15,10 @@
 //!   "tools": {"search": 2000}
 //! }]
 //! ```
+//!
+//! A command starts with a clean environment: `PATH`, `HOME` and the locale (`LANG`,
+//! `LC_*`) from serve's, the variables `pass_env` names from serve's, then `env`'s
+//! values. An upstream sold to strangers is not handed the operator's secrets.
 //!
 //! Read strictly: an unknown key or a value of the wrong type is an error naming its
 //! key. A tool the file does not name is not exposed unless the upstream has a
@@ -71,8 +75,11 @@ pub enum Endpoint {
         command: String,
         /// Its arguments.
         args: Vec<String>,
-        /// Environment variables set for it (the rest is inherited).
+        /// Environment variables set for it.
         env: BTreeMap<String, String>,
+        /// Variables of serve's environment passed to it (besides [`BASE_ENV`]); one
+        /// that is not set is an error when it starts.
+        pass_env: Vec<String>,
         /// Its working directory (default: the server's).
         cwd: Option<PathBuf>,
     },
@@ -118,6 +125,13 @@ impl UpstreamConfig {
     }
 }
 
+/// What of serve's environment every command upstream gets, besides the variables
+/// starting with `LC_`: enough to find programs, a home directory and the locale.
+pub const BASE_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
+
+/// The longest environment variable name `pass_env` takes, in bytes.
+const MAX_VAR_NAME_LEN: usize = 256;
+
 /// A bad entry: the key path (as `upstreams[0].tools.echo`) and what is wrong.
 pub(crate) type Bad = (String, String);
 
@@ -146,11 +160,12 @@ pub(crate) fn parse_upstreams(value: &Value) -> Result<Vec<UpstreamConfig>, Bad>
     Ok(upstreams)
 }
 
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "name",
     "command",
     "args",
     "env",
+    "pass_env",
     "cwd",
     "url",
     "headers",
@@ -183,7 +198,7 @@ fn parse_one(key: &str, value: &Value, several: bool) -> Result<UpstreamConfig, 
     }
     let command = string(obj, "command", key)?;
     let url = string(obj, "url", key)?;
-    let command_only = ["args", "env", "cwd"];
+    let command_only = ["args", "env", "pass_env", "cwd"];
     let url_only = ["headers", "bearer_env"];
     let endpoint = match (command, url) {
         (Some(_), Some(_)) => return Err((at("url"), "give either command or url".into())),
@@ -199,6 +214,7 @@ fn parse_one(key: &str, value: &Value, several: bool) -> Result<UpstreamConfig, 
                 command,
                 args: strings(obj, "args", key)?,
                 env: string_map(obj, "env", key)?,
+                pass_env: var_names(obj, "pass_env", key)?,
                 cwd: string(obj, "cwd", key)?.map(PathBuf::from),
             }
         }
@@ -292,6 +308,22 @@ fn strings(obj: &Map<String, Value>, field: &str, key: &str) -> Result<Vec<Strin
     }
 }
 
+/// A list of environment variable names: non-empty, without `=` or NUL.
+fn var_names(obj: &Map<String, Value>, field: &str, key: &str) -> Result<Vec<String>, Bad> {
+    let names = strings(obj, field, key)?;
+    if let Some((i, name)) = names
+        .iter()
+        .enumerate()
+        .find(|(_, n)| n.is_empty() || n.len() > MAX_VAR_NAME_LEN || n.contains(['=', '\0']))
+    {
+        return Err((
+            format!("{key}.{field}[{i}]"),
+            format!("{name:?} is not an environment variable name"),
+        ));
+    }
+    Ok(names)
+}
+
 fn string_map(
     obj: &Map<String, Value>,
     field: &str,
@@ -335,7 +367,7 @@ mod tests {
     fn a_command_and_a_url_upstream_with_prices() {
         let parsed = parse_upstreams(&json!([
             {"name": "everything", "command": "npx", "args": ["x"], "env": {"A": "1"},
-             "cwd": "/tmp", "tools": {"echo": 0, "get-sum": 500, "get-env": "off"},
+             "pass_env": ["B"], "cwd": "/tmp", "tools": {"echo": 0, "get-sum": 500, "get-env": "off"},
              "resources": true},
             {"name": "search", "url": "https://s.example/mcp", "headers": {"X": "y"},
              "bearer_env": "TOKEN", "default_price_atoms": 7}
@@ -351,6 +383,10 @@ mod tests {
         assert_eq!(b.price_of("anything"), Some(7));
         assert!(a.resources && !a.prompts);
         assert_eq!(a.endpoint.kind(), "command");
+        assert!(matches!(
+            &a.endpoint,
+            Endpoint::Command { env, pass_env, .. } if env["A"] == "1" && pass_env == &["B"]
+        ));
         assert!(matches!(
             &b.endpoint,
             Endpoint::Url { bearer_env: Some(env), .. } if env == "TOKEN"
@@ -418,6 +454,18 @@ mod tests {
             (
                 json!([{"name": "a", "command": "x", "env": {"K": 1}}]),
                 "upstreams[0].env.K: expected a string",
+            ),
+            (
+                json!([{"name": "a", "command": "x", "pass_env": ["OK", "A=B"]}]),
+                "upstreams[0].pass_env[1]: \"A=B\" is not an environment variable name",
+            ),
+            (
+                json!([{"name": "a", "command": "x", "pass_env": "HOME"}]),
+                "upstreams[0].pass_env: expected a list of strings",
+            ),
+            (
+                json!([{"name": "a", "url": "http://h", "pass_env": []}]),
+                "upstreams[0].pass_env: only for a command upstream",
             ),
             (
                 json!([{"name": "a", "command": "x", "tools": {"t": -1}}]),

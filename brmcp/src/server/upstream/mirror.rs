@@ -2,44 +2,48 @@
 //! renamed with the upstream's prefix, with their schemas and annotations as the
 //! upstream lists them and the configured price in `_meta`; each call forwarded over
 //! the current connection, refused (and charged nothing) while the upstream is down.
+//! The tools reach the connection through the upstream's [`Health`], so a reconnection
+//! changes nothing callers see.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use rmcp::model::{JsonObject, Tool};
 
 use super::client::Link;
 use super::config::UpstreamConfig;
-use crate::server::{CallContext, Price, ToolSpec};
+use crate::server::{CallContext, Price, ToolError, ToolSpec};
 
-/// Whether an upstream is up: read by each of its tools before a call is charged.
-#[derive(Debug)]
+/// An upstream's live connection, while it is up: read by each of its tools before a
+/// call is charged, and the call forwarded over it.
 pub(crate) struct Health {
     name: String,
-    up: AtomicBool,
+    link: RwLock<Option<Link>>,
 }
 
 impl Health {
     pub(crate) fn new(name: &str) -> Arc<Self> {
         Arc::new(Self {
             name: name.to_owned(),
-            up: AtomicBool::new(false),
+            link: RwLock::new(None),
         })
     }
 
-    pub(crate) fn set(&self, up: bool) {
-        self.up.store(up, Ordering::SeqCst);
+    /// Up on `link`, or down (`None`).
+    pub(crate) fn set(&self, link: Option<Link>) {
+        *self.link.write().unwrap_or_else(PoisonError::into_inner) = link;
     }
 
-    fn check(&self) -> Result<(), String> {
-        if self.up.load(Ordering::SeqCst) {
-            Ok(())
-        } else {
-            Err(format!(
-                "upstream {} is down (restarting); nothing was charged, retry later",
-                self.name
-            ))
-        }
+    fn link(&self) -> Result<Link, String> {
+        self.link
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                format!(
+                    "upstream {} is down (restarting); nothing was charged, retry later",
+                    self.name
+                )
+            })
     }
 }
 
@@ -48,11 +52,10 @@ impl Health {
 pub const MAX_TOOLS_PER_UPSTREAM: usize = 1024;
 
 /// The exposed tools of `listed` (at most [`MAX_TOOLS_PER_UPSTREAM`]), forwarding over
-/// `link`.
+/// the connection `health` holds.
 pub(crate) fn mirror_tools(
     config: &UpstreamConfig,
     listed: Vec<Tool>,
-    link: &Link,
     health: &Arc<Health>,
 ) -> Vec<ToolSpec> {
     listed
@@ -67,17 +70,16 @@ pub(crate) fn mirror_tools(
             } else {
                 Price::Fixed(atoms)
             };
-            let link = link.clone();
-            let health = health.clone();
+            let (calls, health) = (health.clone(), health.clone());
             let spec = ToolSpec::from_definition(
                 tool,
                 price,
                 move |call: CallContext, args: JsonObject| {
-                    let (link, name) = (link.clone(), upstream_name.clone());
-                    async move { link.call(&name, args, &call).await }
+                    let (link, name) = (calls.link(), upstream_name.clone());
+                    async move { link.map_err(ToolError::new)?.call(&name, args, &call).await }
                 },
             );
-            Some(spec.when_available(move || health.check()))
+            Some(spec.when_available(move || health.link().map(drop)))
         })
         .take(MAX_TOOLS_PER_UPSTREAM)
         .collect()

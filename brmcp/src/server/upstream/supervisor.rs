@@ -1,19 +1,27 @@
 //! Supervision: each upstream in its own task, connected, listed and mirrored into the
 //! harness's [`DynamicTools`]; reconnected (a command restarted) with exponential
-//! backoff when it fails; re-listed when it says its tools changed. Each state change
-//! is logged and written to the status file `brmcp serve status` reads.
+//! backoff when it fails; re-listed when it says its lists changed, at most once per
+//! [`relist_window`](UpstreamLimits::relist_window), its tools replaced (and callers
+//! told) only when their definitions changed. A re-listing gives way at once to the
+//! connection's end or the server's stop. Each state change is logged and written to
+//! the status file `brmcp serve status` reads.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use rmcp::model::Tool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::UpstreamCatalog;
 use super::client::{Connection, Link, connect};
 use super::config::UpstreamConfig;
+use super::limits::UpstreamLimits;
+use super::listing;
 use super::mirror::{Health, mirror_tools};
+use crate::secure_fs;
 use crate::server::{Catalog, Clock, DynamicTools, SystemClock};
 
 /// The status file's name in the data directory.
@@ -148,11 +156,10 @@ impl Board {
     }
 }
 
-/// Writes `statuses` to `file` atomically (a reader never sees half a file).
+/// Writes `statuses` to `file` atomically (a reader never sees half a file), owner-only
+/// and following no link planted at it or at a temporary name.
 fn write_status(file: &Path, statuses: &[UpstreamStatus]) -> std::io::Result<()> {
-    let tmp = file.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(statuses)?)?;
-    std::fs::rename(&tmp, file)
+    secure_fs::write_atomic(file, &serde_json::to_vec_pretty(statuses)?)
 }
 
 /// Reads the status file a running (or stopped) `brmcp serve` wrote in `datadir`.
@@ -193,7 +200,8 @@ impl std::fmt::Debug for Upstreams {
 
 impl Upstreams {
     /// Starts supervising each of `configs`, mirroring their tools into `tools`; each
-    /// state change goes to `status_file` and `hook` too, when given.
+    /// state change goes to `status_file` and `hook` too, when given. The default
+    /// [`UpstreamLimits`] apply.
     ///
     /// # Panics
     ///
@@ -203,6 +211,27 @@ impl Upstreams {
         tools: &DynamicTools,
         status_file: Option<PathBuf>,
         hook: Option<StatusHook>,
+    ) -> Self {
+        Self::start_with(
+            configs,
+            tools,
+            status_file,
+            hook,
+            &UpstreamLimits::default(),
+        )
+    }
+
+    /// [`start`](Self::start) with these `limits`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start_with(
+        configs: &[UpstreamConfig],
+        tools: &DynamicTools,
+        status_file: Option<PathBuf>,
+        hook: Option<StatusHook>,
+        limits: &UpstreamLimits,
     ) -> Self {
         let now = SystemClock.unix().secs();
         let statuses = configs
@@ -239,6 +268,8 @@ impl Upstreams {
                     health: Health::new(&config.name),
                     catalog: catalog.clone(),
                     cancel: cancel.clone(),
+                    limits: limits.clone(),
+                    published: Mutex::new(None),
                 };
                 tokio::spawn(supervisor.run())
             })
@@ -307,6 +338,9 @@ struct Supervisor {
     health: Arc<Health>,
     catalog: UpstreamCatalog,
     cancel: CancellationToken,
+    limits: UpstreamLimits,
+    /// The definitions of the tools last mirrored, to replace them only on a change.
+    published: Mutex<Option<Vec<Tool>>>,
 }
 
 impl Supervisor {
@@ -324,7 +358,7 @@ impl Supervisor {
                 Err(_) => format!("no answer in {START_TIMEOUT:?}"),
                 Ok(Err(e)) => e,
                 Ok(Ok((connection, link, count))) => {
-                    self.health.set(true);
+                    self.health.set(Some(link.clone()));
                     if self.catalog.offers_any(self.index) {
                         self.catalog.set_link(self.index, Some(link.clone()));
                     }
@@ -337,7 +371,7 @@ impl Supervisor {
                     tracing::info!(upstream = %name, tools = count, restarts, "upstream up");
                     let up_since = Instant::now();
                     let ended = self.watch(connection, &link).await;
-                    self.health.set(false);
+                    self.health.set(None);
                     if self.catalog.offers_any(self.index) {
                         self.catalog.set_link(self.index, None);
                     }
@@ -366,74 +400,122 @@ impl Supervisor {
                     s.restarts = restarts;
                 });
         }
-        self.health.set(false);
+        self.health.set(None);
         self.board
             .set_state(self.index, UpstreamState::Stopped, |s| s.pid = None);
     }
 
     /// Connects and publishes the tools: the connection, its link and the tool count.
     async fn start(&self) -> Result<(Connection, Link, usize), String> {
-        let (connection, link) = connect(&self.config.name, &self.config.endpoint).await?;
+        let (connection, link) =
+            connect(&self.config.name, &self.config.endpoint, &self.limits).await?;
         let count = self.publish(&link).await?;
         Ok((connection, link, count))
     }
 
-    /// Lists the upstream's tools and mirrors the exposed ones; notes the priced ones
-    /// it does not list.
+    /// Lists the upstream's tools (bounded in pages, items, bytes and time) and mirrors
+    /// the exposed ones, replacing the served ones only if their definitions changed;
+    /// notes the priced ones it does not list.
     async fn publish(&self, link: &Link) -> Result<usize, String> {
-        let listed = link
-            .peer()
-            .list_all_tools()
+        let name = &self.config.name;
+        let failed = |e: String| {
+            link.fault()
+                .map_or(e, |fault| format!("tools/list: {fault}"))
+        };
+        let listed = tokio::time::timeout(self.limits.list_timeout, listing::tools(link.peer()))
             .await
-            .map_err(|e| format!("tools/list: {e}"))?;
+            .map_err(|_| {
+                failed(format!(
+                    "tools/list: no answer in {} s",
+                    self.limits.list_timeout.as_secs()
+                ))
+            })?
+            .map_err(|e| failed(format!("tools/list: {e}")))?;
+        if let Some(bound) = listed.cut {
+            tracing::warn!(upstream = %name, %bound, kept = listed.items.len(), "the upstream's tool list is cut short at its bound");
+        }
+        // A name listed twice (a page repeated) counts once: the first.
+        let mut seen = HashSet::new();
+        let listed: Vec<Tool> = listed
+            .items
+            .into_iter()
+            .filter(|t| seen.insert(t.name.clone()))
+            .collect();
         let unlisted: Vec<String> = self
             .config
             .tools
             .keys()
-            .filter(|name| !listed.iter().any(|t| t.name == name.as_str()))
+            .filter(|tool| !seen.contains(tool.as_str()))
             .cloned()
             .collect();
         if !unlisted.is_empty() {
-            tracing::warn!(upstream = %self.config.name, ?unlisted, "priced tools the upstream does not list");
+            tracing::warn!(upstream = %name, ?unlisted, "priced tools the upstream does not list");
         }
-        let specs = mirror_tools(&self.config, listed, link, &self.health);
+        let specs = mirror_tools(&self.config, listed, &self.health);
         let count = specs.len();
-        self.tools.replace(&self.config.name, specs);
+        let definitions: Vec<Tool> = specs.iter().map(|s| s.definition().clone()).collect();
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if published.as_ref() != Some(&definitions) {
+            self.tools.replace(name, specs);
+            *published = Some(definitions);
+        }
+        drop(published);
         self.board.update(self.index, |s| s.unlisted = unlisted);
         Ok(count)
     }
 
-    /// Re-lists after the upstream said something changed.
-    async fn republish(&self, link: &Link) -> Result<usize, String> {
-        if self.catalog.offers_any(self.index) {
-            self.catalog.changed();
-        }
-        self.publish(link).await
-    }
-
-    /// Serves until the connection ends (`Some(why)`) or the server stops (`None`).
+    /// Serves until the connection ends (`Some(why)`) or the server stops (`None`),
+    /// re-listing when the upstream says its lists changed: the changes of a window are
+    /// one re-listing, after the window since the last one.
     async fn watch(&self, connection: Connection, link: &Link) -> Option<String> {
         let Connection {
-            running, changed, ..
+            running, changes, ..
         } = connection;
+        let name = &self.config.name;
         let done = running.waiting();
         tokio::pin!(done);
+        let mut last = tokio::time::Instant::now();
         loop {
+            let due = last + self.limits.relist_window;
+            let relist = async {
+                changes.notify.notified().await;
+                tokio::time::sleep_until(due).await;
+                let (tools, catalog) = changes.take();
+                if catalog && self.catalog.offers_any(self.index) {
+                    self.catalog.changed();
+                }
+                if tools {
+                    Some(self.publish(link).await)
+                } else {
+                    None
+                }
+            };
+            // The re-listing gives way to the connection's end and the server's stop.
             tokio::select! {
                 quit = &mut done => {
                     return Some(match quit {
-                        Ok(reason) => format!("connection ended ({reason:?})"),
+                        Ok(reason) => link.fault().map_or_else(
+                            || format!("connection ended ({reason:?})"),
+                            str::to_owned,
+                        ),
                         Err(e) => format!("connection task failed: {e}"),
                     });
                 }
-                () = changed.notified() => match self.republish(link).await {
-                    Ok(count) => {
-                        tracing::info!(upstream = %self.config.name, tools = count, "upstream tools changed");
-                        self.board.update(self.index, |s| s.tools = count);
-                    }
-                    Err(e) => tracing::warn!(upstream = %self.config.name, error = %e, "upstream tools not re-listed"),
-                },
                 () = self.cancel.cancelled() => return None,
+                relisted = relist => {
+                    last = tokio::time::Instant::now();
+                    match relisted {
+                        Some(Ok(count)) => {
+                            tracing::info!(upstream = %name, tools = count, "upstream tools listed again");
+                            self.board.update(self.index, |s| s.tools = count);
+                        }
+                        Some(Err(e)) => tracing::warn!(upstream = %name, error = %e, "upstream tools not listed again"),
+                        None => {}
+                    }
+                }
             }
         }
     }
