@@ -141,7 +141,7 @@ pub(super) async fn start_directory(
 }
 
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let rpc_config = rpc_config.unwrap_or_else(|| datadir.join(RPC_CONFIG));
     let wrote = write_rpc_template(&rpc_config)?;

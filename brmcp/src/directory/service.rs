@@ -129,7 +129,7 @@ impl DirectoryBuilder {
     pub fn build(self) -> Result<Directory, BuildError> {
         let dir = self.data_dir.ok_or(BuildError::NoDataDir)?;
         let payer = self.payer.ok_or(BuildError::NoPayer)?;
-        std::fs::create_dir_all(&dir)
+        crate::secure_fs::create_dir(&dir)
             .map_err(|e| DirError::Ledger(format!("cannot create {}: {e}", dir.display())))?;
         let store = Store::open(&dir)?;
         let signer = Signer::load_or_create(&dir)?;
