@@ -62,7 +62,10 @@ pub use registrant::{
     Notify, RENEW_AHEAD, Registrant, RegistrantConfig,
 };
 pub use search::{SEARCH_HIT_CAP, SearchHit, SearchIn, SearchOut, search};
-pub use service::{BUSY_NOTE, BuildError, Directory, DirectoryBuilder, SWEEP_INTERVAL};
+pub use service::{
+    BUSY_NOTE, BuildError, CLOSE_WAIT, Directory, DirectoryBuilder, STOP_BLOCKING_WAIT,
+    STOP_WITHIN, SWEEP_INTERVAL,
+};
 pub use snapshot::{
     KEY_FILE, KeyError, SNAPSHOT_VERSION, SignedSnapshot, Signer, Snapshot, SnapshotListing,
     VerifyError, payload, verify,
