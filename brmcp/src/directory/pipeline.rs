@@ -34,6 +34,11 @@ const PAYMENT_FAILED: &str = "directory: test payment failed";
 const NEVER_SENT: &str = "directory: test payment never sent";
 /// Why a step cut by a shutdown stopped (never stored: the pipeline resumes).
 const CLOSING: &str = "directory shutting down";
+/// How much longer a payment on its way at a shutdown may take to confirm: 5 s, within
+/// [`super::CLOSE_WAIT`]. A tip usually confirms in a few seconds; one that does is
+/// recorded paid, which the resumed test does not repeat. Past it the payment is
+/// ambiguous (counted as spent, never refunded).
+pub(crate) const PAY_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Core {
     /// The funding check: with the fee and the test budget covered, debit the fee and
@@ -309,6 +314,10 @@ impl Core {
         atoms: i64,
         escrow: Option<&str>,
     ) -> Result<(), String> {
+        // None starts once the directory stops: the resumed test pays, if it must.
+        if self.shutting_down() {
+            return Err(CLOSING.to_owned());
+        }
         let harness = self.harness();
         let key = uid.to_string();
         let debit_key = money::new_key().map_err(|e| e.to_string())?;
@@ -336,11 +345,18 @@ impl Core {
             .map_err(store_err)?;
         let amount = u64::try_from(atoms).unwrap_or(0);
         let mut shutdown = self.shutdown.subscribe();
+        let payment = tokio::time::timeout(PAY_WAIT, self.payer.pay(uid, amount));
+        tokio::pin!(payment);
         let outcome = tokio::select! {
-            r = tokio::time::timeout(PAY_WAIT, self.payer.pay(uid, amount)) => {
-                r.unwrap_or(Err(PayError::Unconfirmed))
+            r = &mut payment => r.unwrap_or(Err(PayError::Unconfirmed)),
+            // A payment on its way at a shutdown gets a little longer to confirm: one
+            // confirmed is paid, not ambiguous, and the resumed test does not pay again.
+            () = async { drop(shutdown.wait_for(|s| *s).await) } => {
+                tokio::time::timeout(PAY_GRACE, &mut payment)
+                    .await
+                    .unwrap_or(Ok(Err(PayError::Unconfirmed)))
+                    .unwrap_or(Err(PayError::Unconfirmed))
             }
-            _ = shutdown.wait_for(|s| *s) => Err(PayError::Unconfirmed),
         };
         let paid_into = escrow.map(|fund_key| (key.as_str(), fund_key));
         match outcome {

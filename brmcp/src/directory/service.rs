@@ -190,8 +190,9 @@ impl DirectoryBuilder {
 }
 
 /// The longest [`Directory::close`] waits for running pipelines. Told to stop, a
-/// pipeline stops at its next wait on a provider or a payment; what is left is a store
-/// or ledger transaction, which waits at most 5 s for another connection's lock. Past
+/// pipeline stops at its next wait on a provider; a payment on its way gets 5 s more to
+/// confirm; what is left is a store or ledger transaction, which waits at most 5 s for
+/// another connection's lock. Past
 /// it, close goes on: every step is recorded before the next, so a pipeline cut
 /// anywhere resumes at the next start.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(10);
