@@ -7,6 +7,7 @@
 //! - `brmcp bridge bots add --from-directory` leaves none of the directory's replies
 //!   unacknowledged on its client, whether the provider is listed or not.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -175,18 +176,18 @@ impl World {
         PeerId::from_bytes(self.dir.uid)
     }
 
-    /// Starts `brmcp directory`, waiting until it serves.
+    /// Starts `brmcp directory` under umask 000 (its files must be private all the
+    /// same), waiting until it serves.
     fn start_directory(&self, procs: &mut Procs) {
-        let lines = spawn(
-            procs,
-            brmcp(&[
-                "directory",
-                "--datadir",
-                self.data.to_str().expect("utf-8"),
-                "--rpc-config",
-                self.dir.config_path.to_str().expect("utf-8"),
-            ]),
-        );
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"umask 000; exec "$0" "$@""#)
+            .arg(env!("CARGO_BIN_EXE_brmcp"))
+            .args(["directory", "--datadir"])
+            .arg(&self.data)
+            .arg("--rpc-config")
+            .arg(&self.dir.config_path);
+        let lines = spawn(procs, cmd);
         wait_for(&lines, "Ctrl-C stops");
     }
 
@@ -426,6 +427,43 @@ async fn bots_add_from_directory_acknowledges_the_replies_it_handled() {
     op_host.close();
     let (_, status) = interrupt(&mut procs);
     assert!(status.success(), "{status:?}");
+
+    // Everything the directory wrote (store, ledger, PM journal, snapshot key, audit
+    // log, their sidecars) is its owner's only.
+    let mut loose = Vec::new();
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&w.data).expect("read dir") {
+        let path = entry.expect("entry").path();
+        let mode = std::fs::symlink_metadata(&path)
+            .expect("lstat")
+            .permissions()
+            .mode()
+            & 0o777;
+        files.push(
+            path.file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned(),
+        );
+        if mode != 0o600 && path.file_name() != Some("brmcpdir.json".as_ref()) {
+            loose.push(format!("{} {mode:o}", path.display()));
+        }
+    }
+    for file in [
+        "directory.sqlite",
+        "brmcp.sqlite",
+        "snapshotkey.json",
+        "adminlog.json",
+    ] {
+        assert!(files.iter().any(|f| f == file), "{file} in {files:?}");
+    }
+    let dir_mode = std::fs::metadata(&w.data)
+        .expect("data")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(dir_mode, 0o700, "the data directory is tightened");
+    assert!(loose.is_empty(), "not private: {loose:?}");
     w.provider.host.close();
     w.devnet.shutdown().await;
 }
