@@ -318,3 +318,55 @@ fn ack_method(base: &str) -> String {
     }
     .to_owned()
 }
+
+/// `flush_acks` before exiting: handled PMs are acknowledged by the time it returns
+/// `true`; a PM whose handler keeps failing, and every PM after it, stay
+/// unacknowledged, and it says so with `false` within its bound.
+#[tokio::test]
+async fn flush_acks_waits_for_what_was_handled_and_acks_nothing_else() {
+    let (certs, fake) = Fake::brclient().await;
+    let handled = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (handled, refused) = (handled.clone(), refused.clone());
+        move |pm: ReceivedPm| {
+            let result = if pm.msg.message == "refused" {
+                refused.fetch_add(1, Ordering::SeqCst);
+                Err(BoxError::from("not recorded"))
+            } else {
+                handled.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            };
+            std::future::ready(result)
+        }
+    };
+    let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
+    host.connect(Streams::new().pms(handler)).await.unwrap();
+    assert!(
+        host.flush_acks(WAIT).await,
+        "nothing received: nothing to wait for"
+    );
+
+    // Handled, its acknowledgement still to come (it waits out the settle time).
+    fake.push_pm(&uid(0x11), "handled");
+    eventually("handled", WAIT, || handled.load(Ordering::SeqCst) == 1).await;
+    assert!(host.flush_acks(WAIT).await);
+    assert!(
+        fake.unacked(PM_STREAM).is_empty(),
+        "acknowledged once flushed"
+    );
+
+    let not_recorded = fake.push_pm(&uid(0x11), "refused");
+    let after = fake.push_pm(&uid(0x11), "after");
+    eventually("the handler tried", WAIT, || {
+        refused.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    assert!(!host.flush_acks(Duration::from_secs(2)).await);
+    assert_eq!(
+        fake.unacked(PM_STREAM),
+        vec![not_recorded, after],
+        "neither acknowledged"
+    );
+    host.close();
+}

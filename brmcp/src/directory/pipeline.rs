@@ -11,6 +11,7 @@
 //!   `paying` before the tip is sent: a restart refunds a debit whose tip was never
 //!   sent, and counts one that may have been sent as spent (ambiguous, never refunded).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +32,13 @@ use crate::server::CallId;
 const PAYMENT_FAILED: &str = "directory: test payment failed";
 /// The refund reason of an escrow debit whose payment was never sent.
 const NEVER_SENT: &str = "directory: test payment never sent";
+/// Why a step cut by a shutdown stopped (never stored: the pipeline resumes).
+const CLOSING: &str = "directory shutting down";
+/// How much longer a payment on its way at a shutdown may take to confirm: 5 s, within
+/// [`super::CLOSE_WAIT`]. A tip usually confirms in a few seconds; one that does is
+/// recorded paid, which the resumed test does not repeat. Past it the payment is
+/// ambiguous (counted as spent, never refunded).
+pub(crate) const PAY_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Core {
     /// The funding check: with the fee and the test budget covered, debit the fee and
@@ -82,6 +90,16 @@ impl Core {
         Ok(true)
     }
 
+    /// `step`, unless the directory shuts down first (`None`): a pipeline waiting on
+    /// a provider stops there and resumes at the next start.
+    pub(crate) async fn unless_closing<T>(&self, step: impl Future<Output = T>) -> Option<T> {
+        let mut shutdown = self.shutdown.subscribe();
+        tokio::select! {
+            out = step => Some(out),
+            _ = shutdown.wait_for(|s| *s) => None,
+        }
+    }
+
     /// Runs `uid`'s pipeline in the background unless it already runs.
     pub(crate) fn spawn_pipeline(self: Arc<Self>, uid: PeerId) {
         let key = uid.to_string();
@@ -110,7 +128,13 @@ impl Core {
             match reg.state {
                 State::Crawling => {
                     let crawled = match self.harness().router() {
-                        Some(router) => client::crawl(router, uid, &self.policy.name).await,
+                        Some(router) => {
+                            let crawl = client::crawl(router, uid, &self.policy.name);
+                            let Some(crawled) = self.unless_closing(crawl).await else {
+                                return Ok(());
+                            };
+                            crawled
+                        }
                         None => Err("no router; not started".to_owned()),
                     };
                     if crawled.is_err() && self.shutting_down() {
@@ -216,18 +240,29 @@ impl Core {
             .router()
             .ok_or_else(|| "no router; not started".to_owned())?;
         let name = &self.policy.name;
-        let mut session = client::dial(router, uid, name).await?;
+        let dial = || async {
+            self.unless_closing(client::dial(router, uid, name))
+                .await
+                .unwrap_or_else(|| Err(CLOSING.to_owned()))
+        };
+        let mut session = dial().await?;
         let mut first = true;
         let mut paid = false;
         let mut polls = 0;
         let answer = loop {
             let start = Instant::now();
-            let result = match client::call_once(&session, tool, args, call_key).await {
+            // Cut at a shutdown: the provider keeps the call's outcome under its key, and
+            // the resumed test asks again with the same key.
+            let called = self
+                .unless_closing(client::call_once(&session, tool, args, call_key))
+                .await
+                .unwrap_or_else(|| Err(CLOSING.to_owned()));
+            let result = match called {
                 Ok(result) => result,
                 Err(e) if first && !self.shutting_down() => {
                     first = false;
                     let _ = session.cancel().await;
-                    session = client::dial(router, uid, name).await?;
+                    session = dial().await?;
                     tracing::debug!(provider = %uid, error = %e, "test call retried");
                     continue;
                 }
@@ -246,8 +281,13 @@ impl Core {
                         "payment made but the call still refuses; credit did not land".into(),
                     );
                 }
-                if polls > 0 {
-                    tokio::time::sleep(CREDIT_POLL_DELAY).await;
+                if polls > 0
+                    && self
+                        .unless_closing(tokio::time::sleep(CREDIT_POLL_DELAY))
+                        .await
+                        .is_none()
+                {
+                    break Err(CLOSING.to_owned());
                 }
                 polls += 1;
                 continue;
@@ -274,6 +314,10 @@ impl Core {
         atoms: i64,
         escrow: Option<&str>,
     ) -> Result<(), String> {
+        // None starts once the directory stops: the resumed test pays, if it must.
+        if self.shutting_down() {
+            return Err(CLOSING.to_owned());
+        }
         let harness = self.harness();
         let key = uid.to_string();
         let debit_key = money::new_key().map_err(|e| e.to_string())?;
@@ -301,11 +345,18 @@ impl Core {
             .map_err(store_err)?;
         let amount = u64::try_from(atoms).unwrap_or(0);
         let mut shutdown = self.shutdown.subscribe();
+        let payment = tokio::time::timeout(PAY_WAIT, self.payer.pay(uid, amount));
+        tokio::pin!(payment);
         let outcome = tokio::select! {
-            r = tokio::time::timeout(PAY_WAIT, self.payer.pay(uid, amount)) => {
-                r.unwrap_or(Err(PayError::Unconfirmed))
+            r = &mut payment => r.unwrap_or(Err(PayError::Unconfirmed)),
+            // A payment on its way at a shutdown gets a little longer to confirm: one
+            // confirmed is paid, not ambiguous, and the resumed test does not pay again.
+            () = async { drop(shutdown.wait_for(|s| *s).await) } => {
+                tokio::time::timeout(PAY_GRACE, &mut payment)
+                    .await
+                    .unwrap_or(Ok(Err(PayError::Unconfirmed)))
+                    .unwrap_or(Err(PayError::Unconfirmed))
             }
-            _ = shutdown.wait_for(|s| *s) => Err(PayError::Unconfirmed),
         };
         let paid_into = escrow.map(|fund_key| (key.as_str(), fund_key));
         match outcome {

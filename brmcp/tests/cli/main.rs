@@ -4,6 +4,7 @@ mod bridge_restarts;
 mod crash_streams;
 mod demo;
 mod directory;
+mod directory_exits;
 mod doctor;
 /// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
 #[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]

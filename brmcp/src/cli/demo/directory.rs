@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::Streams;
+use brmcp_adapters::clientrpc::{ACK_FLUSH_WAIT, Streams};
 use brmcp_adapters::{PeerId, Router, RouterConfig};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
@@ -378,6 +378,9 @@ async fn approve(operator: &NodeInfo, d: &NodeInfo, provider: &NodeInfo) -> Resu
     .await?;
     println!("  <- {}", answer("approve", &approved)?);
     let _ = admin.cancel().await;
+    // The directory's answers were handled: cleared on the client, not left for a
+    // next consumer.
+    operator_host.flush_acks(ACK_FLUSH_WAIT).await;
     operator_router.close();
     operator_host.close();
 

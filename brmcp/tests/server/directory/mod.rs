@@ -6,6 +6,7 @@
 
 mod crash;
 mod federation;
+mod files;
 mod pipeline;
 mod restart;
 
@@ -47,6 +48,10 @@ pub fn policy() -> Policy {
     }
 }
 
+/// How long a [`Mode::Slow`] payment takes: well inside the grace a stopping
+/// directory gives a payment on its way (5 s).
+pub const SLOW_PAYMENT: Duration = Duration::from_millis(500);
+
 /// How the fake payer behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -54,6 +59,8 @@ pub enum Mode {
     Pay,
     /// Never resolves (a payment stuck on the rail).
     Hang,
+    /// Tips the provider's harness and confirms after [`SLOW_PAYMENT`].
+    Slow,
     /// Fails definitively without paying.
     Fail,
     /// Confirms without paying (a rail that lies, or a payee that keeps the tip and
@@ -77,6 +84,7 @@ impl Payer for FakePayer {
             assert_eq!(payee, uid(PROVIDER));
             match self.mode {
                 Mode::Pay => {}
+                Mode::Slow => tokio::time::sleep(SLOW_PAYMENT).await,
                 Mode::Hang => std::future::pending::<()>().await,
                 Mode::Fail => return Err(PayError::Failed(BoxError::from("rail down"))),
                 Mode::Vanish => return Ok(()),

@@ -102,6 +102,39 @@ async fn a_test_interrupted_mid_payment_resumes_with_the_same_call_key() {
     assert_eq!(ok(&admin, "stats", json!({})).await["spendEntries"], 2);
 }
 
+/// A shutdown while a tip is on its way lets it confirm: the payment is recorded paid,
+/// and the resumed test is not paid for again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_confirming_during_a_shutdown_is_not_repeated_after_the_restart() {
+    let mut w = world_with(Mode::Slow).await;
+    let provider = w.as_provider().await;
+    ok(&provider, "register", registration(2000)).await;
+    w.tip(3000).await;
+    wait_one_payment(&w).await;
+    drop(provider);
+    w.directory().close().await;
+    let reg = w.entry().reg.unwrap();
+    assert_eq!(reg.state, State::Testing, "a shutdown is not a failure");
+    let spends = Store::open(w.data.path()).unwrap().spends().unwrap();
+    assert_eq!(spends.len(), 1);
+    assert_eq!(
+        spends[0].state,
+        SpendState::Paid,
+        "confirmed while stopping"
+    );
+
+    restart(&mut w, Mode::Pay).await;
+    let entry = w.wait_reg(Some(State::PendingReview)).await;
+    let reg = entry.reg.unwrap();
+    assert_eq!(reg.test_err, "");
+    assert_eq!(w.payer.calls.load(Ordering::SeqCst), 1, "paid once in all");
+    assert_eq!(w.provider.runs.load(Ordering::SeqCst), 1);
+    let stats = w.directory().stats().unwrap();
+    assert_eq!((stats.spend_entries, stats.spend_atoms), (1, 500));
+    // Money: tipped 3000 = fee 1000 + one payment + 1500 left.
+    assert_eq!(w.balance().await, 1500);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debit_whose_tip_was_never_sent_is_refunded_at_restart() {
     let mut w = world_with(Mode::Hang).await;
