@@ -197,6 +197,9 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
     if let Ok(upstreams) = Arc::try_unwrap(upstreams) {
         upstreams.shutdown().await;
     }
+    // What was recorded is cleared on the client, not left for the next consumer.
+    host.flush_acks(brmcp_adapters::clientrpc::ACK_FLUSH_WAIT)
+        .await;
     host.close();
     Ok(ExitCode::SUCCESS)
 }
