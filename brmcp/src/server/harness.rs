@@ -18,18 +18,23 @@
 //! 5. the price (a dynamic price may fail with a message);
 //! 6. the debit and its journal entry, in one ledger transaction, or a
 //!    `payment_required` refusal;
-//! 7. the handler, in its own task: a dropped request or a panic cannot skip step 8;
-//! 8. the outcome: `complete` (kept for replay when keyed) or, when the handler failed,
-//!    `refund` with the error as the key's answer.
+//! 7. the handler, in its own task: a dropped request or a panic cannot skip step 9;
+//! 8. the framing: an answer over [`max_answer_bytes`] (what one message carries) is
+//!    replaced by a refusal saying so, and the call is refunded;
+//! 9. the outcome: `complete` (kept for replay when keyed) or, when the handler failed
+//!    or its answer did not fit, `refund` with the refusal as the key's answer.
 //!
 //! Refusals before step 7 release the key, so a funded retry runs. A process killed
-//! between steps 6 and 8 leaves the charge pending, and the ledger refunds it when the
+//! between steps 6 and 9 leaves the charge pending, and the ledger refunds it when the
 //! next harness opens it.
 
 mod builder;
 mod call;
+mod fit;
 mod session;
 pub use builder::HarnessBuilder;
+pub use call::ANSWER_TOO_LARGE;
+pub use fit::{ANSWER_WRAPPER_BYTES, max_answer_bytes, max_message_bytes};
 use session::Session;
 
 use std::collections::HashMap;
@@ -102,6 +107,8 @@ pub struct HarnessStats {
     pub payment_required: u64,
     /// Calls refused because their key was used for another call.
     pub key_conflicts: u64,
+    /// Answers over [`max_answer_bytes`] replaced by a refusal (charged ones refunded).
+    pub answers_too_large: u64,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +121,7 @@ struct Counters {
     rate_limited: AtomicU64,
     payment_required: AtomicU64,
     key_conflicts: AtomicU64,
+    answers_too_large: AtomicU64,
 }
 
 impl Counters {
@@ -131,6 +139,7 @@ impl Counters {
             rate_limited: self.rate_limited.load(Relaxed),
             payment_required: self.payment_required.load(Relaxed),
             key_conflicts: self.key_conflicts.load(Relaxed),
+            answers_too_large: self.answers_too_large.load(Relaxed),
         }
     }
 

@@ -76,7 +76,8 @@ pub use config::{CONFIG_FILE, CONFIG_KEYS, CONFIG_TEMPLATE, ConfigError, ServeCo
 pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
 pub use harness::{
-    ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook, Visibility,
+    ANSWER_TOO_LARGE, ANSWER_WRAPPER_BYTES, ChatHook, Harness, HarnessBuilder, HarnessError,
+    HarnessStats, TipEvent, TipHook, Visibility, max_answer_bytes, max_message_bytes,
 };
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,

@@ -3,6 +3,7 @@
 //! tests run it again as a child process (see `support::spawn_child`).
 
 mod allowlist;
+mod answer_fit;
 mod billing_store;
 mod call_key;
 mod cancel;
