@@ -5,14 +5,15 @@
 use std::sync::Arc;
 
 use brmcp_adapters::PeerId;
+use brmcp_adapters::wire::SessionId;
 use rmcp::model::{CallToolResult, ContentBlock, RequestId};
 use rmcp::service::{RequestContext, RoleServer};
 
 use super::{Counters, HarnessError, Shared, fit};
-use crate::server::billing::{CallId, CallRequest, Charge, Keyed};
+use crate::server::billing::{CallId, CallRequest, Charge, Keyed, Origin};
 use crate::server::call_key::{ArgsHash, CallKey};
 use crate::server::calls::Claim;
-use crate::server::rate_limit::RATE_LIMITED;
+use crate::server::rate_limit::{CallRef, RATE_LIMITED};
 use crate::server::tools::{CallContext, PreparedCall};
 
 /// The longest handler error message kept in a refund's reason, in bytes.
@@ -74,6 +75,8 @@ impl Shared {
             caller,
             tool,
             keyed,
+            args,
+            origin,
         } = call;
         if let Some((key, args)) = &keyed {
             let (key, args, name, now) = (key.clone(), *args, tool.clone(), self.clock.unix());
@@ -86,18 +89,36 @@ impl Shared {
                 Err(e) => return store_failure(&e),
             }
         }
-        if !self.limiter.try_take(&caller, self.clock.since_epoch()) {
+        let call_ref = match &keyed {
+            Some((key, _)) => CallRef::Key(key.clone()),
+            None => CallRef::Args(tool.clone(), args),
+        };
+        let Some(ticket) = self
+            .limiter
+            .take_for(&caller, &call_ref, self.clock.since_epoch())
+        else {
             Counters::bump(&self.counters.rate_limited);
             return refusal(RATE_LIMITED);
-        }
+        };
+        // The rate counts runs: a call refused from here on hands its ticket back, or
+        // (refused for payment) keeps it for its reissue.
+        let give_back = |ticket| {
+            let now = self.clock.since_epoch();
+            self.limiter
+                .give_back(&caller, call_ref.clone(), ticket, now);
+        };
         let price_atoms = match prepared.price(&caller) {
             Ok(price) => price,
-            Err(message) => return refusal(message),
+            Err(message) => {
+                give_back(ticket);
+                return refusal(message);
+            }
         };
         let charged = if price_atoms == 0 && keyed.is_none() {
             None
         } else {
             let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.unix());
+            let (sid, request_id) = origin;
             let charge = self
                 .blocking(move |b| {
                     let request = CallRequest {
@@ -106,13 +127,28 @@ impl Shared {
                         price_atoms,
                         keyed: key.as_ref().map(|(key, args)| Keyed { key, args: *args }),
                     };
-                    b.charge(&request, now)
+                    let origin = Origin {
+                        sid,
+                        request_id: &request_id,
+                    };
+                    b.charge_from(&request, Some(origin), now)
                 })
                 .await;
             match charge {
                 Ok(Charge::Run(id)) => Some(id),
-                Ok(answer) => return self.answer(answer, &tool),
-                Err(e) => return store_failure(&e),
+                Ok(answer @ Charge::Insufficient(_)) => {
+                    let now = self.clock.since_epoch();
+                    self.limiter.reserve(&caller, call_ref.clone(), ticket, now);
+                    return self.answer(answer, &tool);
+                }
+                Ok(answer) => {
+                    give_back(ticket);
+                    return self.answer(answer, &tool);
+                }
+                Err(e) => {
+                    give_back(ticket);
+                    return store_failure(&e);
+                }
             }
         };
 
@@ -214,6 +250,10 @@ pub(super) struct Call {
     pub(super) caller: PeerId,
     pub(super) tool: Arc<str>,
     pub(super) keyed: Option<(CallKey, ArgsHash)>,
+    /// The hash of its arguments (a reissue without a key is known by it).
+    pub(super) args: ArgsHash,
+    /// The caller's session and the request's id, kept with a charge.
+    pub(super) origin: (SessionId, RequestId),
 }
 
 /// A tool error result with one text content.
