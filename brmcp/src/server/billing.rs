@@ -14,6 +14,11 @@
 //! A keyed call asks [`Billing::held`] first: a key that already answers is answered
 //! before the call spends a rate-limit token.
 //!
+//! The harness charges with [`Billing::charge_from`], keeping where the caller waits
+//! ([`Origin`]); after a crash, the calls refunded at open are listed by
+//! [`Billing::interrupted`] until the started harness has told their callers
+//! ([`Billing::told`]).
+//!
 //! A tip goes through [`Billing::record_tip`] once per delivery; redeliveries are
 //! recognised by the tip's sequence id.
 

@@ -69,6 +69,18 @@ fn harness(dir: &std::path::Path, tool: ToolSpec) -> Harness {
         .unwrap()
 }
 
+/// Waits until `cond` holds, for up to [`TOLD_WITHIN`].
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(TOLD_WITHIN, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    waited
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
 /// Pings the server; answered within seconds.
 async fn ping(client: &Client) {
     let pong = tokio::time::timeout(
@@ -137,7 +149,7 @@ fn a_restarted_harness_tells_the_caller_its_paid_call_was_interrupted() {
             }
             other => panic!("expected CALL_INTERRUPTED, got {other:?}"),
         }
-        until("the notice counted", || {
+        eventually("the notice counted", || {
             server.stats().interrupted_told == 1
         })
         .await;
@@ -150,7 +162,7 @@ fn a_restarted_harness_tells_the_caller_its_paid_call_was_interrupted() {
         assert_eq!(journal[0].state, CallState::Refunded);
         assert_eq!(journal[0].reason.as_deref(), Some(INTERRUPTED));
         let now = ManualClock::at_unix(T0).unix();
-        until("the notice cleared", || {
+        eventually("the notice cleared", || {
             ledger.interrupted(now).unwrap().is_empty()
         })
         .await;
