@@ -45,6 +45,13 @@ pub const SESSION_NOT_FOUND: ErrorCode = ErrorCode(-32010);
 /// JSON-RPC error code a router answers with when a peer is at its session cap.
 pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32011);
 
+/// JSON-RPC error code of the answer a serving harness sends, once it has restarted, to
+/// a paid call its previous process was running when it died: the call was refunded and
+/// its call key released, so the same call with the same key runs afresh. A client
+/// still waiting for the call may retry it at once; any other client simply sees the
+/// request fail with a clear error.
+pub const CALL_INTERRUPTED: ErrorCode = ErrorCode(-32012);
+
 /// JSON-RPC error code of a request that got no answer in time (the TypeScript and
 /// Python SDKs' `RequestTimeout`). Made up locally for the caller; never sent.
 pub const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);

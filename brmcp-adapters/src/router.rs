@@ -271,9 +271,19 @@ impl Router {
         S: Service<RoleServer>,
         F: Fn(&PeerId) -> S + Send + 'static,
     {
+        self.serve_sessions(move |peer, _| factory(peer));
+    }
+
+    /// As [`serve`](Self::serve), with the factory told the session id too (a server
+    /// that must reach the session again, say after a restart, keeps it).
+    pub fn serve_sessions<S, F>(&self, factory: F)
+    where
+        S: Service<RoleServer>,
+        F: Fn(&PeerId, SessionId) -> S + Send + 'static,
+    {
         let runtime = tokio::runtime::Handle::current();
         self.set_acceptor(move |transport: BrTransport<RoleServer>| {
-            let service = factory(&transport.peer());
+            let service = factory(&transport.peer(), transport.sid());
             // Not awaited inline: under the stateless lifecycle `serve` returns only at
             // the first real request.
             runtime.spawn(async move {
@@ -285,6 +295,26 @@ impl Router {
                 }
             });
         });
+    }
+
+    /// Sends one server message to `peer` on session `sid`, whether or not this router
+    /// has that session: an answer owed to a request an earlier process received (the
+    /// peer's dialed session still waits for it, and routes it by its id). Returns once
+    /// its PMs are sent. Not ordered with the messages of a live session on that sid.
+    ///
+    /// # Errors
+    /// [`AdapterError::Json`] if it does not serialize, or the send's error.
+    pub async fn send_on(
+        &self,
+        peer: PeerId,
+        sid: SessionId,
+        message: &ServerJsonRpcMessage,
+    ) -> Result<(), AdapterError> {
+        let payload = serde_json::to_vec(message)?;
+        let outlet = &self.inner.outlet;
+        outlet
+            .send_message(&peer, sid, None, outlet.exp(), &payload)
+            .await
     }
 
     /// A snapshot of the router's counters.

@@ -23,6 +23,7 @@ mod recovery_duplicates;
 mod resume_plain_client;
 mod router_stops_with_last_handle;
 mod send_error_names_peer;
+mod send_on_forgotten_session;
 mod session_cap;
 mod thousand_sessions;
 mod timers_under_load;

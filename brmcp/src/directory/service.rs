@@ -6,8 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use brmcp_adapters::clientrpc::ACK_FLUSH_WAIT;
-
-use brmcp_adapters::{PeerId, PmSender, Router};
+use brmcp_adapters::{PeerId, PmSender, Router, RouterConfig};
 use tokio::sync::watch;
 
 use super::client::{CLIENT_VERSION, Payer};
@@ -60,6 +59,7 @@ pub struct DirectoryBuilder {
     self_uid: Option<PeerId>,
     auto_reply: Option<AutoReply>,
     introducer: Option<Arc<dyn Introducer>>,
+    router_config: Option<RouterConfig>,
 }
 
 impl std::fmt::Debug for DirectoryBuilder {
@@ -96,6 +96,13 @@ impl DirectoryBuilder {
     /// The clock (default: the system's).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The router's settings (default [`RouterConfig::server`]); its authorizer is
+    /// the harness's.
+    pub fn router_config(mut self, config: RouterConfig) -> Self {
+        self.router_config = Some(config);
         self
     }
 
@@ -173,6 +180,9 @@ impl DirectoryBuilder {
         if let Some(reply) = self.auto_reply {
             builder = builder.auto_reply(reply);
         }
+        if let Some(config) = self.router_config {
+            builder = builder.router_config(config);
+        }
         let mut tools: Vec<_> = super::tools::public(&core)
             .into_iter()
             .chain(super::admin::tools(&core))
@@ -235,6 +245,7 @@ impl Directory {
             self_uid: None,
             auto_reply: None,
             introducer: None,
+            router_config: None,
         }
     }
 

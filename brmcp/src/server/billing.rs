@@ -14,13 +14,19 @@
 //! A keyed call asks [`Billing::held`] first: a key that already answers is answered
 //! before the call spends a rate-limit token.
 //!
+//! The harness charges with [`Billing::charge_from`], keeping where the caller waits
+//! ([`Origin`]); after a crash, the calls refunded at open are listed by
+//! [`Billing::interrupted`] until the started harness has told their callers
+//! ([`Billing::told`]).
+//!
 //! A tip goes through [`Billing::record_tip`] once per delivery; redeliveries are
 //! recognised by the tip's sequence id.
 
 use std::fmt;
 
 use brmcp_adapters::PeerId;
-use brmcp_adapters::wire::UnixTime;
+use brmcp_adapters::wire::{SessionId, UnixTime};
+use rmcp::model::RequestId;
 
 use super::call_key::{ArgsHash, CallKey};
 use super::ledger::LedgerError;
@@ -39,7 +45,9 @@ use super::money::Shortfall;
 /// - a debit and its journal entry commit together, and so do a tip's credit and its
 ///   sequence id: no crash loses or duplicates money;
 /// - per (caller, key) at most one [`Charge::Run`] while the key is remembered;
-/// - on start, every call still pending (the process died mid-call) is refunded once;
+/// - on start, every call still pending (the process died mid-call) is refunded once,
+///   and (when the store keeps origins) listed by [`Billing::interrupted`] until
+///   [`Billing::told`];
 /// - `now` is the only clock.
 pub trait Billing: Send + Sync {
     /// Charge for one call, or say why it must not run.
@@ -118,6 +126,83 @@ pub trait Billing: Send + Sync {
     ///
     /// A store failure.
     fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError>;
+
+    /// [`charge`](Self::charge), keeping with the charge where its caller waits for the
+    /// answer, so that after a crash the next harness can tell the caller the call was
+    /// interrupted (see [`interrupted`](Self::interrupted)). The default keeps nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`charge`](Self::charge).
+    fn charge_from(
+        &self,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        now: UnixTime,
+    ) -> Result<Charge, LedgerError> {
+        let _ = origin;
+        self.charge(request, now)
+    }
+
+    /// The calls a dead process left pending, refunded on start, whose callers are still
+    /// to be told, refunded within the last [`NOTICE_WINDOW_SECS`] (an older caller's
+    /// request has expired; its notice is dropped). The default: none.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, LedgerError> {
+        let _ = now;
+        Ok(Vec::new())
+    }
+
+    /// The caller of an [`interrupted`](Self::interrupted) call was told (or will not
+    /// be): it is not listed again.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    fn told(&self, call: CallId) -> Result<(), LedgerError> {
+        let _ = call;
+        Ok(())
+    }
+}
+
+/// How long after its refund an interrupted call's caller is still told, in seconds: 10
+/// minutes, the routers' default request timeout and part lifetime. A caller waits no
+/// longer for an answer, so a later notice would reach nobody.
+pub const NOTICE_WINDOW_SECS: u64 = 600;
+
+/// Longest JSON-RPC request id (as JSON) kept with a charge, in bytes: the SDKs use
+/// numbers or short strings; a longer id is not kept, and its caller is not told of an
+/// interruption (its request times out instead).
+pub const MAX_REQUEST_ID_BYTES: usize = 256;
+
+/// Where a call's caller waits for its answer: its session and its request's id.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The caller's session.
+    pub sid: SessionId,
+    /// The JSON-RPC id of the `tools/call` request.
+    pub request_id: &'a RequestId,
+}
+
+/// A paid call a dead process was running, refunded when the store was opened, whose
+/// caller has not been told yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    /// The journal entry.
+    pub call: CallId,
+    /// Who called (and got the refund).
+    pub caller: PeerId,
+    /// The tool called.
+    pub tool: String,
+    /// The caller's session.
+    pub sid: SessionId,
+    /// The JSON-RPC id of the caller's request.
+    pub request_id: RequestId,
+    /// When it was refunded.
+    pub refunded_at: UnixTime,
 }
 
 /// One `tools/call` about to run.

@@ -18,18 +18,26 @@
 //! 5. the price (a dynamic price may fail with a message);
 //! 6. the debit and its journal entry, in one ledger transaction, or a
 //!    `payment_required` refusal;
-//! 7. the handler, in its own task: a dropped request or a panic cannot skip step 8;
-//! 8. the outcome: `complete` (kept for replay when keyed) or, when the handler failed,
-//!    `refund` with the error as the key's answer.
+//! 7. the handler, in its own task: a dropped request or a panic cannot skip step 9;
+//! 8. the framing: an answer over [`max_answer_bytes`] (what one message carries) is
+//!    replaced by a refusal saying so, and the call is refunded;
+//! 9. the outcome: `complete` (kept for replay when keyed) or, when the handler failed
+//!    or its answer did not fit, `refund` with the refusal as the key's answer.
 //!
 //! Refusals before step 7 release the key, so a funded retry runs. A process killed
-//! between steps 6 and 8 leaves the charge pending, and the ledger refunds it when the
-//! next harness opens it.
+//! between steps 6 and 9 leaves the charge pending, and the ledger refunds it when the
+//! next harness opens it; that harness, once started, answers the caller's request (on
+//! the session and request id kept with the charge) with `CALL_INTERRUPTED`.
 
 mod builder;
 mod call;
+mod fit;
+mod interrupted;
 mod session;
 pub use builder::HarnessBuilder;
+pub use call::ANSWER_TOO_LARGE;
+pub use fit::{ANSWER_WRAPPER_BYTES, max_answer_bytes, max_message_bytes};
+pub use interrupted::INTERRUPTED_NOTICE;
 use session::Session;
 
 use std::collections::HashMap;
@@ -102,6 +110,11 @@ pub struct HarnessStats {
     pub payment_required: u64,
     /// Calls refused because their key was used for another call.
     pub key_conflicts: u64,
+    /// Answers over [`max_answer_bytes`] replaced by a refusal (charged ones refunded).
+    pub answers_too_large: u64,
+    /// Callers told (`CALL_INTERRUPTED`) that a paid call of theirs was interrupted by a
+    /// restart and refunded.
+    pub interrupted_told: u64,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +127,8 @@ struct Counters {
     rate_limited: AtomicU64,
     payment_required: AtomicU64,
     key_conflicts: AtomicU64,
+    answers_too_large: AtomicU64,
+    interrupted_told: AtomicU64,
 }
 
 impl Counters {
@@ -131,6 +146,8 @@ impl Counters {
             rate_limited: self.rate_limited.load(Relaxed),
             payment_required: self.payment_required.load(Relaxed),
             key_conflicts: self.key_conflicts.load(Relaxed),
+            answers_too_large: self.answers_too_large.load(Relaxed),
+            interrupted_told: self.interrupted_told.load(Relaxed),
         }
     }
 
@@ -234,7 +251,8 @@ impl Harness {
     /// Starts serving: a router sending through `sender`, gated by the allow gate,
     /// serving every session a peer opens with the harness's tools on behalf of that
     /// peer. Returns the router (the host may also dial through it). Warns when the
-    /// allowlist is empty.
+    /// allowlist is empty. Answers the callers of paid calls a dead process was running
+    /// (refunded when the ledger was opened) with `CALL_INTERRUPTED` on their sessions.
     ///
     /// # Errors
     ///
@@ -275,10 +293,14 @@ impl Harness {
         // Weak: the router's acceptor must not keep the harness (which holds the
         // router) alive.
         let shared = Arc::downgrade(&self.shared);
-        router.serve(move |peer: &PeerId| Session {
+        router.serve_sessions(move |peer: &PeerId, sid| Session {
             shared: shared.clone(),
             caller: *peer,
+            sid,
         });
+        // The refunds of calls a dead process was running are durable (opening the
+        // ledger committed them): their callers may be told now.
+        tokio::spawn(interrupted::tell_all(Arc::downgrade(&self.shared)));
         Ok(router)
     }
 

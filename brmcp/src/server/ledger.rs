@@ -25,7 +25,9 @@ use brmcp_adapters::{BoxError, PeerId};
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use super::billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Keyed, Tip, TipOutcome};
+use super::billing::{
+    Billing, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, Origin, Tip, TipOutcome,
+};
 use super::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
 use super::money::{MAX_MATOMS, Shortfall, atoms_to_matoms};
 
@@ -37,6 +39,7 @@ macro_rules! found_columns {
 }
 
 mod error;
+mod notices;
 mod open;
 mod operator;
 mod records;
@@ -57,7 +60,7 @@ pub const FILE_NAME: &str = "brmcp.sqlite";
 pub const LOCK_FILE_NAME: &str = "brmcp.sqlite.lock";
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// `PRAGMA application_id` of a brmcp ledger: "brmc" in ASCII. Tells our file apart
 /// from any other SQLite database, whatever its tables.
@@ -114,8 +117,14 @@ impl Ledger {
     }
 }
 
-impl Billing for Ledger {
-    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError> {
+impl Ledger {
+    /// [`Billing::charge`], keeping `origin` with a charge.
+    fn charge_with(
+        &self,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        now: UnixTime,
+    ) -> Result<Charge, LedgerError> {
         self.owner()?;
         let price_matoms =
             atoms_to_matoms(request.price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
@@ -145,10 +154,12 @@ impl Billing for Ledger {
         if price_matoms > 0 {
             set_balance(&tx, &caller, left)?;
         }
+        let (session, request_id) = notices::origin_to_sql(origin);
         tx.execute(
             "INSERT INTO calls \
-             (caller, tool, price_atoms, state, started_at, call_key, args_hash, key_held) \
-             VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7)",
+             (caller, tool, price_atoms, state, started_at, call_key, args_hash, key_held, \
+              session, request_id) \
+             VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 caller,
                 request.tool,
@@ -157,11 +168,38 @@ impl Billing for Ledger {
                 request.keyed.map(|k| k.key.as_str()),
                 request.keyed.map(|k| *k.args.as_bytes()),
                 request.keyed.is_some(),
+                session,
+                request_id,
             ],
         )?;
         let call = CallId::new(tx.last_insert_rowid());
         tx.commit()?;
         Ok(Charge::Run(call))
+    }
+}
+
+impl Billing for Ledger {
+    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError> {
+        self.charge_with(request, None, now)
+    }
+
+    fn charge_from(
+        &self,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        now: UnixTime,
+    ) -> Result<Charge, LedgerError> {
+        self.charge_with(request, origin, now)
+    }
+
+    fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, LedgerError> {
+        self.owner()?;
+        notices::interrupted(&mut self.conn(), now)
+    }
+
+    fn told(&self, call: CallId) -> Result<(), LedgerError> {
+        self.owner()?;
+        notices::told(&self.conn(), call)
     }
 
     fn held(

@@ -1,4 +1,4 @@
--- The brmcp ledger, schema version 3 (`PRAGMA user_version`).
+-- The brmcp ledger, schema version 4 (`PRAGMA user_version`).
 -- Amounts: `matoms` milliatoms, `*_atoms` atoms. Times: unix seconds. Callers: a
 -- Bison Relay uid as 64 lowercase hex characters. Tables are STRICT so a wrong type is an
 -- error, not a silent conversion.
@@ -44,6 +44,13 @@ CREATE TABLE calls (
     key_held INTEGER NOT NULL DEFAULT 0 CHECK (key_held IN (0, 1)),
     outcome TEXT,               -- the tool result JSON replayed for the key, while held
     replay_until INTEGER,       -- the key is released at this time
+    -- Where the caller waits for the answer: its session id and its request's JSON-RPC
+    -- id (as JSON); NULL when unknown.
+    session TEXT,
+    request_id TEXT,
+    -- 1 from the refund at open of a call a dead process left pending until its caller
+    -- is told (a CALL_INTERRUPTED answer on its session).
+    notify INTEGER NOT NULL DEFAULT 0 CHECK (notify IN (0, 1)),
     CHECK (key_held = 0 OR call_key IS NOT NULL)
 ) STRICT;
 
@@ -51,6 +58,7 @@ CREATE UNIQUE INDEX calls_by_key ON calls (caller, call_key) WHERE key_held = 1;
 CREATE INDEX calls_by_caller ON calls (caller, id);
 CREATE INDEX calls_pending ON calls (id) WHERE state = 'pending';
 CREATE INDEX calls_replay_until ON calls (replay_until) WHERE key_held = 1;
+CREATE INDEX calls_notify ON calls (id) WHERE notify = 1;
 
 -- Per caller, the calls pruned from the journal (past its per-caller row bound), so the
 -- money they record stays counted: completed calls kept their price.

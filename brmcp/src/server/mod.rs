@@ -64,7 +64,10 @@ mod reload;
 mod tools;
 pub mod upstream;
 
-pub use billing::{Billing, CallId, CallRequest, Charge, KeyConflict, Keyed, Tip, TipOutcome};
+pub use billing::{
+    Billing, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, MAX_REQUEST_ID_BYTES,
+    NOTICE_WINDOW_SECS, Origin, Tip, TipOutcome,
+};
 pub use call_key::{
     ArgsHash, CALL_KEY_META, CallKey, CallKeyError, MAX_CALL_KEY_LEN, MAX_OUTCOME_BYTES,
     MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS,
@@ -76,7 +79,9 @@ pub use config::{CONFIG_FILE, CONFIG_KEYS, CONFIG_TEMPLATE, ConfigError, ServeCo
 pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
 pub use harness::{
-    ChatHook, Harness, HarnessBuilder, HarnessError, HarnessStats, TipEvent, TipHook, Visibility,
+    ANSWER_TOO_LARGE, ANSWER_WRAPPER_BYTES, ChatHook, Harness, HarnessBuilder, HarnessError,
+    HarnessStats, INTERRUPTED_NOTICE, TipEvent, TipHook, Visibility, max_answer_bytes,
+    max_message_bytes,
 };
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
@@ -85,7 +90,10 @@ pub use ledger::{
     TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT,
 };
 pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
-pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, PRUNE_AT, RATE_LIMITED, RateLimiter};
+pub use rate_limit::{
+    DEFAULT_CALLS_PER_MINUTE, MAX_PAYMENT_ROUNDS, PRUNE_AT, RATE_LIMITED, RESERVATION_TTL,
+    RateLimiter,
+};
 pub use reload::{CONFIG_POLL, ConfigWatch, Reconfigured, follow_config};
 /// The JSON-schema crate tool input types derive `JsonSchema` from (rmcp's): with
 /// `use brmcp::server::schemars;` in scope, `#[derive(schemars::JsonSchema)]` works

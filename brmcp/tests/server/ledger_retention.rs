@@ -125,10 +125,15 @@ fn a_schema_2_ledger_is_migrated_to_incremental_vacuum() {
         ledger.record_tip(&tip, true, NOW).expect("tip");
     }
     {
-        // Back to schema 2 as it was shipped: no pruned table, no auto vacuum.
+        // Back to schema 2 as it was shipped: no pruned table, no call origins, no auto
+        // vacuum.
         let db = rusqlite::Connection::open(&path).expect("db");
-        db.execute_batch("DROP TABLE pruned; PRAGMA auto_vacuum = NONE; VACUUM;")
-            .expect("downgrade");
+        db.execute_batch(
+            "DROP TABLE pruned; DROP INDEX calls_notify; ALTER TABLE calls DROP COLUMN notify; \
+             ALTER TABLE calls DROP COLUMN request_id; ALTER TABLE calls DROP COLUMN session; \
+             PRAGMA auto_vacuum = NONE; VACUUM;",
+        )
+        .expect("downgrade");
         db.pragma_update(None, "user_version", 2).expect("version");
         let mode: i64 = db
             .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))

@@ -3,6 +3,7 @@
 //! tests run it again as a child process (see `support::spawn_child`).
 
 mod allowlist;
+mod answer_fit;
 mod billing_store;
 mod call_key;
 mod cancel;
@@ -12,6 +13,7 @@ mod directory;
 mod duplicate_waits;
 mod dynamic_price;
 mod dynamic_tools;
+mod interrupted;
 mod key_conflict;
 mod ledger_call_key;
 mod ledger_concurrency;
@@ -19,6 +21,7 @@ mod ledger_debit_journal;
 mod ledger_file;
 mod ledger_lifecycle;
 mod ledger_milliatoms;
+mod ledger_notices;
 mod ledger_open_errors;
 mod ledger_operator;
 mod ledger_outcome_bound;

@@ -1,25 +1,32 @@
-//! One `tools/call` after lookup and argument decoding (steps 3 to 8 of the harness's
+//! One `tools/call` after lookup and argument decoding (steps 3 to 9 of the harness's
 //! order): the key claim, the rate limit, the price, the debit, the handler and its
 //! outcome.
 
 use std::sync::Arc;
 
 use brmcp_adapters::PeerId;
-use rmcp::model::{CallToolResult, ContentBlock};
+use brmcp_adapters::wire::SessionId;
+use rmcp::model::{CallToolResult, ContentBlock, RequestId};
 use rmcp::service::{RequestContext, RoleServer};
 
-use super::{Counters, HarnessError, Shared};
-use crate::server::billing::{CallId, CallRequest, Charge, Keyed};
+use super::{Counters, HarnessError, Shared, fit};
+use crate::server::billing::{CallId, CallRequest, Charge, Keyed, Origin};
 use crate::server::call_key::{ArgsHash, CallKey};
 use crate::server::calls::Claim;
-use crate::server::rate_limit::RATE_LIMITED;
+use crate::server::rate_limit::{CallRef, RATE_LIMITED};
 use crate::server::tools::{CallContext, PreparedCall};
 
 /// The longest handler error message kept in a refund's reason, in bytes.
 const MAX_REASON_LEN: usize = 256;
 
+/// The refund reason of a call whose answer was over [`fit::max_answer_bytes`].
+pub const ANSWER_TOO_LARGE: &str = "answer too large to deliver";
+
+/// The refund reason of a call whose answer could not be serialized.
+const ANSWER_UNSENDABLE: &str = "answer does not serialize";
+
 impl Shared {
-    /// One `tools/call` after lookup and argument decoding: steps 3 to 8.
+    /// One `tools/call` after lookup and argument decoding: steps 3 to 9.
     pub(super) async fn call(
         self: Arc<Self>,
         call: Call,
@@ -57,7 +64,7 @@ impl Shared {
         })
     }
 
-    /// Steps 3 (the ledger's side) to 8, for the owner of the call's key.
+    /// Steps 3 (the ledger's side) to 9, for the owner of the call's key.
     async fn run(
         &self,
         call: Call,
@@ -68,6 +75,8 @@ impl Shared {
             caller,
             tool,
             keyed,
+            args,
+            origin,
         } = call;
         if let Some((key, args)) = &keyed {
             let (key, args, name, now) = (key.clone(), *args, tool.clone(), self.clock.unix());
@@ -80,18 +89,36 @@ impl Shared {
                 Err(e) => return store_failure(&e),
             }
         }
-        if !self.limiter.try_take(&caller, self.clock.since_epoch()) {
+        let call_ref = match &keyed {
+            Some((key, _)) => CallRef::Key(key.clone()),
+            None => CallRef::Args(tool.clone(), args),
+        };
+        let Some(ticket) = self
+            .limiter
+            .take_for(&caller, &call_ref, self.clock.since_epoch())
+        else {
             Counters::bump(&self.counters.rate_limited);
             return refusal(RATE_LIMITED);
-        }
+        };
+        // The rate counts runs: a call refused from here on hands its ticket back, or
+        // (refused for payment) keeps it for its reissue.
+        let give_back = |ticket| {
+            let now = self.clock.since_epoch();
+            self.limiter
+                .give_back(&caller, call_ref.clone(), ticket, now);
+        };
         let price_atoms = match prepared.price(&caller) {
             Ok(price) => price,
-            Err(message) => return refusal(message),
+            Err(message) => {
+                give_back(ticket);
+                return refusal(message);
+            }
         };
         let charged = if price_atoms == 0 && keyed.is_none() {
             None
         } else {
             let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.unix());
+            let (sid, request_id) = origin;
             let charge = self
                 .blocking(move |b| {
                     let request = CallRequest {
@@ -100,16 +127,32 @@ impl Shared {
                         price_atoms,
                         keyed: key.as_ref().map(|(key, args)| Keyed { key, args: *args }),
                     };
-                    b.charge(&request, now)
+                    let origin = Origin {
+                        sid,
+                        request_id: &request_id,
+                    };
+                    b.charge_from(&request, Some(origin), now)
                 })
                 .await;
             match charge {
                 Ok(Charge::Run(id)) => Some(id),
-                Ok(answer) => return self.answer(answer, &tool),
-                Err(e) => return store_failure(&e),
+                Ok(answer @ Charge::Insufficient(_)) => {
+                    let now = self.clock.since_epoch();
+                    self.limiter.reserve(&caller, call_ref.clone(), ticket, now);
+                    return self.answer(answer, &tool);
+                }
+                Ok(answer) => {
+                    give_back(ticket);
+                    return self.answer(answer, &tool);
+                }
+                Err(e) => {
+                    give_back(ticket);
+                    return store_failure(&e);
+                }
             }
         };
 
+        let request_id = request.id.clone();
         let context = CallContext {
             caller,
             tool: tool.clone(),
@@ -119,30 +162,59 @@ impl Shared {
         };
         // Its own task, so a panicking handler is an error answer, not a lost charge.
         Counters::bump(&self.counters.runs);
-        let outcome = match tokio::spawn(prepared.run(context)).await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => Err(e.message().to_owned()),
+        let (result, refund_reason) = match tokio::spawn(prepared.run(context)).await {
+            Ok(Ok(result)) => (result, None),
+            Ok(Err(e)) => self.failed(e.message()),
             Err(e) => {
                 tracing::error!(%tool, error = %e, "tool handler panicked");
-                Err("tool failed".to_owned())
+                self.failed("tool failed")
             }
         };
-        match outcome {
-            Ok(result) => {
-                if let Some(id) = charged {
-                    self.finish(id, &result, None).await;
-                }
-                result
-            }
-            Err(message) => {
-                Counters::bump(&self.counters.handler_errors);
-                let result = refusal(message.clone());
-                if let Some(id) = charged {
-                    self.finish(id, &result, Some(reason(&message))).await;
-                }
-                result
-            }
+        // Framed before the charge is completed: an answer that cannot reach the caller
+        // is refused and refunded, never charged and lost.
+        let (result, outcome, refund_reason) =
+            self.frame(result, refund_reason, &request_id, charged.is_some(), &tool);
+        if let Some(id) = charged {
+            self.finish(id, outcome, refund_reason).await;
         }
+        result
+    }
+
+    /// A handler's failure: its message as the answer, and the refund reason.
+    fn failed(&self, message: &str) -> (CallToolResult, Option<String>) {
+        Counters::bump(&self.counters.handler_errors);
+        (refusal(message), Some(reason(message)))
+    }
+
+    /// The answer as it will be sent, its JSON (kept for the key's replay) and the
+    /// refund reason: `result` if it fits one message, else a refusal saying why,
+    /// refunded.
+    fn frame(
+        &self,
+        result: CallToolResult,
+        refund_reason: Option<String>,
+        request_id: &RequestId,
+        charged: bool,
+        tool: &str,
+    ) -> (CallToolResult, Option<String>, Option<String>) {
+        let json = match serde_json::to_string(&result) {
+            Ok(json) => json,
+            Err(e) => {
+                // Not reachable for rmcp's types; rmcp could not send it either.
+                tracing::error!(%tool, error = %e, "tool result does not serialize");
+                let result = refusal("internal error: the answer does not serialize");
+                let json = serde_json::to_string(&result).ok();
+                return (result, json, Some(ANSWER_UNSENDABLE.to_owned()));
+            }
+        };
+        if fit::fits(json.len(), request_id, &self.router_config) {
+            return (result, Some(json), refund_reason);
+        }
+        Counters::bump(&self.counters.answers_too_large);
+        tracing::warn!(%tool, bytes = json.len(), "answer too large to deliver; refused");
+        let result = refusal(fit::too_large(json.len(), &self.router_config, charged));
+        let json = serde_json::to_string(&result).ok();
+        (result, json, Some(ANSWER_TOO_LARGE.to_owned()))
     }
 
     /// The result of a call the store answered without a run, counted.
@@ -151,17 +223,13 @@ impl Shared {
         answer_for(charge, tool)
     }
 
-    /// Completes (no `refund_reason`) or refunds a charged call, keeping `result` as its
-    /// key's answer.
-    async fn finish(&self, id: CallId, result: &CallToolResult, refund_reason: Option<String>) {
-        let outcome = match serde_json::to_string(result) {
-            Ok(json) => json,
-            Err(e) => {
-                // Not reachable for rmcp's types; the call stays pending and is refunded
-                // on the next start rather than replaying something unreadable.
-                tracing::error!(call = %id, error = %e, "tool result does not serialize");
-                return;
-            }
+    /// Completes (no `refund_reason`) or refunds a charged call, keeping `outcome` (the
+    /// answer's JSON) as its key's answer. Without an outcome the call stays pending
+    /// and is refunded on the next start.
+    async fn finish(&self, id: CallId, outcome: Option<String>, refund_reason: Option<String>) {
+        let Some(outcome) = outcome else {
+            tracing::error!(call = %id, "call outcome not recorded: no answer to keep");
+            return;
         };
         let now = self.clock.unix();
         let done = self
@@ -182,6 +250,10 @@ pub(super) struct Call {
     pub(super) caller: PeerId,
     pub(super) tool: Arc<str>,
     pub(super) keyed: Option<(CallKey, ArgsHash)>,
+    /// The hash of its arguments (a reissue without a key is known by it).
+    pub(super) args: ArgsHash,
+    /// The caller's session and the request's id, kept with a charge.
+    pub(super) origin: (SessionId, RequestId),
 }
 
 /// A tool error result with one text content.

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Weak};
 
 use brmcp_adapters::PeerId;
+use brmcp_adapters::wire::SessionId;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
@@ -21,6 +22,9 @@ use crate::server::rate_limit::RATE_LIMITED;
 pub(super) struct Session {
     pub(super) shared: Weak<Shared>,
     pub(super) caller: PeerId,
+    /// The session's id: kept with a charge, so that a restarted harness can tell the
+    /// caller its call was interrupted.
+    pub(super) sid: SessionId,
 }
 
 impl Session {
@@ -160,7 +164,8 @@ impl ServerHandler for Session {
             .or_else(|| request.meta.as_ref().and_then(|m| m.get(CALL_KEY_META)))
             .and_then(serde_json::Value::as_str)
             .and_then(|key| CallKey::new(key).ok());
-        let keyed = key.map(|key| (key, ArgsHash::of_arguments(request.arguments.as_ref())));
+        let args = ArgsHash::of_arguments(request.arguments.as_ref());
+        let keyed = key.map(|key| (key, args));
         let prepared = match spec.prepare(request.arguments) {
             Ok(prepared) => prepared,
             Err(message) => return Ok(refusal(message).into()),
@@ -171,6 +176,8 @@ impl ServerHandler for Session {
             caller: self.caller,
             tool,
             keyed,
+            args,
+            origin: (self.sid, context.id.clone()),
         };
         let name = call.tool.clone();
         let result = shared.call(call, prepared, context).await;

@@ -11,6 +11,7 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
 #[cfg(doc)]
 use super::Billing;
+use super::notices;
 use super::retention::enable_incremental_vacuum;
 use super::{
     APPLICATION_ID, CallId, FILE_NAME, INTERRUPTED, LOCK_FILE_NAME, Ledger, LedgerError, Opened,
@@ -48,6 +49,16 @@ CREATE TABLE pruned (
 ) STRICT, WITHOUT ROWID;
 ";
 
+/// Schema 3 to 4: where each charged call's caller waits (session and request id), and
+/// whether the caller of a call refunded at open is still to be told. Calls charged
+/// before have no origin; their callers are not told.
+const MIGRATE_3_TO_4: &str = "
+ALTER TABLE calls ADD COLUMN session TEXT;
+ALTER TABLE calls ADD COLUMN request_id TEXT;
+ALTER TABLE calls ADD COLUMN notify INTEGER NOT NULL DEFAULT 0 CHECK (notify IN (0, 1));
+CREATE INDEX calls_notify ON calls (id) WHERE notify = 1;
+";
+
 /// How long open waits for the directory lock. Rides out a previous process that is
 /// still closing, or an operator command that took the lock while no server ran; a
 /// live server holds it for its lifetime, so waiting longer gains nothing.
@@ -67,7 +78,8 @@ const SCHEMA: &str = include_str!("../ledger_schema.sql");
 
 impl Ledger {
     /// Open (creating on first use) the ledger in `dir`, then refund every call left
-    /// pending by a process that died mid-call, with reason [`INTERRUPTED`].
+    /// pending by a process that died mid-call, with reason [`INTERRUPTED`], and keep
+    /// its caller to be told ([`Billing::interrupted`]).
     ///
     /// The refunds and their state changes commit in one transaction, so each happens
     /// exactly once however often open is retried.
@@ -217,7 +229,10 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
         if version < 2 {
             tx.execute_batch(MIGRATE_1_TO_2)?;
         }
-        tx.execute_batch(MIGRATE_2_TO_3)?;
+        if version < 3 {
+            tx.execute_batch(MIGRATE_2_TO_3)?;
+        }
+        tx.execute_batch(MIGRATE_3_TO_4)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
     }
@@ -302,8 +317,9 @@ fn open_error(path: &Path, e: impl Into<ConnectError>) -> LedgerError {
     }
 }
 
-/// Refund every pending call, in one transaction with the state changes. Their keys are
-/// released: the caller's retry runs afresh, as it was paid back.
+/// Refund every pending call, in one transaction with the state changes and the notices
+/// owed to their callers. Their keys are released: the caller's retry runs afresh, as it
+/// was paid back.
 fn refund_interrupted(conn: &mut Connection, now: UnixTime) -> Result<usize, LedgerError> {
     // Immediate even with nothing to refund: the write lock it takes is what keeps other
     // processes out from here on.
@@ -319,6 +335,7 @@ fn refund_interrupted(conn: &mut Connection, now: UnixTime) -> Result<usize, Led
     for call in &pending {
         // No outcome: the key is released, so the caller's retry runs afresh.
         refund_pending(&tx, call, INTERRUPTED, None, now)?;
+        notices::mark(&tx, call.id)?;
     }
     tx.commit()?;
     Ok(pending.len())

@@ -4,6 +4,7 @@
 //! signature rules. One directory, one provider with a free `echo` and a 500-atom
 //! `paid_echo`, a consumer and an operator; a fake payer tips the provider's harness.
 
+mod answer_fit;
 mod crash;
 mod federation;
 mod files;
