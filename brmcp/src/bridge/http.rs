@@ -328,15 +328,14 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
     if !host_allowed(&allowed, request.headers()) {
         return form.refuse(
             StatusCode::FORBIDDEN,
-            "forbidden: this Host is not allowed (the bridge accepts a remote name given \
-             with --allow-host)",
+            "forbidden: host not allowed (the bridge accepts a remote name given with \
+             --allow-host)",
         );
     }
     if !origin_allowed(&allowed, request.headers()) {
         return form.refuse(
             StatusCode::FORBIDDEN,
-            "forbidden: this Origin is not allowed (pages of other sites may not call the \
-             bridge)",
+            "forbidden: origin not allowed (pages of other sites may not call the bridge)",
         );
     }
     let settings = inner.settings();
@@ -373,17 +372,17 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
             Endpoint::Bot(uid) => match settings.bots().into_iter().find(|b| b.uid == uid) {
                 Some(NamedBot {
                     name: Some(name), ..
-                }) => format!("bot {name:?} ({uid})"),
-                _ => format!("bot {uid}"),
+                }) => format!("bot unavailable: {name:?} ({uid})"),
+                _ => format!("bot unavailable: {uid}"),
             },
-            Endpoint::Directory(uid) => format!("directory {uid}"),
+            Endpoint::Directory(uid) => format!("directory unavailable: {uid}"),
         };
         let secs = inner.config.retry_after.as_secs();
         return retry_after(
             secs,
             form.refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &format!("{what} unavailable: {e}; retry in {} s", secs.max(1)),
+                &format!("{what}: {e}; retry in {} s", secs.max(1)),
             ),
         );
     }

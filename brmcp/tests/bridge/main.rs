@@ -15,6 +15,7 @@ mod harness_e2e;
 mod hostile_bot;
 mod http_abuse;
 mod http_gate;
+mod http_refusals;
 mod interop_conformance;
 mod interop_python;
 mod link_reconnect;
