@@ -17,6 +17,7 @@ mod http_abuse;
 mod http_gate;
 mod http_refusals;
 mod interop_conformance;
+mod interop_errors;
 mod interop_python;
 mod link_reconnect;
 mod listener_lifecycle;
