@@ -46,10 +46,11 @@ pub(super) struct BridgeArgs {
     /// The clientrpc connection file (default: <datadir>/brmcp-bridge.conf).
     #[arg(long, value_name = "FILE")]
     rpc_config: Option<PathBuf>,
-    /// Address of the HTTP endpoint, `host:port` (default 127.0.0.1:8891): an address
-    /// or a name resolving to loopback (`localhost:8892`), unless --allow-remote.
-    #[arg(long = "listen", value_name = "HOST:PORT", value_parser = parse_listen)]
-    listen_arg: Option<Listen>,
+    /// Address of the HTTP endpoint, `host:port`: an address or a name resolving to
+    /// loopback (`localhost:8892`), unless --allow-remote.
+    #[arg(long = "listen", value_name = "HOST:PORT", value_parser = parse_listen,
+          default_value_t = Listen::from(DEFAULT_LISTEN))]
+    listen_arg: Listen,
     /// The address `--listen` resolved to (see [`resolve_listen`]).
     #[arg(skip = DEFAULT_LISTEN)]
     listen: SocketAddr,
@@ -219,6 +220,21 @@ struct Listen {
     addrs: Vec<SocketAddr>,
 }
 
+impl From<SocketAddr> for Listen {
+    fn from(addr: SocketAddr) -> Self {
+        Self {
+            text: addr.to_string(),
+            addrs: vec![addr],
+        }
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 /// Resolves `host:port` (an address, or a name as `localhost:8892`).
 fn parse_listen(text: &str) -> Result<Listen, String> {
     use std::net::ToSocketAddrs;
@@ -240,9 +256,7 @@ fn parse_listen(text: &str) -> Result<Listen, String> {
 /// clients); one resolving elsewhere needs `--allow-remote`, and then its host name
 /// is accepted in the `Host` header too.
 fn resolve_listen(args: &mut BridgeArgs) -> Result<(), CliError> {
-    let Some(listen) = &args.listen_arg else {
-        return Ok(());
-    };
+    let listen = &args.listen_arg;
     let loopback = listen.addrs.iter().all(|a| a.ip().is_loopback());
     if !loopback && !args.allow_remote {
         let shown: Vec<String> = listen.addrs.iter().map(|a| a.ip().to_string()).collect();
