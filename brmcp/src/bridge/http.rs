@@ -1,5 +1,6 @@
-//! The streamable HTTP endpoints: `/mcp/<64-hex bot uid>`, one rmcp
-//! `StreamableHttpService` per allowed bot, behind these gates in order:
+//! The streamable HTTP endpoints: `/mcp/<bot name or 64-hex uid>`, one rmcp
+//! `StreamableHttpService` per allowed bot (whichever path reached it), behind these
+//! gates in order:
 //!
 //! 1. `Host` must be a loopback name, the address the connection reached, the listen
 //!    address, or a name the config allows (DNS rebinding): 403;
@@ -12,12 +13,16 @@
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
 //!    `/payments` (deciding payments) takes the user's approval secret instead: an
 //!    agent's token gets 403, anything else 401 (see [`super::approval`]);
-//! 5. the path must name an allowed bot, or be `/mcp/directory` (the first configured
-//!    directory's tools) or `/mcp/directory/<name or uid>`: 404;
+//! 5. the path must name an allowed bot (the name resolved per request, so a rename
+//!    applies at once), or be `/mcp/directory` (the first configured directory's
+//!    tools) or `/mcp/directory/<name or uid>`: 404 naming what was asked for;
 //! 6. the bot's session must be up, or come up within the connect timeout: 503 with
-//!    `Retry-After`;
+//!    `Retry-After`, naming the bot and why;
 //! 7. a new MCP session must fit the bounds of [`HttpLimits`] (idle ones make room):
 //!    503 with `Retry-After`.
+//!
+//! On the `/mcp` paths a refusal is a JSON-RPC error object (see [`refusal`]) whose
+//! message MCP clients show; elsewhere plain text.
 //!
 //! `DELETE` of a session answers 204, as the MCP specification allows (rmcp says 202,
 //! on which the Python SDK warns).
@@ -25,6 +30,7 @@
 mod access;
 mod listener;
 mod payments;
+mod refusal;
 mod sessions;
 
 use std::collections::HashMap;
@@ -34,7 +40,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use brmcp_adapters::PeerId;
 use futures_util::StreamExt;
@@ -47,9 +53,10 @@ use super::directory::DirectoryServer;
 use super::link::BotLink;
 use super::presence::Ownership;
 use super::proxy::ProxyServer;
-use super::{BridgeError, Inner, Settings, lock};
+use super::{BridgeError, Inner, NamedBot, Settings, lock};
 use access::{allowed_hosts, authorize_user, authorized, host_allowed, origin_allowed, token_key};
 use payments::{PAYMENTS_PATH, payments};
+use refusal::{Form, echoed, plain, retry_after};
 use sessions::Sessions;
 
 /// How long a stopping listener waits for open requests before it drops them.
@@ -310,47 +317,33 @@ async fn close_service(service: &BotService) {
     }
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        format!("{text}\n"),
-    )
-        .into_response()
-}
-
-fn retry_after(inner: &Inner, mut response: Response) -> Response {
-    let secs = inner.config.retry_after.as_secs().max(1);
-    if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
-        response.headers_mut().insert(header::RETRY_AFTER, value);
-    }
-    response
-}
-
-fn unauthorized() -> Response {
-    let mut response = plain(StatusCode::UNAUTHORIZED, "unauthorized");
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
-}
-
 async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     gate(inner, None, request).await
 }
 
 /// Answers `request`, which reached the local address `local` (when known).
 async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) -> Response {
+    let form = Form::of(request.uri().path());
     let allowed = allowed_hosts(&inner.config, local);
     if !host_allowed(&allowed, request.headers()) {
-        return plain(StatusCode::FORBIDDEN, "forbidden: host not allowed");
+        return form.refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden: host not allowed (the bridge accepts a remote name given with \
+             --allow-host)",
+        );
     }
     if !origin_allowed(&allowed, request.headers()) {
-        return plain(StatusCode::FORBIDDEN, "forbidden: origin not allowed");
+        return form.refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden: origin not allowed (pages of other sites may not call the bridge)",
+        );
     }
     let settings = inner.settings();
     if !settings.enabled {
-        return plain(StatusCode::NOT_FOUND, "not found");
+        return form.refuse(
+            StatusCode::NOT_FOUND,
+            "not found: the bridge's endpoints are disabled",
+        );
     }
     if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
         // Deciding payments is the user's: an agent's token is known but not enough.
@@ -363,40 +356,34 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
                 "forbidden: deciding payments takes the approval secret, not an agent's token",
             );
         }
-        return unauthorized();
+        return form.unauthorized(request.headers());
     }
     let token_waived = !inner.config.require_token && inner.config.listen.ip().is_loopback();
     if !token_waived && !authorized(&settings, request.headers()) {
-        return unauthorized();
+        return form.unauthorized(request.headers());
     }
-    let path = request.uri().path();
-    let directory = match path.strip_prefix(DIRECTORY_PATH) {
-        Some("" | "/") => Some(None),
-        Some(rest) => rest.strip_prefix('/').map(Some),
-        None => None,
-    };
-    let (link, endpoint) = if let Some(name) = directory {
-        let uid = settings.directory(name).and_then(|d| d.peer());
-        let Some(link) = uid.and_then(|uid| inner.directory_link(&uid)) else {
-            return plain(StatusCode::NOT_FOUND, "unknown directory");
-        };
-        let endpoint = Endpoint::Directory(link.bot);
-        (link, endpoint)
-    } else {
-        let bot = path
-            .strip_prefix("/mcp/")
-            .and_then(|uid| uid.parse::<PeerId>().ok());
-        let Some(link) = bot.and_then(|bot| inner.link(&bot)) else {
-            return plain(StatusCode::NOT_FOUND, "unknown bot");
-        };
-        let endpoint = Endpoint::Bot(link.bot);
-        (link, endpoint)
+    let (link, endpoint) = match served(&inner, &settings, request.uri().path()) {
+        Ok(served) => served,
+        Err(message) => return form.refuse(StatusCode::NOT_FOUND, &message),
     };
     if let Err(e) = link.ensure().await {
         tracing::debug!(bot = %link.bot, error = %e, "503");
+        let what = match endpoint {
+            Endpoint::Bot(uid) => match settings.bots().into_iter().find(|b| b.uid == uid) {
+                Some(NamedBot {
+                    name: Some(name), ..
+                }) => format!("bot unavailable: {name:?} ({uid})"),
+                _ => format!("bot unavailable: {uid}"),
+            },
+            Endpoint::Directory(uid) => format!("directory unavailable: {uid}"),
+        };
+        let secs = inner.config.retry_after.as_secs();
         return retry_after(
-            &inner,
-            plain(StatusCode::SERVICE_UNAVAILABLE, "bot unavailable"),
+            secs,
+            form.refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("{what}: {e}; retry in {} s", secs.max(1)),
+            ),
         );
     }
     let service = match endpoint {
@@ -404,6 +391,49 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
         Endpoint::Directory(_) => inner.http.directory_service(&inner, &link),
     };
     session_request(&inner, endpoint, &service, request).await
+}
+
+/// The link and endpoint `path` names: `/mcp/<bot name or uid>` (the name resolved
+/// now, so a rename applies at once; by either, the bot's one endpoint),
+/// `/mcp/directory[/<name or uid>]`; else the refusal's message.
+fn served(
+    inner: &Arc<Inner>,
+    settings: &Settings,
+    path: &str,
+) -> Result<(Arc<BotLink>, Endpoint), String> {
+    let directory = match path.strip_prefix(DIRECTORY_PATH) {
+        Some("" | "/") => Some(None),
+        Some(rest) => rest.strip_prefix('/').map(Some),
+        None => None,
+    };
+    if let Some(name) = directory {
+        let uid = settings.directory(name).and_then(|d| d.peer());
+        let Some(link) = uid.and_then(|uid| inner.directory_link(&uid)) else {
+            return Err(match name {
+                Some(name) => format!(
+                    "unknown directory {}: not a name or uid of mcpclient.json's `directories`",
+                    echoed(name)
+                ),
+                None => "unknown directory: mcpclient.json lists no `directories`".to_owned(),
+            });
+        };
+        let endpoint = Endpoint::Directory(link.bot);
+        return Ok((link, endpoint));
+    }
+    let Some(bot) = path.strip_prefix("/mcp/") else {
+        return Err(
+            "not found: the MCP endpoints are /mcp/<bot name or uid> and /mcp/directory".into(),
+        );
+    };
+    let Some(link) = settings.resolve(bot).and_then(|uid| inner.link(&uid)) else {
+        return Err(format!(
+            "unknown bot {}: not the name or uid of an allowed bot (`brmcp bridge --datadir \
+             DIR bots list` lists them)",
+            echoed(bot)
+        ));
+    };
+    let endpoint = Endpoint::Bot(link.bot);
+    Ok((link, endpoint))
 }
 
 /// Hands `request` to the bot's service under the session bounds.
@@ -433,9 +463,18 @@ async fn session_request(
                     reservation = Some(held);
                 }
                 Err(sessions::Full) => {
+                    let secs = inner.config.retry_after.as_secs();
                     return retry_after(
-                        inner,
-                        plain(StatusCode::SERVICE_UNAVAILABLE, "too many sessions"),
+                        secs,
+                        Form::JsonRpc.refuse(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            &format!(
+                                "too many sessions: the bridge holds its most MCP sessions \
+                                 (idle ones close after {} s); retry in {} s",
+                                limits.session_idle.as_secs(),
+                                secs.max(1)
+                            ),
+                        ),
                     );
                 }
             }

@@ -88,8 +88,9 @@ pub use presence::{
     running_bridge,
 };
 pub use settings::{
-    DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, DirectoryEntry, MAX_BOT_NAME_LEN,
-    MIN_TOKEN_LEN, Mode, NamedBot, SETTINGS_FILE, Settings, SettingsError,
+    BotChange, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, DirectoryEntry,
+    MAX_BOT_NAME_LEN, MIN_TOKEN_LEN, Mode, NamedBot, RESERVED_BOT_NAMES, SETTINGS_FILE, Settings,
+    SettingsError,
 };
 pub use spend::{
     DAY_SECS, KEEP_SECS, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError, SpendLog,

@@ -177,6 +177,24 @@ pub struct NamedBot {
     pub name: Option<String>,
 }
 
+/// Names a bot may not have: `directory` is the path of the directory endpoints
+/// (`/mcp/directory`), which would hide a bot's `/mcp/<name>`.
+pub const RESERVED_BOT_NAMES: [&str; 1] = ["directory"];
+
+/// What [`Settings::with_named_bot`] changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BotChange {
+    /// The bot was allowed before.
+    pub was_allowed: bool,
+    /// The bot had this very name before: nothing changed.
+    pub was_named: bool,
+    /// The bot's name before, when it had another.
+    pub renamed_from: Option<String>,
+    /// The bot the name was before, when another (it stays allowed, unnamed).
+    pub moved_from: Option<PeerId>,
+}
+
 /// Why settings were refused or could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -202,6 +220,25 @@ pub enum SettingsError {
     /// The name is taken by another bot.
     #[error("bot name {0:?} is already used for another bot")]
     NameTaken(String),
+    /// The name is another bot's.
+    #[error("bot name {name:?} is bot {uid}'s")]
+    NameHeld {
+        /// The name.
+        name: String,
+        /// The bot that has it.
+        uid: PeerId,
+    },
+    /// The bot has another name.
+    #[error("bot {uid} is named {name:?}")]
+    BotNamed {
+        /// The bot.
+        uid: PeerId,
+        /// Its name.
+        name: String,
+    },
+    /// The name is one of [`RESERVED_BOT_NAMES`].
+    #[error("bot name {0:?} is reserved (it is the path of the directory endpoints)")]
+    ReservedName(String),
     /// The token is shorter than [`MIN_TOKEN_LEN`].
     #[error(
         "the token is shorter than {MIN_TOKEN_LEN} characters (delete it and a new one is made)"
@@ -365,18 +402,66 @@ impl Settings {
     ///
     /// # Errors
     /// [`SettingsError::InvalidName`], [`SettingsError::NameTaken`].
-    pub fn with_bot(mut self, name: &str, uid: PeerId) -> Result<Self, SettingsError> {
-        check_name(name)?;
+    pub fn with_bot(self, name: &str, uid: PeerId) -> Result<Self, SettingsError> {
         let text = uid.to_string();
         if self.bot_names.get(name).is_some_and(|u| *u != text) {
             return Err(SettingsError::NameTaken(name.to_owned()));
         }
+        self.with_named_bot(name, uid, true).map(|(s, _)| s)
+    }
+
+    /// Allows `uid` under `name`, saying what changed. Without `replace`, a name that
+    /// is another bot's ([`SettingsError::NameHeld`]) or a bot that has another name
+    /// ([`SettingsError::BotNamed`]) is refused; with it, the name moves (its old bot
+    /// stays allowed, unnamed) and the bot is renamed.
+    ///
+    /// # Errors
+    /// [`SettingsError::InvalidName`], [`SettingsError::ReservedName`],
+    /// [`SettingsError::NameHeld`], [`SettingsError::BotNamed`].
+    pub fn with_named_bot(
+        mut self,
+        name: &str,
+        uid: PeerId,
+        replace: bool,
+    ) -> Result<(Self, BotChange), SettingsError> {
+        check_name(name)?;
+        if RESERVED_BOT_NAMES.contains(&name) {
+            return Err(SettingsError::ReservedName(name.to_owned()));
+        }
+        let text = uid.to_string();
+        let moved_from = self
+            .bot_names
+            .get(name)
+            .filter(|u| **u != text)
+            .and_then(|u| u.parse::<PeerId>().ok());
+        let renamed_from = self
+            .bot_names
+            .iter()
+            .find(|(n, u)| **u == text && n.as_str() != name)
+            .map(|(n, _)| n.clone());
+        if !replace {
+            if let Some(holder) = moved_from {
+                return Err(SettingsError::NameHeld {
+                    name: name.to_owned(),
+                    uid: holder,
+                });
+            }
+            if let Some(old) = renamed_from {
+                return Err(SettingsError::BotNamed { uid, name: old });
+            }
+        }
+        let change = BotChange {
+            was_allowed: self.allowed_bots.contains(&text),
+            was_named: self.bot_names.get(name) == Some(&text),
+            renamed_from,
+            moved_from,
+        };
         self.bot_names.retain(|_, u| *u != text);
         self.bot_names.insert(name.to_owned(), text.clone());
-        if !self.allowed_bots.contains(&text) {
+        if !change.was_allowed {
             self.allowed_bots.push(text);
         }
-        Ok(self)
+        Ok((self, change))
     }
 
     /// Removes a bot (by name or uid) from the allowed bots and the names.
@@ -628,6 +713,38 @@ mod tests {
         assert!(matches!(
             bad.normalized(),
             Err(SettingsError::InvalidBot(b)) if b == "abc"
+        ));
+    }
+
+    #[test]
+    fn a_name_moves_and_a_bot_is_renamed_only_when_asked() {
+        let (a, b): (PeerId, PeerId) = (uid('a').parse().unwrap(), uid('b').parse().unwrap());
+        let (s, added) = Settings::default()
+            .with_named_bot("alice", a, false)
+            .unwrap();
+        assert!(!added.was_allowed && added.renamed_from.is_none() && added.moved_from.is_none());
+        let (_, same) = s.clone().with_named_bot("alice", a, false).unwrap();
+        assert!(same.was_named);
+        assert!(matches!(
+            s.clone().with_named_bot("alice", b, false),
+            Err(SettingsError::NameHeld { uid, .. }) if uid == a
+        ));
+        assert!(matches!(
+            s.clone().with_named_bot("zed", a, false),
+            Err(SettingsError::BotNamed { name, .. }) if name == "alice"
+        ));
+        let (renamed, change) = s.clone().with_named_bot("zed", a, true).unwrap();
+        assert_eq!(change.renamed_from.as_deref(), Some("alice"));
+        assert_eq!(renamed.resolve("zed"), Some(a));
+        assert_eq!(renamed.resolve("alice"), None);
+        let (moved, change) = s.clone().with_named_bot("alice", b, true).unwrap();
+        assert_eq!(change.moved_from, Some(a));
+        assert!(!change.was_allowed);
+        assert_eq!(moved.resolve("alice"), Some(b));
+        assert!(moved.allows(&a), "the name's old bot stays allowed");
+        assert!(matches!(
+            s.with_named_bot("directory", b, true),
+            Err(SettingsError::ReservedName(_))
         ));
     }
 

@@ -1,6 +1,8 @@
 //! `brmcp bridge`: local MCP endpoints for agents, proxying to Bison Relay bots through
 //! a running Bison Relay client and paying them with tips under `mcpclient.json`.
 
+use std::collections::HashMap;
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -44,8 +46,13 @@ pub(super) struct BridgeArgs {
     /// The clientrpc connection file (default: <datadir>/brmcp-bridge.conf).
     #[arg(long, value_name = "FILE")]
     rpc_config: Option<PathBuf>,
-    /// Address of the HTTP endpoint; loopback unless --allow-remote.
-    #[arg(long, default_value_t = DEFAULT_LISTEN)]
+    /// Address of the HTTP endpoint, `host:port`: an address or a name resolving to
+    /// loopback (`localhost:8892`), unless --allow-remote.
+    #[arg(long = "listen", value_name = "HOST:PORT", value_parser = parse_listen,
+          default_value_t = Listen::from(DEFAULT_LISTEN))]
+    listen_arg: Listen,
+    /// The address `--listen` resolved to (see [`resolve_listen`]).
+    #[arg(skip = DEFAULT_LISTEN)]
     listen: SocketAddr,
     /// Allow a non-loopback --listen address (a token is always required).
     #[arg(long)]
@@ -132,7 +139,11 @@ enum Resolved {
 #[derive(Debug, Subcommand)]
 enum ApprovalsAction {
     /// The payments waiting.
-    List,
+    List {
+        /// Print one JSON document (an array of objects) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Pay this one.
     Approve {
         /// The payment's id (see `list`).
@@ -171,6 +182,10 @@ enum BotsAction {
         /// The name to give the bot added --from-directory.
         #[arg(long = "name", value_name = "NAME", requires = "from_directory")]
         bot_name: Option<String>,
+        /// Move the name from the bot that has it, or rename the bot from the name it
+        /// has (both are refused without it).
+        #[arg(long)]
+        replace: bool,
     },
     /// Forget a bot, by name or user id.
     Remove {
@@ -178,19 +193,96 @@ enum BotsAction {
         bot: String,
     },
     /// List the allowed bots.
-    List,
+    List {
+        /// Print one JSON document (an array of objects) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 enum TokenAction {
     /// Print the token.
-    Show,
+    Show {
+        /// Print one JSON object (`{"token": ...}`) instead of the bare token.
+        #[arg(long)]
+        json: bool,
+    },
     /// Replace the token with a fresh one (a running bridge refuses the old one within
     /// a second).
     Rotate,
 }
 
-pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
+/// A `--listen` value: what was typed and the addresses it resolved to.
+#[derive(Debug, Clone)]
+struct Listen {
+    text: String,
+    addrs: Vec<SocketAddr>,
+}
+
+impl From<SocketAddr> for Listen {
+    fn from(addr: SocketAddr) -> Self {
+        Self {
+            text: addr.to_string(),
+            addrs: vec![addr],
+        }
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Resolves `host:port` (an address, or a name as `localhost:8892`).
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("not a host:port that resolves: {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err("resolves to no address".into());
+    }
+    Ok(Listen {
+        text: text.to_owned(),
+        addrs,
+    })
+}
+
+/// The address to listen on, from `--listen`: a name resolving only to loopback
+/// addresses gives the IPv4 one where there is one (what `localhost` usually means to
+/// clients); one resolving elsewhere needs `--allow-remote`, and then its host name
+/// is accepted in the `Host` header too.
+fn resolve_listen(args: &mut BridgeArgs) -> Result<(), CliError> {
+    let listen = &args.listen_arg;
+    let loopback = listen.addrs.iter().all(|a| a.ip().is_loopback());
+    if !loopback && !args.allow_remote {
+        let shown: Vec<String> = listen.addrs.iter().map(|a| a.ip().to_string()).collect();
+        return Err(CliError(format!(
+            "--listen {}: resolves to {}, not only loopback: pass --allow-remote to listen \
+             there (agents then always need the token)",
+            listen.text,
+            shown.join(", ")
+        )));
+    }
+    args.listen = listen
+        .addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(listen.addrs.first())
+        .copied()
+        .unwrap_or(DEFAULT_LISTEN);
+    let host = listen.text.rsplit_once(':').map_or("", |(host, _)| host);
+    if !loopback && host.parse::<std::net::IpAddr>().is_err() && !host.starts_with('[') {
+        args.allow_hosts.push(host.to_owned());
+    }
+    Ok(())
+}
+
+pub(super) fn run(mut args: BridgeArgs) -> Result<ExitCode, CliError> {
+    resolve_listen(&mut args)?;
     match args.action {
         None => super::runtime()?.block_on(run_http(args)),
         Some(BridgeAction::Stdio {
@@ -220,10 +312,23 @@ pub(super) fn run(args: BridgeArgs) -> Result<ExitCode, CliError> {
         Some(BridgeAction::Approvals(action)) => {
             let secret = approval_secret(&args.datadir)?;
             let addr = running_addr(&args.datadir)?;
-            super::runtime()?.block_on(approvals::command(addr, &secret, action))
+            super::runtime()?.block_on(approvals::command(&args.datadir, addr, &secret, action))
         }
         Some(BridgeAction::Spend { json, action }) => spend::run(&args.datadir, json, action),
     }
+}
+
+/// The names the user gave the bots of `datadir`: uid to name. A missing or
+/// unreadable settings file gives none (the uids are shown instead).
+fn bot_names(datadir: &Path) -> HashMap<String, String> {
+    Settings::load(&datadir.join(SETTINGS_FILE))
+        .map(|s| {
+            s.bot_names
+                .into_iter()
+                .map(|(name, uid)| (uid, name))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Says so when a cap is 0, which means "never pay" (the default).
@@ -379,11 +484,13 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
         settings.mode
     );
     for bot in bridge.bots() {
-        eprintln!(
-            "  {}: http://{addr}/mcp/{}",
-            bot.name.as_deref().unwrap_or("bot"),
-            bot.uid
-        );
+        match &bot.name {
+            Some(name) => eprintln!(
+                "  {name}: http://{addr}/mcp/{name} (also http://{addr}/mcp/{})",
+                bot.uid
+            ),
+            None => eprintln!("  bot: http://{addr}/mcp/{}", bot.uid),
+        }
     }
     for (i, directory) in settings.directories.iter().enumerate() {
         let path = if i == 0 {
@@ -414,13 +521,23 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
             args.datadir.display()
         );
     }
-    if settings.mode == Mode::Approval {
-        eprintln!(
-            "payments wait for approval: type `approve ID` or `deny ID` here, or use `brmcp bridge --datadir {} approvals`",
-            args.datadir.display()
-        );
+    // Logged in either mode: a switch to approval applies without a restart.
+    let typed_here = std::io::stdin().is_terminal();
+    approvals::log_held(&bridge, &args.datadir, typed_here);
+    if typed_here {
         let approver = bridge.clone();
         tokio::spawn(async move { approvals::prompt(approver).await });
+    }
+    if settings.mode == Mode::Approval {
+        let here = if typed_here {
+            "type `approve ID` or `deny ID` here, or use"
+        } else {
+            "decide them with"
+        };
+        eprintln!(
+            "payments wait for approval: {here} `brmcp bridge --datadir {} approvals`",
+            args.datadir.display()
+        );
     }
     warn_zero_caps(&args.datadir, &settings);
     let publisher = publish_status(&args.datadir, &bridge, &host);

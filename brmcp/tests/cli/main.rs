@@ -1,5 +1,6 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
+mod bridge_commands;
 mod bridge_restarts;
 mod crash_streams;
 mod demo;
@@ -10,6 +11,7 @@ mod doctor;
 #[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]
 mod fake;
 mod files;
+mod held_approvals;
 mod operator;
 mod ops_status;
 mod processes;

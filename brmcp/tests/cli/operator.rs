@@ -362,7 +362,7 @@ fn bridge_bots_and_token_commands_edit_the_settings_file() {
     let out = brmcp(&["bridge", "--datadir", data, "bots", "list"]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("{UID} fortune\n")
+        format!("NAME     UID\nfortune  {UID}\n")
     );
     let out = brmcp(&["bridge", "--datadir", data, "bots", "add", "bad name!", UID]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

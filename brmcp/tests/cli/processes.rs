@@ -419,11 +419,13 @@ async fn approvals_command_decides_a_waiting_payment() {
 
     let mut waiting = None;
     for _ in 0..200 {
-        let listed = stack.bridge_command(&["approvals", "list"]);
+        let listed = stack.bridge_command(&["approvals", "list", "--json"]);
         assert!(listed.status.success(), "{listed:?}");
-        let text = String::from_utf8_lossy(&listed.stdout).into_owned();
-        if let Some(line) = text.lines().find(|l| l.contains("10000 atoms to")) {
-            waiting = line.split_whitespace().next().map(str::to_owned);
+        let list: Vec<serde_json::Value> =
+            serde_json::from_slice(&listed.stdout).unwrap_or_else(|e| panic!("{e}: {listed:?}"));
+        if let Some(p) = list.iter().find(|p| p["atoms"] == json!(10000)) {
+            assert_eq!(p["bot_name"], json!("alice"), "{p}");
+            waiting = p["id"].as_str().map(str::to_owned);
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

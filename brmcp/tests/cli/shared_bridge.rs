@@ -205,11 +205,13 @@ async fn stdio_agents_started_together_share_the_first_ones_bridge() {
     let call = tokio::spawn(async move { peer.call_tool(fortune()).await });
     let mut waiting = None;
     for _ in 0..400 {
-        let listed = bridge(&bridge_dir, &["approvals", "list"]);
+        let listed = bridge(&bridge_dir, &["approvals", "list", "--json"]);
         assert!(listed.status.success(), "{listed:?}");
-        let text = String::from_utf8_lossy(&listed.stdout).into_owned();
-        if let Some(line) = text.lines().find(|l| l.contains("10000 atoms to")) {
-            waiting = line.split_whitespace().next().map(str::to_owned);
+        let list: Vec<serde_json::Value> =
+            serde_json::from_slice(&listed.stdout).unwrap_or_else(|e| panic!("{e}: {listed:?}"));
+        if let Some(p) = list.iter().find(|p| p["atoms"] == json!(10000)) {
+            assert_eq!(p["bot_name"], json!("alice"), "{p}");
+            waiting = p["id"].as_str().map(str::to_owned);
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

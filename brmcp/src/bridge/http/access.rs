@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use sha2::{Digest, Sha256};
 
 use super::sessions::TokenKey;
@@ -112,6 +112,15 @@ pub(crate) fn authorize_user(data_dir: &Path, headers: &HeaderMap) -> bool {
     }
 }
 
+/// Whether an `Authorization` value has the bearer scheme (any case) and a credential.
+pub(super) fn bearer_scheme(value: &HeaderValue) -> bool {
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().split_once(' '))
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+}
+
 /// Whether the `Authorization` header is `Bearer <expected>`: scheme
 /// case-insensitive, compared in constant time; an empty `expected` never matches.
 fn bearer_is(headers: &HeaderMap, expected: &str) -> bool {
@@ -142,7 +151,6 @@ fn bearer_is(headers: &HeaderMap, expected: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     #[test]
     fn host_header_forms() {

@@ -1,18 +1,24 @@
 //! Payments held for approval: the `brmcp bridge approvals` client of a running
 //! bridge's `/payments`, and the prompt of a bridge run in approval mode.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
 
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::broadcast::error::RecvError;
 
-use super::ApprovalsAction;
+use super::{ApprovalsAction, bot_names};
 use crate::bridge::Bridge;
 use crate::cli::CliError;
+use crate::cli::table::{Table, print_json, rfc3339};
 
 /// `brmcp bridge approvals`: lists or decides the payments the bridge at `listen`
-/// holds, presenting the user's approval `secret`.
+/// holds, presenting the user's approval `secret`; bots are shown by the names of
+/// `datadir`'s settings.
 pub(super) async fn command(
+    datadir: &Path,
     listen: SocketAddr,
     secret: &str,
     action: ApprovalsAction,
@@ -20,7 +26,7 @@ pub(super) async fn command(
     let base = format!("http://{listen}/payments");
     let client = reqwest::Client::new();
     let request = match &action {
-        ApprovalsAction::List => client.get(&base),
+        ApprovalsAction::List { .. } => client.get(&base),
         ApprovalsAction::Approve { id } => client.post(format!("{base}/{id}/approve")),
         ApprovalsAction::Deny { id } => client.post(format!("{base}/{id}/deny")),
     };
@@ -38,20 +44,9 @@ pub(super) async fn command(
         )));
     }
     match action {
-        ApprovalsAction::List => {
+        ApprovalsAction::List { json } => {
             let list: Vec<serde_json::Value> = serde_json::from_str(&body)?;
-            if list.is_empty() {
-                println!("no payment is waiting");
-            }
-            for p in list {
-                println!(
-                    "{} {} atoms to {} for {}",
-                    p["id"].as_str().unwrap_or("?"),
-                    p["atoms"],
-                    p["bot"].as_str().unwrap_or("?"),
-                    p["tool"].as_str().unwrap_or("?")
-                );
-            }
+            print_list(&list, &bot_names(datadir), json);
         }
         ApprovalsAction::Approve { id } => println!("approved {id}"),
         ApprovalsAction::Deny { id } => println!("denied {id}"),
@@ -59,17 +54,91 @@ pub(super) async fn command(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Shows each payment waiting for approval and takes `approve ID` / `deny ID` lines.
-pub(super) async fn prompt(bridge: Bridge) {
+/// The payments of `/payments` as a table, or as one JSON array with the bot's name
+/// beside its uid (`names`: uid to name).
+fn print_list(list: &[serde_json::Value], names: &HashMap<String, String>, json: bool) {
+    let bot = |p: &serde_json::Value| p["bot"].as_str().unwrap_or("?").to_owned();
+    let created = |p: &serde_json::Value| p["created"].as_i64().unwrap_or(0);
+    if json {
+        let rows: Vec<_> = list
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "id": p["id"],
+                    "bot": p["bot"],
+                    "bot_name": names.get(&bot(p)),
+                    "tool": p["tool"],
+                    "atoms": p["atoms"],
+                    "created": p["created"],
+                    "created_rfc3339": rfc3339(created(p)),
+                })
+            })
+            .collect();
+        print_json(&serde_json::json!(rows));
+        return;
+    }
+    if list.is_empty() {
+        println!("no payment is waiting");
+        return;
+    }
+    let mut table = Table::new(&["ID", "SINCE", "BOT", "TOOL", "ATOMS"]);
+    for p in list {
+        let uid = bot(p);
+        table.row(vec![
+            p["id"].as_str().unwrap_or("?").to_owned(),
+            rfc3339(created(p)),
+            names.get(&uid).cloned().unwrap_or(uid),
+            p["tool"].as_str().unwrap_or("?").to_owned(),
+            p["atoms"].to_string(),
+        ]);
+    }
+    print!("{table}");
+}
+
+/// Logs each payment the bridge holds for approval, whatever stdin is (a bridge run
+/// as a service must say a payment waits too): id, bot (by name when it has one),
+/// tool, atoms and the command deciding it.
+pub(super) fn log_held(bridge: &Bridge, datadir: &Path, typed_here: bool) {
     let mut pending = bridge.subscribe_payments();
-    let printer = tokio::spawn(async move {
-        while let Ok(p) = pending.recv().await {
-            eprintln!(
-                "payment {} waits: {} atoms to {} for {}",
-                p.id, p.atoms, p.bot, p.tool
+    let datadir = datadir.to_owned();
+    tokio::spawn(async move {
+        loop {
+            let p = match pending.recv().await {
+                Ok(p) => p,
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        "payments waiting for approval not logged (`approvals list` shows them)"
+                    );
+                    continue;
+                }
+                Err(RecvError::Closed) => return,
+            };
+            // The file, not the bridge: holding the bridge would keep it from ending.
+            let uid = p.bot.to_string();
+            let bot = bot_names(&datadir).remove(&uid).unwrap_or(uid);
+            let here = if typed_here {
+                format!(", or type `approve {}` here", p.id)
+            } else {
+                String::new()
+            };
+            tracing::info!(
+                id = %p.id,
+                %bot,
+                tool = %p.tool,
+                atoms = p.atoms,
+                "payment waits for approval: `brmcp bridge --datadir {} approvals approve {}` \
+                 (or `deny {}`){here}",
+                datadir.display(),
+                p.id,
+                p.id,
             );
         }
     });
+}
+
+/// Takes `approve ID` / `deny ID` lines from stdin (a terminal) until it ends.
+pub(super) async fn prompt(bridge: Bridge) {
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let mut words = line.split_whitespace();
@@ -88,5 +157,4 @@ pub(super) async fn prompt(bridge: Bridge) {
             None => eprintln!("which payment? type `approve ID` or `deny ID`"),
         }
     }
-    printer.abort();
 }

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::{Resolved, SpendAction, now};
-use crate::bridge::{SETTINGS_FILE, Settings, SpendEntry, SpendLog, SpendStatus};
+use super::{Resolved, SpendAction, bot_names, now};
+use crate::bridge::{SpendEntry, SpendLog, SpendStatus};
 use crate::cli::CliError;
 use crate::cli::table::{Table, print_json, rfc3339};
 
@@ -28,16 +28,7 @@ pub(super) fn run(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    // The names the user gave the bots; a missing or unreadable settings file leaves
-    // the uids, which the log holds anyway.
-    let names: HashMap<String, String> = Settings::load(&datadir.join(SETTINGS_FILE))
-        .map(|s| {
-            s.bot_names
-                .into_iter()
-                .map(|(name, uid)| (uid, name))
-                .collect()
-        })
-        .unwrap_or_default();
+    let names = bot_names(datadir);
     print_spend(&log.entries()?, &names, log.spent_today(now())?, json);
     Ok(ExitCode::SUCCESS)
 }

@@ -98,6 +98,8 @@ impl StdioUpstream<'_> {
         }
         warn_zero_caps(&args.datadir, &settings);
         bridge.start().await?;
+        // Stdin is the agent's: the held payments are decided with `approvals`.
+        super::approvals::log_held(&bridge, &args.datadir, false);
         let watch = bridge.watch_settings();
         let publisher = publish_status(&args.datadir, &bridge, &host);
         let addr = bridge

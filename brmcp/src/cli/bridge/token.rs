@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use super::{TokenAction, load, save};
 use crate::bridge::SETTINGS_FILE;
 use crate::cli::CliError;
+use crate::cli::table::print_json;
 
 /// Prints the token of `datadir`'s settings, made first when there is none or when
 /// `action` rotates it.
@@ -16,7 +17,11 @@ pub(super) fn run(datadir: &Path, action: TokenAction) -> Result<ExitCode, CliEr
         settings.token = new_token()?;
         save(datadir, &settings_path, &settings)?;
     }
-    println!("{}", settings.token);
+    if matches!(action, TokenAction::Show { json: true }) {
+        print_json(&serde_json::json!({"token": settings.token}));
+    } else {
+        println!("{}", settings.token);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
