@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use brmcp_adapters::RouterConfig;
 
+use crate::server::max_message_bytes;
+
 /// How long a forwarded call may go without an answer or progress: an upstream that
 /// hangs must not hold the caller (and the charge) forever. Each progress of the call
 /// starts it again, so a job that reports progress runs to its end.
@@ -28,20 +30,13 @@ pub const RELIST_WINDOW: Duration = Duration::from_secs(2);
 /// How long one listing of an upstream (all its pages) may take once it is connected.
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What the largest answer a caller can be sent leaves for the JSON-RPC wrapper and
-/// the session's framing around a tool's result: the upstream's own message carries
-/// its wrapper too, so this errs on the generous side.
-pub const ANSWER_WRAPPER_ALLOWANCE: usize = 64 * 1024;
-
-/// The largest message taken from an upstream, in bytes: the most the envelope carries
-/// to a caller ([`brmcp_wire::MAX_PARTS`] parts of `router`'s chunk length) less
-/// [`ANSWER_WRAPPER_ALLOWANCE`]. It bounds an upstream's stdio line and HTTP body: a
-/// longer answer could not be delivered, and reading it would hold memory for nothing.
+/// The largest message taken from an upstream, in bytes: the largest JSON-RPC message
+/// the serving router can send a caller ([`max_message_bytes`]). It bounds an
+/// upstream's stdio line and HTTP body: a longer answer could not be delivered, and
+/// reading it would hold memory for nothing. (An answer under it whose result is still
+/// too large for the caller's response is refused and refunded by the harness.)
 pub fn max_upstream_message(router: &RouterConfig) -> usize {
-    usize::from(brmcp_adapters::wire::MAX_PARTS)
-        .saturating_mul(router.chunk_len)
-        .saturating_sub(ANSWER_WRAPPER_ALLOWANCE)
-        .max(1)
+    max_message_bytes(router).max(1)
 }
 
 /// The bounds the supervisor applies to every upstream. `Default` is the constants of

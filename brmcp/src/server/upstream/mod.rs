@@ -32,8 +32,8 @@ pub use config::{
     BASE_ENV, Endpoint, MAX_NAME_LEN, MAX_PRICE_ATOMS, MAX_UPSTREAMS, ToolPrice, UpstreamConfig,
 };
 pub use limits::{
-    ANSWER_WRAPPER_ALLOWANCE, CALL_IDLE_TIMEOUT, CALL_MAX_TIMEOUT, LIST_TIMEOUT, PROGRESS_INTERVAL,
-    RELIST_WINDOW, UpstreamLimits, max_upstream_message,
+    CALL_IDLE_TIMEOUT, CALL_MAX_TIMEOUT, LIST_TIMEOUT, PROGRESS_INTERVAL, RELIST_WINDOW,
+    UpstreamLimits, max_upstream_message,
 };
 pub use listing::{MAX_LIST_BYTES, MAX_LIST_ITEMS, MAX_LIST_PAGES};
 pub use mirror::MAX_TOOLS_PER_UPSTREAM;
