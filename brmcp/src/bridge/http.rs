@@ -576,9 +576,19 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
     if !addr.ip().is_loopback() && (!config.allow_remote || inner.settings().token.is_empty()) {
         return Err(BridgeError::RemoteRefused(addr));
     }
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| BridgeError::Bind { addr, source })?;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AddrInUse
+                && config.listen_fallback
+                && addr.ip().is_loopback() =>
+        {
+            let ephemeral = SocketAddr::new(addr.ip(), 0);
+            tracing::info!(%addr, "listen address taken; binding an ephemeral port");
+            tokio::net::TcpListener::bind(ephemeral).await
+        }
+        bound => bound,
+    }
+    .map_err(|source| BridgeError::Bind { addr, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| BridgeError::Bind { addr, source })?;

@@ -130,6 +130,10 @@ pub struct Config {
     pub name: String,
     /// Where the owned HTTP listener binds (see [`Bridge::start`]).
     pub listen: SocketAddr,
+    /// When a loopback `listen` address is taken, bind an ephemeral port on the same
+    /// address instead of failing: for a bridge whose agents find its address in the
+    /// data directory (a `bridge stdio` that became the bridge), not at a fixed port.
+    pub listen_fallback: bool,
     /// Allow a non-loopback `listen` address. Off by default; never without a token.
     pub allow_remote: bool,
     /// Host names (optionally `host:port`) accepted in the `Host` header besides the
@@ -162,6 +166,7 @@ impl Config {
             data_dir: data_dir.into(),
             name: "brmcp-bridge".into(),
             listen: DEFAULT_LISTEN,
+            listen_fallback: false,
             allow_remote: false,
             allowed_hosts: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -196,6 +201,7 @@ impl std::fmt::Debug for Config {
             .field("data_dir", &self.data_dir)
             .field("name", &self.name)
             .field("listen", &self.listen)
+            .field("listen_fallback", &self.listen_fallback)
             .field("allow_remote", &self.allow_remote)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("connect_timeout", &self.connect_timeout)

@@ -368,6 +368,7 @@ async fn start_from_args(args: &BridgeArgs) -> Result<(Bridge, ClientRpcHost), C
         &args.datadir,
         &rpc_config(args),
         args.listen,
+        false,
         args.allow_remote,
         &args.allow_hosts,
     )
@@ -381,7 +382,7 @@ pub(crate) async fn start_bridge(
     listen: SocketAddr,
     allow_remote: bool,
 ) -> Result<(Bridge, ClientRpcHost), CliError> {
-    start_bridge_hosts(datadir, rpc_config, listen, allow_remote, &[]).await
+    start_bridge_hosts(datadir, rpc_config, listen, false, allow_remote, &[]).await
 }
 
 /// As [`start_bridge`], accepting `allow_hosts` in the `Host` header too.
@@ -389,6 +390,7 @@ pub(crate) async fn start_bridge_hosts(
     datadir: &Path,
     rpc_config: &Path,
     listen: SocketAddr,
+    listen_fallback: bool,
     allow_remote: bool,
     allow_hosts: &[String],
 ) -> Result<(Bridge, ClientRpcHost), CliError> {
@@ -403,6 +405,7 @@ pub(crate) async fn start_bridge_hosts(
     crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let mut config = Config::new(datadir).with_listen(listen);
+    config.listen_fallback = listen_fallback;
     config.allow_remote = allow_remote;
     config.allowed_hosts = allow_hosts.to_vec();
     // Before connecting: the stream redelivers unacknowledged outcomes at once.
@@ -545,6 +548,9 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
     super::wait_for_interrupt().await;
     bridge.close().await;
     publisher.stop().await;
+    // What was recorded is cleared on the client, not left for the next consumer.
+    host.flush_acks(brmcp_adapters::clientrpc::ACK_FLUSH_WAIT)
+        .await;
     host.close();
     Ok(ExitCode::SUCCESS)
 }

@@ -23,12 +23,18 @@ type Agent = RunningService<RoleClient, ()>;
 
 /// `brmcp bridge stdio --bot alice` on `bridge_dir`, as an agent host spawns it.
 async fn stdio_agent(dir: &Path, bridge_dir: &str) -> (Agent, u32) {
+    stdio_agent_listening(dir, bridge_dir, None).await
+}
+
+/// [`stdio_agent`] with `--listen listen` when given.
+async fn stdio_agent_listening(dir: &Path, bridge_dir: &str, listen: Option<&str>) -> (Agent, u32) {
     let rpc = dir.join("bob").join("brmcp-serve.conf");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_brmcp"));
+    cmd.args(["bridge", "--datadir", bridge_dir]);
+    if let Some(listen) = listen {
+        cmd.args(["--listen", listen]);
+    }
     cmd.args([
-        "bridge",
-        "--datadir",
-        bridge_dir,
         "--rpc-config",
         rpc.to_str().expect("utf-8"),
         "stdio",
@@ -267,4 +273,41 @@ async fn stdio_agents_started_together_share_the_first_ones_bridge() {
     let now = record(&bridge_dir)["pid"].as_u64().expect("pid") as u32;
     assert_ne!(now, owner, "the staying agent's process is the bridge now");
     let _ = staying.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_bridge_serves_http_agents_on_the_configured_address_when_free() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_procs, alice, _bob, _) = serving(dir.path());
+    let bridge_dir = bridge_settings(dir.path(), &alice, "autopay");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (stdio, _) = stdio_agent_listening(dir.path(), &bridge_dir, Some(&listen)).await;
+    assert_eq!(stdio.list_all_tools().await.expect("tools/list").len(), 2);
+    assert_eq!(record(&bridge_dir)["addr"], json!(listen));
+    // An agent configured with the HTTP endpoint reaches the stdio agent's bridge.
+    let token = String::from_utf8_lossy(&bridge(&bridge_dir, &["token", "show"]).stdout)
+        .trim()
+        .to_owned();
+    let http = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/alice"))
+                .auth_header(token),
+        ))
+        .await
+        .expect("HTTP agent");
+    assert_eq!(http.list_all_tools().await.expect("tools/list").len(), 2);
+    let _ = http.cancel().await;
+    let _ = stdio.cancel().await;
+
+    // Taken by another program: the next stdio bridge binds an ephemeral port.
+    let _squatter = std::net::TcpListener::bind(&listen).expect("take the port");
+    let (stdio, _) = stdio_agent_listening(dir.path(), &bridge_dir, Some(&listen)).await;
+    assert_eq!(stdio.list_all_tools().await.expect("tools/list").len(), 2);
+    let addr = record(&bridge_dir)["addr"]
+        .as_str()
+        .expect("addr")
+        .to_owned();
+    assert_ne!(addr, listen);
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let _ = stdio.cancel().await;
 }

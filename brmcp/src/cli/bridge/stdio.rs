@@ -85,11 +85,26 @@ impl StdioUpstream<'_> {
     /// Starts the bridge of the data directory, whose lock `ownership` holds.
     async fn start_owned(&mut self, ownership: Ownership) -> Result<SocketAddr, CliError> {
         let args = self.args;
-        // Ephemeral: the configured port is the HTTP bridge's, for the agents
-        // configured with it; this listener is for the stdio agents that find it here.
-        let listen = SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), 0);
-        let (bridge, host) =
-            start_bridge_hosts(&args.datadir, &rpc_config(args), listen, false, &[]).await?;
+        // The configured address when it is free, so the agents configured with the
+        // HTTP endpoint reach this bridge too; else an ephemeral loopback port, which
+        // the stdio agents find through the data directory all the same.
+        let (listen, fallback) = if args.listen.ip().is_loopback() {
+            (args.listen, true)
+        } else {
+            (
+                SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), 0),
+                false,
+            )
+        };
+        let (bridge, host) = start_bridge_hosts(
+            &args.datadir,
+            &rpc_config(args),
+            listen,
+            fallback,
+            false,
+            &[],
+        )
+        .await?;
         bridge.own_data_dir(ownership);
         let mut settings = bridge.settings();
         if !settings.enabled {
@@ -164,6 +179,11 @@ impl StdioUpstream<'_> {
         if let Some(owned) = self.owned {
             owned.bridge.close().await;
             owned.publisher.stop().await;
+            // What was recorded is cleared on the client, not left for the next consumer.
+            owned
+                .host
+                .flush_acks(brmcp_adapters::clientrpc::ACK_FLUSH_WAIT)
+                .await;
             owned.host.close();
         }
     }
