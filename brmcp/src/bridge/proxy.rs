@@ -29,7 +29,7 @@ use super::Inner;
 use super::link::{AgentSession, BotLink, Conn};
 use super::settings::Mode;
 use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
-use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
 /// agent's request to the bridge, not the bridge's to the bot.
@@ -44,24 +44,41 @@ pub(crate) struct ProxyServer {
     session: Arc<OnceLock<Arc<AgentSession>>>,
 }
 
+/// Retries of one logical request the bot answered [`CALL_INTERRUPTED`]: 3. The
+/// harness says so once per interrupted call, after a restart; a bot that says it
+/// again and again is not believed for ever.
+pub(crate) const MAX_INTERRUPTED_RETRIES: u32 = 3;
+
 /// Why a forwarded request got no answer from the bot.
 enum Failure {
     /// The bot answered with a JSON-RPC error: passed on as is.
     Rpc(ErrorData),
+    /// The bot says the call was interrupted and refunded: worth a retry under the
+    /// same call key (see [`MAX_INTERRUPTED_RETRIES`]).
+    Interrupted(ErrorData),
     /// The session to the bot failed; worth one retry on a fresh session.
     Transport(String),
-    /// The agent cancelled.
+    /// The agent stopped waiting (it cancelled, timed out or closed its session).
     Cancelled,
 }
 
 impl From<Failure> for ErrorData {
     fn from(failure: Failure) -> Self {
         match failure {
-            Failure::Rpc(e) => e,
+            Failure::Rpc(e) | Failure::Interrupted(e) => e,
             Failure::Transport(e) => Self::internal_error(format!("bot unavailable: {e}"), None),
             Failure::Cancelled => Self::new(ErrorCode::INTERNAL_ERROR, "request cancelled", None),
         }
     }
+}
+
+/// What the sends of one logical request (a call and its reissues) have used up.
+#[derive(Default)]
+struct Attempts {
+    /// The one retry on a fresh session after a failed one.
+    transport: bool,
+    /// Retries after the bot's [`CALL_INTERRUPTED`].
+    interrupted: u32,
 }
 
 /// The agent's `_meta` without its progress token and protocol fields.
@@ -112,11 +129,13 @@ impl ProxyServer {
         }
     }
 
-    async fn conn(&self) -> Result<Arc<Conn>, Failure> {
-        self.link
-            .ensure()
-            .await
-            .map_err(|e| Failure::Transport(e.to_string()))
+    /// The session to the bot, while the agent waits for it.
+    async fn conn(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Conn>, Failure> {
+        tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => Err(Failure::Cancelled),
+            conn = self.link.ensure() => conn.map_err(|e| Failure::Transport(e.to_string())),
+        }
     }
 
     /// Sends one request to the bot and waits for its answer, relaying progress and
@@ -128,6 +147,11 @@ impl ProxyServer {
         meta: RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, Failure> {
+        // The agent's wait is the call's life: nothing is sent for a request it no
+        // longer waits for.
+        if ctx.ct.is_cancelled() {
+            return Err(Failure::Cancelled);
+        }
         let hub = &self.link.hub;
         let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none());
         let options = PeerRequestOptions::no_options().with_meta(meta);
@@ -142,8 +166,9 @@ impl ProxyServer {
         });
         let id = handle.id.clone();
         let answer = tokio::select! {
-            answer = handle.rx => Some(answer),
+            biased;
             () = ctx.ct.cancelled() => None,
+            answer = handle.rx => Some(answer),
         };
         match &route {
             Some(route) => {
@@ -173,6 +198,9 @@ impl ProxyServer {
             {
                 Err(Failure::Transport(e.message.to_string()))
             }
+            Some(Ok(Err(ServiceError::McpError(e)))) if e.code == CALL_INTERRUPTED => {
+                Err(Failure::Interrupted(e))
+            }
             Some(Ok(Err(ServiceError::McpError(e)))) => Err(Failure::Rpc(e)),
             Some(Ok(Err(e))) => Err(Failure::Transport(e.to_string())),
             Some(Err(_)) => Err(Failure::Transport("session to the bot closed".into())),
@@ -195,31 +223,37 @@ impl ProxyServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, Failure> {
         let meta = forwarded_meta(&ctx.meta);
-        self.forward_retrying(&request, &meta, ctx, &mut false)
+        self.forward_retrying(&request, &meta, ctx, &mut Attempts::default())
             .await
     }
 
-    /// Sends `request` with `meta`; on a failed session, once per `retried` (which may
-    /// span several sends of one logical call), again on a fresh session.
+    /// Sends `request` with `meta` while the agent waits: on a failed session, once
+    /// per `attempts` (which span every send of one logical call), again on a fresh
+    /// session; on the bot's [`CALL_INTERRUPTED`], again at once, at most
+    /// [`MAX_INTERRUPTED_RETRIES`] times.
     async fn forward_retrying(
         &self,
         request: &ClientRequest,
         meta: &RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
-        retried: &mut bool,
+        attempts: &mut Attempts,
     ) -> Result<ServerResult, Failure> {
         loop {
-            let conn = self.conn().await?;
+            let conn = self.conn(ctx).await?;
             match self
                 .forward_once(&conn, request.clone(), meta.clone(), ctx)
                 .await
             {
-                Err(Failure::Transport(e)) if !*retried => {
-                    // A call keeps its key: if the first attempt ran, the bot replays
-                    // its outcome.
+                // A call keeps its key: if an earlier attempt ran, the bot replays its
+                // outcome; if it was refunded, the retry normally runs on that credit.
+                Err(Failure::Transport(e)) if !attempts.transport => {
                     tracing::debug!(bot = %self.link.bot, error = %e, "retrying on a fresh session");
-                    *retried = true;
+                    attempts.transport = true;
                     self.link.reset(&conn);
+                }
+                Err(Failure::Interrupted(e)) if attempts.interrupted < MAX_INTERRUPTED_RETRIES => {
+                    tracing::info!(bot = %self.link.bot, reason = %e.message, "call interrupted at the bot; retrying it");
+                    attempts.interrupted += 1;
                 }
                 other => return other,
             }
@@ -240,10 +274,11 @@ impl ProxyServer {
         let tool = params.name.to_string();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let config = &self.bridge.config;
-        let (mut retried, mut paid, mut polls, mut relisted) = (false, None, 0, false);
+        let mut attempts = Attempts::default();
+        let (mut paid, mut polls, mut relisted) = (None, 0, false);
         loop {
             let result = self
-                .forward_retrying(&request, &meta, ctx, &mut retried)
+                .forward_retrying(&request, &meta, ctx, &mut attempts)
                 .await?;
             let mut result = match result {
                 ServerResult::CallToolResult(r) => r,
@@ -266,8 +301,9 @@ impl ProxyServer {
                 // fresh one decides, once per call.
                 relisted = true;
                 let relist = tokio::select! {
-                    r = self.link.relist() => r,
+                    biased;
                     () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                    r = self.link.relist() => r,
                 };
                 if let Err(e) = relist {
                     tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
@@ -283,15 +319,20 @@ impl ProxyServer {
             };
             match decision {
                 Decision::Pay { atoms, price_atoms } => {
+                    // Nothing is paid for a call whose agent stopped waiting.
+                    if ctx.ct.is_cancelled() {
+                        return Err(Failure::Cancelled.into());
+                    }
                     let settings = self.bridge.settings();
                     let bot = &self.link.bot;
                     let asked = (settings.mode == Mode::Approval)
                         .then(|| ask::ask(ctx, &config.name, bot, &tool, atoms))
                         .flatten();
                     let settled = tokio::select! {
+                        biased;
+                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                         s = self.bridge.policy.settle(&settings, bot, &tool, atoms, asked) => s,
                         never = ask::progress_while_paying(ctx, bot, atoms) => match never {},
-                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                     };
                     match settled {
                         Ok(()) => {
@@ -314,8 +355,9 @@ impl ProxyServer {
             }
             polls += 1;
             tokio::select! {
-                () = tokio::time::sleep(config.poll_interval) => {}
+                biased;
                 () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
     }

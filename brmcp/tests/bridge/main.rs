@@ -4,6 +4,7 @@
 
 mod approval;
 mod autopay;
+mod call_lifetime;
 mod common;
 mod credit_polling;
 mod daily_cap_concurrent;
