@@ -31,6 +31,14 @@ use crate::recovery::{ClientState, Resend};
 use crate::router::Ctl;
 use crate::session::{Outbound, Outlet, SessionShared};
 
+/// How long a dialed session's requests wait, and after what silence of the server
+/// it is probed (see `recovery`); nothing for an accepted session.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Waits {
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) silence_probe: Option<Duration>,
+}
+
 /// One brmcp session (peer, sid) as an rmcp transport.
 ///
 /// Made by [`Router::dial`](crate::Router::dial) (`RoleClient`) or handed out by
@@ -66,14 +74,14 @@ impl<R: ServiceRole> BrTransport<R> {
         inbox: InboxRx<RxJsonRpcMessage<R>>,
         ctl: mpsc::UnboundedSender<Ctl>,
         outlet: Arc<Outlet>,
-        request_timeout: Option<Duration>,
+        waits: Waits,
         max_outbound: usize,
     ) -> Self {
         Self {
             session,
             inbox,
             ctl,
-            client: ClientState::new(request_timeout, outlet.ttl),
+            client: ClientState::new(waits.request_timeout, waits.silence_probe, outlet.ttl),
             outlet,
             swallow: None,
             max_outbound,
@@ -274,12 +282,8 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
             let sends = match event {
                 Event::Deadline => {
                     let peer = self.session.peer;
-                    let cancels = self.client.on_deadline(Instant::now(), &peer);
-                    let exp = self.outlet.exp();
-                    cancels
-                        .into_iter()
-                        .map(|payload| Queued::quiet(payload, None, exp))
-                        .collect()
+                    let due = self.client.on_deadline(Instant::now(), &peer);
+                    self.stamp(due)
                 }
                 Event::Message(None) => return None,
                 Event::Message(Some(message)) => {
@@ -323,7 +327,14 @@ impl BrTransport<RoleClient> {
                     None,
                     self.outlet.exp_after(self.client.init_exp_lifetime()),
                 ),
-                Resend::Notification(payload) => Queued::quiet(payload, None, self.outlet.exp()),
+                Resend::Notification(payload) | Resend::Cancel(payload) => {
+                    Queued::quiet(payload, None, self.outlet.exp())
+                }
+                Resend::Ping(payload) => Queued::quiet(
+                    payload,
+                    None,
+                    self.outlet.exp_after(self.client.ping_exp_lifetime()),
+                ),
             })
             .collect()
     }

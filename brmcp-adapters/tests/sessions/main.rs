@@ -24,6 +24,7 @@ mod resume_plain_client;
 mod router_stops_with_last_handle;
 mod send_error_names_peer;
 mod session_cap;
+mod silence_probe;
 mod thousand_sessions;
 mod timers_under_load;
 mod tools_both_lifecycles;
