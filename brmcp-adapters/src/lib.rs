@@ -98,7 +98,7 @@ pub use protocol::{
 pub use recovery::{DEFAULT_SILENCE_PROBE, INITIALIZE_TIMEOUT};
 pub use router::Router;
 pub use stats::RouterStats;
-pub use transport::BrTransport;
+pub use transport::{BrTransport, SessionWatch};
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
 /// data half-updated.

@@ -39,6 +39,40 @@ pub(crate) struct Waits {
     pub(crate) silence_probe: Option<Duration>,
 }
 
+/// What a caller waiting on a dialed session can see of it, to tell why an answer
+/// does not come: whether the peer said anything lately, and whether the host has
+/// taken what was sent (see [`BrTransport::watch`]).
+#[derive(Clone)]
+pub struct SessionWatch(Arc<SessionShared>);
+
+impl std::fmt::Debug for SessionWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWatch")
+            .field("peer", &self.0.peer)
+            .field("sid", &self.0.sid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionWatch {
+    /// Whether any message came from the peer on the session at or after `at`
+    /// (answers, notifications, and answers to the silence probe's pings).
+    pub fn heard_since(&self, at: Instant) -> bool {
+        self.0.heard_since(at)
+    }
+
+    /// Whether messages are still waiting for the host to take them (a host that lost
+    /// its own connection holds them).
+    pub fn unsent(&self) -> bool {
+        self.0.has_outbound()
+    }
+
+    /// The host's error for the last send that failed, until one succeeds.
+    pub fn send_error(&self) -> Option<String> {
+        self.0.send_error()
+    }
+}
+
 /// One brmcp session (peer, sid) as an rmcp transport.
 ///
 /// Made by [`Router::dial`](crate::Router::dial) (`RoleClient`) or handed out by
@@ -97,6 +131,11 @@ impl<R: ServiceRole> BrTransport<R> {
     /// The session id.
     pub fn sid(&self) -> SessionId {
         self.session.sid
+    }
+
+    /// A view of the session for a caller waiting on it.
+    pub fn watch(&self) -> SessionWatch {
+        SessionWatch(self.session.clone())
     }
 
     /// Queues an already serialized message as `mid` (fresh when `None`) with deadline
@@ -287,6 +326,7 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                 }
                 Event::Message(None) => return None,
                 Event::Message(Some(message)) => {
+                    self.session.heard();
                     let (deliver, resend) = self.client.on_receive(*message, Instant::now());
                     let sends = self.stamp(resend);
                     if let Some(message) = deliver {

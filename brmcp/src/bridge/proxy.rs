@@ -14,7 +14,7 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
     ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
     ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, ListToolsRequest,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequest, ReadResourceRequestParams,
     ReadResourceResponse, RequestMetaObject, ResultType, RootsListChangedNotification,
     ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
     SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest, UnsubscribeRequestParams,
@@ -26,7 +26,7 @@ use serde_json::Value;
 use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::Inner;
-use super::link::{AgentSession, BotLink, Conn};
+use super::link::{AgentSession, BotLink, Conn, Silence};
 use super::settings::Mode;
 use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
 use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
@@ -60,6 +60,17 @@ enum Failure {
     Transport(String),
     /// The agent stopped waiting (it cancelled, timed out or closed its session).
     Cancelled,
+    /// The bot said nothing within the answer bound: why, as far as can be told.
+    Unanswered(String),
+}
+
+/// How the wait for one answer ended.
+enum Waited {
+    Answer(
+        Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
+    ),
+    Cancelled,
+    Silent(Silence),
 }
 
 impl From<Failure> for ErrorData {
@@ -68,6 +79,7 @@ impl From<Failure> for ErrorData {
             Failure::Rpc(e) | Failure::Interrupted(e) => e,
             Failure::Transport(e) => Self::internal_error(format!("bot unavailable: {e}"), None),
             Failure::Cancelled => Self::new(ErrorCode::INTERNAL_ERROR, "request cancelled", None),
+            Failure::Unanswered(why) => Self::internal_error(why, None),
         }
     }
 }
@@ -79,6 +91,9 @@ struct Attempts {
     transport: bool,
     /// Retries after the bot's [`CALL_INTERRUPTED`].
     interrupted: u32,
+    /// The bot answered something for the request (an answer, progress) or was heard
+    /// on the session while it waited: the answer bound no longer applies.
+    heard: bool,
 }
 
 /// The agent's `_meta` without its progress token and protocol fields.
@@ -139,13 +154,17 @@ impl ProxyServer {
     }
 
     /// Sends one request to the bot and waits for its answer, relaying progress and
-    /// the agent's cancellation.
+    /// the agent's cancellation. While the bot has said nothing for the logical request
+    /// (`attempts.heard`), the agent hears progress naming what it waits for, and past
+    /// the answer bound a bot that said nothing at all on the session since the send
+    /// fails the request with the reason, and the request is cancelled at the bot.
     async fn forward_once(
         &self,
         conn: &Arc<Conn>,
         request: ClientRequest,
         meta: RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
+        attempts: &mut Attempts,
     ) -> Result<ServerResult, Failure> {
         // The agent's wait is the call's life: nothing is sent for a request it no
         // longer waits for.
@@ -160,15 +179,46 @@ impl ProxyServer {
             .send_request_with_option(request, options)
             .await
             .map_err(|e| Failure::Transport(e.to_string()))?;
+        let sent = tokio::time::Instant::now();
         let upstream_token = handle.progress_token.clone();
-        let route = ctx.meta.get_progress_token().map(|token| {
+        let agent_token = ctx.meta.get_progress_token();
+        let route = agent_token.clone().map(|token| {
             hub.route_progress(conn.serial, upstream_token.clone(), ctx.peer.clone(), token)
         });
         let id = handle.id.clone();
-        let answer = tokio::select! {
-            biased;
-            () = ctx.ct.cancelled() => None,
-            answer = handle.rx => Some(answer),
+        let mut rx = handle.rx;
+        let bound = self.bridge.config.answer_bound;
+        let bot = self.link.bot;
+        let mut tick = tokio::time::interval_at(sent + ask::PROGRESS_INTERVAL, ask::PROGRESS_INTERVAL);
+        let mut ticks: u32 = 0;
+        let waited = loop {
+            let silent = !attempts.heard;
+            let bot_progress = route.as_ref().is_some_and(|r| r.heard());
+            tokio::select! {
+                biased;
+                () = ctx.ct.cancelled() => break Waited::Cancelled,
+                answer = &mut rx => {
+                    attempts.heard = true;
+                    break Waited::Answer(answer);
+                }
+                () = tokio::time::sleep_until(sent + bound), if silent => {
+                    if bot_progress || conn.watch.heard_since(sent) {
+                        // The bot is there and has the session: the call runs.
+                        attempts.heard = true;
+                    } else {
+                        break Waited::Silent(Silence::of(&conn.watch));
+                    }
+                }
+                _ = tick.tick(), if silent && !bot_progress && agent_token.is_some() => {
+                    ticks = ticks.saturating_add(1);
+                    if let Some(token) = &agent_token {
+                        let progress = ProgressNotificationParam::new(token.clone(), f64::from(ticks))
+                            .with_message(format!("waiting for an answer from bot {bot}"));
+                        // A progress the agent cannot take changes nothing about the call.
+                        let _ = ctx.peer.notify_progress(progress).await;
+                    }
+                }
+            }
         };
         match &route {
             Some(route) => {
@@ -178,32 +228,47 @@ impl ProxyServer {
             None => hub.drop_progress(conn.serial, &upstream_token),
         }
         tracked.flush().await;
-        match answer {
-            None => {
+        let answer = match waited {
+            Waited::Answer(answer) => answer,
+            Waited::Cancelled | Waited::Silent(_) => {
+                let why = match waited {
+                    Waited::Silent(_) => "no answer in time",
+                    _ => "cancelled by the agent",
+                };
                 let _ = conn
                     .peer()
                     .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
                         Some(id),
-                        Some("cancelled by the agent".into()),
+                        Some(why.into()),
                     ))
                     .await;
-                Err(Failure::Cancelled)
+                return Err(match waited {
+                    Waited::Silent(why) => {
+                        tracing::info!(%bot, waited = ?bound, %why, "bot did not answer");
+                        Failure::Unanswered(format!(
+                            "bot {bot} did not answer within {bound:?}: {why}"
+                        ))
+                    }
+                    _ => Failure::Cancelled,
+                });
             }
-            Some(Ok(Ok(result))) => Ok(result),
+        };
+        match answer {
+            Ok(Ok(result)) => Ok(result),
             // No answer in time, or the bot lost the session and it could not be
             // re-established on it (whatever the bot's implementation): whether the
             // call ran is unknown, which is what the call key is for.
-            Some(Ok(Err(ServiceError::McpError(e))))
+            Ok(Err(ServiceError::McpError(e)))
                 if e.code == REQUEST_TIMEOUT || is_session_lost(&e) =>
             {
                 Err(Failure::Transport(e.message.to_string()))
             }
-            Some(Ok(Err(ServiceError::McpError(e)))) if e.code == CALL_INTERRUPTED => {
+            Ok(Err(ServiceError::McpError(e))) if e.code == CALL_INTERRUPTED => {
                 Err(Failure::Interrupted(e))
             }
-            Some(Ok(Err(ServiceError::McpError(e)))) => Err(Failure::Rpc(e)),
-            Some(Ok(Err(e))) => Err(Failure::Transport(e.to_string())),
-            Some(Err(_)) => Err(Failure::Transport("session to the bot closed".into())),
+            Ok(Err(ServiceError::McpError(e))) => Err(Failure::Rpc(e)),
+            Ok(Err(e)) => Err(Failure::Transport(e.to_string())),
+            Err(_) => Err(Failure::Transport("session to the bot closed".into())),
         }
     }
 
@@ -241,7 +306,7 @@ impl ProxyServer {
         loop {
             let conn = self.conn(ctx).await?;
             match self
-                .forward_once(&conn, request.clone(), meta.clone(), ctx)
+                .forward_once(&conn, request.clone(), meta.clone(), ctx, attempts)
                 .await
             {
                 // A call keeps its key: if an earlier attempt ran, the bot replays its
