@@ -14,10 +14,11 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
     ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
     ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, ListToolsRequest,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResponse, RequestMetaObject, ResultType, RootsListChangedNotification,
-    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
-    SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest, UnsubscribeRequestParams,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ResultType,
+    RootsListChangedNotification, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest,
+    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceError};
@@ -66,9 +67,7 @@ enum Failure {
 
 /// How the wait for one answer ended.
 enum Waited {
-    Answer(
-        Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
-    ),
+    Answer(Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>),
     Cancelled,
     Silent(Silence),
 }
@@ -154,10 +153,11 @@ impl ProxyServer {
     }
 
     /// Sends one request to the bot and waits for its answer, relaying progress and
-    /// the agent's cancellation. While the bot has said nothing for the logical request
-    /// (`attempts.heard`), the agent hears progress naming what it waits for, and past
-    /// the answer bound a bot that said nothing at all on the session since the send
-    /// fails the request with the reason, and the request is cancelled at the bot.
+    /// the agent's cancellation. Until the bot answers or sends progress of its own, an
+    /// agent that asked for progress hears what it waits for. While the bot has said
+    /// nothing for the logical request (`attempts.heard`), a bot that said nothing at
+    /// all on the session since the send fails the request past the answer bound, with
+    /// the reason, and the request is cancelled at the bot.
     async fn forward_once(
         &self,
         conn: &Arc<Conn>,
@@ -189,7 +189,8 @@ impl ProxyServer {
         let mut rx = handle.rx;
         let bound = self.bridge.config.answer_bound;
         let bot = self.link.bot;
-        let mut tick = tokio::time::interval_at(sent + ask::PROGRESS_INTERVAL, ask::PROGRESS_INTERVAL);
+        let mut tick =
+            tokio::time::interval_at(sent + ask::PROGRESS_INTERVAL, ask::PROGRESS_INTERVAL);
         let mut ticks: u32 = 0;
         let waited = loop {
             let silent = !attempts.heard;
@@ -209,7 +210,8 @@ impl ProxyServer {
                         break Waited::Silent(Silence::of(&conn.watch));
                     }
                 }
-                _ = tick.tick(), if silent && !bot_progress && agent_token.is_some() => {
+                // Until the bot's own progress for the call takes over.
+                _ = tick.tick(), if !bot_progress && agent_token.is_some() => {
                     ticks = ticks.saturating_add(1);
                     if let Some(token) = &agent_token {
                         let progress = ProgressNotificationParam::new(token.clone(), f64::from(ticks))

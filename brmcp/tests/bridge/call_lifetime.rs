@@ -2,16 +2,20 @@
 //! `CALL_INTERRUPTED` (the harness's word for a call its previous process was running):
 //! the bridge retries at once under the same call key while the agent waits, a bounded
 //! number of times. An agent that cancels, or times out, ends the call: nothing is
-//! reissued or paid for it afterwards.
+//! reissued or paid for it afterwards. A bot that says nothing at all fails the call
+//! within the answer bound, with the reason; a bot that runs a call silently but
+//! answers the session's ping is not cut, and meanwhile the agent hears what it waits
+//! for.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::protocol::CALL_INTERRUPTED;
 use brmcp::adapters::{PeerId, RouterConfig};
-use brmcp::bridge::{Bridge, Mode};
+use brmcp::bridge::{Bridge, Config, Mode};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
     ContentBlock, ErrorData, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
@@ -32,6 +36,8 @@ enum Answer {
     Quote,
     /// Holds the call until the bridge cancels it.
     Hold,
+    /// Answers after this many seconds, saying nothing meanwhile.
+    Sleep(u64),
     /// The call runs.
     Ran,
 }
@@ -99,6 +105,10 @@ impl ServerHandler for Bot {
                 *self.0.cancelled.lock().unwrap() += 1;
                 Err(ErrorData::internal_error("cancelled", None))
             }
+            Answer::Sleep(secs) => {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+                Ok(CallToolResult::success(vec![ContentBlock::text("slept")]).into())
+            }
             Answer::Ran => Ok(CallToolResult::success(vec![ContentBlock::text("ran")]).into()),
         }
     }
@@ -106,6 +116,8 @@ impl ServerHandler for Bot {
 
 struct Setup {
     script: Arc<Script>,
+    /// Whether the bot's allow gate lets the bridge in.
+    allowed: Arc<AtomicBool>,
     payer: Arc<PayerState>,
     bridge: Bridge,
     bot: PeerId,
@@ -115,18 +127,51 @@ struct Setup {
 }
 
 async fn setup(answers: &[Answer], mode: Mode) -> Setup {
+    setup_with(answers, mode, |c| c, RouterConfig::client()).await
+}
+
+/// An answer bound and a silence probe short enough for a test.
+const BOUND: Duration = Duration::from_secs(3);
+const PROBE: Duration = Duration::from_millis(500);
+
+async fn setup_quick(answers: &[Answer]) -> Setup {
+    let mut router = RouterConfig::client();
+    router.silence_probe = Some(PROBE);
+    setup_with(
+        answers,
+        Mode::Autopay,
+        |mut c| {
+            c.answer_bound = BOUND;
+            c
+        },
+        router,
+    )
+    .await
+}
+
+async fn setup_with(
+    answers: &[Answer],
+    mode: Mode,
+    config: impl FnOnce(Config) -> Config,
+    router: RouterConfig,
+) -> Setup {
     let fabric = Fabric::new(23);
     let (bot, bridge_id) = (uid(1), uid(2));
     let script = Arc::new(Script::default());
     *script.answers.lock().unwrap() = answers.iter().copied().collect();
-    let bot_router = fabric.router(bot, RouterConfig::server());
+    let allowed = Arc::new(AtomicBool::new(true));
+    let gate = allowed.clone();
+    let bot_router = fabric.router(
+        bot,
+        RouterConfig::server().with_authorizer(move |_: &PeerId| gate.load(SeqCst)),
+    );
     let handler = Bot(script.clone());
     bot_router.serve(move |_: &PeerId| handler.clone());
     let payer = PayerState::new(Arc::default(), bridge_id, PayMode::NeverCredit);
     let dir = tempfile::tempdir().unwrap();
     let bridge = Bridge::new(
-        base_config(dir.path()),
-        fabric.router(bridge_id, RouterConfig::client()),
+        config(base_config(dir.path())),
+        fabric.router(bridge_id, router),
         TestPayer(payer.clone()),
     )
     .unwrap();
@@ -136,6 +181,7 @@ async fn setup(answers: &[Answer], mode: Mode) -> Setup {
     bridge.apply_settings(settings).await.unwrap();
     Setup {
         script,
+        allowed,
         payer,
         bridge,
         bot,
@@ -263,5 +309,99 @@ async fn nothing_is_paid_for_a_call_cancelled_while_its_payment_waits_for_approv
         0,
         "nothing in the spend log"
     );
+    agent.cancel().await.unwrap();
+}
+
+/// An agent that records the progress it hears.
+#[derive(Clone, Default)]
+struct Heard(Arc<Mutex<Vec<String>>>);
+
+impl rmcp::ClientHandler for Heard {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(params.message.unwrap_or_default());
+    }
+}
+
+/// `slow` with a progress token.
+fn slow_with_progress() -> ClientRequest {
+    let mut request = CallToolRequest::new(CallToolRequestParams::new("slow"));
+    let mut meta = rmcp::model::RequestMetaObject::new();
+    meta.set_progress_token(rmcp::model::ProgressToken(
+        rmcp::model::NumberOrString::String("agent-token".into()),
+    ));
+    request.params.meta = Some(meta);
+    ClientRequest::CallToolRequest(request)
+}
+
+#[tokio::test]
+async fn a_bot_running_a_call_silently_is_not_cut_and_the_agent_hears_what_it_waits_for() {
+    // The bot says nothing for longer than the bound, but answers the session's pings.
+    let s = setup_quick(&[Answer::Sleep(BOUND.as_secs() + 5)]).await;
+    let heard = Heard::default();
+    let agent = connect(&s.bridge, s.bot, heard.clone()).await;
+    let handle = agent
+        .peer()
+        .send_request_with_option(slow_with_progress(), PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    let result = handle
+        .await_response()
+        .await
+        .expect("the call's own answer");
+    let rmcp::model::ServerResult::CallToolResult(result) = result else {
+        panic!("a tool result: {result:?}");
+    };
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    let messages = heard.0.lock().unwrap().clone();
+    let expected = format!("waiting for an answer from bot {}", s.bot);
+    assert!(
+        !messages.is_empty() && messages.iter().all(|m| *m == expected),
+        "{messages:?}"
+    );
+    assert_eq!(keys(&s.script).len(), 1);
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_bot_that_stops_answering_this_client_fails_the_call_within_the_bound_with_the_reason() {
+    let s = setup_quick(&[Answer::Ran, Answer::Ran]).await;
+    let agent = connect(&s.bridge, s.bot, ()).await;
+    agent
+        .call_tool(CallToolRequestParams::new("slow"))
+        .await
+        .expect("allowed: the call runs");
+    // The bot's operator removes this client from its allowlist: the bot drops
+    // everything from it, pings included.
+    s.allowed.store(false, SeqCst);
+    let started = tokio::time::Instant::now();
+    let error = tokio::time::timeout(
+        BOUND * 4,
+        agent.call_tool(CallToolRequestParams::new("slow")),
+    )
+    .await
+    .expect("an answer within the bound, not the request timeout")
+    .expect_err("an error");
+    let ServiceError::McpError(error) = error else {
+        panic!("a JSON-RPC error, not {error:?}");
+    };
+    let message = error.message.to_string();
+    assert!(
+        message.contains(&s.bot.to_string()),
+        "names the bot: {message}"
+    );
+    assert!(message.contains("never answered"), "{message}");
+    assert!(message.contains("does not allow this client"), "{message}");
+    assert!(started.elapsed() >= BOUND, "not before the bound");
+    // The call was not re-sent: the bot saw the first call only (the second was
+    // dropped at its gate).
+    assert_eq!(keys(&s.script).len(), 1);
+    assert_eq!(s.payer.count(), 0);
     agent.cancel().await.unwrap();
 }
