@@ -1,6 +1,7 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
 mod bridge_restarts;
+mod call_lifetimes;
 mod crash_streams;
 mod demo;
 mod directory;
