@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, RunningService};
@@ -93,15 +94,31 @@ impl Stack {
         self.dir.path().join("alice")
     }
 
-    /// Starts serve; returns its index in `procs`.
-    fn serve(&mut self) -> usize {
+    /// Starts serve and waits for its upstream; returns its index in `procs`.
+    async fn serve(&mut self) -> usize {
         let alice_dir = self.alice_dir();
         let lines = spawn(
             &mut self.procs,
             brmcp(&["serve", "--datadir", alice_dir.to_str().expect("utf-8")]),
         );
         wait_for(&lines, "serving upstream(s) everything");
-        self.procs.0.len() - 1
+        let mut status = String::new();
+        for _ in 0..600 {
+            let out = brmcp(&[
+                "serve",
+                "--datadir",
+                alice_dir.to_str().expect("utf-8"),
+                "status",
+            ])
+            .output()
+            .expect("serve status");
+            status = String::from_utf8_lossy(&out.stdout).into_owned();
+            if status.contains("everything (command): up") {
+                return self.procs.0.len() - 1;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the upstream did not come up:\n{status}");
     }
 
     /// Stops serve with `signal` and waits for it to end.
@@ -203,12 +220,14 @@ fn slow_call(secs: u64) -> ClientRequest {
     ))
 }
 
-/// Waits until serve's journal has a pending slow call: charged and running.
-async fn until_running(stack: &Stack) {
+/// Waits until serve's journal has a pending slow call (charged and running), while
+/// `call` has no outcome.
+async fn until_running<T: std::fmt::Debug>(stack: &Stack, call: &tokio::task::JoinHandle<T>) {
     for _ in 0..600 {
         if stack.slow_calls().iter().any(|c| c["state"] == "pending") {
             return;
         }
+        assert!(!call.is_finished(), "the call ended before it ran");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the slow call never ran: {:?}", stack.slow_calls());
@@ -216,7 +235,7 @@ async fn until_running(stack: &Stack) {
 
 async fn outlives_a_restart(signal: &str) {
     let mut stack = Stack::new();
-    let serve = stack.serve();
+    let serve = stack.serve().await;
     let (bridge_dir, listen, token) =
         start_bridge(&mut stack.procs, stack.dir.path(), &stack.alice, "autopay");
     let client = agent(&listen, &stack.alice, &token).await;
@@ -225,13 +244,24 @@ async fn outlives_a_restart(signal: &str) {
         .send_request_with_option(slow_call(RUN_SECS), PeerRequestOptions::no_options())
         .await
         .expect("sent");
-    until_running(&stack).await;
+    let call = tokio::spawn(handle.await_response());
+    if let Err(e) = std::panic::AssertUnwindSafe(until_running(&stack, &call))
+        .catch_unwind()
+        .await
+    {
+        let outcome = call.await;
+        panic!(
+            "{signal}: {:?}; the call: {outcome:?}",
+            e.downcast_ref::<String>()
+        );
+    }
     stack.stop_serve(serve, signal);
-    stack.serve();
+    stack.serve().await;
     let back = Instant::now();
-    let outcome = tokio::time::timeout(AFTER_RESTART, handle.await_response())
+    let outcome = tokio::time::timeout(AFTER_RESTART, call)
         .await
         .unwrap_or_else(|_| panic!("{signal}: no outcome within {AFTER_RESTART:?} of the restart"))
+        .expect("joined")
         .unwrap_or_else(|e| panic!("{signal}: {e}"));
     let ServerResult::CallToolResult(result) = outcome else {
         panic!("{signal}: {outcome:?}");
@@ -270,20 +300,22 @@ async fn a_paid_call_outlives_serve_terminated_mid_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_agent_timed_out_is_neither_re_sent_nor_paid_after_a_restart() {
     let mut stack = Stack::new();
-    let serve = stack.serve();
+    let serve = stack.serve().await;
     let (bridge_dir, listen, token) =
         start_bridge(&mut stack.procs, stack.dir.path(), &stack.alice, "autopay");
     let client = agent(&listen, &stack.alice, &token).await;
     let mut options = PeerRequestOptions::no_options();
-    options.timeout = Some(Duration::from_secs(2));
+    // Time for the payment first; the call itself runs far longer.
+    options.timeout = Some(Duration::from_secs(25));
     // A long call: it is still running at the bot when the agent gives up.
     let handle = client
         .peer()
         .send_request_with_option(slow_call(120), options)
         .await
         .expect("sent");
-    until_running(&stack).await;
-    let outcome = handle.await_response().await;
+    let call = tokio::spawn(handle.await_response());
+    until_running(&stack, &call).await;
+    let outcome = call.await.expect("joined");
     assert!(
         matches!(outcome, Err(ServiceError::Timeout { .. })),
         "{outcome:?}"
@@ -295,7 +327,7 @@ async fn a_call_whose_agent_timed_out_is_neither_re_sent_nor_paid_after_a_restar
         "paid once, while the agent waited"
     );
     stack.stop_serve(serve, "KILL");
-    stack.serve();
+    stack.serve().await;
     // Well past the probe and the call's own time: nothing comes.
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(
@@ -307,5 +339,99 @@ async fn a_call_whose_agent_timed_out_is_neither_re_sent_nor_paid_after_a_restar
     assert_eq!(calls.len(), 1, "nothing re-sent: {calls:?}");
     assert_ne!(calls[0]["state"], "completed", "{calls:?}");
     stack.assert_books_agree(&bridge_dir);
+    client.cancel().await.expect("close");
+}
+
+/// The bound the bridge's default answer bound (20 s) is checked against: generous for
+/// a loaded machine, far under the 600 s request timeout.
+const WITHIN_BOUND: Duration = Duration::from_secs(60);
+
+/// An echo through the bridge, its outcome within [`WITHIN_BOUND`].
+async fn echo(
+    client: &RunningService<RoleClient, ()>,
+) -> Result<rmcp::model::CallToolResult, ServiceError> {
+    let args = json!({"message": "hi"});
+    tokio::time::timeout(
+        WITHIN_BOUND,
+        client.call_tool(
+            CallToolRequestParams::new("echo").with_arguments(args.as_object().cloned().unwrap()),
+        ),
+    )
+    .await
+    .expect("an outcome within the bound, not the request timeout")
+}
+
+/// The agent's error: a JSON-RPC error whose message names `bot` and says `why`.
+fn assert_reason(outcome: Result<rmcp::model::CallToolResult, ServiceError>, bot: &str, why: &str) {
+    let error = outcome.expect_err("an error");
+    let ServiceError::McpError(error) = error else {
+        panic!("a JSON-RPC error the SDK shows, not {error:?}");
+    };
+    let message = error.message.to_string();
+    assert!(message.contains(bot), "names the bot: {message}");
+    assert!(message.contains(why), "says why: {message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_removed_from_the_allowlist_hears_why_within_the_bound() {
+    let mut stack = Stack::new();
+    let path = stack.alice_dir().join("brmcp.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("brmcp.json")).expect("json");
+    config["upstreams"][0]["tools"]["echo"] = json!(0);
+    std::fs::write(&path, config.to_string()).expect("write brmcp.json");
+    let serve = stack.serve().await;
+    let (_bridge_dir, listen, token) =
+        start_bridge(&mut stack.procs, stack.dir.path(), &stack.alice, "autopay");
+    let client = agent(&listen, &stack.alice, &token).await;
+    echo(&client).await.expect("allowed: the echo runs");
+    // The operator removes bob: edit, then SIGHUP applies it at once.
+    config["allowed_uids"] = json!(["11".repeat(32)]);
+    std::fs::write(&path, config.to_string()).expect("write brmcp.json");
+    let pid = stack.procs.0[serve].id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    assert_reason(echo(&client).await, &stack.alice, "never answered");
+    eprintln!(
+        "refused caller: the reason came after {:?}",
+        started.elapsed()
+    );
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_devnet_outage_reaches_the_agent_as_a_reason_within_the_bound() {
+    let mut stack = Stack::new();
+    let path = stack.alice_dir().join("brmcp.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("brmcp.json")).expect("json");
+    config["upstreams"][0]["tools"]["echo"] = json!(0);
+    std::fs::write(&path, config.to_string()).expect("write brmcp.json");
+    stack.serve().await;
+    let (_bridge_dir, listen, token) =
+        start_bridge(&mut stack.procs, stack.dir.path(), &stack.alice, "autopay");
+    let client = agent(&listen, &stack.alice, &token).await;
+    echo(&client).await.expect("the echo runs");
+    // The devnet (every Bison Relay client and the relay) goes down.
+    let devnet = &mut stack.procs.0[0];
+    devnet.kill().expect("kill the devnet");
+    let _ = devnet.wait();
+    let started = Instant::now();
+    assert_reason(
+        echo(&client).await,
+        &stack.alice,
+        "Bison Relay client has not sent",
+    );
+    eprintln!(
+        "devnet outage: the reason came after {:?}",
+        started.elapsed()
+    );
     client.cancel().await.expect("close");
 }
