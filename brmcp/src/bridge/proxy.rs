@@ -237,13 +237,14 @@ impl ProxyServer {
                     Waited::Silent(_) => "no answer in time",
                     _ => "cancelled by the agent",
                 };
-                let _ = conn
-                    .peer()
-                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
-                        Some(id),
-                        Some(why.into()),
-                    ))
-                    .await;
+                // Not waited for: a host that cannot send (its connection down) would
+                // hold the agent's answer as long as it holds the notice.
+                let peer = conn.peer().clone();
+                tokio::spawn(async move {
+                    let notice =
+                        rmcp::model::CancelledNotificationParam::new(Some(id), Some(why.into()));
+                    let _ = peer.notify_cancelled(notice).await;
+                });
                 return Err(match waited {
                     Waited::Silent(why) => {
                         tracing::info!(%bot, waited = ?bound, %why, "bot did not answer");
