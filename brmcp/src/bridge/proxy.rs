@@ -67,7 +67,7 @@ enum Failure {
 
 /// How the wait for one answer ended.
 enum Waited {
-    Answer(Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>),
+    Answer(Box<Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>>),
     Cancelled,
     Silent(Silence),
 }
@@ -200,7 +200,7 @@ impl ProxyServer {
                 () = ctx.ct.cancelled() => break Waited::Cancelled,
                 answer = &mut rx => {
                     attempts.heard = true;
-                    break Waited::Answer(answer);
+                    break Waited::Answer(Box::new(answer));
                 }
                 () = tokio::time::sleep_until(sent + bound), if silent => {
                     if bot_progress || conn.watch.heard_since(sent) {
@@ -231,7 +231,7 @@ impl ProxyServer {
         }
         tracked.flush().await;
         let answer = match waited {
-            Waited::Answer(answer) => answer,
+            Waited::Answer(answer) => *answer,
             Waited::Cancelled | Waited::Silent(_) => {
                 let why = match waited {
                     Waited::Silent(_) => "no answer in time",
