@@ -98,6 +98,9 @@ pub struct RouterConfig {
     pub ttl: Duration,
     /// Time a request on a dialed session waits for its answer before failing.
     pub request_timeout: Option<Duration>,
+    /// Silence of the server, while a request on a dialed session waits, after which
+    /// the session is probed with `ping` (and a lost one recovered); `None`: never.
+    pub silence_probe: Option<Duration>,
     /// Bytes a session's outbound queue may hold; past it the session is closed.
     pub max_outbound_bytes: usize,
     /// Reassembly bounds; `max_total_bytes` also sizes the reassembly storage.
@@ -133,6 +136,7 @@ impl RouterConfig {
             chunk_len: DEFAULT_CHUNK_LEN,
             ttl: DEFAULT_TTL,
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            silence_probe: Some(crate::recovery::DEFAULT_SILENCE_PROBE),
             max_outbound_bytes: DEFAULT_MAX_OUTBOUND_BYTES,
             limits: Limits::default(),
             inbound_queue: DEFAULT_INBOUND_QUEUE,
@@ -186,6 +190,7 @@ impl fmt::Debug for RouterConfig {
             .field("chunk_len", &self.chunk_len)
             .field("ttl", &self.ttl)
             .field("request_timeout", &self.request_timeout)
+            .field("silence_probe", &self.silence_probe)
             .field("max_outbound_bytes", &self.max_outbound_bytes)
             .field("limits", &self.limits)
             .field("inbound_queue", &self.inbound_queue)

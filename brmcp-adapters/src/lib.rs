@@ -92,11 +92,13 @@ pub use config::{
 pub use error::{AdapterError, BoxError};
 pub use host::{AllowAll, Authorizer, PmSender};
 pub use peer::{PeerId, PeerIdError};
-pub use protocol::{REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS, is_session_lost};
-pub use recovery::INITIALIZE_TIMEOUT;
+pub use protocol::{
+    CALL_INTERRUPTED, REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS, is_session_lost,
+};
+pub use recovery::{DEFAULT_SILENCE_PROBE, INITIALIZE_TIMEOUT};
 pub use router::Router;
 pub use stats::RouterStats;
-pub use transport::BrTransport;
+pub use transport::{BrTransport, SessionWatch};
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
 /// data half-updated.

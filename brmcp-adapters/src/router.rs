@@ -50,7 +50,7 @@ use crate::peer::PeerId;
 use crate::resume::Resumable;
 use crate::session::{Outlet, SessionShared};
 use crate::stats::{Counters, RouterStats};
-use crate::transport::BrTransport;
+use crate::transport::{BrTransport, Waits};
 
 mod sessions;
 
@@ -111,7 +111,7 @@ struct Inner {
     epoch: Instant,
     inbox_capacity: usize,
     max_inbox_bytes: usize,
-    request_timeout: Option<Duration>,
+    waits: Waits,
     max_outbound_bytes: usize,
 }
 
@@ -177,7 +177,10 @@ impl Router {
                 epoch,
                 inbox_capacity: config.inbox_capacity,
                 max_inbox_bytes: config.max_inbox_bytes,
-                request_timeout: config.request_timeout,
+                waits: Waits {
+                    request_timeout: config.request_timeout,
+                    silence_probe: config.silence_probe,
+                },
                 max_outbound_bytes: config.max_outbound_bytes,
             }),
         }
@@ -243,7 +246,7 @@ impl Router {
             inbox_rx,
             self.inner.ctl_tx.clone(),
             self.inner.outlet.clone(),
-            self.inner.request_timeout,
+            self.inner.waits,
             self.inner.max_outbound_bytes,
         ))
     }

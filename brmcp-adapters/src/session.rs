@@ -101,6 +101,10 @@ pub(crate) struct SessionShared {
     epoch: Instant,
     /// Milliseconds since `epoch` of the last inbound or outbound message.
     last_active: AtomicU64,
+    /// Milliseconds since `epoch` of the last message from the peer; `u64::MAX`: none.
+    last_heard: AtomicU64,
+    /// The host's error for the last send that failed, until one succeeds.
+    send_error: Mutex<Option<String>>,
     closed: AtomicBool,
     /// Requests not answered yet: the peer's (server role) or ours (client role). A
     /// session with a call in progress is not idle.
@@ -134,6 +138,8 @@ impl SessionShared {
             id,
             epoch,
             last_active: AtomicU64::new(0),
+            last_heard: AtomicU64::new(u64::MAX),
+            send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
@@ -154,6 +160,8 @@ impl SessionShared {
             id,
             epoch: self.epoch,
             last_active: AtomicU64::new(self.last_active.load(Ordering::Relaxed)),
+            last_heard: AtomicU64::new(self.last_heard.load(Ordering::Relaxed)),
+            send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
@@ -163,8 +171,31 @@ impl SessionShared {
     }
 
     pub(crate) fn touch(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_active.store(ms, Ordering::Relaxed);
+        self.last_active.store(self.ms_now(), Ordering::Relaxed);
+    }
+
+    fn ms_now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// A message from the peer arrived.
+    pub(crate) fn heard(&self) {
+        self.last_heard.store(self.ms_now(), Ordering::Relaxed);
+    }
+
+    /// Whether the peer was heard from at or after `at`.
+    pub(crate) fn heard_since(&self, at: Instant) -> bool {
+        let heard = self.last_heard.load(Ordering::Relaxed);
+        heard != u64::MAX && self.epoch + Duration::from_millis(heard) >= at
+    }
+
+    /// The host's error for the last send that failed, until one succeeds.
+    pub(crate) fn send_error(&self) -> Option<String> {
+        crate::lock(&self.send_error).clone()
+    }
+
+    fn sent(&self, result: &Result<(), AdapterError>) {
+        *crate::lock(&self.send_error) = result.as_ref().err().map(ToString::to_string);
     }
 
     pub(crate) fn last_active(&self) -> Instant {
@@ -323,6 +354,7 @@ async fn write(outlet: Arc<Outlet>, session: Arc<SessionShared>) {
             .send_message(&session.peer, session.sid, mid, exp, &payload)
             .await;
         session.release_outbound(payload.len());
+        session.sent(&result);
         if let Err(e) = &result {
             tracing::debug!(peer = %session.peer, sid = %session.sid, error = %e, "send failed");
         }

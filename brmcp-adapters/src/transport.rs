@@ -31,6 +31,48 @@ use crate::recovery::{ClientState, Resend};
 use crate::router::Ctl;
 use crate::session::{Outbound, Outlet, SessionShared};
 
+/// How long a dialed session's requests wait, and after what silence of the server
+/// it is probed (see `recovery`); nothing for an accepted session.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Waits {
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) silence_probe: Option<Duration>,
+}
+
+/// What a caller waiting on a dialed session can see of it, to tell why an answer
+/// does not come: whether the peer said anything lately, and whether the host has
+/// taken what was sent (see [`BrTransport::watch`]).
+#[derive(Clone)]
+pub struct SessionWatch(Arc<SessionShared>);
+
+impl std::fmt::Debug for SessionWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWatch")
+            .field("peer", &self.0.peer)
+            .field("sid", &self.0.sid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionWatch {
+    /// Whether any message came from the peer on the session at or after `at`
+    /// (answers, notifications, and answers to the silence probe's pings).
+    pub fn heard_since(&self, at: Instant) -> bool {
+        self.0.heard_since(at)
+    }
+
+    /// Whether messages are still waiting for the host to take them (a host that lost
+    /// its own connection holds them).
+    pub fn unsent(&self) -> bool {
+        self.0.has_outbound()
+    }
+
+    /// The host's error for the last send that failed, until one succeeds.
+    pub fn send_error(&self) -> Option<String> {
+        self.0.send_error()
+    }
+}
+
 /// One brmcp session (peer, sid) as an rmcp transport.
 ///
 /// Made by [`Router::dial`](crate::Router::dial) (`RoleClient`) or handed out by
@@ -66,14 +108,14 @@ impl<R: ServiceRole> BrTransport<R> {
         inbox: InboxRx<RxJsonRpcMessage<R>>,
         ctl: mpsc::UnboundedSender<Ctl>,
         outlet: Arc<Outlet>,
-        request_timeout: Option<Duration>,
+        waits: Waits,
         max_outbound: usize,
     ) -> Self {
         Self {
             session,
             inbox,
             ctl,
-            client: ClientState::new(request_timeout, outlet.ttl),
+            client: ClientState::new(waits.request_timeout, waits.silence_probe, outlet.ttl),
             outlet,
             swallow: None,
             max_outbound,
@@ -89,6 +131,11 @@ impl<R: ServiceRole> BrTransport<R> {
     /// The session id.
     pub fn sid(&self) -> SessionId {
         self.session.sid
+    }
+
+    /// A view of the session for a caller waiting on it.
+    pub fn watch(&self) -> SessionWatch {
+        SessionWatch(self.session.clone())
     }
 
     /// Queues an already serialized message as `mid` (fresh when `None`) with deadline
@@ -274,15 +321,12 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
             let sends = match event {
                 Event::Deadline => {
                     let peer = self.session.peer;
-                    let cancels = self.client.on_deadline(Instant::now(), &peer);
-                    let exp = self.outlet.exp();
-                    cancels
-                        .into_iter()
-                        .map(|payload| Queued::quiet(payload, None, exp))
-                        .collect()
+                    let due = self.client.on_deadline(Instant::now(), &peer);
+                    self.stamp(due)
                 }
                 Event::Message(None) => return None,
                 Event::Message(Some(message)) => {
+                    self.session.heard();
                     let (deliver, resend) = self.client.on_receive(*message, Instant::now());
                     let sends = self.stamp(resend);
                     if let Some(message) = deliver {
@@ -323,7 +367,14 @@ impl BrTransport<RoleClient> {
                     None,
                     self.outlet.exp_after(self.client.init_exp_lifetime()),
                 ),
-                Resend::Notification(payload) => Queued::quiet(payload, None, self.outlet.exp()),
+                Resend::Notification(payload) | Resend::Cancel(payload) => {
+                    Queued::quiet(payload, None, self.outlet.exp())
+                }
+                Resend::Ping(payload) => Queued::quiet(
+                    payload,
+                    None,
+                    self.outlet.exp_after(self.client.ping_exp_lifetime()),
+                ),
             })
             .collect()
     }

@@ -20,7 +20,7 @@ use crate::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS};
 use crate::resume::{replay, resumed_init_id};
 use crate::session::{Resume, SessionShared};
 use crate::stats::Counters;
-use crate::transport::BrTransport;
+use crate::transport::{BrTransport, Waits};
 
 impl Driver {
     pub(super) fn at_cap(&self, peer: &PeerId) -> bool {
@@ -241,7 +241,7 @@ impl Driver {
             inbox_rx,
             ctl,
             self.outlet.clone(),
-            None,
+            Waits::default(),
             self.config.max_outbound_bytes,
         );
         if record.is_some() {

@@ -10,7 +10,7 @@ use crate::common::go_router::{GoProbe, GoRouter};
 use crate::common::{call, text};
 use brmcp_adapters::mem::uid;
 use brmcp_adapters::protocol::{SESSION_NOT_FOUND, TOO_MANY_SESSIONS, is_session_lost};
-use brmcp_adapters::{INITIALIZE_TIMEOUT, REQUEST_TIMEOUT, RouterConfig};
+use brmcp_adapters::{DEFAULT_SILENCE_PROBE, INITIALIZE_TIMEOUT, REQUEST_TIMEOUT, RouterConfig};
 use rmcp::ServiceExt;
 use rmcp::model::{ErrorCode, ErrorData};
 use rmcp::service::ClientInitializeError;
@@ -172,4 +172,34 @@ async fn go_session_limit_fails_initialize_quickly() {
         .await
         .unwrap();
     assert_eq!(text(&r), "again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_call_on_a_go_server_is_probed_with_ping_and_goes_on() {
+    let (go, router) = go_and_client(Duration::from_secs(600), 8);
+    let probe = go.probe();
+    let client = ().serve(router.dial(go.id()).unwrap()).await.expect("initialize");
+    // Silent for 95 s: the session is pinged every DEFAULT_SILENCE_PROBE and answers.
+    let result = client
+        .call_tool(call("slow", json!({"secs": 95})))
+        .await
+        .expect("the call's own answer");
+    assert_eq!(text(&result), "slept");
+    let pings = GoProbe::get(&probe.pings);
+    let expected = (95 / DEFAULT_SILENCE_PROBE.as_secs()) as usize;
+    assert!(
+        (expected - 1..=expected).contains(&pings),
+        "{pings} pings, about {expected}"
+    );
+    assert_eq!(
+        GoProbe::get(&probe.refusals),
+        0,
+        "the Go session took every ping"
+    );
+    assert_eq!(GoProbe::get(&probe.initializes), 1, "nothing recovered");
+    assert_eq!(GoProbe::get(&probe.calls), 1, "the call ran once");
+    // No call open: no more pings.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(GoProbe::get(&probe.pings), pings);
+    client.cancel().await.unwrap();
 }

@@ -25,6 +25,7 @@ mod router_stops_with_last_handle;
 mod send_error_names_peer;
 mod send_on_forgotten_session;
 mod session_cap;
+mod silence_probe;
 mod thousand_sessions;
 mod timers_under_load;
 mod tools_both_lifecycles;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use brmcp_adapters::protocol::ToolPrice;
 use brmcp_adapters::protocol::quote::Listed;
 use brmcp_adapters::wire::SessionId;
-use brmcp_adapters::{BrTransport, PeerId, Router};
+use brmcp_adapters::{BrTransport, PeerId, Router, SessionWatch};
 use rmcp::ServiceExt;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
@@ -40,13 +40,49 @@ use tap::Tap;
 /// a hostile bot's endless cursor.
 const MAX_TOOL_PAGES: usize = 100;
 
+/// Why a bot said nothing, as far as the bridge can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Silence {
+    /// The Bison Relay client has not taken the message: its connection (to the
+    /// bridge, or to its relay) is down.
+    #[error("the Bison Relay client has not sent the message (is it running and connected?)")]
+    Unsent,
+    /// The message went out and nothing came back.
+    #[error(
+        "it never answered: it is offline, the relay to it is down, or it does not allow this client"
+    )]
+    NoAnswer,
+}
+
+impl Silence {
+    /// What `watch` tells of a session that said nothing.
+    pub(crate) fn of(watch: &SessionWatch) -> Self {
+        if watch.unsent() {
+            Self::Unsent
+        } else {
+            Self::NoAnswer
+        }
+    }
+}
+
 /// Why a link to a bot is not up.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LinkError {
-    /// The bot did not answer the handshake and tool listing in time.
+    /// The bot did not answer in time.
     #[error("no answer from the bot within {0:?}")]
     Timeout(Duration),
+    /// The bot did not answer a new session in time, for this reason.
+    #[error("bot {bot} did not answer within {waited:?}: {why}")]
+    Unanswered {
+        /// The bot.
+        bot: PeerId,
+        /// How long it was given.
+        waited: Duration,
+        /// What the bridge can tell of why.
+        why: Silence,
+    },
     /// The session could not be opened or failed.
     #[error("{0}")]
     Failed(String),
@@ -61,6 +97,8 @@ pub(crate) struct Conn {
     pub(crate) info: ServerPeerInfo,
     /// Its serial in the link (see [`Hub::next_serial`]).
     pub(crate) serial: u64,
+    /// What a request waiting on it can see of the session.
+    pub(crate) watch: SessionWatch,
 }
 
 impl Conn {
@@ -89,6 +127,8 @@ pub(crate) struct BotLink {
     pub(crate) hub: Arc<Hub>,
     /// Cancelled when the bot is de-listed: its agent sessions end.
     pub(crate) closed: CancellationToken,
+    /// The session being opened or resumed, to tell why it is not answered.
+    dialing: Mutex<Option<SessionWatch>>,
 }
 
 impl BotLink {
@@ -114,6 +154,7 @@ impl BotLink {
             resumed: Mutex::new(None),
             hub: Arc::new(Hub::new()),
             closed: CancellationToken::new(),
+            dialing: Mutex::new(None),
         })
     }
 
@@ -143,10 +184,11 @@ impl BotLink {
         }
         let attempt = tokio::select! {
             r = tokio::time::timeout(self.connect_timeout, self.connect()) => {
-                r.unwrap_or(Err(LinkError::Timeout(self.connect_timeout)))
+                r.unwrap_or_else(|_| Err(self.unanswered()))
             }
             () = self.closed.cancelled() => Err(LinkError::Closed),
         };
+        *lock(&self.dialing) = None;
         match attempt {
             Ok(conn) => {
                 *last_failure = None;
@@ -158,6 +200,18 @@ impl BotLink {
                 *last_failure = Some((Instant::now(), error.clone()));
                 Err(error)
             }
+        }
+    }
+
+    /// Why the session being dialed did not come up within the connect timeout.
+    fn unanswered(&self) -> LinkError {
+        let why = lock(&self.dialing)
+            .as_ref()
+            .map_or(Silence::NoAnswer, Silence::of);
+        LinkError::Unanswered {
+            bot: self.bot,
+            waited: self.connect_timeout,
+            why,
         }
     }
 
@@ -208,6 +262,8 @@ impl BotLink {
             None => (self.router.dial(self.bot), 0),
         };
         let transport = transport.map_err(|e| LinkError::Failed(e.to_string()))?;
+        let watch = transport.watch();
+        *lock(&self.dialing) = Some(watch.clone());
         let sid = transport.sid().as_str().to_owned();
         let serial = self.hub.next_serial();
         let service = self
@@ -236,6 +292,7 @@ impl BotLink {
             service,
             info,
             serial,
+            watch,
         }))
     }
 
@@ -264,6 +321,8 @@ impl BotLink {
             .router
             .dial_on(self.bot, sid)
             .map_err(|e| failed(e.to_string()))?;
+        let watch = transport.watch();
+        *lock(&self.dialing) = Some(watch.clone());
         let info = saved.server.clone();
         let serial = self.hub.next_serial();
         let service = serve_directly(
@@ -278,6 +337,7 @@ impl BotLink {
                     service,
                     info,
                     serial,
+                    watch,
                 });
                 *lock(&self.resumed) = Some((saved, Arc::downgrade(&conn)));
                 self.hub.set_tools(tools);

@@ -81,7 +81,7 @@ pub use http::{
     HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
     SESSION_IDLE,
 };
-pub use link::LinkError;
+pub use link::{LinkError, Silence};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use presence::{
     BRIDGE_LOCK_FILE, ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge,
@@ -106,10 +106,17 @@ use policy::Policy;
 pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8891);
 
+/// Default bound on a bot that says nothing: 20 s. A request the bot has not answered
+/// in any way (no answer, no progress, no answer to the session's silence probe, which
+/// goes out after 10 s) fails then, with the reason, and is cancelled at the bot. Bison
+/// Relay delivers in seconds when the bot is online; a bot that is offline, refuses
+/// this client, or sits behind a lost relay answers never, and the agent should hear
+/// so promptly. A call the bot answered anything for is not cut.
+pub const DEFAULT_ANSWER_BOUND: Duration = Duration::from_secs(20);
+
 /// Default bound on establishing a bot session (handshake plus tool listing) before an
-/// endpoint answers 503: 30 s. Bison Relay delivers in seconds when the bot is online;
-/// a bot that is not answers never, and the agent should hear so promptly.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// endpoint answers 503: [`DEFAULT_ANSWER_BOUND`], for the same reason.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = DEFAULT_ANSWER_BOUND;
 
 /// Default time a failed connection attempt is remembered, answering 503 at once: 5 s.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -141,6 +148,9 @@ pub struct Config {
     pub allowed_hosts: Vec<String>,
     /// Bound on establishing a bot session.
     pub connect_timeout: Duration,
+    /// Bound on a request the bot has not answered in any way (see
+    /// [`DEFAULT_ANSWER_BOUND`]).
+    pub answer_bound: Duration,
     /// How long a failed attempt is remembered.
     pub retry_after: Duration,
     /// Wait between reissues of a paid call whose credit is in flight.
@@ -170,6 +180,7 @@ impl Config {
             allow_remote: false,
             allowed_hosts: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            answer_bound: DEFAULT_ANSWER_BOUND,
             retry_after: DEFAULT_RETRY_AFTER,
             poll_interval: DEFAULT_POLL_INTERVAL,
             poll_attempts: DEFAULT_POLL_ATTEMPTS,
@@ -205,6 +216,7 @@ impl std::fmt::Debug for Config {
             .field("allow_remote", &self.allow_remote)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("connect_timeout", &self.connect_timeout)
+            .field("answer_bound", &self.answer_bound)
             .field("poll_interval", &self.poll_interval)
             .field("poll_attempts", &self.poll_attempts)
             .field("require_token", &self.require_token)

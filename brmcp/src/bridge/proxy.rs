@@ -14,10 +14,11 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
     ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
     ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, ListToolsRequest,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResponse, RequestMetaObject, ResultType, RootsListChangedNotification,
-    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
-    SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest, UnsubscribeRequestParams,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ResultType,
+    RootsListChangedNotification, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest,
+    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceError};
@@ -26,10 +27,10 @@ use serde_json::Value;
 use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::Inner;
-use super::link::{AgentSession, BotLink, Conn};
+use super::link::{AgentSession, BotLink, Conn, Silence};
 use super::settings::Mode;
 use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
-use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
 /// agent's request to the bridge, not the bridge's to the bot.
@@ -44,24 +45,54 @@ pub(crate) struct ProxyServer {
     session: Arc<OnceLock<Arc<AgentSession>>>,
 }
 
+/// Retries of one logical request the bot answered [`CALL_INTERRUPTED`]: 3. The
+/// harness says so once per interrupted call, after a restart; a bot that says it
+/// again and again is not believed for ever.
+pub(crate) const MAX_INTERRUPTED_RETRIES: u32 = 3;
+
 /// Why a forwarded request got no answer from the bot.
 enum Failure {
     /// The bot answered with a JSON-RPC error: passed on as is.
     Rpc(ErrorData),
+    /// The bot says the call was interrupted and refunded: worth a retry under the
+    /// same call key (see [`MAX_INTERRUPTED_RETRIES`]).
+    Interrupted(ErrorData),
     /// The session to the bot failed; worth one retry on a fresh session.
     Transport(String),
-    /// The agent cancelled.
+    /// The agent stopped waiting (it cancelled, timed out or closed its session).
     Cancelled,
+    /// The bot said nothing within the answer bound: why, as far as can be told.
+    Unanswered(String),
+}
+
+/// How the wait for one answer ended.
+enum Waited {
+    Answer(Box<Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>>),
+    Cancelled,
+    Silent(Silence),
 }
 
 impl From<Failure> for ErrorData {
     fn from(failure: Failure) -> Self {
         match failure {
-            Failure::Rpc(e) => e,
+            Failure::Rpc(e) | Failure::Interrupted(e) => e,
             Failure::Transport(e) => Self::internal_error(format!("bot unavailable: {e}"), None),
             Failure::Cancelled => Self::new(ErrorCode::INTERNAL_ERROR, "request cancelled", None),
+            Failure::Unanswered(why) => Self::internal_error(why, None),
         }
     }
+}
+
+/// What the sends of one logical request (a call and its reissues) have used up.
+#[derive(Default)]
+struct Attempts {
+    /// The one retry on a fresh session after a failed one.
+    transport: bool,
+    /// Retries after the bot's [`CALL_INTERRUPTED`].
+    interrupted: u32,
+    /// The bot answered something for the request (an answer, progress) or was heard
+    /// on the session while it waited: the answer bound no longer applies.
+    heard: bool,
 }
 
 /// The agent's `_meta` without its progress token and protocol fields.
@@ -112,22 +143,34 @@ impl ProxyServer {
         }
     }
 
-    async fn conn(&self) -> Result<Arc<Conn>, Failure> {
-        self.link
-            .ensure()
-            .await
-            .map_err(|e| Failure::Transport(e.to_string()))
+    /// The session to the bot, while the agent waits for it.
+    async fn conn(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Conn>, Failure> {
+        tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => Err(Failure::Cancelled),
+            conn = self.link.ensure() => conn.map_err(|e| Failure::Transport(e.to_string())),
+        }
     }
 
     /// Sends one request to the bot and waits for its answer, relaying progress and
-    /// the agent's cancellation.
+    /// the agent's cancellation. Until the bot answers or sends progress of its own, an
+    /// agent that asked for progress hears what it waits for. While the bot has said
+    /// nothing for the logical request (`attempts.heard`), a bot that said nothing at
+    /// all on the session since the send fails the request past the answer bound, with
+    /// the reason, and the request is cancelled at the bot.
     async fn forward_once(
         &self,
         conn: &Arc<Conn>,
         request: ClientRequest,
         meta: RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
+        attempts: &mut Attempts,
     ) -> Result<ServerResult, Failure> {
+        // The agent's wait is the call's life: nothing is sent for a request it no
+        // longer waits for.
+        if ctx.ct.is_cancelled() {
+            return Err(Failure::Cancelled);
+        }
         let hub = &self.link.hub;
         let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none());
         let options = PeerRequestOptions::no_options().with_meta(meta);
@@ -136,14 +179,48 @@ impl ProxyServer {
             .send_request_with_option(request, options)
             .await
             .map_err(|e| Failure::Transport(e.to_string()))?;
+        let sent = tokio::time::Instant::now();
         let upstream_token = handle.progress_token.clone();
-        let route = ctx.meta.get_progress_token().map(|token| {
+        let agent_token = ctx.meta.get_progress_token();
+        let route = agent_token.clone().map(|token| {
             hub.route_progress(conn.serial, upstream_token.clone(), ctx.peer.clone(), token)
         });
         let id = handle.id.clone();
-        let answer = tokio::select! {
-            answer = handle.rx => Some(answer),
-            () = ctx.ct.cancelled() => None,
+        let mut rx = handle.rx;
+        let bound = self.bridge.config.answer_bound;
+        let bot = self.link.bot;
+        let mut tick =
+            tokio::time::interval_at(sent + ask::PROGRESS_INTERVAL, ask::PROGRESS_INTERVAL);
+        let mut ticks: u32 = 0;
+        let waited = loop {
+            let silent = !attempts.heard;
+            let bot_progress = route.as_ref().is_some_and(|r| r.heard());
+            tokio::select! {
+                biased;
+                () = ctx.ct.cancelled() => break Waited::Cancelled,
+                answer = &mut rx => {
+                    attempts.heard = true;
+                    break Waited::Answer(Box::new(answer));
+                }
+                () = tokio::time::sleep_until(sent + bound), if silent => {
+                    if bot_progress || conn.watch.heard_since(sent) {
+                        // The bot is there and has the session: the call runs.
+                        attempts.heard = true;
+                    } else {
+                        break Waited::Silent(Silence::of(&conn.watch));
+                    }
+                }
+                // Until the bot's own progress for the call takes over.
+                _ = tick.tick(), if !bot_progress && agent_token.is_some() => {
+                    ticks = ticks.saturating_add(1);
+                    if let Some(token) = &agent_token {
+                        let progress = ProgressNotificationParam::new(token.clone(), f64::from(ticks))
+                            .with_message(format!("waiting for an answer from bot {bot}"));
+                        // A progress the agent cannot take changes nothing about the call.
+                        let _ = ctx.peer.notify_progress(progress).await;
+                    }
+                }
+            }
         };
         match &route {
             Some(route) => {
@@ -153,29 +230,48 @@ impl ProxyServer {
             None => hub.drop_progress(conn.serial, &upstream_token),
         }
         tracked.flush().await;
-        match answer {
-            None => {
-                let _ = conn
-                    .peer()
-                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
-                        Some(id),
-                        Some("cancelled by the agent".into()),
-                    ))
-                    .await;
-                Err(Failure::Cancelled)
+        let answer = match waited {
+            Waited::Answer(answer) => *answer,
+            Waited::Cancelled | Waited::Silent(_) => {
+                let why = match waited {
+                    Waited::Silent(_) => "no answer in time",
+                    _ => "cancelled by the agent",
+                };
+                // Not waited for: a host that cannot send (its connection down) would
+                // hold the agent's answer as long as it holds the notice.
+                let peer = conn.peer().clone();
+                tokio::spawn(async move {
+                    let notice =
+                        rmcp::model::CancelledNotificationParam::new(Some(id), Some(why.into()));
+                    let _ = peer.notify_cancelled(notice).await;
+                });
+                return Err(match waited {
+                    Waited::Silent(why) => {
+                        tracing::info!(%bot, waited = ?bound, %why, "bot did not answer");
+                        Failure::Unanswered(format!(
+                            "bot {bot} did not answer within {bound:?}: {why}"
+                        ))
+                    }
+                    _ => Failure::Cancelled,
+                });
             }
-            Some(Ok(Ok(result))) => Ok(result),
+        };
+        match answer {
+            Ok(Ok(result)) => Ok(result),
             // No answer in time, or the bot lost the session and it could not be
             // re-established on it (whatever the bot's implementation): whether the
             // call ran is unknown, which is what the call key is for.
-            Some(Ok(Err(ServiceError::McpError(e))))
+            Ok(Err(ServiceError::McpError(e)))
                 if e.code == REQUEST_TIMEOUT || is_session_lost(&e) =>
             {
                 Err(Failure::Transport(e.message.to_string()))
             }
-            Some(Ok(Err(ServiceError::McpError(e)))) => Err(Failure::Rpc(e)),
-            Some(Ok(Err(e))) => Err(Failure::Transport(e.to_string())),
-            Some(Err(_)) => Err(Failure::Transport("session to the bot closed".into())),
+            Ok(Err(ServiceError::McpError(e))) if e.code == CALL_INTERRUPTED => {
+                Err(Failure::Interrupted(e))
+            }
+            Ok(Err(ServiceError::McpError(e))) => Err(Failure::Rpc(e)),
+            Ok(Err(e)) => Err(Failure::Transport(e.to_string())),
+            Err(_) => Err(Failure::Transport("session to the bot closed".into())),
         }
     }
 
@@ -195,31 +291,37 @@ impl ProxyServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, Failure> {
         let meta = forwarded_meta(&ctx.meta);
-        self.forward_retrying(&request, &meta, ctx, &mut false)
+        self.forward_retrying(&request, &meta, ctx, &mut Attempts::default())
             .await
     }
 
-    /// Sends `request` with `meta`; on a failed session, once per `retried` (which may
-    /// span several sends of one logical call), again on a fresh session.
+    /// Sends `request` with `meta` while the agent waits: on a failed session, once
+    /// per `attempts` (which span every send of one logical call), again on a fresh
+    /// session; on the bot's [`CALL_INTERRUPTED`], again at once, at most
+    /// [`MAX_INTERRUPTED_RETRIES`] times.
     async fn forward_retrying(
         &self,
         request: &ClientRequest,
         meta: &RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
-        retried: &mut bool,
+        attempts: &mut Attempts,
     ) -> Result<ServerResult, Failure> {
         loop {
-            let conn = self.conn().await?;
+            let conn = self.conn(ctx).await?;
             match self
-                .forward_once(&conn, request.clone(), meta.clone(), ctx)
+                .forward_once(&conn, request.clone(), meta.clone(), ctx, attempts)
                 .await
             {
-                Err(Failure::Transport(e)) if !*retried => {
-                    // A call keeps its key: if the first attempt ran, the bot replays
-                    // its outcome.
+                // A call keeps its key: if an earlier attempt ran, the bot replays its
+                // outcome; if it was refunded, the retry normally runs on that credit.
+                Err(Failure::Transport(e)) if !attempts.transport => {
                     tracing::debug!(bot = %self.link.bot, error = %e, "retrying on a fresh session");
-                    *retried = true;
+                    attempts.transport = true;
                     self.link.reset(&conn);
+                }
+                Err(Failure::Interrupted(e)) if attempts.interrupted < MAX_INTERRUPTED_RETRIES => {
+                    tracing::info!(bot = %self.link.bot, reason = %e.message, "call interrupted at the bot; retrying it");
+                    attempts.interrupted += 1;
                 }
                 other => return other,
             }
@@ -240,10 +342,11 @@ impl ProxyServer {
         let tool = params.name.to_string();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let config = &self.bridge.config;
-        let (mut retried, mut paid, mut polls, mut relisted) = (false, None, 0, false);
+        let mut attempts = Attempts::default();
+        let (mut paid, mut polls, mut relisted) = (None, 0, false);
         loop {
             let result = self
-                .forward_retrying(&request, &meta, ctx, &mut retried)
+                .forward_retrying(&request, &meta, ctx, &mut attempts)
                 .await?;
             let mut result = match result {
                 ServerResult::CallToolResult(r) => r,
@@ -266,8 +369,9 @@ impl ProxyServer {
                 // fresh one decides, once per call.
                 relisted = true;
                 let relist = tokio::select! {
-                    r = self.link.relist() => r,
+                    biased;
                     () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                    r = self.link.relist() => r,
                 };
                 if let Err(e) = relist {
                     tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
@@ -283,15 +387,20 @@ impl ProxyServer {
             };
             match decision {
                 Decision::Pay { atoms, price_atoms } => {
+                    // Nothing is paid for a call whose agent stopped waiting.
+                    if ctx.ct.is_cancelled() {
+                        return Err(Failure::Cancelled.into());
+                    }
                     let settings = self.bridge.settings();
                     let bot = &self.link.bot;
                     let asked = (settings.mode == Mode::Approval)
                         .then(|| ask::ask(ctx, &config.name, bot, &tool, atoms))
                         .flatten();
                     let settled = tokio::select! {
+                        biased;
+                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                         s = self.bridge.policy.settle(&settings, bot, &tool, atoms, asked) => s,
                         never = ask::progress_while_paying(ctx, bot, atoms) => match never {},
-                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                     };
                     match settled {
                         Ok(()) => {
@@ -314,8 +423,9 @@ impl ProxyServer {
             }
             polls += 1;
             tokio::select! {
-                () = tokio::time::sleep(config.poll_interval) => {}
+                biased;
                 () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
     }

@@ -5,6 +5,7 @@
 mod approval;
 mod approval_secret;
 mod autopay;
+mod call_lifetime;
 mod common;
 mod credit_polling;
 mod daily_cap_concurrent;

@@ -2,6 +2,7 @@
 
 mod bridge_commands;
 mod bridge_restarts;
+mod call_lifetimes;
 mod crash_streams;
 mod demo;
 mod directory;

@@ -12,7 +12,8 @@
 //!   complete inbound message, each reply), swept every timeout/4 clamped to 100 ms..1 min;
 //! - every reply is stamped `exp = now + 10 min`; a restart forgets everything.
 //!
-//! It serves one tool, `echo`. The Rust side talks to it through [`GoRouter::link`], a
+//! It serves two tools: `echo`, and `slow`, which answers after `secs` seconds unless
+//! the double restarted meanwhile (the call died with the process). The Rust side talks to it through [`GoRouter::link`], a
 //! router whose PMs go straight to the double, in order, and whose replies come back in
 //! order.
 #![allow(dead_code, unreachable_pub, missing_docs)]
@@ -49,6 +50,8 @@ pub struct GoProbe {
     pub refusals: AtomicUsize,
     /// `tools/call` requests that ran.
     pub calls: AtomicUsize,
+    /// `ping` requests answered.
+    pub pings: AtomicUsize,
     /// Messages dropped because the peer was at its session cap.
     pub dropped_at_cap: AtomicUsize,
     /// Sessions closed by the idle sweep.
@@ -257,6 +260,25 @@ impl GoRouter {
         let Some(id) = message.get("id").cloned() else {
             return; // a notification
         };
+        if initialized
+            && method == "tools/call"
+            && message["params"]["name"] == "slow"
+            && let Some(secs) = message["params"]["arguments"]["secs"].as_u64()
+        {
+            self.inner.probe.calls.fetch_add(1, SeqCst);
+            let this = self.clone();
+            let generation = self.inner.state.lock().unwrap().generation;
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+                if this.inner.state.lock().unwrap().generation != generation {
+                    return;
+                }
+                let reply = json!({"jsonrpc": "2.0", "id": id,
+                    "result": {"content": [{"type": "text", "text": "slept"}]}});
+                this.write(from, sid, &reply);
+            });
+            return;
+        }
         let reply = self.serve(method, &message, initialized);
         let reply = match reply {
             Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
@@ -298,7 +320,10 @@ impl GoRouter {
                     "serverInfo": {"name": "brmcp-serve", "version": "v1.6.1"}
                 }))
             }
-            "ping" => Ok(json!({})),
+            "ping" => {
+                probe.pings.fetch_add(1, SeqCst);
+                Ok(json!({}))
+            }
             "tools/list" => Ok(json!({"tools": [{
                 "name": "echo",
                 "description": "Echo the text back",

@@ -4,7 +4,7 @@
 #![allow(deprecated)] // logging is SEP-2577-deprecated; still relayed
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 
 use rmcp::model::{
@@ -69,9 +69,16 @@ pub(crate) struct Route {
     token: ProgressToken,
     queue: Mutex<VecDeque<ProgressNotificationParam>>,
     send: tokio::sync::Mutex<()>,
+    /// The bot sent progress for the call.
+    heard: AtomicBool,
 }
 
 impl Route {
+    /// Whether the bot sent progress for the call (early progress included).
+    pub(crate) fn heard(&self) -> bool {
+        self.heard.load(Ordering::Relaxed)
+    }
+
     fn queue(&self) -> MutexGuard<'_, VecDeque<ProgressNotificationParam>> {
         lock(&self.queue)
     }
@@ -83,6 +90,7 @@ impl Route {
             let Some(mut params) = self.queue().pop_front() else {
                 return;
             };
+            self.heard.store(true, Ordering::Relaxed);
             params.progress_token = self.token.clone();
             if let Err(e) = self.peer.notify_progress(params).await {
                 tracing::debug!(error = %e, "progress not relayed");
@@ -234,6 +242,7 @@ impl Hub {
             token,
             queue: Mutex::new(early),
             send: tokio::sync::Mutex::new(()),
+            heard: AtomicBool::new(false),
         });
         progress.routes.insert((serial, upstream), route.clone());
         drop(progress);
