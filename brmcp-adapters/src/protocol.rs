@@ -42,12 +42,6 @@ pub const CALL_KEY_META: &str = "brmcp/callKey";
 /// no inline protocol metadata). A dialed session recovers from it transparently.
 pub const SESSION_NOT_FOUND: ErrorCode = ErrorCode(-32010);
 
-/// JSON-RPC error code of a harness's answer to a call its previous process was running
-/// when it stopped: the call was refunded (its price is credit on the bot again) and
-/// not run to its end. The caller retries it under the same call key while its agent
-/// still waits.
-pub const CALL_INTERRUPTED: ErrorCode = ErrorCode(-32012);
-
 /// JSON-RPC error code a router answers with when a peer is at its session cap.
 pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32011);
 
