@@ -42,5 +42,6 @@ mod support;
 mod tip_once;
 mod upstream_bounds;
 mod upstream_floods;
+mod upstream_http;
 mod upstream_supervision;
 mod visibility;

@@ -32,7 +32,7 @@ const LIST_CHANGED_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What a caller saw.
 #[derive(Clone, Default)]
-struct Seen {
+pub(crate) struct Seen {
     changes: Arc<AtomicUsize>,
     progress: Arc<Mutex<Vec<f64>>>,
 }
@@ -60,14 +60,14 @@ impl Seen {
     }
 }
 
-struct Caller {
+pub(crate) struct Caller {
     seen: Seen,
-    service: RunningService<RoleClient, Seen>,
+    pub(crate) service: RunningService<RoleClient, Seen>,
     _router: brmcp::adapters::Router,
 }
 
 impl Caller {
-    async fn call(&self, name: &'static str, args: serde_json::Value) -> CallToolResult {
+    pub(crate) async fn call(&self, name: &'static str, args: serde_json::Value) -> CallToolResult {
         self.service
             .call_tool(params(name, args, None))
             .await
@@ -75,7 +75,7 @@ impl Caller {
     }
 }
 
-async fn caller(env: &Env, who: u32) -> Caller {
+pub(crate) async fn caller(env: &Env, who: u32) -> Caller {
     let router = env.fabric.router(uid(who), RouterConfig::client());
     let seen = Seen::default();
     let service = seen

@@ -14,13 +14,14 @@ use rmcp::model::{
     ServerJsonRpcMessage, ServerNotification, ServerResult,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RoleClient, RunningService, RxJsonRpcMessage,
-    TxJsonRpcMessage,
+    ClientInitializeError, NotificationContext, PeerRequestOptions, RoleClient, RunningService,
+    RxJsonRpcMessage, TxJsonRpcMessage,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
-use rmcp::{ClientHandler, Peer, ServiceExt};
+use rmcp::{ClientHandler, Peer, ServiceError, ServiceExt};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::child::{self, Fault, Spawn};
 use super::config::Endpoint;
@@ -55,6 +56,10 @@ pub(crate) struct Link {
     limits: CallLimits,
     /// Why our side ended the connection, if it did.
     fault: Fault,
+    /// Cancelled when a call found the connection gone (an HTTP upstream that stopped
+    /// answering): the supervisor then reconnects and shows it down meanwhile, instead
+    /// of keeping a connection that only fails.
+    lost: CancellationToken,
 }
 
 /// Opens a connection and completes the MCP handshake.
@@ -88,7 +93,7 @@ pub(crate) async fn connect(
                 inner: child,
                 routes: routes.clone(),
             };
-            let running = handler.serve(tap).await.map_err(|e| e.to_string())?;
+            let running = handler.serve(tap).await.map_err(|e| describe_init(&e))?;
             (running, pid, fault)
         }
         Endpoint::Url {
@@ -115,7 +120,7 @@ pub(crate) async fn connect(
                 inner: StreamableHttpClientTransport::from_config(config),
                 routes: routes.clone(),
             };
-            let running = handler.serve(tap).await.map_err(|e| e.to_string())?;
+            let running = handler.serve(tap).await.map_err(|e| describe_init(&e))?;
             (running, None, Fault::default())
         }
     };
@@ -129,6 +134,7 @@ pub(crate) async fn connect(
             progress_interval: limits.progress_interval,
         },
         fault,
+        lost: CancellationToken::new(),
     };
     Ok((
         Connection {
@@ -138,6 +144,36 @@ pub(crate) async fn connect(
         },
         link,
     ))
+}
+
+/// What an rmcp failure means for an operator reading it: the transport's own cause
+/// (`connection refused` and the like), not rmcp's wrapper, which names only Rust types.
+fn describe(e: &ServiceError) -> String {
+    match e {
+        ServiceError::TransportSend(_) => format!("cannot reach it: {}", innermost(e)),
+        ServiceError::TransportClosed => "its connection closed".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// [`describe`] for a failed handshake.
+fn describe_init(e: &ClientInitializeError) -> String {
+    format!("initialize failed: {}", innermost(e))
+}
+
+/// The last message of `e`'s chain of causes that is not one of rmcp's transport
+/// wrappers (`Transport [<type>]`, `Transport send error: ...`).
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut best = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.starts_with("Transport [") {
+            best = text;
+        }
+        next = cause.source();
+    }
+    best
 }
 
 /// How a forwarded call ended, short of an answer.
@@ -153,9 +189,27 @@ impl Link {
         &self.peer
     }
 
-    /// Why our side closed the connection (a message over the bound), if it did.
+    /// Why our side closed the connection (a message over the bound), or why a call
+    /// found it gone, if either happened.
     pub(crate) fn fault(&self) -> Option<&str> {
         self.fault.get().map(String::as_str)
+    }
+
+    /// Resolves once a call found the connection gone (see [`fault`](Self::fault)).
+    pub(crate) async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// Records that the connection is gone (`why`) and tells the supervisor, when `e`
+    /// says so: a transport failure, not an answer.
+    fn note_lost(&self, e: &ServiceError) {
+        if matches!(
+            e,
+            ServiceError::TransportSend(_) | ServiceError::TransportClosed
+        ) {
+            let _ = self.fault.set(describe(e));
+            self.lost.cancel();
+        }
     }
 
     /// Calls the upstream's tool `name` for `call`: the caller's progress is relayed
@@ -168,9 +222,12 @@ impl Link {
         call: &CallContext,
     ) -> Result<CallToolResult, ToolError> {
         let upstream = &self.upstream;
-        let failed = |e: &dyn std::fmt::Display| match self.fault() {
-            Some(fault) => ToolError::new(format!("upstream {upstream}: {fault}")),
-            None => ToolError::new(format!("upstream {upstream}: {e}")),
+        let failed = |e: &ServiceError| {
+            self.note_lost(e);
+            match self.fault() {
+                Some(fault) => ToolError::new(format!("upstream {upstream}: {fault}")),
+                None => ToolError::new(format!("upstream {upstream}: {}", describe(e))),
+            }
         };
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(name.to_owned()).with_arguments(args),
@@ -249,7 +306,9 @@ impl Link {
                 secs(self.limits.max)
             ))),
             (Err(e), None) => Err(failed(&e)),
-            (Ok(_), _) => Err(failed(&"unexpected answer to tools/call")),
+            (Ok(_), _) => Err(ToolError::new(format!(
+                "upstream {upstream}: unexpected answer to tools/call"
+            ))),
         }
     }
 }

@@ -7,7 +7,7 @@
 //!   "env": {"KEY": "value"}, "pass_env": ["API_TOKEN"], "cwd": "/srv/everything",
 //!   "tools": {"echo": 0, "get-sum": 500, "get-env": "off"},
 //!   "default_price_atoms": 1000,
-//!   "resources": true, "prompts": false
+//!   "resources": true, "prompts": false, "price_in_description": true
 //! }, {
 //!   "name": "search",
 //!   "url": "https://search.example/mcp",
@@ -24,7 +24,9 @@
 //! key. A tool the file does not name is not exposed unless the upstream has a
 //! `default_price_atoms`; `"off"` hides a tool even then. With more than one upstream
 //! each tool is exposed as `<name>_<tool>`; names are lowercase letters, digits and
-//! `-`, so the first `_` ends the name and no two upstreams' tools can collide.
+//! `-`, so the first `_` ends the name and no two upstreams' tools can collide. A
+//! priced tool's description ends with its price unless `price_in_description` is
+//! `false`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -62,6 +64,9 @@ pub struct UpstreamConfig {
     pub prompts: bool,
     /// What its tools' names get in front of them (`""` with one upstream).
     pub prefix: String,
+    /// Whether a priced tool's description ends with its price (default on): most
+    /// agents show the model a tool's description, never its `_meta`.
+    pub price_in_description: bool,
 }
 
 /// Where an upstream runs.
@@ -160,7 +165,7 @@ pub(crate) fn parse_upstreams(value: &Value) -> Result<Vec<UpstreamConfig>, Bad>
     Ok(upstreams)
 }
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "name",
     "command",
     "args",
@@ -174,6 +179,7 @@ const KEYS: [&str; 13] = [
     "default_price_atoms",
     "resources",
     "prompts",
+    "price_in_description",
 ];
 
 fn parse_one(key: &str, value: &Value, several: bool) -> Result<UpstreamConfig, Bad> {
@@ -274,6 +280,10 @@ fn parse_one(key: &str, value: &Value, several: bool) -> Result<UpstreamConfig, 
         resources: boolean(obj, "resources", key)?,
         prompts: boolean(obj, "prompts", key)?,
         prefix,
+        price_in_description: match obj.get("price_in_description") {
+            None | Some(Value::Null) => true,
+            Some(_) => boolean(obj, "price_in_description", key)?,
+        },
         name,
     })
 }
@@ -357,6 +367,30 @@ fn boolean(obj: &Map<String, Value>, field: &str, key: &str) -> Result<bool, Bad
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_price_is_in_descriptions_unless_turned_off() {
+        let one = |extra: Value| {
+            let mut entry = json!({"name": "a", "command": "x"});
+            if let (Value::Object(entry), Value::Object(extra)) = (&mut entry, extra) {
+                entry.extend(extra);
+            }
+            parse_one("upstreams[0]", &entry, false)
+        };
+        assert!(one(json!({})).unwrap().price_in_description);
+        assert!(
+            !one(json!({"price_in_description": false}))
+                .unwrap()
+                .price_in_description
+        );
+        assert_eq!(
+            one(json!({"price_in_description": "no"})).unwrap_err(),
+            (
+                "upstreams[0].price_in_description".to_owned(),
+                "expected true or false".to_owned()
+            )
+        );
+    }
 
     fn bad(value: Value) -> String {
         let (key, reason) = parse_upstreams(&value).unwrap_err();

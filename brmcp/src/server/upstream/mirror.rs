@@ -47,6 +47,14 @@ impl Health {
     }
 }
 
+/// `description` with the price of a call at its end, for the model to see.
+fn priced_description(description: Option<&str>, atoms: u64) -> String {
+    match description.map(str::trim_end).filter(|d| !d.is_empty()) {
+        Some(text) => format!("{text} (costs {atoms} atoms per call)"),
+        None => format!("Costs {atoms} atoms per call."),
+    }
+}
+
 /// The most tools mirrored from one upstream: its listing is held in memory and sent
 /// to every caller that lists, and a runaway upstream must not grow it without end.
 pub const MAX_TOOLS_PER_UPSTREAM: usize = 1024;
@@ -65,6 +73,10 @@ pub(crate) fn mirror_tools(
             let upstream_name: Arc<str> = tool.name.as_ref().into();
             let mut tool = tool;
             tool.name = format!("{}{}", config.prefix, tool.name).into();
+            if config.price_in_description && atoms > 0 {
+                tool.description =
+                    Some(priced_description(tool.description.as_deref(), atoms).into());
+            }
             let price = if atoms == 0 {
                 Price::Free
             } else {

@@ -504,6 +504,9 @@ impl Supervisor {
                         Err(e) => format!("connection task failed: {e}"),
                     });
                 }
+                () = link.lost() => {
+                    return Some(link.fault().unwrap_or("its connection was lost").to_owned());
+                }
                 () = self.cancel.cancelled() => return None,
                 relisted = relist => {
                     last = tokio::time::Instant::now();
