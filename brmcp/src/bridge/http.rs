@@ -53,7 +53,7 @@ use super::directory::DirectoryServer;
 use super::link::BotLink;
 use super::presence::Ownership;
 use super::proxy::ProxyServer;
-use super::{BridgeError, Inner, NamedBot, Settings, lock};
+use super::{BridgeError, Inner, Settings, lock};
 use access::{allowed_hosts, authorize_user, authorized, host_allowed, origin_allowed, token_key};
 use payments::{PAYMENTS_PATH, payments};
 use refusal::{Form, echoed, plain, retry_after};
@@ -369,12 +369,7 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
     if let Err(e) = link.ensure().await {
         tracing::debug!(bot = %link.bot, error = %e, "503");
         let what = match endpoint {
-            Endpoint::Bot(uid) => match settings.bots().into_iter().find(|b| b.uid == uid) {
-                Some(NamedBot {
-                    name: Some(name), ..
-                }) => format!("bot unavailable: {name:?} ({uid})"),
-                _ => format!("bot unavailable: {uid}"),
-            },
+            Endpoint::Bot(uid) => format!("bot unavailable: {}", settings.bot_label(&uid)),
             Endpoint::Directory(uid) => format!("directory unavailable: {uid}"),
         };
         let secs = inner.config.retry_after.as_secs();

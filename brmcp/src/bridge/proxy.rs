@@ -188,7 +188,7 @@ impl ProxyServer {
         let id = handle.id.clone();
         let mut rx = handle.rx;
         let bound = self.bridge.config.answer_bound;
-        let bot = self.link.bot;
+        let bot = self.bridge.settings().bot_label(&self.link.bot);
         let mut tick =
             tokio::time::interval_at(sent + ask::PROGRESS_INTERVAL, ask::PROGRESS_INTERVAL);
         let mut ticks: u32 = 0;
@@ -393,14 +393,15 @@ impl ProxyServer {
                     }
                     let settings = self.bridge.settings();
                     let bot = &self.link.bot;
+                    let label = settings.bot_label(bot);
                     let asked = (settings.mode == Mode::Approval)
-                        .then(|| ask::ask(ctx, &config.name, bot, &tool, atoms))
+                        .then(|| ask::ask(ctx, &config.name, &label, &tool, atoms))
                         .flatten();
                     let settled = tokio::select! {
                         biased;
                         () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                         s = self.bridge.policy.settle(&settings, bot, &tool, atoms, asked) => s,
-                        never = ask::progress_while_paying(ctx, bot, atoms) => match never {},
+                        never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
                     };
                     match settled {
                         Ok(()) => {
@@ -412,7 +413,8 @@ impl ProxyServer {
                 }
                 Decision::Refuse(refusal) => {
                     tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
-                    let reason = format!("bot {} tool {tool:?}: {refusal}", self.link.bot);
+                    let label = self.bridge.settings().bot_label(&self.link.bot);
+                    let reason = format!("bot {label} tool {tool:?}: {refusal}");
                     return refused(&reason, result);
                 }
                 Decision::Wait => {}

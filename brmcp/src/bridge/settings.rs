@@ -389,6 +389,16 @@ impl Settings {
             .collect()
     }
 
+    /// How the user knows `bot`: `"alice" (<uid>)` when they named it, else its uid.
+    /// Every question, progress message and error about a bot shows it so.
+    pub fn bot_label(&self, bot: &PeerId) -> String {
+        let uid = bot.to_string();
+        match self.bot_names.iter().find(|(_, u)| **u == uid) {
+            Some((name, _)) => format!("{name:?} ({uid})"),
+            None => uid,
+        }
+    }
+
     /// The bot a name or a uid designates.
     pub fn resolve(&self, name_or_uid: &str) -> Option<PeerId> {
         if let Some(uid) = self.bot_names.get(name_or_uid) {
@@ -746,6 +756,14 @@ mod tests {
             s.with_named_bot("directory", b, true),
             Err(SettingsError::ReservedName(_))
         ));
+    }
+
+    #[test]
+    fn a_bot_is_labelled_by_its_name_and_uid_or_its_uid() {
+        let (named, unnamed) = (PeerId::from_bytes([1; 32]), PeerId::from_bytes([2; 32]));
+        let settings = Settings::default().with_bot("oracle", named).unwrap();
+        assert_eq!(settings.bot_label(&named), format!("\"oracle\" ({named})"));
+        assert_eq!(settings.bot_label(&unnamed), unnamed.to_string());
     }
 
     #[test]

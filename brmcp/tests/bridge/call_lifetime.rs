@@ -344,6 +344,9 @@ fn slow_with_progress() -> ClientRequest {
 async fn a_bot_running_a_call_silently_is_not_cut_and_the_agent_hears_what_it_waits_for() {
     // The bot says nothing for longer than the bound, but answers the session's pings.
     let s = setup_quick(&[Answer::Sleep(BOUND.as_secs() + 5)]).await;
+    // Named by the user, the bot is shown by its name (and uid).
+    let named = s.bridge.settings().with_bot("oracle", s.bot).unwrap();
+    s.bridge.apply_settings(named).await.unwrap();
     let heard = Heard::default();
     let agent = connect(&s.bridge, s.bot, heard.clone()).await;
     let handle = agent
@@ -360,7 +363,7 @@ async fn a_bot_running_a_call_silently_is_not_cut_and_the_agent_hears_what_it_wa
     };
     assert_eq!(result.is_error, Some(false), "{result:?}");
     let messages = heard.0.lock().unwrap().clone();
-    let expected = format!("waiting for an answer from bot {}", s.bot);
+    let expected = format!("waiting for an answer from bot \"oracle\" ({})", s.bot);
     assert!(
         !messages.is_empty() && messages.iter().all(|m| *m == expected),
         "{messages:?}"

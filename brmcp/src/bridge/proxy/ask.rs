@@ -17,8 +17,6 @@ use rmcp::model::{
 use rmcp::model::{ClientResult, GetExtensions};
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestContext, RoleServer};
 
-use brmcp_adapters::PeerId;
-
 use crate::bridge::policy::Ask;
 
 /// How often the agent hears that its call still waits on a payment. Clients that
@@ -28,11 +26,12 @@ use crate::bridge::policy::Ask;
 pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Sends progress for the agent's request every [`PROGRESS_INTERVAL`] while the
-/// payment of `atoms` to `bot` waits; never resolves (the caller drops it). Nothing if
-/// the request carries no progress token.
+/// payment of `atoms` to `bot` (its [`bot_label`](crate::bridge::Settings::bot_label))
+/// waits; never resolves (the caller drops it). Nothing if the request carries no
+/// progress token.
 pub(crate) async fn progress_while_paying(
     ctx: &RequestContext<RoleServer>,
-    bot: &PeerId,
+    bot: &str,
     atoms: u64,
 ) -> Infallible {
     let Some(token) = ctx.meta.get_progress_token() else {
@@ -64,8 +63,8 @@ pub(crate) fn can_ask(ctx: &RequestContext<RoleServer>) -> bool {
     before_stateless && form
 }
 
-/// The question put to the user about paying `atoms` to `bot` for `tool`.
-fn question(name: &str, bot: &PeerId, tool: &str, atoms: u64) -> String {
+/// The question put to the user about paying `atoms` to `bot` (its label) for `tool`.
+fn question(name: &str, bot: &str, tool: &str, atoms: u64) -> String {
     format!(
         "{name}: pay {atoms} atoms to bot {bot} for tool {tool:?}? Accept to pay, decline to refuse."
     )
@@ -91,7 +90,7 @@ pub(crate) type Confirm<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>
 pub(crate) fn ask<'a>(
     ctx: &'a RequestContext<RoleServer>,
     name: &str,
-    bot: &PeerId,
+    bot: &str,
     tool: &str,
     atoms: u64,
 ) -> Option<Ask<'a>> {
