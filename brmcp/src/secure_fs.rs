@@ -62,8 +62,12 @@ pub fn refuse_symlink(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Tightens an existing file of ours to [`FILE_MODE`]; a missing one is fine.
-fn seal_file(path: &Path) -> io::Result<()> {
+/// Tightens an existing file of ours to [`FILE_MODE`] (refusing a link there); a
+/// missing one is fine.
+///
+/// # Errors
+/// [`SymlinkRefused`], or the operating system's.
+pub fn seal_file(path: &Path) -> io::Result<()> {
     refuse_symlink(path)?;
     match fs::metadata(path) {
         Ok(meta) if meta.is_file() => set_mode(path, &meta, FILE_MODE),
@@ -249,6 +253,94 @@ pub fn open_sqlite(
         fresh,
     };
     Ok((conn, identity))
+}
+
+/// An SQLite file of ours told apart by its stamp: `PRAGMA application_id` and
+/// `PRAGMA user_version`.
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteKind {
+    /// What the file holds, for errors ("directory store").
+    pub what: &'static str,
+    /// Its application id.
+    pub application_id: i32,
+    /// The schema version this code reads and writes.
+    pub version: i32,
+    /// The schema, `CREATE ... IF NOT EXISTS`: made in a new file.
+    pub schema: &'static str,
+    /// A table of the files written before they were stamped: such a file (no id,
+    /// no version, this table present) is ours, and is stamped at its first open.
+    pub unstamped_table: &'static str,
+}
+
+/// Opens the SQLite file of `kind` at `path` as [`open_sqlite`] does (made
+/// [`FILE_MODE`], links refused), in WAL mode with full syncs: a new file gets the
+/// schema and the stamp, an unstamped one of ours the stamp. Anything else (another
+/// program's file, another schema version) is refused before anything is written.
+///
+/// # Errors
+/// As [`open_sqlite`]; a file that is not `kind`'s, as an SQLite "not a database"
+/// error saying what it is (the caller names the file).
+pub fn open_stamped_sqlite(
+    path: &Path,
+    busy: std::time::Duration,
+    kind: &SqliteKind,
+) -> Result<rusqlite::Connection, rusqlite::Error> {
+    let (conn, identity) = open_sqlite(path, busy)?;
+    let ours = identity.application_id == kind.application_id;
+    let stamp = if identity.fresh {
+        true
+    } else if ours && identity.user_version == kind.version {
+        false
+    } else if identity.application_id == 0 && identity.user_version == 0 && {
+        let tables: i64 = conn.query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            [kind.unstamped_table],
+            |r| r.get(0),
+        )?;
+        tables == 1
+    } {
+        true
+    } else {
+        let found = if ours {
+            format!("schema version {}", identity.user_version)
+        } else {
+            format!("application id {:#010x}", identity.application_id)
+        };
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+            Some(format!(
+                "not a {} of this brmcp ({found}; it reads application id {:#010x}, \
+                 schema version {}): left as it is",
+                kind.what, kind.application_id, kind.version
+            )),
+        ));
+    };
+    let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    seal_sqlite(path)?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    if stamp {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(kind.schema)?;
+        tx.pragma_update(None, "application_id", kind.application_id)?;
+        tx.pragma_update(None, "user_version", kind.version)?;
+        tx.commit()?;
+    }
+    Ok(conn)
+}
+
+/// Opens `path` for appending (a log of ours), creating it [`FILE_MODE`] and its
+/// directory [`DIR_MODE`] when missing, tightening an existing one, never through a
+/// link.
+///
+/// # Errors
+/// [`SymlinkRefused`], or the operating system's.
+pub fn open_append(path: &Path) -> io::Result<fs::File> {
+    write_new(path, b"")?;
+    seal_file(path)?;
+    let file = fs::OpenOptions::new().append(true).open(path)?;
+    // A link planted between the check and the open is refused as such.
+    refuse_symlink(path)?;
+    Ok(file)
 }
 
 /// After SQLite opened the database at `path` (and set its journal mode): the

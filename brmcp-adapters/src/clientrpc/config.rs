@@ -71,6 +71,12 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 << 20;
 /// in first. It only delays acknowledgements; redeliveries are deduplicated anyway.
 pub const DEFAULT_ACK_SETTLE: Duration = Duration::from_millis(500);
 
+/// How long a command about to exit waits for the acknowledgements of what it handled
+/// ([`ClientRpcHost::flush_acks`](super::ClientRpcHost::flush_acks)): 5 s, room for
+/// [`DEFAULT_ACK_SETTLE`] and a few acknowledgement round trips on a loaded machine.
+/// Past it, what is left is replayed to the next consumer, which deduplicates it.
+pub const ACK_FLUSH_WAIT: Duration = Duration::from_secs(5);
+
 /// A certificate or key: a PEM file, or PEM text in memory.
 #[derive(Clone, PartialEq, Eq)]
 pub enum PemSource {

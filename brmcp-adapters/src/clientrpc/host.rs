@@ -96,6 +96,11 @@ struct Inner {
     next_waiter: AtomicU64,
     progress: broadcast::Sender<TipProgressEvent>,
     unclaimed: broadcast::Sender<TipProgressEvent>,
+    /// Each consumed stream's window and the count of its items not yet taken from
+    /// its queue, for [`ClientRpcHost::flush_acks`].
+    consumed: Mutex<Vec<(Arc<StreamRuntime>, Arc<std::sync::atomic::AtomicUsize>)>>,
+    /// Bumped whenever a stream item is recorded or acknowledged.
+    stream_moved: watch::Sender<u64>,
 }
 
 /// The Bison Relay host backed by brclient or brclientd's clientrpc: sends PMs
@@ -155,6 +160,8 @@ impl ClientRpcHost {
                 next_waiter: AtomicU64::new(1),
                 progress: broadcast::channel(TIP_PROGRESS_BROADCAST).0,
                 unclaimed: broadcast::channel(TIP_PROGRESS_BROADCAST).0,
+                consumed: Mutex::new(Vec::new()),
+                stream_moved: watch::channel(0).0,
             }),
         })
     }
@@ -239,11 +246,43 @@ impl ClientRpcHost {
                 kind,
                 window: Mutex::new(AckWindow::default()),
             });
+            lock(&self.inner.consumed).push((runtime.clone(), tx.queued()));
             tokio::spawn(consume(self.inner.clone(), runtime.clone(), rx, handler));
             runtimes.push((runtime, tx));
         }
         tokio::spawn(supervise(self.inner.clone(), runtimes, identity, first));
         Ok(())
+    }
+
+    /// Waits until every stream item received so far is recorded by its handler and
+    /// acknowledged, for at most `within`; `true` when it is. A command about to exit
+    /// calls it before [`close`](Self::close): what it handled is then cleared on the
+    /// client instead of waiting there for the next consumer. It acknowledges nothing
+    /// early: an item still unrecorded (its handler failing) stays unacknowledged, and
+    /// so does every later one, and acknowledgements still wait
+    /// [`ack_settle`](super::ClientRpcConfig::ack_settle) for stragglers.
+    pub async fn flush_acks(&self, within: std::time::Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut moved = self.inner.stream_moved.subscribe();
+        loop {
+            moved.borrow_and_update();
+            if self.acks_settled() {
+                return true;
+            }
+            tokio::select! {
+                changed = moved.changed() => if changed.is_err() {
+                    return self.acks_settled();
+                },
+                () = tokio::time::sleep_until(deadline) => return self.acks_settled(),
+            }
+        }
+    }
+
+    /// Nothing received waits in a queue, for its handler or for an acknowledgement.
+    fn acks_settled(&self) -> bool {
+        lock(&self.inner.consumed).iter().all(|(runtime, queued)| {
+            queued.load(Relaxed) == 0 && lock(&runtime.window).is_settled()
+        })
     }
 
     /// Stops the host: closes the connection, ends its tasks, fails waiting calls with

@@ -135,6 +135,11 @@ impl AckWindow {
         (ack, due)
     }
 
+    /// Nothing received waits to be recorded or acknowledged.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.unrecorded.is_empty() && self.recorded.is_empty()
+    }
+
     /// The server confirmed acknowledging `id`: every recorded id up to it is done.
     pub(crate) fn acked(&mut self, id: u64) {
         self.recorded = match id.checked_add(1) {
@@ -185,6 +190,11 @@ pub(crate) enum NotQueued {
 }
 
 impl StreamSink {
+    /// The count of items queued and not yet done with, shared with the queue.
+    pub(crate) fn queued(&self) -> Arc<AtomicUsize> {
+        self.queued.clone()
+    }
+
     /// Queues `delivery` unless the queue is full or its consumer gone.
     pub(crate) fn offer(&self, delivery: Delivery) -> Result<(), NotQueued> {
         let before = self.queued.fetch_add(1, Ordering::AcqRel);

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use brmcp_adapters::clientrpc::proto::KxCompleted;
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
+use brmcp_adapters::clientrpc::{
+    ACK_FLUSH_WAIT, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
+};
 use brmcp_adapters::{BoxError, PeerId};
 use clap::Args;
 
@@ -13,6 +15,7 @@ use super::CliError;
 use super::serve::{connect, harness_streams, host_from, write_rpc_template};
 use crate::directory::{
     Directory, IntroduceFuture, Introducer, POLICY_FILE, PayError, PayFuture, Payer, Policy,
+    STOP_BLOCKING_WAIT,
 };
 use crate::server::AutoReply;
 
@@ -36,7 +39,11 @@ pub(super) struct DirectoryArgs {
 }
 
 pub(super) fn run(args: DirectoryArgs) -> Result<ExitCode, CliError> {
-    super::runtime()?.block_on(serve(&args.datadir, args.rpc_config))
+    let runtime = super::runtime()?;
+    let served = runtime.block_on(serve(&args.datadir, args.rpc_config));
+    // Dropping the runtime would wait for every blocking task, however long.
+    runtime.shutdown_timeout(STOP_BLOCKING_WAIT);
+    served
 }
 
 /// Tips through the Bison Relay client, telling a refused or failed tip (nothing paid)
@@ -101,9 +108,16 @@ pub(super) struct Running {
 }
 
 impl Running {
-    /// Stops the directory, then its client.
+    /// Stops the directory (pipelines cut, within [`crate::directory::CLOSE_WAIT`]),
+    /// waits for the acknowledgements of what it handled (within [`ACK_FLUSH_WAIT`]:
+    /// what is left is replayed at the next start), then closes its client.
     pub(super) async fn close(&self) {
         self.directory.close().await;
+        if !self.host.flush_acks(ACK_FLUSH_WAIT).await {
+            tracing::warn!(
+                "items handled but not acknowledged at exit; the client offers them again"
+            );
+        }
         self.host.close();
     }
 }
@@ -141,7 +155,7 @@ pub(super) async fn start_directory(
 }
 
 async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
-    std::fs::create_dir_all(datadir)
+    crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let rpc_config = rpc_config.unwrap_or_else(|| datadir.join(RPC_CONFIG));
     let wrote = write_rpc_template(&rpc_config)?;
@@ -171,7 +185,10 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         &running.directory.public_key()[..16],
     );
     super::wait_for_interrupt().await;
-    eprintln!("stopping");
+    eprintln!(
+        "stopping (within {} s; a paid test in flight resumes at the next start)",
+        crate::directory::STOP_WITHIN.as_secs()
+    );
     running.close().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -145,12 +145,7 @@ pub(crate) fn apply_conf(
 
 /// The log file, appended to: its directory 0700, itself 0600, never through a link.
 fn open_log(path: &Path) -> std::io::Result<File> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        crate::secure_fs::create_dir(dir)?;
-    }
-    crate::secure_fs::write_new(path, b"")?;
-    crate::secure_fs::refuse_symlink(path)?;
-    std::fs::OpenOptions::new().append(true).open(path)
+    crate::secure_fs::open_append(path)
 }
 
 /// Writes each line to stderr and to the log file, if one is open.

@@ -56,15 +56,7 @@ pub(crate) fn audit(core: &Core, actor: PeerId, action: &str, args: &impl Serial
         "action": action,
         "args": args,
     });
-    let mut options = std::fs::OpenOptions::new();
-    options.append(true).create(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let written = options
-        .open(core.data_dir.join(ADMIN_LOG))
+    let written = crate::secure_fs::open_append(&core.data_dir.join(ADMIN_LOG))
         .and_then(|mut f| writeln!(f, "{line}"));
     if let Err(e) = written {
         tracing::warn!(error = %e, "audit line not written");

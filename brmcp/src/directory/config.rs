@@ -119,7 +119,10 @@ impl Policy {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let template =
                     serde_json::to_string_pretty(&Self::default()).expect("the policy serializes");
-                write_private(&path, template.as_bytes()).map_err(io)?;
+                // A file made since the read above is the operator's: read it.
+                if !crate::secure_fs::write_new(&path, template.as_bytes()).map_err(io)? {
+                    return Self::load_or_create(dir);
+                }
                 true
             }
             Err(e) => return Err(io(e)),
@@ -150,21 +153,6 @@ impl Policy {
             .filter_map(|u| u.parse().ok())
             .collect()
     }
-}
-
-/// Writes a new file readable by its owner only.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
 }
 
 #[cfg(test)]

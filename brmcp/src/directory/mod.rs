@@ -58,16 +58,22 @@ pub use federation::{
 };
 pub use money::{ESCROW_TOOL, FEE_TOOL};
 pub use registrant::{
-    AutoFund, DEFAULT_REGISTRANT_NAME, FUND_HISTORY_FILE, FUND_WINDOW, Notify, RENEW_AHEAD,
-    Registrant, RegistrantConfig,
+    AutoFund, DEFAULT_REGISTRANT_NAME, FUND_HISTORY_APPLICATION_ID, FUND_HISTORY_FILE, FUND_WINDOW,
+    Notify, RENEW_AHEAD, Registrant, RegistrantConfig,
 };
 pub use search::{SEARCH_HIT_CAP, SearchHit, SearchIn, SearchOut, search};
-pub use service::{BUSY_NOTE, BuildError, Directory, DirectoryBuilder, SWEEP_INTERVAL};
+pub use service::{
+    BUSY_NOTE, BuildError, CLOSE_WAIT, Directory, DirectoryBuilder, STOP_BLOCKING_WAIT,
+    STOP_WITHIN, SWEEP_INTERVAL,
+};
 pub use snapshot::{
     KEY_FILE, KeyError, SNAPSHOT_VERSION, SignedSnapshot, Signer, Snapshot, SnapshotListing,
     VerifyError, payload, verify,
 };
-pub use store::{DirError, STORE_FILE, Spend, SpendState, Store, Stored, Table};
+pub use store::{
+    DirError, STORE_APPLICATION_ID, STORE_FILE, STORE_SCHEMA_VERSION, Spend, SpendState, Store,
+    Stored, Table,
+};
 pub use tools::{NO_INTRODUCTIONS, NO_LISTING};
 pub use types::{
     Empty, Entry, FlagIn, Listing, MAX_DESCRIPTION_LEN, MAX_TAG_LEN, MAX_TAGS, Outcome, PendingOut,

@@ -11,6 +11,7 @@
 //!   `paying` before the tip is sent: a restart refunds a debit whose tip was never
 //!   sent, and counts one that may have been sent as spent (ambiguous, never refunded).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +32,8 @@ use crate::server::CallId;
 const PAYMENT_FAILED: &str = "directory: test payment failed";
 /// The refund reason of an escrow debit whose payment was never sent.
 const NEVER_SENT: &str = "directory: test payment never sent";
+/// Why a step cut by a shutdown stopped (never stored: the pipeline resumes).
+const CLOSING: &str = "directory shutting down";
 
 impl Core {
     /// The funding check: with the fee and the test budget covered, debit the fee and
@@ -82,6 +85,16 @@ impl Core {
         Ok(true)
     }
 
+    /// `step`, unless the directory shuts down first (`None`): a pipeline waiting on
+    /// a provider stops there and resumes at the next start.
+    pub(crate) async fn unless_closing<T>(&self, step: impl Future<Output = T>) -> Option<T> {
+        let mut shutdown = self.shutdown.subscribe();
+        tokio::select! {
+            out = step => Some(out),
+            _ = shutdown.wait_for(|s| *s) => None,
+        }
+    }
+
     /// Runs `uid`'s pipeline in the background unless it already runs.
     pub(crate) fn spawn_pipeline(self: Arc<Self>, uid: PeerId) {
         let key = uid.to_string();
@@ -110,7 +123,13 @@ impl Core {
             match reg.state {
                 State::Crawling => {
                     let crawled = match self.harness().router() {
-                        Some(router) => client::crawl(router, uid, &self.policy.name).await,
+                        Some(router) => {
+                            let crawl = client::crawl(router, uid, &self.policy.name);
+                            let Some(crawled) = self.unless_closing(crawl).await else {
+                                return Ok(());
+                            };
+                            crawled
+                        }
                         None => Err("no router; not started".to_owned()),
                     };
                     if crawled.is_err() && self.shutting_down() {
@@ -216,18 +235,29 @@ impl Core {
             .router()
             .ok_or_else(|| "no router; not started".to_owned())?;
         let name = &self.policy.name;
-        let mut session = client::dial(router, uid, name).await?;
+        let dial = || async {
+            self.unless_closing(client::dial(router, uid, name))
+                .await
+                .unwrap_or_else(|| Err(CLOSING.to_owned()))
+        };
+        let mut session = dial().await?;
         let mut first = true;
         let mut paid = false;
         let mut polls = 0;
         let answer = loop {
             let start = Instant::now();
-            let result = match client::call_once(&session, tool, args, call_key).await {
+            // Cut at a shutdown: the provider keeps the call's outcome under its key, and
+            // the resumed test asks again with the same key.
+            let called = self
+                .unless_closing(client::call_once(&session, tool, args, call_key))
+                .await
+                .unwrap_or_else(|| Err(CLOSING.to_owned()));
+            let result = match called {
                 Ok(result) => result,
                 Err(e) if first && !self.shutting_down() => {
                     first = false;
                     let _ = session.cancel().await;
-                    session = client::dial(router, uid, name).await?;
+                    session = dial().await?;
                     tracing::debug!(provider = %uid, error = %e, "test call retried");
                     continue;
                 }
@@ -246,8 +276,13 @@ impl Core {
                         "payment made but the call still refuses; credit did not land".into(),
                     );
                 }
-                if polls > 0 {
-                    tokio::time::sleep(CREDIT_POLL_DELAY).await;
+                if polls > 0
+                    && self
+                        .unless_closing(tokio::time::sleep(CREDIT_POLL_DELAY))
+                        .await
+                        .is_none()
+                {
+                    break Err(CLOSING.to_owned());
                 }
                 polls += 1;
                 continue;

@@ -25,6 +25,27 @@ pub const FUND_WINDOW: Duration = Duration::from_secs(30 * 86_400);
 /// The fund history's file in the registrant's data directory.
 pub const FUND_HISTORY_FILE: &str = "registrant.sqlite";
 
+/// `PRAGMA application_id` of the fund history: "brrg" in ASCII.
+pub const FUND_HISTORY_APPLICATION_ID: i32 = 0x6272_7267;
+
+/// How long a fund history write waits for another connection's (one short insert).
+const HISTORY_BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// The fund history as [`crate::secure_fs::open_stamped_sqlite`] opens it. Histories
+/// made before the stamp have the same table, so they are stamped as they are.
+const HISTORY: crate::secure_fs::SqliteKind = crate::secure_fs::SqliteKind {
+    what: "registrant fund history",
+    application_id: FUND_HISTORY_APPLICATION_ID,
+    version: 1,
+    schema: "CREATE TABLE IF NOT EXISTS fund_history (
+                 id INTEGER PRIMARY KEY AUTOINCREMENT,
+                 ts INTEGER NOT NULL,
+                 directory_uid TEXT NOT NULL,
+                 atoms INTEGER NOT NULL
+             ) STRICT;",
+    unstamped_table: "fund_history",
+};
+
 /// The MCP client name a registrant dials with, unless configured.
 pub const DEFAULT_REGISTRANT_NAME: &str = "registrant";
 
@@ -124,21 +145,10 @@ impl Registrant {
         submitted
             .validate(config.test.max_atoms)
             .map_err(|e| format!("registrant: {e}"))?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| format!("registrant: {e}"))?;
+        crate::secure_fs::create_dir(&config.data_dir)
+            .map_err(|e| format!("registrant: {}: {e}", config.data_dir.display()))?;
         let path = config.data_dir.join(FUND_HISTORY_FILE);
-        let conn = Connection::open(&path)
-            .and_then(|c| {
-                c.pragma_update(None, "synchronous", "FULL")?;
-                c.execute_batch(
-                    "CREATE TABLE IF NOT EXISTS fund_history (
-                         id INTEGER PRIMARY KEY AUTOINCREMENT,
-                         ts INTEGER NOT NULL,
-                         directory_uid TEXT NOT NULL,
-                         atoms INTEGER NOT NULL
-                     ) STRICT;",
-                )?;
-                Ok(c)
-            })
+        let conn = crate::secure_fs::open_stamped_sqlite(&path, HISTORY_BUSY_WAIT, &HISTORY)
             .map_err(|e| format!("registrant: fund history {}: {e}", path.display()))?;
         Ok(Self {
             inner: Arc::new(Inner {

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use brmcp_adapters::clientrpc::ACK_FLUSH_WAIT;
+
 use brmcp_adapters::{PeerId, PmSender, Router};
 use tokio::sync::watch;
 
@@ -129,7 +131,7 @@ impl DirectoryBuilder {
     pub fn build(self) -> Result<Directory, BuildError> {
         let dir = self.data_dir.ok_or(BuildError::NoDataDir)?;
         let payer = self.payer.ok_or(BuildError::NoPayer)?;
-        std::fs::create_dir_all(&dir)
+        crate::secure_fs::create_dir(&dir)
             .map_err(|e| DirError::Ledger(format!("cannot create {}: {e}", dir.display())))?;
         let store = Store::open(&dir)?;
         let signer = Signer::load_or_create(&dir)?;
@@ -186,6 +188,26 @@ impl DirectoryBuilder {
         Ok(Directory { core })
     }
 }
+
+/// The longest [`Directory::close`] waits for running pipelines. Told to stop, a
+/// pipeline stops at its next wait on a provider or a payment; what is left is a store
+/// or ledger transaction, which waits at most 5 s for another connection's lock. Past
+/// it, close goes on: every step is recorded before the next, so a pipeline cut
+/// anywhere resumes at the next start.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// The longest `brmcp directory` leaves blocking work (a store or ledger transaction
+/// on a blocking thread) to finish as it exits: 2 s. One still running past it is
+/// abandoned, which SQLite's journal makes safe.
+pub const STOP_BLOCKING_WAIT: Duration = Duration::from_secs(2);
+
+/// The longest `brmcp directory` takes to exit after SIGINT or SIGTERM: the
+/// pipelines ([`CLOSE_WAIT`]), then the acknowledgements of what it handled
+/// ([`ACK_FLUSH_WAIT`]), then blocking work ([`STOP_BLOCKING_WAIT`]). A paid test in
+/// flight is cut, not waited for: it resumes with the same call key at the next start.
+pub const STOP_WITHIN: Duration = CLOSE_WAIT
+    .saturating_add(ACK_FLUSH_WAIT)
+    .saturating_add(STOP_BLOCKING_WAIT);
 
 /// The directory bot. Cheap to clone.
 #[derive(Clone)]
@@ -312,10 +334,20 @@ impl Directory {
     }
 
     /// Stops: running pipelines stop where they are (and resume on the next start),
-    /// the sweep ends, the router closes. Waits for the pipelines.
+    /// the sweep ends, the router closes. Waits for the pipelines, at most
+    /// [`CLOSE_WAIT`].
     pub async fn close(&self) {
         let _ = self.core.shutdown.send(true);
-        self.settle().await;
+        if tokio::time::timeout(CLOSE_WAIT, self.settle())
+            .await
+            .is_err()
+        {
+            let running = *self.core.running.borrow();
+            tracing::warn!(
+                running,
+                "pipelines still running at close; each resumes at the next start"
+            );
+        }
         self.core.harness().close();
     }
 }

@@ -9,7 +9,6 @@ use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, Verifying
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::config::write_private;
 use super::store::Stored;
 
 /// The key file's name inside the data directory.
@@ -116,12 +115,15 @@ pub struct Signer {
 
 impl Signer {
     /// Loads `<dir>/`[`KEY_FILE`], creating it (mode 0600) with a fresh key if missing.
+    /// A link there is refused (a planted one would make the directory sign with a key
+    /// of someone else's choosing), and an existing key file is tightened to 0600.
     ///
     /// # Errors
     /// [`KeyError`].
     pub fn load_or_create(dir: &Path) -> Result<Self, KeyError> {
         let path = dir.join(KEY_FILE);
-        match std::fs::read_to_string(&path) {
+        let read = crate::secure_fs::seal_file(&path).and_then(|()| std::fs::read_to_string(&path));
+        match read {
             Ok(text) => Self::parse(&text, &path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut seed = [0u8; 32];
@@ -135,8 +137,17 @@ impl Signer {
                     private: hex::encode(key.to_keypair_bytes()),
                 };
                 let text = serde_json::to_string_pretty(&file).expect("a key file serializes");
-                write_private(&path, text.as_bytes())
-                    .map_err(|source| KeyError::Io { path, source })?;
+                let wrote =
+                    crate::secure_fs::write_new(&path, text.as_bytes()).map_err(|source| {
+                        KeyError::Io {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                if !wrote {
+                    // Another process made it meanwhile: that key is the directory's.
+                    return Self::load_or_create(dir);
+                }
                 Ok(Self { key })
             }
             Err(source) => Err(KeyError::Io { path, source }),

@@ -19,6 +19,22 @@ pub const STORE_FILE: &str = "directory.sqlite";
 /// How long a transaction waits for another connection's write.
 const BUSY_WAIT: Duration = Duration::from_secs(5);
 
+/// `PRAGMA application_id` of the store: "brdr" in ASCII.
+pub const STORE_APPLICATION_ID: i32 = 0x6272_6472;
+
+/// The schema this code reads and writes (`PRAGMA user_version`).
+pub const STORE_SCHEMA_VERSION: i32 = 1;
+
+/// The store as [`crate::secure_fs::open_stamped_sqlite`] opens it. Stores made before
+/// the stamp have the same schema, so they are stamped as they are.
+const KIND: crate::secure_fs::SqliteKind = crate::secure_fs::SqliteKind {
+    what: "directory store",
+    application_id: STORE_APPLICATION_ID,
+    version: STORE_SCHEMA_VERSION,
+    schema: SCHEMA,
+    unstamped_table: "entries",
+};
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS entries (
     uid TEXT PRIMARY KEY NOT NULL,
@@ -154,23 +170,20 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating) `<dir>/`[`STORE_FILE`].
+    /// Opens (creating) `<dir>/`[`STORE_FILE`] through the secure open path: the
+    /// file 0600, a link refused, another program's file or schema refused unchanged.
     ///
     /// # Errors
     /// [`DirError::Store`].
     pub fn open(dir: &Path) -> Result<Self, DirError> {
         let path = dir.join(STORE_FILE);
-        let err = |source| DirError::Store {
-            path: path.clone(),
-            source,
-        };
-        let conn = Connection::open(&path).map_err(err)?;
-        conn.busy_timeout(BUSY_WAIT).map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(err)?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(err)?;
-        conn.execute_batch(SCHEMA).map_err(err)?;
+        let conn =
+            crate::secure_fs::open_stamped_sqlite(&path, BUSY_WAIT, &KIND).map_err(|source| {
+                DirError::Store {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
         Ok(Self {
             conn: Mutex::new(conn),
             path,

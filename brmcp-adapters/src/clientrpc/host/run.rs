@@ -255,6 +255,7 @@ pub(super) async fn consume(
             // Not recorded, so never waited for: a later acknowledgement clears it.
             Err(e) => {
                 rx.done();
+                inner.stream_moved.send_modify(|n| *n += 1);
                 tracing::warn!(stream = kind.name(), error = %e, "undecodable stream item");
             }
         }
@@ -282,6 +283,7 @@ pub(super) async fn consume(
             {
                 Ok(Empty {}) => {
                     lock(&runtime.window).acked(id);
+                    inner.stream_moved.send_modify(|n| *n += 1);
                     ack_after = None;
                     ack_delay = inner.config.backoff_initial;
                     if let Err(e) = handler.cleared(id).await {
@@ -302,8 +304,9 @@ pub(super) async fn consume(
             if !record(&inner, &handler, item, kind, &mut shutdown).await {
                 return;
             }
-            rx.done();
             lock(&runtime.window).recorded(id, at);
+            rx.done();
+            inner.stream_moved.send_modify(|n| *n += 1);
             continue;
         }
         if !open {

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use brmcp_adapters::PeerId;
+use brmcp_adapters::clientrpc::ACK_FLUSH_WAIT;
 
 use super::{BotsAction, BridgeArgs, load, rpc_config, save, start_bridge};
 use crate::bridge::{ListedBot, SETTINGS_FILE};
@@ -56,6 +57,11 @@ pub(super) async fn add_from_directory(
         Err(e) => Err(e),
     };
     bridge.close().await;
+    // The directory's replies are in the PM journal: acknowledged before exiting, so
+    // they do not wait in the client for the next consumer.
+    if !host.flush_acks(ACK_FLUSH_WAIT).await {
+        tracing::warn!("PMs handled but not acknowledged at exit; the client offers them again");
+    }
     host.close();
     added?;
     let name = bridge

@@ -6,6 +6,7 @@
 
 mod crash;
 mod federation;
+mod files;
 mod pipeline;
 mod restart;
 
