@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::PmHandler;
-use brmcp_adapters::clientrpc::proto::ReceivedPm;
+use brmcp_clientrpc::PmHandler;
+use brmcp_clientrpc::proto::ReceivedPm;
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, PeerId};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};

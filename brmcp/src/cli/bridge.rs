@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use brmcp_adapters::clientrpc::{ClientRpcHost, Streams};
+use brmcp_clientrpc::{ClientRpcHost, Streams};
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{PeerId, Router, RouterConfig};
 use clap::{Args, Subcommand};

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use brmcp_adapters::clientrpc::proto::KxCompleted;
-use brmcp_adapters::clientrpc::{
+use brmcp_clientrpc::proto::KxCompleted;
+use brmcp_clientrpc::{
     ACK_FLUSH_WAIT, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
 };
 use brmcp_adapters::{BoxError, PeerId};
@@ -197,7 +197,7 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
 mod tests {
     use std::time::Duration;
 
-    use brmcp_adapters::clientrpc::Streams;
+    use brmcp_clientrpc::Streams;
     use brmcp_adapters::{Router, RouterConfig};
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;

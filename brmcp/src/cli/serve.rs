@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use brmcp_adapters::clientrpc::ClientRpcHost;
+use brmcp_clientrpc::ClientRpcHost;
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{Router, RouterConfig};
 use clap::Args;

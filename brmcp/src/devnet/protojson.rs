@@ -208,7 +208,7 @@ fn decode_value(kind: Kind, key: &str, v: &Value) -> Result<Val, String> {
             _ => Err(invalid("string", key, v)),
         },
         Kind::Bytes => match v {
-            Value::String(s) => brmcp_adapters::clientrpc::proto::decode_bytes(s)
+            Value::String(s) => brmcp_clientrpc::proto::decode_bytes(s)
                 .map(Val::Bytes)
                 .map_err(|_| invalid("bytes", key, v)),
             _ => Err(invalid("bytes", key, v)),

@@ -24,9 +24,9 @@ use super::protojson::{
 use super::relay;
 
 /// JSON-RPC "internal error": every handler error, and unknown service or method.
-pub(crate) use brmcp_adapters::clientrpc::proto::code::INTERNAL_ERROR as ERR_INTERNAL;
+pub(crate) use brmcp_clientrpc::proto::code::INTERNAL_ERROR as ERR_INTERNAL;
 /// JSON-RPC "invalid params": protojson refused the params.
-pub(crate) use brmcp_adapters::clientrpc::proto::code::INVALID_PARAMS as ERR_INVALID_PARAMS;
+pub(crate) use brmcp_clientrpc::proto::code::INVALID_PARAMS as ERR_INVALID_PARAMS;
 
 /// Requests in flight per connection, streams included (Go `maxConcurrentRequests`).
 pub(crate) const MAX_IN_FLIGHT: usize = 16;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::ACK_FLUSH_WAIT;
+use brmcp_clientrpc::ACK_FLUSH_WAIT;
 
 use brmcp_adapters::{PeerId, PmSender, Router};
 use tokio::sync::watch;

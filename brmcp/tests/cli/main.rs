@@ -6,7 +6,7 @@ mod demo;
 mod directory;
 mod doctor;
 /// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
-#[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]
+#[path = "../../../brmcp-clientrpc/tests/clientrpc/common/mod.rs"]
 mod fake;
 mod files;
 mod operator;

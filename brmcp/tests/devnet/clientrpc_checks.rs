@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, start, start_specs};
-use brmcp::adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp::adapters::clientrpc::{
+use brmcp::clientrpc::proto::{ReceivedPm, ReceivedTip};
+use brmcp::clientrpc::{
     BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
 };
 use brmcp::adapters::{BoxError, PeerId};

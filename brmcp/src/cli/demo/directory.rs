@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::Streams;
+use brmcp_clientrpc::Streams;
 use brmcp_adapters::{PeerId, Router, RouterConfig};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,

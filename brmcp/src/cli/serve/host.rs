@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::proto::ReceivedTip;
-use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
+use brmcp_clientrpc::proto::ReceivedTip;
+use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
 use brmcp_adapters::{BoxError, PeerId, RouterConfig};
 use serde_json::json;
 use tokio::sync::Notify;

@@ -22,7 +22,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
-use crate::peer::PeerId;
+use brmcp_adapters::PeerId;
 
 /// Method names, without stream suffixes.
 pub mod method {
@@ -557,7 +557,7 @@ mod bytes {
 mod peer {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::peer::PeerId;
+    use brmcp_adapters::PeerId;
 
     pub(super) fn serialize<S: Serializer>(v: &PeerId, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&super::encode_bytes(v.as_bytes()))

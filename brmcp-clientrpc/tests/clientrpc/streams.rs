@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::common::{
     Fake, PM_STREAM, TIP_PROGRESS, TIP_STREAM, assert_before, eventually, seq_of, uid,
 };
-use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp_adapters::clientrpc::{ClientRpcHost, PmHandler, Streams};
+use brmcp_clientrpc::proto::{ReceivedPm, ReceivedTip};
+use brmcp_clientrpc::{ClientRpcHost, PmHandler, Streams};
 use brmcp_adapters::{BoxError, Router, RouterConfig};
 use serde_json::json;
 

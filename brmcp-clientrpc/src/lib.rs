@@ -1,9 +1,9 @@
 //! The Bison Relay host for a running brclient or brclientd: a native client of its
 //! `clientrpc` interface (JSON-RPC over a TLS websocket at `wss://host:port/ws`).
 //!
-//! - [`ClientRpcHost`] implements [`PmSender`](crate::PmSender) with `ChatService.PM`
+//! - [`ClientRpcHost`] implements [`PmSender`](brmcp_adapters::PmSender) with `ChatService.PM`
 //!   (PMs to one peer leave one at a time, in order), hands every PM received to a
-//!   [`PmHandler`] ([`Router`](crate::Router) is one), every tip received to a
+//!   [`PmHandler`] ([`Router`](brmcp_adapters::Router) is one), every tip received to a
 //!   [`TipHandler`], and pays tips ([`ClientRpcHost::tip`]), matching each to its
 //!   terminal TipProgress event. It asks a contact to mediate a key exchange
 //!   ([`ClientRpcHost::mediate_kx`]) and hands every completed one to a [`KxHandler`].
@@ -35,6 +35,8 @@
 //!
 //! Crypto: rustls with the ring provider.
 
+#![doc(test(attr(deny(warnings))))]
+
 mod config;
 mod conn;
 mod error;
@@ -57,4 +59,18 @@ pub use host::{
 };
 pub use streams::{MAX_QUEUED_PER_STREAM, StreamKind};
 
-use crate::lock;
+/// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
+/// data half-updated.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sleeps until `at`; never wakes for `None` (a timer that is not set).
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -47,7 +47,7 @@ use super::lock;
 use super::proto::{ErrorObject, Incoming, Request, StreamRequest};
 use super::streams::{NotQueued, StreamSink};
 use super::tls;
-use crate::clock::sleep_until_opt;
+use crate::sleep_until_opt;
 
 /// The websocket over TLS over TCP.
 pub(crate) type Ws = WebSocketStream<TlsStream<TcpStream>>;

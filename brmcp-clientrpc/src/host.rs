@@ -24,10 +24,10 @@ use super::streams::{
     AckWindow, Delivery, StreamEntry, StreamKind, StreamQueue, StreamRuntime, StreamSink,
     stream_queue,
 };
-use crate::clock::sleep_until_opt;
-use crate::error::BoxError;
-use crate::host::PmSender;
-use crate::peer::PeerId;
+use crate::sleep_until_opt;
+use brmcp_adapters::BoxError;
+use brmcp_adapters::PmSender;
+use brmcp_adapters::PeerId;
 
 mod handlers;
 mod run;
@@ -111,7 +111,7 @@ struct Inner {
 /// backoff and reopening its streams, until [`close`](Self::close).
 ///
 /// ```no_run
-/// use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
+/// use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
 /// use brmcp_adapters::{Router, RouterConfig};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::common::{Fake, KX_STREAM, Reply, assert_before, b64, default_reply, eventually, uid};
 use brmcp_adapters::BoxError;
-use brmcp_adapters::clientrpc::proto::KxCompleted;
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams};
+use brmcp_clientrpc::proto::KxCompleted;
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(5);
