@@ -15,7 +15,9 @@
 //!   pinned by DER equality (brclient's is a self-signed CA-flagged Ed25519
 //!   certificate that stock verifiers refuse); a chain to a configured CA is accepted
 //!   too (brclientd).
-//! - [`proto`]: the messages, with protojson's encoding rules.
+//! - [`proto`]: the messages, generated from `proto/clientrpc.proto`, and their
+//!   protojson form; the handlers get stream items with their user id checked
+//!   ([`ReceivedPm`], [`ReceivedTip`], [`TipProgressEvent`], [`KxCompleted`]).
 //!
 //! The connection: one reader task reads without pause and demultiplexes responses by
 //! id and stream items by method; one writer task sends. At most [`MAX_IN_FLIGHT`]
@@ -41,6 +43,7 @@ mod config;
 mod conn;
 mod error;
 mod host;
+mod items;
 pub mod proto;
 mod streams;
 mod tls;
@@ -57,6 +60,7 @@ pub use host::{
     ClientRpcHost, HostStatus, KxHandler, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler,
     TipOutcome, TipResultHandler,
 };
+pub use items::{BadUid, KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
 pub use streams::{MAX_QUEUED_PER_STREAM, StreamKind};
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use super::super::error::ClientRpcError;
-use super::super::proto::{KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
+use super::super::items::{KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
 #[cfg(doc)]
 use super::ClientRpcHost;
 use brmcp_adapters::BoxError;
@@ -195,7 +195,7 @@ impl<H: TipResultHandler> DynResult for H {
 /// # fn f(router: brmcp_adapters::Router) {
 /// let streams = Streams::new()
 ///     .pms(router)
-///     .tips(|tip: brmcp_clientrpc::proto::ReceivedTip| async move {
+///     .tips(|tip: brmcp_clientrpc::ReceivedTip| async move {
 ///         println!("{} matoms from {}", tip.amount_matoms, tip.uid);
 ///         Ok(())
 ///     });

@@ -14,8 +14,8 @@ use crate::common::{
     eventually, uid,
 };
 use brmcp_adapters::BoxError;
-use brmcp_clientrpc::proto::{ReceivedTip, TipProgressEvent};
 use brmcp_clientrpc::{ClientRpcHost, Streams, TipHandler};
+use brmcp_clientrpc::{ReceivedTip, TipProgressEvent};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -174,7 +174,7 @@ async fn a_refused_stream_open_is_retried_alone_and_the_connection_stays() {
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().tips(tips.clone()).pms({
         let pms = pms.clone();
-        move |pm: brmcp_clientrpc::proto::ReceivedPm| {
+        move |pm: brmcp_clientrpc::ReceivedPm| {
             pms.lock().unwrap().push(pm.sequence_id);
             std::future::ready(Ok(()))
         }
@@ -367,7 +367,7 @@ async fn a_pm_as_large_as_a_relay_routes_does_not_wedge_the_stream() {
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().pms({
         let sizes = sizes.clone();
-        move |pm: brmcp_clientrpc::proto::ReceivedPm| {
+        move |pm: brmcp_clientrpc::ReceivedPm| {
             sizes.lock().unwrap().push(pm.msg.message.len());
             std::future::ready(Ok(()))
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::{Fake, KX_STREAM, Reply, assert_before, b64, default_reply, eventually, uid};
 use brmcp_adapters::BoxError;
-use brmcp_clientrpc::proto::KxCompleted;
+use brmcp_clientrpc::KxCompleted;
 use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams};
 use serde_json::json;
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{Fake, PM_STREAM, eventually, uid};
-use brmcp_clientrpc::proto::ReceivedPm;
+use brmcp_clientrpc::ReceivedPm;
 use brmcp_clientrpc::{ClientRpcHost, MAX_QUEUED_PER_STREAM, Streams};
 use tokio::sync::watch;
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::common::{
     Fake, PM_STREAM, TIP_PROGRESS, TIP_STREAM, assert_before, eventually, seq_of, uid,
 };
-use brmcp_clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp_clientrpc::{ClientRpcHost, PmHandler, Streams};
 use brmcp_adapters::{BoxError, Router, RouterConfig};
+use brmcp_clientrpc::{ClientRpcHost, PmHandler, Streams};
+use brmcp_clientrpc::{ReceivedPm, ReceivedTip};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(5);

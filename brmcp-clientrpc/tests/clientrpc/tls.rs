@@ -3,9 +3,7 @@
 //! its certificate; brclientd's CA-signed leaf is accepted by pin or by chain.
 
 use crate::common::{Certs, Fake, FakeOptions};
-use brmcp_clientrpc::{
-    ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams,
-};
+use brmcp_clientrpc::{ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams};
 
 fn streams() -> Streams {
     Streams::new()

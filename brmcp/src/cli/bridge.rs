@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use brmcp_clientrpc::{ClientRpcHost, Streams};
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{PeerId, Router, RouterConfig};
+use brmcp_clientrpc::{ClientRpcHost, Streams};
 use clap::{Args, Subcommand};
 use tokio::sync::Notify;
 

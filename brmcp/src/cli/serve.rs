@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use brmcp_clientrpc::ClientRpcHost;
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{Router, RouterConfig};
+use brmcp_clientrpc::ClientRpcHost;
 use clap::Args;
 use serde_json::json;
 use tokio::sync::Notify;

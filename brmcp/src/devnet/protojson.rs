@@ -208,7 +208,7 @@ fn decode_value(kind: Kind, key: &str, v: &Value) -> Result<Val, String> {
             _ => Err(invalid("string", key, v)),
         },
         Kind::Bytes => match v {
-            Value::String(s) => brmcp_clientrpc::proto::decode_bytes(s)
+            Value::String(s) => decode_bytes(s)
                 .map(Val::Bytes)
                 .map_err(|_| invalid("bytes", key, v)),
             _ => Err(invalid("bytes", key, v)),
@@ -257,6 +257,16 @@ fn decode_value(kind: Kind, key: &str, v: &Value) -> Result<Val, String> {
             Value::Object(map) => decode_object(fields, map).map(Val::Msg),
             _ => Err(invalid("message", key, v)),
         },
+    }
+}
+
+/// Decodes protojson `bytes`: standard or URL-safe alphabet, padded or not.
+fn decode_bytes(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    use base64::engine::general_purpose::{STANDARD_PAD_INDIFFERENT, URL_SAFE_PAD_INDIFFERENT};
+    if text.contains(['-', '_']) {
+        URL_SAFE_PAD_INDIFFERENT.decode(text)
+    } else {
+        STANDARD_PAD_INDIFFERENT.decode(text)
     }
 }
 

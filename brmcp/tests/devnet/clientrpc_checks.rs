@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, start, start_specs};
-use brmcp::clientrpc::proto::{ReceivedPm, ReceivedTip};
+use brmcp::adapters::{BoxError, PeerId};
 use brmcp::clientrpc::{
     BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
 };
-use brmcp::adapters::{BoxError, PeerId};
+use brmcp::clientrpc::{ReceivedPm, ReceivedTip};
 use brmcp::devnet::{CertMode, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
 use brmcp::journal::{Inbox, JournalHandler};
 use serde_json::json;

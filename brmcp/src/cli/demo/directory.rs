@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brmcp_clientrpc::Streams;
 use brmcp_adapters::{PeerId, Router, RouterConfig};
+use brmcp_clientrpc::Streams;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ElicitationAction, Implementation,
