@@ -16,7 +16,7 @@ use serde_json::json;
 const WAIT: Duration = Duration::from_secs(5);
 const ACK: &str = "ChatService.AckKXCompleted";
 
-/// A `KXCompleted` as brclient writes it (clientrpc.md §2.2): the rendezvous point is
+/// A `KXCompleted` as brclient writes it (`proto/clientrpc.proto`): the rendezvous point is
 /// 32 bytes, base64.
 fn kx_params(with: u8, nick: &str) -> serde_json::Value {
     json!({

@@ -44,7 +44,7 @@ async fn pm_is_decoded_recorded_then_acked() {
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().pms(handler)).await.unwrap();
 
-    // clientrpc.md §1.8's example item, as brclient writes it.
+    // An item as brclient writes it.
     let first = fake.push(
         PM_STREAM,
         json!({
