@@ -53,6 +53,9 @@ pub mod method {
     pub const KEEPALIVE_STREAM: &str = "VersionService.KeepaliveStream";
     /// `ChatService.UserPublicIdentity`: [`PublicIdentityReq`](super::PublicIdentityReq) → [`PublicIdentity`](super::PublicIdentity).
     pub const USER_PUBLIC_IDENTITY: &str = "ChatService.UserPublicIdentity";
+    /// `ChatService.UserNick`: [`UserNickRequest`](super::UserNickRequest) →
+    /// [`UserNickResponse`](super::UserNickResponse).
+    pub const USER_NICK: &str = "ChatService.UserNick";
     /// `ChatService.PM`: [`PmRequest`](super::PmRequest) → [`PmResponse`](super::PmResponse).
     pub const PM: &str = "ChatService.PM";
     /// `ChatService.PMStream` (a stream): [`PmStreamRequest`](super::PmStreamRequest) →

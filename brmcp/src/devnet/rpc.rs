@@ -28,8 +28,9 @@ pub(crate) use brmcp_clientrpc::proto::code::INTERNAL_ERROR as ERR_INTERNAL;
 /// JSON-RPC "invalid params": protojson refused the params.
 pub(crate) use brmcp_clientrpc::proto::code::INVALID_PARAMS as ERR_INVALID_PARAMS;
 
-/// Requests in flight per connection, streams included (Go `maxConcurrentRequests`).
-pub(crate) const MAX_IN_FLIGHT: usize = 16;
+/// Requests in flight per connection, streams included (Go `maxConcurrentRequests`):
+/// the bound the client keeps to.
+pub(crate) use brmcp_clientrpc::MAX_IN_FLIGHT;
 
 /// The services brclient binds; a method of one of these that the devnet does not
 /// implement is an "unknown method", any other service an "unknown service".
@@ -184,28 +185,29 @@ enum Params {
 impl Method {
     /// Routes `Service.Method` like `ServersMap.SvcForMethod`.
     fn lookup(method: &str) -> Result<Self, &'static str> {
-        let Some((svc, name)) = method.split_once('.') else {
+        use brmcp_clientrpc::proto::method as m;
+        let Some((svc, _)) = method.split_once('.') else {
             return Err("method is not Service.Method");
         };
         if !SERVICES.contains(&svc) {
             return Err("unknown service");
         }
-        Ok(match (svc, name) {
-            ("VersionService", "Version") => Self::Version,
-            ("VersionService", "KeepaliveStream") => Self::Keepalive,
-            ("ChatService", "UserPublicIdentity") => Self::UserPublicIdentity,
-            ("ChatService", "UserNick") => Self::UserNick,
-            ("ChatService", "PM") => Self::Pm,
-            ("ChatService", "PMStream") => Self::PmStream,
-            ("ChatService", "AckReceivedPM") => Self::AckPm,
-            ("ChatService", "KXStream") => Self::KxStream,
-            ("ChatService", "AckKXCompleted") => Self::AckKx,
-            ("ChatService", "MediateKX") => Self::MediateKx,
-            ("PaymentsService", "TipUser") => Self::TipUser,
-            ("PaymentsService", "TipProgress") => Self::TipProgress,
-            ("PaymentsService", "AckTipProgress") => Self::AckTipProgress,
-            ("PaymentsService", "TipStream") => Self::TipStream,
-            ("PaymentsService", "AckTipReceived") => Self::AckTipReceived,
+        Ok(match method {
+            m::VERSION => Self::Version,
+            m::KEEPALIVE_STREAM => Self::Keepalive,
+            m::USER_PUBLIC_IDENTITY => Self::UserPublicIdentity,
+            m::USER_NICK => Self::UserNick,
+            m::PM => Self::Pm,
+            m::PM_STREAM => Self::PmStream,
+            m::ACK_RECEIVED_PM => Self::AckPm,
+            m::KX_STREAM => Self::KxStream,
+            m::ACK_KX_COMPLETED => Self::AckKx,
+            m::MEDIATE_KX => Self::MediateKx,
+            m::TIP_USER => Self::TipUser,
+            m::TIP_PROGRESS => Self::TipProgress,
+            m::ACK_TIP_PROGRESS => Self::AckTipProgress,
+            m::TIP_STREAM => Self::TipStream,
+            m::ACK_TIP_RECEIVED => Self::AckTipReceived,
             _ => return Err("unknown method"),
         })
     }
