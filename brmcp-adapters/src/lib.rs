@@ -16,7 +16,6 @@
 //!   lifecycles rmcp speaks work: legacy `initialize` sessions and the stateless
 //!   2026-07-28 protocol.
 //! - `mem` (feature `test-util`): an in-memory PM fabric with seeded fault injection.
-//! - `clientrpc` (feature `clientrpc`): the host for a running brclient or brclientd.
 //!
 //! # Example
 //!
@@ -58,9 +57,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings))))]
 
-#[cfg(feature = "clientrpc")]
-#[cfg_attr(docsrs, doc(cfg(feature = "clientrpc")))]
-pub mod clientrpc;
 mod clock;
 mod config;
 mod error;

@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::PmHandler;
-use brmcp_adapters::clientrpc::proto::ReceivedPm;
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, PeerId};
+use brmcp_clientrpc::PmHandler;
+use brmcp_clientrpc::ReceivedPm;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;

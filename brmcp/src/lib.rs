@@ -1,6 +1,7 @@
 //! MCP over Bison Relay: the serving harness, the client bridge and the command line.
 
 pub use brmcp_adapters as adapters;
+pub use brmcp_clientrpc as clientrpc;
 
 pub mod bridge;
 pub mod cli;

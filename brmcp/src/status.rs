@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use brmcp_adapters::RouterStats;
-use brmcp_adapters::clientrpc::HostStatus;
+use brmcp_clientrpc::HostStatus;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::{ClientRpcHost, Streams};
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{PeerId, Router, RouterConfig};
+use brmcp_clientrpc::{ClientRpcHost, Streams};
 use clap::{Args, Subcommand};
 use tokio::sync::Notify;
 
@@ -549,8 +549,7 @@ async fn run_http(args: BridgeArgs) -> Result<ExitCode, CliError> {
     bridge.close().await;
     publisher.stop().await;
     // What was recorded is cleared on the client, not left for the next consumer.
-    host.flush_acks(brmcp_adapters::clientrpc::ACK_FLUSH_WAIT)
-        .await;
+    host.flush_acks(brmcp_clientrpc::ACK_FLUSH_WAIT).await;
     host.close();
     Ok(ExitCode::SUCCESS)
 }

@@ -28,7 +28,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 
 use super::CliError;
-use brmcp_adapters::clientrpc::ClientRpcHost;
+use brmcp_clientrpc::ClientRpcHost;
 
 use crate::bridge::{Bridge, Mode, Settings};
 use crate::devnet::Devnet;

@@ -4,11 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use brmcp_adapters::clientrpc::proto::KxCompleted;
-use brmcp_adapters::clientrpc::{
-    ACK_FLUSH_WAIT, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
-};
 use brmcp_adapters::{BoxError, PeerId};
+use brmcp_clientrpc::KxCompleted;
+use brmcp_clientrpc::{ACK_FLUSH_WAIT, ClientRpcError, ClientRpcHost, Streams, TipOutcome};
 use clap::Args;
 
 use super::CliError;
@@ -197,8 +195,8 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
 mod tests {
     use std::time::Duration;
 
-    use brmcp_adapters::clientrpc::Streams;
     use brmcp_adapters::{Router, RouterConfig};
+    use brmcp_clientrpc::Streams;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
     use serde_json::{Value, json};

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
+use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
 use clap::Args;
 
 use super::CliError;
@@ -182,7 +182,7 @@ async fn check_client(report: &mut Report, path: &Path) {
     };
     let checked = tokio::time::timeout(CHECK_TIMEOUT, async {
         host.connect(Streams::new()).await?;
-        Ok::<_, brmcp_adapters::clientrpc::ClientRpcError>((
+        Ok::<_, brmcp_clientrpc::ClientRpcError>((
             host.version().await?,
             host.public_identity().await?,
         ))

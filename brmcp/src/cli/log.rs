@@ -115,10 +115,7 @@ pub(crate) fn command_default(level: &str) -> Result<(), CliError> {
 ///
 /// # Errors
 /// A `debug` value that is not a filter, or a `logfile` that cannot be opened.
-pub(crate) fn apply_conf(
-    conf: &brmcp_adapters::clientrpc::BotConfig,
-    path: &Path,
-) -> Result<(), CliError> {
+pub(crate) fn apply_conf(conf: &brmcp_clientrpc::BotConfig, path: &Path) -> Result<(), CliError> {
     let origin = format!("{}: debug", path.display());
     if let (Some(installed), Some(level)) = (INSTALLED.get(), conf.extra.get("debug"))
         && !installed.explicit.load(Ordering::Relaxed)

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use brmcp_adapters::clientrpc::ClientRpcHost;
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{Router, RouterConfig};
+use brmcp_clientrpc::ClientRpcHost;
 use clap::Args;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -198,8 +198,7 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         upstreams.shutdown().await;
     }
     // What was recorded is cleared on the client, not left for the next consumer.
-    host.flush_acks(brmcp_adapters::clientrpc::ACK_FLUSH_WAIT)
-        .await;
+    host.flush_acks(brmcp_clientrpc::ACK_FLUSH_WAIT).await;
     host.close();
     Ok(ExitCode::SUCCESS)
 }

@@ -42,7 +42,7 @@ pub(crate) async fn autopay_bridge(
     tip_wait_secs: Option<u64>,
 ) -> (
     crate::bridge::Bridge,
-    brmcp_adapters::clientrpc::ClientRpcHost,
+    brmcp_clientrpc::ClientRpcHost,
     rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
 ) {
     use rmcp::ServiceExt;

@@ -1,9 +1,10 @@
-//! The bisonbotkit-format config file a node writes for its clients
-//! (clientrpc.md §4.3): plain `key=value` lines, in the order `LoadBotConfig` writes
-//! its defaults, pointing at the node's URL and certificate files.
+//! The bisonbotkit-format config file a node writes for its clients: the kit's
+//! defaults as its `LoadBotConfig` writes them, pointing at the node's URL and
+//! certificate files, rendered by the client's own [`BotConfig`].
 
-use std::fmt::Write as _;
 use std::path::Path;
+
+use brmcp_clientrpc::BotConfig;
 
 use super::certs::{CertPaths, write_file};
 use super::{DevnetError, random_bytes};
@@ -29,32 +30,30 @@ pub(crate) fn render(
     certs: &CertPaths,
     user: &str,
     pass: &str,
-) -> String {
-    let mut s = String::new();
-    let lines = [
-        ("datadir", datadir.display().to_string()),
-        ("brrpcurl", url.to_owned()),
-        ("servercertpath", certs.server_cert.display().to_string()),
-        ("clientcertpath", certs.client_cert.display().to_string()),
-        ("clientkeypath", certs.client_key.display().to_string()),
-        ("rpcuser", user.to_owned()),
-        ("rpcpass", pass.to_owned()),
+) -> Result<String, DevnetError> {
+    let mut conf = BotConfig::new(url, &certs.server_cert);
+    conf.datadir = Some(datadir.to_path_buf());
+    conf.client_cert_path = Some(certs.client_cert.clone());
+    conf.client_key_path = Some(certs.client_key.clone());
+    user.clone_into(&mut conf.rpc_user);
+    pass.clone_into(&mut conf.rpc_pass);
+    let log = datadir.join("logs").join("brmcp-serve.log");
+    // The kit's defaults for what the bot's own logging uses.
+    conf.extra = [
         ("debug", "info".to_owned()),
-        (
-            "logfile",
-            datadir
-                .join("logs")
-                .join("brmcp-serve.log")
-                .display()
-                .to_string(),
-        ),
+        ("logfile", log.display().to_string()),
         ("maxlogfiles", "5".to_owned()),
         ("maxbufferlines", "1000".to_owned()),
-    ];
-    for (k, v) in lines {
-        let _ = writeln!(s, "{k}={v}");
-    }
-    s
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    conf.render().map_err(|e| {
+        DevnetError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            e.to_string(),
+        ))
+    })
 }
 
 /// Writes `<dir>/brmcp-serve.conf` and returns its path.
@@ -67,7 +66,7 @@ pub(crate) fn write(
 ) -> Result<std::path::PathBuf, DevnetError> {
     let path = dir.join(CONFIG_FILE);
     // It holds rpcpass.
-    write_file(&path, render(dir, url, certs, user, pass).as_bytes())?;
+    write_file(&path, render(dir, url, certs, user, pass)?.as_bytes())?;
     Ok(path)
 }
 
@@ -86,7 +85,7 @@ mod tests {
             client_cert: dir.join("rpc-client.cert"),
             client_key: dir.join("rpc-client.key"),
         };
-        let text = render(dir, "wss://127.0.0.1:1234/ws", &certs, "u", "p");
+        let text = render(dir, "wss://127.0.0.1:1234/ws", &certs, "u", "p").unwrap();
         let keys: Vec<&str> = text
             .lines()
             .filter_map(|l| l.split_once('=').map(|(k, _)| k))

@@ -2,7 +2,8 @@
 //!
 //! [`Devnet::start`] brings up a relay and N nodes. Each node is a fake brclient with a
 //! clientrpc endpoint on `wss://127.0.0.1:<port>/ws` that a client cannot tell from the
-//! real one, as `reference/clientrpc.md` describes it:
+//! real one, as brclient's `clientrpc` server behaves (the messages, with the facts
+//! they carry, are in `brmcp-clientrpc/proto/clientrpc.proto`):
 //!
 //! * **TLS**: brclient-shaped certificates written to the node's directory (an Ed25519
 //!   self-signed `CA:TRUE` server cert, a client CA and a client cert signed by it;
@@ -61,8 +62,8 @@
 //! # }
 //! ```
 //!
-//! Known differences from brclient: only the methods clientrpc.md §6.2 lists exist,
-//! plus `MediateKX` (`GCService.*` and friends answer "unknown method"); a mediation
+//! Known differences from brclient: only the methods of `clientrpc.proto`'s services
+//! exist (`GCService.*` and friends answer "unknown method"); a mediation
 //! completes at once or never (it is not queued for an offline mediator); there is no POST transport;
 //! the PM size estimate does not compress (it is exact for incompressible text and
 //! pessimistic otherwise); protojson error texts carry no `(line:col)`; replay logs
@@ -71,11 +72,12 @@
 //! ([`DevnetConfig::tip_warmup`]).
 
 mod certs;
+mod codec;
 mod config;
+mod envelope;
 mod hooks;
 mod node;
 mod persist;
-mod protojson;
 mod relay;
 mod rpc;
 mod server;
@@ -162,14 +164,9 @@ impl Default for DevnetConfig {
     }
 }
 
-/// Credentials for a node's basic-auth mode (brclient `rpcauthmode = basic`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BasicAuth {
-    /// `rpcuser`.
-    pub user: String,
-    /// `rpcpass`.
-    pub pass: String,
-}
+/// Credentials for a node's basic-auth mode (brclient `rpcauthmode = basic`): the
+/// client's own type.
+pub use brmcp_clientrpc::BasicAuth;
 
 /// How to create a node.
 #[derive(Debug, Clone)]

@@ -18,50 +18,16 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use brmcp_clientrpc::proto::{self, RmPrivateMessage};
 use tokio::sync::{mpsc, watch};
 
-use super::protojson::{Obj, notification_line};
+use super::codec::encode;
+use super::envelope::notification_line;
+
+pub use brmcp_clientrpc::StreamKind;
 
 /// How many received requests a node keeps for inspection (the oldest are dropped).
 pub(crate) const REQUEST_LOG_LIMIT: usize = 4096;
-
-/// A stream type with its own replay log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum StreamKind {
-    /// `ChatService.PMStream`: `ReceivedPM`.
-    Pm,
-    /// `PaymentsService.TipProgress`: `TipProgressEvent`, on the payer.
-    TipProgress,
-    /// `PaymentsService.TipStream`: `ReceivedTip`, on the payee.
-    TipReceived,
-    /// `ChatService.KXStream`: `KXCompleted`.
-    Kx,
-}
-
-impl StreamKind {
-    /// Every kind, in log-index order.
-    pub const ALL: [Self; 4] = [Self::Pm, Self::TipProgress, Self::TipReceived, Self::Kx];
-
-    /// brclient's replay log file prefix for this kind (`pm`, `tipprogress`, ...).
-    pub const fn prefix(self) -> &'static str {
-        match self {
-            Self::Pm => "pm",
-            Self::TipProgress => "tipprogress",
-            Self::TipReceived => "tipstream",
-            Self::Kx => "kx",
-        }
-    }
-
-    pub(crate) const fn index(self) -> usize {
-        match self {
-            Self::Pm => 0,
-            Self::TipProgress => 1,
-            Self::TipReceived => 2,
-            Self::Kx => 3,
-        }
-    }
-}
 
 /// One entry of a node's replay log, for inspection.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,17 +70,6 @@ pub(crate) enum Event {
     },
 }
 
-/// `MessageMode` names by number.
-pub(crate) const MESSAGE_MODES: &[(&str, i32)] =
-    &[("MESSAGE_MODE_NORMAL", 0), ("MESSAGE_MODE_ME", 1)];
-
-fn mode_name(mode: i32) -> String {
-    MESSAGE_MODES
-        .iter()
-        .find(|(_, n)| *n == mode)
-        .map_or_else(|| mode.to_string(), |(name, _)| (*name).to_owned())
-}
-
 impl Event {
     /// The protojson params, with `sequence_id` set (0 leaves it out, as when stored).
     pub(crate) fn encode(&self, seq: u64) -> String {
@@ -125,19 +80,16 @@ impl Event {
                 message,
                 mode,
                 timestamp_ms,
-            } => {
-                let msg = Obj::new()
-                    .str("message", message)
-                    .enumeration("mode", &mode_name(*mode), *mode)
-                    .finish();
-                Obj::new()
-                    .bytes("uid", uid)
-                    .str("nick", nick)
-                    .msg("msg", &msg)
-                    .i64("timestampMs", *timestamp_ms)
-                    .u64("sequenceId", seq)
-                    .finish()
-            }
+            } => encode(&proto::ReceivedPm {
+                uid: uid.to_vec(),
+                nick: nick.clone(),
+                msg: Some(RmPrivateMessage {
+                    message: message.clone(),
+                    mode: *mode,
+                }),
+                timestamp_ms: *timestamp_ms,
+                sequence_id: seq,
+            }),
             Self::TipProgress {
                 uid,
                 nick,
@@ -146,26 +98,27 @@ impl Event {
                 attempt,
                 attempt_err,
                 will_retry,
-            } => Obj::new()
-                .u64("sequenceId", seq)
-                .bytes("uid", uid)
-                .str("nick", nick)
-                .i64("amountMatoms", *amount_matoms)
-                .bool("completed", *completed)
-                .i32("attempt", *attempt)
-                .str("attemptErr", attempt_err)
-                .bool("willRetry", *will_retry)
-                .finish(),
-            Self::TipReceived { uid, amount_matoms } => Obj::new()
-                .bytes("uid", uid)
-                .i64("amountMatoms", *amount_matoms)
-                .u64("sequenceId", seq)
-                .finish(),
-            Self::Kx { uid, nick } => Obj::new()
-                .u64("sequenceId", seq)
-                .bytes("uid", uid)
-                .str("nick", nick)
-                .finish(),
+            } => encode(&proto::TipProgressEvent {
+                sequence_id: seq,
+                uid: uid.to_vec(),
+                nick: nick.clone(),
+                amount_matoms: *amount_matoms,
+                completed: *completed,
+                attempt: *attempt,
+                attempt_err: attempt_err.clone(),
+                will_retry: *will_retry,
+            }),
+            Self::TipReceived { uid, amount_matoms } => encode(&proto::ReceivedTip {
+                uid: uid.to_vec(),
+                amount_matoms: *amount_matoms,
+                sequence_id: seq,
+            }),
+            Self::Kx { uid, nick } => encode(&proto::KxCompleted {
+                sequence_id: seq,
+                uid: uid.to_vec(),
+                nick: nick.clone(),
+                initial_rendezvous: Vec::new(),
+            }),
         }
     }
 }

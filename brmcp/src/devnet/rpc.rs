@@ -4,32 +4,33 @@
 //!   way Go's `readLoop` does: a decode error or `jsonrpc` other than `"2.0"` closes
 //!   the connection; id + method is a request; anything else is logged and ignored.
 //! * [`handle_request`] strips the stream suffix with `(\w+\.\w+)\[(\d+)\]`, routes
-//!   `Service.Method` (unknown service or method: -32603), decodes params with
-//!   protojson (-32602 "unable to decode params: ..."), applies injected faults, then
+//!   `Service.Method` (unknown service or method: -32603), decodes params into the
+//!   method's generated message as protojson (-32602 "unable to decode params: ...",
+//!   with the text Go's protojson gives), applies injected faults, then
 //!   runs a unary handler (reply: its result, or -32603 with its error text) or a
 //!   stream (no reply; items are notifications carrying the suffixed method).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use brmcp_clientrpc::proto;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
 use super::Net;
-use super::node::{MESSAGE_MODES, StreamKind, Sub};
-use super::protojson::{
-    Decoded, Field, Kind, Obj, decode, error_line, field, go_reencode, notification_line,
-    response_line,
-};
+use super::codec::{decode, encode};
+use super::envelope::{error_line, go_reencode, json_string, notification_line, response_line};
+use super::node::{StreamKind, Sub};
 use super::relay;
 
 /// JSON-RPC "internal error": every handler error, and unknown service or method.
-pub(crate) use brmcp_adapters::clientrpc::proto::code::INTERNAL_ERROR as ERR_INTERNAL;
+pub(crate) use brmcp_clientrpc::proto::code::INTERNAL_ERROR as ERR_INTERNAL;
 /// JSON-RPC "invalid params": protojson refused the params.
-pub(crate) use brmcp_adapters::clientrpc::proto::code::INVALID_PARAMS as ERR_INVALID_PARAMS;
+pub(crate) use brmcp_clientrpc::proto::code::INVALID_PARAMS as ERR_INVALID_PARAMS;
 
-/// Requests in flight per connection, streams included (Go `maxConcurrentRequests`).
-pub(crate) const MAX_IN_FLIGHT: usize = 16;
+/// Requests in flight per connection, streams included (Go `maxConcurrentRequests`):
+/// the bound the client keeps to.
+pub(crate) use brmcp_clientrpc::MAX_IN_FLIGHT;
 
 /// The services brclient binds; a method of one of these that the devnet does not
 /// implement is an "unknown method", any other service an "unknown service".
@@ -165,72 +166,80 @@ pub(crate) enum Method {
     AckTipReceived,
 }
 
-const NONE: &[Field] = &[];
-const ACK: &[Field] = &[field("sequence_id", "sequenceId", Kind::U64)];
-const STREAM: &[Field] = &[field("unacked_from", "unackedFrom", Kind::U64)];
-const KEEPALIVE: &[Field] = &[field("interval", "interval", Kind::I64)];
-const USER_NICK: &[Field] = &[
-    field("uid", "uid", Kind::Bytes),
-    field("hex_uid", "hexUid", Kind::Str),
-];
-const RM_PRIVATE_MESSAGE: &[Field] = &[
-    field("message", "message", Kind::Str),
-    field("mode", "mode", Kind::Enum(MESSAGE_MODES)),
-];
-const PM: &[Field] = &[
-    field("user", "user", Kind::Str),
-    field("msg", "msg", Kind::Msg(RM_PRIVATE_MESSAGE)),
-];
-const MEDIATE_KX: &[Field] = &[
-    field("mediator", "mediator", Kind::Str),
-    field("target", "target", Kind::Str),
-];
-const TIP_USER: &[Field] = &[
-    field("user", "user", Kind::Str),
-    field("dcr_amount", "dcrAmount", Kind::Double),
-    field("max_attempts", "maxAttempts", Kind::I32),
-];
+/// A request's params, decoded into its method's message.
+#[derive(Debug)]
+enum Params {
+    /// `VersionRequest`, `PublicIdentityReq`: no fields.
+    None,
+    Keepalive(proto::KeepaliveStreamRequest),
+    UserNick(proto::UserNickRequest),
+    Pm(proto::PmRequest),
+    /// A stream open's `unacked_from`.
+    Stream(u64),
+    /// An acknowledgement's `sequence_id`.
+    Ack(u64),
+    TipUser(proto::TipUserRequest),
+    MediateKx(proto::MediateKxRequest),
+}
 
 impl Method {
     /// Routes `Service.Method` like `ServersMap.SvcForMethod`.
     fn lookup(method: &str) -> Result<Self, &'static str> {
-        let Some((svc, name)) = method.split_once('.') else {
+        use brmcp_clientrpc::proto::method as m;
+        let Some((svc, _)) = method.split_once('.') else {
             return Err("method is not Service.Method");
         };
         if !SERVICES.contains(&svc) {
             return Err("unknown service");
         }
-        Ok(match (svc, name) {
-            ("VersionService", "Version") => Self::Version,
-            ("VersionService", "KeepaliveStream") => Self::Keepalive,
-            ("ChatService", "UserPublicIdentity") => Self::UserPublicIdentity,
-            ("ChatService", "UserNick") => Self::UserNick,
-            ("ChatService", "PM") => Self::Pm,
-            ("ChatService", "PMStream") => Self::PmStream,
-            ("ChatService", "AckReceivedPM") => Self::AckPm,
-            ("ChatService", "KXStream") => Self::KxStream,
-            ("ChatService", "AckKXCompleted") => Self::AckKx,
-            ("ChatService", "MediateKX") => Self::MediateKx,
-            ("PaymentsService", "TipUser") => Self::TipUser,
-            ("PaymentsService", "TipProgress") => Self::TipProgress,
-            ("PaymentsService", "AckTipProgress") => Self::AckTipProgress,
-            ("PaymentsService", "TipStream") => Self::TipStream,
-            ("PaymentsService", "AckTipReceived") => Self::AckTipReceived,
+        Ok(match method {
+            m::VERSION => Self::Version,
+            m::KEEPALIVE_STREAM => Self::Keepalive,
+            m::USER_PUBLIC_IDENTITY => Self::UserPublicIdentity,
+            m::USER_NICK => Self::UserNick,
+            m::PM => Self::Pm,
+            m::PM_STREAM => Self::PmStream,
+            m::ACK_RECEIVED_PM => Self::AckPm,
+            m::KX_STREAM => Self::KxStream,
+            m::ACK_KX_COMPLETED => Self::AckKx,
+            m::MEDIATE_KX => Self::MediateKx,
+            m::TIP_USER => Self::TipUser,
+            m::TIP_PROGRESS => Self::TipProgress,
+            m::ACK_TIP_PROGRESS => Self::AckTipProgress,
+            m::TIP_STREAM => Self::TipStream,
+            m::ACK_TIP_RECEIVED => Self::AckTipReceived,
             _ => return Err("unknown method"),
         })
     }
 
-    fn fields(self) -> &'static [Field] {
-        match self {
-            Self::Version | Self::UserPublicIdentity => NONE,
-            Self::Keepalive => KEEPALIVE,
-            Self::UserNick => USER_NICK,
-            Self::Pm => PM,
-            Self::PmStream | Self::KxStream | Self::TipProgress | Self::TipStream => STREAM,
-            Self::AckPm | Self::AckKx | Self::AckTipProgress | Self::AckTipReceived => ACK,
-            Self::TipUser => TIP_USER,
-            Self::MediateKx => MEDIATE_KX,
-        }
+    /// Decodes `params` into this method's request message.
+    fn decode(self, params: Option<&Value>) -> Result<Params, String> {
+        Ok(match self {
+            Self::Version => decode::<proto::VersionRequest>(params).map(|_| Params::None)?,
+            Self::UserPublicIdentity => {
+                decode::<proto::PublicIdentityReq>(params).map(|_| Params::None)?
+            }
+            Self::Keepalive => Params::Keepalive(decode(params)?),
+            Self::UserNick => Params::UserNick(decode(params)?),
+            Self::Pm => Params::Pm(decode(params)?),
+            Self::PmStream => {
+                Params::Stream(decode::<proto::PmStreamRequest>(params)?.unacked_from)
+            }
+            Self::KxStream => {
+                Params::Stream(decode::<proto::KxStreamRequest>(params)?.unacked_from)
+            }
+            Self::TipProgress => {
+                Params::Stream(decode::<proto::TipProgressRequest>(params)?.unacked_from)
+            }
+            Self::TipStream => {
+                Params::Stream(decode::<proto::TipStreamRequest>(params)?.unacked_from)
+            }
+            Self::AckPm | Self::AckKx | Self::AckTipProgress | Self::AckTipReceived => {
+                Params::Ack(decode::<proto::AckRequest>(params)?.sequence_id)
+            }
+            Self::TipUser => Params::TipUser(decode(params)?),
+            Self::MediateKx => Params::MediateKx(decode(params)?),
+        })
     }
 
     /// The replay log behind a stream or an ack.
@@ -277,7 +286,7 @@ pub(crate) async fn handle_request(
         Ok(m) => m,
         Err(e) => return conn.send(error_line(&req.id_json, ERR_INTERNAL, e)),
     };
-    let params = match decode(method.fields(), req.params.as_ref()) {
+    let params = match method.decode(req.params.as_ref()) {
         Ok(p) => p,
         Err(e) => {
             let msg = format!("unable to decode params: {e}");
@@ -303,9 +312,9 @@ pub(crate) async fn handle_request(
     if let Some(text) = failure {
         return conn.send(error_line(&req.id_json, ERR_INTERNAL, &text));
     }
-    match method {
-        Method::Keepalive => keepalive(&net, &mut conn, &req.method, &params).await,
-        Method::PmStream | Method::KxStream | Method::TipProgress | Method::TipStream => {
+    match params {
+        Params::Keepalive(p) => keepalive(&net, &mut conn, &req.method, &p).await,
+        Params::Stream(unacked_from) => {
             let Some(kind) = method.kind() else { return };
             let sub = Sub {
                 conn: conn.id,
@@ -313,12 +322,12 @@ pub(crate) async fn handle_request(
                 method: req.method.clone(),
                 out: conn.out.clone(),
             };
-            net.lock().nodes[node].open_stream(params.u64("unacked_from"), sub);
+            net.lock().nodes[node].open_stream(unacked_from, sub);
             // A stream lives until its connection closes; no reply follows.
             conn.wait_closed().await;
         }
-        _ => {
-            let line = match unary(&net, node, method, &params).await {
+        params => {
+            let line = match unary(&net, node, method, params).await {
                 Ok(result) => response_line(&req.id_json, &result),
                 Err(text) => error_line(&req.id_json, ERR_INTERNAL, &text),
             };
@@ -328,8 +337,13 @@ pub(crate) async fn handle_request(
 }
 
 /// `VersionService.KeepaliveStream`: an event every max(interval, floor).
-async fn keepalive(net: &Net, conn: &mut ConnCtx, method: &str, params: &Decoded) {
-    let ms = u64::try_from(params.i64("interval")).unwrap_or(0);
+async fn keepalive(
+    net: &Net,
+    conn: &mut ConnCtx,
+    method: &str,
+    params: &proto::KeepaliveStreamRequest,
+) {
+    let ms = u64::try_from(params.interval).unwrap_or(0);
     let interval = Duration::from_millis(ms).max(net.cfg.keepalive_floor);
     loop {
         tokio::select! {
@@ -337,7 +351,7 @@ async fn keepalive(net: &Net, conn: &mut ConnCtx, method: &str, params: &Decoded
             () = conn.wait_closed() => return,
         }
         let ts = net.clock.now_ms().div_euclid(1000);
-        let event = Obj::new().i64("timestamp", ts).finish();
+        let event = encode(&proto::KeepaliveEvent { timestamp: ts });
         if conn.out.send(notification_line(method, &event)).is_err() {
             return;
         }
@@ -345,60 +359,59 @@ async fn keepalive(net: &Net, conn: &mut ConnCtx, method: &str, params: &Decoded
 }
 
 /// Runs a unary method: its protojson result, or brclient's error text.
-async fn unary(net: &Arc<Net>, node: usize, method: Method, p: &Decoded) -> Result<String, String> {
-    match method {
-        Method::Version => {
+async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result<String, String> {
+    match (method, p) {
+        (Method::Version, _) => {
             let app_name = net.lock().nodes[node].app_name;
-            Ok(Obj::new()
-                .str(
-                    "appVersion",
-                    concat!("brmcp-devnet ", env!("CARGO_PKG_VERSION")),
-                )
-                .str("goRuntime", "devnet")
-                .str("appName", app_name)
-                .finish())
+            Ok(encode(&proto::VersionResponse {
+                app_version: concat!("brmcp-devnet ", env!("CARGO_PKG_VERSION")).to_owned(),
+                go_runtime: "devnet".to_owned(),
+                app_name: app_name.to_owned(),
+            }))
         }
-        Method::UserPublicIdentity => {
+        (Method::UserPublicIdentity, _) => {
             let st = net.lock();
             let n = &st.nodes[node];
-            Ok(Obj::new()
-                .str("name", &n.nick)
-                .str("nick", &n.nick)
-                .bytes("sigKey", &n.sig_key)
-                .bytes("identity", &n.uid)
-                .finish())
+            Ok(encode(&proto::PublicIdentity {
+                name: n.nick.clone(),
+                nick: n.nick.clone(),
+                sig_key: n.sig_key.to_vec(),
+                identity: n.uid.to_vec(),
+                ..proto::PublicIdentity::default()
+            }))
         }
-        Method::UserNick => {
-            let uid: [u8; 32] = if p.str("hex_uid").is_empty() {
-                let raw = p.bytes("uid");
-                raw.try_into()
-                    .map_err(|_| format!("invalid user id length {}", raw.len()))?
+        (Method::UserNick, Params::UserNick(p)) => {
+            let uid: [u8; 32] = if p.hex_uid.is_empty() {
+                p.uid
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| format!("invalid user id length {}", p.uid.len()))?
             } else {
                 let mut uid = [0u8; 32];
-                hex::decode_to_slice(p.str("hex_uid"), &mut uid)
+                hex::decode_to_slice(&p.hex_uid, &mut uid)
                     .map_err(|e| format!("encoding/hex: {e}"))?;
                 uid
             };
             let st = net.lock();
             st.nodes[node]
                 .contact(&uid)
-                .map(|c| Obj::new().str("nick", &c.nick).finish())
+                .map(|c| {
+                    encode(&proto::UserNickResponse {
+                        nick: c.nick.clone(),
+                    })
+                })
                 .ok_or_else(|| format!("user {} not found", hex::encode(uid)))
         }
-        Method::Pm => pm(net, node, p).await,
-        Method::TipUser => tip_user(net, node, p).await,
-        Method::MediateKx => mediate_kx(net, node, p),
-        Method::AckPm | Method::AckKx | Method::AckTipProgress | Method::AckTipReceived => {
+        (Method::Pm, Params::Pm(p)) => pm(net, node, p).await,
+        (Method::TipUser, Params::TipUser(p)) => tip_user(net, node, &p).await,
+        (Method::MediateKx, Params::MediateKx(p)) => mediate_kx(net, node, &p),
+        (_, Params::Ack(sequence_id)) => {
             if let Some(kind) = method.kind() {
-                net.lock().nodes[node].logs[kind.index()].ack(p.u64("sequence_id"));
+                net.lock().nodes[node].logs[kind.index()].ack(sequence_id);
             }
-            Ok("{}".to_owned())
+            Ok(encode(&proto::AckResponse {}))
         }
-        Method::Keepalive
-        | Method::PmStream
-        | Method::KxStream
-        | Method::TipProgress
-        | Method::TipStream => Err("unknown method".to_owned()),
+        _ => Err("unknown method".to_owned()),
     }
 }
 
@@ -409,14 +422,14 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: &Decoded) -> Resu
 /// `KXCompleted` on both sides, when the mediator is a node that knows the target
 /// and both are online; otherwise it never does (the devnet does not queue
 /// mediations), as a request a mediator ignores.
-fn mediate_kx(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> {
+fn mediate_kx(net: &Arc<Net>, node: usize, p: &proto::MediateKxRequest) -> Result<String, String> {
     let mut st = net.lock();
     let mediator = st.nodes[node]
-        .resolve(p.str("mediator"))
-        .ok_or_else(|| format!("user {} not found", p.str("mediator")))?
+        .resolve(&p.mediator)
+        .ok_or_else(|| format!("user {} not found", p.mediator))?
         .uid;
     let mut target = [0u8; 32];
-    hex::decode_to_slice(p.str("target"), &mut target)
+    hex::decode_to_slice(&p.target, &mut target)
         .map_err(|e| format!("invalid target: encoding/hex: {e}"))?;
     if st.nodes[node].contact(&target).is_some() {
         return Err(format!(
@@ -433,7 +446,7 @@ fn mediate_kx(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String
     {
         st.kx(node, t, true);
     }
-    Ok("{}".to_owned())
+    Ok(encode(&proto::MediateKxResponse {}))
 }
 
 /// Per-PM bytes besides the text in brclient's signed RM blob (header and payload
@@ -441,23 +454,23 @@ fn mediate_kx(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String
 const RM_OVERHEAD: u64 = 128;
 
 /// `ChatService.PM`.
-async fn pm(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> {
-    let Some(msg) = p.msg("msg") else {
+async fn pm(net: &Arc<Net>, node: usize, p: proto::PmRequest) -> Result<String, String> {
+    let Some(msg) = p.msg else {
         return Err("msg is nil".to_owned());
     };
-    let text = msg.str("message");
+    let text = msg.message;
     if text.is_empty() {
         return Err("msg is empty".to_owned());
     }
     let to = {
         let st = net.lock();
         let contact = st.nodes[node]
-            .resolve(p.str("user"))
-            .ok_or_else(|| format!("user {} not found", p.str("user")))?;
+            .resolve(&p.user)
+            .ok_or_else(|| format!("user {} not found", p.user))?;
         contact.uid
     };
     // Uncompressed: exact for incompressible text, pessimistic for prose.
-    let escaped = super::protojson::json_string(text).len() as u64;
+    let escaped = json_string(&text).len() as u64;
     let estimate = (escaped + RM_OVERHEAD).div_ceil(3) * 4 + 512;
     let max = net.cfg.max_msg_size;
     if estimate > max {
@@ -466,21 +479,25 @@ async fn pm(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> 
              message size {estimate} > {max}: RM is too large"
         ));
     }
-    relay::send_pm(net, node, to, text.to_owned()).await;
-    Ok("{}".to_owned())
+    relay::send_pm(net, node, to, text).await;
+    Ok(encode(&proto::PmResponse {}))
 }
 
 /// `PaymentsService.TipUser`, in the order brclient checks: user, gating, amount,
 /// attempts, start-up wait, amount conversion. Replies once the tip is scheduled.
-async fn tip_user(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, String> {
-    let dcr = p.f64("dcr_amount");
-    let max_attempts = p.i32("max_attempts");
+async fn tip_user(
+    net: &Arc<Net>,
+    node: usize,
+    p: &proto::TipUserRequest,
+) -> Result<String, String> {
+    let dcr = p.dcr_amount;
+    let max_attempts = p.max_attempts;
     let (payee, gate, started) = {
         let st = net.lock();
         let n = &st.nodes[node];
         let c = n
-            .resolve(p.str("user"))
-            .ok_or_else(|| format!("user {} not found", p.str("user")))?;
+            .resolve(&p.user)
+            .ok_or_else(|| format!("user {} not found", p.user))?;
         (c.uid, n.tip_gate, n.started_at)
     };
     if !gate.allow {
@@ -514,7 +531,7 @@ async fn tip_user(net: &Arc<Net>, node: usize, p: &Decoded) -> Result<String, St
         matoms,
         max_attempts,
     ));
-    Ok("{}".to_owned())
+    Ok(encode(&proto::TipUserResponse {}))
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::ACK_FLUSH_WAIT;
 use brmcp_adapters::{PeerId, PmSender, Router, RouterConfig};
+use brmcp_clientrpc::ACK_FLUSH_WAIT;
 use tokio::sync::watch;
 
 use super::client::{CLIENT_VERSION, Payer};

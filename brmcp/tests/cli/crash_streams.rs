@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use brmcp::adapters::PeerId;
-use brmcp::adapters::clientrpc::proto::method;
+use brmcp::clientrpc::proto::method;
 use sha2::{Digest, Sha256};
 
 use crate::fake::{

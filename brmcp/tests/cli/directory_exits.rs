@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use brmcp::adapters::clientrpc::proto::ReceivedTip;
-use brmcp::adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipOutcome};
 use brmcp::adapters::{BoxError, PeerId, Router, RouterConfig};
+use brmcp::clientrpc::ReceivedTip;
+use brmcp::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipOutcome};
 use brmcp::devnet::{Devnet, NodeInfo, NodeSpec, StreamKind};
 use brmcp::directory::{Outcome, STOP_WITHIN, SpendState, State, Store};
 use brmcp::server::{CallState, Harness, NoArgs, Tip, ToolSpec};

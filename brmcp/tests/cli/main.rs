@@ -9,7 +9,7 @@ mod directory;
 mod directory_exits;
 mod doctor;
 /// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
-#[path = "../../../brmcp-adapters/tests/clientrpc/common/mod.rs"]
+#[path = "../../../brmcp-clientrpc/tests/clientrpc/common/mod.rs"]
 mod fake;
 mod files;
 mod held_approvals;

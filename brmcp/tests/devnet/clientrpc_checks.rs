@@ -1,16 +1,16 @@
 //! The twelve end-to-end checks of clientrpc.md §6.5: the real clientrpc client
-//! (`brmcp_adapters::clientrpc`) against the devnet, each node reached through the
+//! (`brmcp_clientrpc`) against the devnet, each node reached through the
 //! config file the devnet writes for it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, start, start_specs};
-use brmcp::adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp::adapters::clientrpc::{
+use brmcp::adapters::{BoxError, PeerId};
+use brmcp::clientrpc::{
     BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
 };
-use brmcp::adapters::{BoxError, PeerId};
+use brmcp::clientrpc::{ReceivedPm, ReceivedTip};
 use brmcp::devnet::{CertMode, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
 use brmcp::journal::{Inbox, JournalHandler};
 use serde_json::json;

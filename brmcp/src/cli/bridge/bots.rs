@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use brmcp_adapters::PeerId;
-use brmcp_adapters::clientrpc::ACK_FLUSH_WAIT;
+use brmcp_clientrpc::ACK_FLUSH_WAIT;
 
 use super::{BotsAction, BridgeArgs, load, rpc_config, save, start_bridge};
 use crate::bridge::{BotChange, ListedBot, NamedBot, SETTINGS_FILE, Settings, SettingsError};

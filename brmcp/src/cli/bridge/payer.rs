@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, proto::TipProgressEvent};
 use brmcp_adapters::{BoxError, PeerId};
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, TipProgressEvent};
 use tokio::sync::broadcast;
 
 use crate::bridge::{

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use brmcp_adapters::clientrpc::ClientRpcHost;
+use brmcp_clientrpc::ClientRpcHost;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
@@ -180,10 +180,7 @@ impl StdioUpstream<'_> {
             owned.bridge.close().await;
             owned.publisher.stop().await;
             // What was recorded is cleared on the client, not left for the next consumer.
-            owned
-                .host
-                .flush_acks(brmcp_adapters::clientrpc::ACK_FLUSH_WAIT)
-                .await;
+            owned.host.flush_acks(brmcp_clientrpc::ACK_FLUSH_WAIT).await;
             owned.host.close();
         }
     }

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::{ACK_FLUSH_WAIT, Streams};
 use brmcp_adapters::{PeerId, Router, RouterConfig};
+use brmcp_clientrpc::{ACK_FLUSH_WAIT, Streams};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ElicitationAction, Implementation,

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::proto::ReceivedTip;
-use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
 use brmcp_adapters::{BoxError, PeerId, RouterConfig};
+use brmcp_clientrpc::ReceivedTip;
+use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
 use serde_json::json;
 use tokio::sync::Notify;
 

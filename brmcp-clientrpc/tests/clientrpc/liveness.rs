@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common::{Certs, Fake, FakeOptions, Reply, default_reply, eventually};
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams};
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams};
 
 const WAIT: Duration = Duration::from_secs(5);
 

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use crate::common::{Fake, KX_STREAM, Reply, assert_before, b64, default_reply, eventually, uid};
 use brmcp_adapters::BoxError;
-use brmcp_adapters::clientrpc::proto::KxCompleted;
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams};
+use brmcp_clientrpc::KxCompleted;
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(5);
 const ACK: &str = "ChatService.AckKXCompleted";
 
-/// A `KXCompleted` as brclient writes it (clientrpc.md §2.2): the rendezvous point is
+/// A `KXCompleted` as brclient writes it (`proto/clientrpc.proto`): the rendezvous point is
 /// 32 bytes, base64.
 fn kx_params(with: u8, nick: &str) -> serde_json::Value {
     json!({

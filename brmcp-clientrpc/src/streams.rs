@@ -56,6 +56,16 @@ impl StreamKind {
     /// Every kind.
     pub const ALL: [Self; 4] = [Self::Pm, Self::TipProgress, Self::TipReceived, Self::Kx];
 
+    /// The kind's position in [`ALL`](Self::ALL): an index for per-kind tables.
+    pub const fn index(self) -> usize {
+        match self {
+            Self::Pm => 0,
+            Self::TipProgress => 1,
+            Self::TipReceived => 2,
+            Self::Kx => 3,
+        }
+    }
+
     /// The stream's method, without suffix.
     pub const fn method(self) -> &'static str {
         match self {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::common::Fake;
-use brmcp_adapters::clientrpc::{
+use brmcp_clientrpc::{
     BasicAuth, BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams,
 };
 

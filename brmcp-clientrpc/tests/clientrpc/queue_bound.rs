@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{Fake, PM_STREAM, eventually, uid};
-use brmcp_adapters::clientrpc::proto::ReceivedPm;
-use brmcp_adapters::clientrpc::{ClientRpcHost, MAX_QUEUED_PER_STREAM, Streams};
+use brmcp_clientrpc::ReceivedPm;
+use brmcp_clientrpc::{ClientRpcHost, MAX_QUEUED_PER_STREAM, Streams};
 use tokio::sync::watch;
 
 const WAIT: Duration = Duration::from_secs(30);

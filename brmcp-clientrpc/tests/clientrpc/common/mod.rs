@@ -1,14 +1,15 @@
 //! A minimal fake clientrpc server for the clientrpc host's tests, and certificates in
 //! the shapes brclient and brclientd generate.
 //!
-//! The fake speaks the wire as clientrpc.md describes it: TLS with a required client
+//! The fake speaks the wire as brclient's `clientrpc` server does (see
+//! `proto/clientrpc.proto`): TLS with a required client
 //! certificate (unless told otherwise), `/ws`, optional basic auth checked before the
 //! upgrade, binary frames of JSON plus `\n`, decimal stream suffixes, replay logs per
 //! stream with cumulative acks and `unackedFrom`, ids per stream type above 2^32 growing by a
 //! non-constant step. It records every request for assertions and can push items,
 //! delay or fail answers, drop or stall connections, and refuse connections.
 //!
-//! Faults brclient really produces (clientrpc.md §3.3, §3.4, §1.6): items stored in
+//! Faults brclient really produces (its replay logs and stream handlers): items stored in
 //! id order but sent live out of order ([`Fake::push_held`], [`Fake::release`]),
 //! replays of everything not cleared on every stream open, ids starting over once the
 //! logs are removed ([`Fake::reset_logs`]), and a stream open answered at once with an

@@ -44,10 +44,10 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use super::config::{ClientRpcConfig, Endpoint};
 use super::error::ClientRpcError;
 use super::lock;
-use super::proto::{ErrorObject, Incoming, Request, StreamRequest};
+use super::proto::{ErrorObject, Incoming, Request};
 use super::streams::{NotQueued, StreamSink};
 use super::tls;
-use crate::clock::sleep_until_opt;
+use crate::sleep_until_opt;
 
 /// The websocket over TLS over TCP.
 pub(crate) type Ws = WebSocketStream<TlsStream<TcpStream>>;
@@ -282,10 +282,10 @@ impl Conn {
     /// response comes while the stream lives; the receiver returned gets the reason
     /// when the server ends the stream (or refuses it), and is dropped when the
     /// connection closes.
-    pub(crate) async fn open_stream(
+    pub(crate) async fn open_stream<P: Serialize>(
         &self,
         method: &str,
-        params: &StreamRequest,
+        params: &P,
         sink: StreamSink,
     ) -> Result<oneshot::Receiver<String>, CallError> {
         let permit = self.permit().await?;

@@ -1,9 +1,9 @@
 //! The Bison Relay host for a running brclient or brclientd: a native client of its
 //! `clientrpc` interface (JSON-RPC over a TLS websocket at `wss://host:port/ws`).
 //!
-//! - [`ClientRpcHost`] implements [`PmSender`](crate::PmSender) with `ChatService.PM`
+//! - [`ClientRpcHost`] implements [`PmSender`](brmcp_adapters::PmSender) with `ChatService.PM`
 //!   (PMs to one peer leave one at a time, in order), hands every PM received to a
-//!   [`PmHandler`] ([`Router`](crate::Router) is one), every tip received to a
+//!   [`PmHandler`] ([`Router`](brmcp_adapters::Router) is one), every tip received to a
 //!   [`TipHandler`], and pays tips ([`ClientRpcHost::tip`]), matching each to its
 //!   terminal TipProgress event. It asks a contact to mediate a key exchange
 //!   ([`ClientRpcHost::mediate_kx`]) and hands every completed one to a [`KxHandler`].
@@ -15,7 +15,9 @@
 //!   pinned by DER equality (brclient's is a self-signed CA-flagged Ed25519
 //!   certificate that stock verifiers refuse); a chain to a configured CA is accepted
 //!   too (brclientd).
-//! - [`proto`]: the messages, with protojson's encoding rules.
+//! - [`proto`]: the messages, generated from `proto/clientrpc.proto`, and their
+//!   protojson form; the handlers get stream items with their user id checked
+//!   ([`ReceivedPm`], [`ReceivedTip`], [`TipProgressEvent`], [`KxCompleted`]).
 //!
 //! The connection: one reader task reads without pause and demultiplexes responses by
 //! id and stream items by method; one writer task sends. At most [`MAX_IN_FLIGHT`]
@@ -35,10 +37,13 @@
 //!
 //! Crypto: rustls with the ring provider.
 
+#![doc(test(attr(deny(warnings))))]
+
 mod config;
 mod conn;
 mod error;
 mod host;
+mod items;
 pub mod proto;
 mod streams;
 mod tls;
@@ -55,6 +60,21 @@ pub use host::{
     ClientRpcHost, HostStatus, KxHandler, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler,
     TipOutcome, TipResultHandler,
 };
+pub use items::{BadUid, KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
 pub use streams::{MAX_QUEUED_PER_STREAM, StreamKind};
 
-use crate::lock;
+/// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
+/// data half-updated.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sleeps until `at`; never wakes for `None` (a timer that is not set).
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

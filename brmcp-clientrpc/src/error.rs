@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::error::BoxError;
+use brmcp_adapters::BoxError;
 
 /// Why a clientrpc operation failed.
 ///

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use prost_reflect::ReflectMessage;
+use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -14,20 +14,22 @@ use tokio::time::Instant;
 use super::config::ClientRpcConfig;
 use super::conn::{self, CallError, Conn, until_true};
 use super::error::ClientRpcError;
+use super::items::{KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
 use super::lock;
 use super::proto::{
-    AckRequest, Empty, KxCompleted, MediateKxRequest, PmRequest, PublicIdentity, ReceivedPm,
-    ReceivedTip, RmPrivateMessage, StreamRequest, TipProgressEvent, TipUserRequest,
+    self, AckRequest, AckResponse, KxStreamRequest, MediateKxRequest, MediateKxResponse, PmRequest,
+    PmResponse, PmStreamRequest, PublicIdentity, PublicIdentityReq, RmPrivateMessage,
+    TipProgressRequest, TipStreamRequest, TipUserRequest, TipUserResponse, Unknown, VersionRequest,
     VersionResponse, method,
 };
 use super::streams::{
     AckWindow, Delivery, StreamEntry, StreamKind, StreamQueue, StreamRuntime, StreamSink,
     stream_queue,
 };
-use crate::clock::sleep_until_opt;
-use crate::error::BoxError;
-use crate::host::PmSender;
-use crate::peer::PeerId;
+use crate::sleep_until_opt;
+use brmcp_adapters::BoxError;
+use brmcp_adapters::PeerId;
+use brmcp_adapters::PmSender;
 
 mod handlers;
 mod run;
@@ -111,7 +113,7 @@ struct Inner {
 /// backoff and reopening its streams, until [`close`](Self::close).
 ///
 /// ```no_run
-/// use brmcp_adapters::clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
+/// use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
 /// use brmcp_adapters::{Router, RouterConfig};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -317,7 +319,9 @@ impl ClientRpcHost {
     /// # Errors
     /// As [`call`](Self::call).
     pub async fn version(&self) -> Result<VersionResponse, ClientRpcError> {
-        self.inner.request(method::VERSION, &Empty {}).await
+        self.inner
+            .request(method::VERSION, &VersionRequest {})
+            .await
     }
 
     /// `ChatService.UserPublicIdentity`: this client's own identity.
@@ -326,7 +330,7 @@ impl ClientRpcHost {
     /// As [`call`](Self::call).
     pub async fn public_identity(&self) -> Result<PublicIdentity, ClientRpcError> {
         self.inner
-            .request(method::USER_PUBLIC_IDENTITY, &Empty {})
+            .request(method::USER_PUBLIC_IDENTITY, &PublicIdentityReq {})
             .await
     }
 
@@ -343,13 +347,13 @@ impl ClientRpcHost {
         let _turn = slot.lock.lock().await;
         let request = PmRequest {
             user: user.to_owned(),
-            msg: RmPrivateMessage {
+            msg: Some(RmPrivateMessage {
                 message: message.into(),
                 ..RmPrivateMessage::default()
-            },
+            }),
         };
         self.inner
-            .request::<_, Empty>(method::PM, &request)
+            .request::<_, PmResponse>(method::PM, &request)
             .await
             .map(drop)
     }
@@ -392,7 +396,7 @@ impl ClientRpcHost {
         };
         match tokio::time::timeout_at(
             deadline,
-            inner.request::<_, Empty>(method::TIP_USER, &request),
+            inner.request::<_, TipUserResponse>(method::TIP_USER, &request),
         )
         .await
         {
@@ -400,7 +404,7 @@ impl ClientRpcHost {
                 return Ok(TipOutcome::Unconfirmed);
             }
             Ok(Err(e)) => return Err(e),
-            Ok(Ok(Empty {})) => {}
+            Ok(Ok(TipUserResponse {})) => {}
         }
         match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(event)) if event.completed => Ok(TipOutcome::Paid {
@@ -428,7 +432,7 @@ impl ClientRpcHost {
             target: target.to_string(),
         };
         self.inner
-            .request::<_, Empty>(method::MEDIATE_KX, &request)
+            .request::<_, MediateKxResponse>(method::MEDIATE_KX, &request)
             .await
             .map(drop)
     }
@@ -558,13 +562,15 @@ impl Inner {
         }
     }
 
-    async fn request<P: Serialize + Sync, R: DeserializeOwned>(
+    async fn request<P: ReflectMessage, R: ReflectMessage + Default>(
         &self,
         method: &str,
         params: &P,
     ) -> Result<R, ClientRpcError> {
-        let value = self.request_value(method, params).await?;
-        serde_json::from_value(value)
+        let value = self
+            .request_value(method, &proto::protojson(params))
+            .await?;
+        proto::from_json(&value, Unknown::Ignore)
             .map_err(|e| ClientRpcError::Protocol(format!("{method} result: {e}")))
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{Certs, Fake, Reply, TIP_PROGRESS, default_reply, eventually, uid};
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipOutcome};
 use serde_json::json;
 use tokio::sync::Semaphore;
 

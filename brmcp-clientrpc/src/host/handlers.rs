@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use super::super::error::ClientRpcError;
-use super::super::proto::{KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
+use super::super::items::{KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
 #[cfg(doc)]
 use super::ClientRpcHost;
-use crate::error::BoxError;
-use crate::peer::PeerId;
-use crate::router::Router;
+use brmcp_adapters::BoxError;
+use brmcp_adapters::PeerId;
+use brmcp_adapters::Router;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -191,11 +191,11 @@ impl<H: TipResultHandler> DynResult for H {
 /// Which streams the host consumes and who records their items.
 ///
 /// ```no_run
-/// # use brmcp_adapters::clientrpc::Streams;
+/// # use brmcp_clientrpc::Streams;
 /// # fn f(router: brmcp_adapters::Router) {
 /// let streams = Streams::new()
 ///     .pms(router)
-///     .tips(|tip: brmcp_adapters::clientrpc::proto::ReceivedTip| async move {
+///     .tips(|tip: brmcp_clientrpc::ReceivedTip| async move {
 ///         println!("{} matoms from {}", tip.amount_matoms, tip.uid);
 ///         Ok(())
 ///     });

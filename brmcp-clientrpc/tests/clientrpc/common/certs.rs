@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use brmcp_adapters::clientrpc::ClientRpcConfig;
+use brmcp_clientrpc::ClientRpcConfig;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, PKCS_ED25519,

@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::common::{
     Fake, PM_STREAM, TIP_PROGRESS, TIP_STREAM, assert_before, eventually, seq_of, uid,
 };
-use brmcp_adapters::clientrpc::proto::{ReceivedPm, ReceivedTip};
-use brmcp_adapters::clientrpc::{ClientRpcHost, PmHandler, Streams};
 use brmcp_adapters::{BoxError, Router, RouterConfig};
+use brmcp_clientrpc::{ClientRpcHost, PmHandler, Streams};
+use brmcp_clientrpc::{ReceivedPm, ReceivedTip};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -44,7 +44,7 @@ async fn pm_is_decoded_recorded_then_acked() {
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().pms(handler)).await.unwrap();
 
-    // clientrpc.md §1.8's example item, as brclient writes it.
+    // An item as brclient writes it.
     let first = fake.push(
         PM_STREAM,
         json!({

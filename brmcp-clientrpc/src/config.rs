@@ -15,7 +15,8 @@ pub const DEFAULT_URL: &str = "wss://127.0.0.1:7676/ws";
 /// The server's bound on requests in flight per connection, open streams included.
 ///
 /// The 17th request blocks the server's read loop, which then stops answering pings
-/// and drops the connection (clientrpc.md §1.5). The client never exceeds it.
+/// and drops the connection (brclient's `clientrpc/jsonrpc` peer). The client never
+/// exceeds it.
 pub const MAX_IN_FLIGHT: usize = 16;
 
 /// First reconnect delay after a failure: 1 s, as the Go client.
@@ -54,7 +55,7 @@ pub const DEFAULT_TIP_MAX_ATTEMPTS: i32 = 3;
 /// Largest websocket message accepted from the server: 128 MiB.
 ///
 /// A relay on the larger size policy routes messages up to 18,874,370 bytes
-/// (clientrpc.md §3.1), and Go's JSON encoder can grow text up to six times (`\u003c`
+/// (bisonrelay's `rpc.MaxMsgSizeV1`), and Go's JSON encoder can grow text up to six times (`\u003c`
 /// for `<`), about 113 MB; the envelope adds little. A PM above the limit would fail
 /// the connection at every redelivery and wedge the stream for good, so the limit
 /// covers the largest PM any relay routes; the consumer then refuses (and
@@ -421,6 +422,55 @@ impl BotConfig {
         })
     }
 
+    /// A config for the server at `url` whose certificate is `server_cert_path`, with
+    /// nothing else set.
+    pub fn new(url: impl Into<String>, server_cert_path: impl Into<PathBuf>) -> Self {
+        Self {
+            url: url.into(),
+            server_cert_path: server_cert_path.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The file's text as the kit writes it: `key=value` lines in the kit's order
+    /// ([`KNOWN_KEYS`]), the URL as `brrpcurl`, keys without a value left out;
+    /// [`parse`](Self::parse) reads it back.
+    ///
+    /// # Errors
+    /// [`ClientRpcError::Config`] naming the key whose value holds a line break.
+    pub fn render(&self) -> Result<String, ClientRpcError> {
+        let path = |p: &Path| p.display().to_string();
+        let value = |key: &str| -> Option<String> {
+            match key {
+                "datadir" => self.datadir.as_deref().map(path),
+                "brrpcurl" => Some(self.url.clone()),
+                "rpcurl" => None,
+                "servercertpath" => Some(path(&self.server_cert_path)),
+                "clientcertpath" => self.client_cert_path.as_deref().map(path),
+                "clientkeypath" => self.client_key_path.as_deref().map(path),
+                "rpcuser" => Some(self.rpc_user.clone()),
+                "rpcpass" => Some(self.rpc_pass.clone()),
+                other => self.extra.get(other).cloned(),
+            }
+        };
+        let mut text = String::new();
+        for key in KNOWN_KEYS {
+            let Some(v) = value(key).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            if v.contains(['\n', '\r']) {
+                return Err(ClientRpcError::Config(format!(
+                    "{key}: a line break in {v:?}"
+                )));
+            }
+            text.push_str(key);
+            text.push('=');
+            text.push_str(&v);
+            text.push('\n');
+        }
+        Ok(text)
+    }
+
     /// Reads and parses a config file.
     ///
     /// # Errors
@@ -540,5 +590,41 @@ mod tests {
         assert!(Endpoint::parse("ws://127.0.0.1:7676/ws").is_err());
         assert!(Endpoint::parse("wss://:7676/ws").is_err());
         assert!(Endpoint::parse("wss://h:port/ws").is_err());
+    }
+
+    #[test]
+    fn a_rendered_config_is_in_kit_order_and_parses_back() {
+        let mut conf = BotConfig::new("wss://127.0.0.1:7676/ws", "/b/rpc.cert");
+        conf.datadir = Some(PathBuf::from("/b"));
+        conf.client_cert_path = Some(PathBuf::from("/b/rpc-client.cert"));
+        conf.client_key_path = Some(PathBuf::from("/b/rpc-client.key"));
+        conf.rpc_user = "u".into();
+        conf.rpc_pass = "p".into();
+        conf.extra.insert("maxlogfiles".into(), "5".into());
+        conf.extra.insert("debug".into(), "info".into());
+        let text = conf.render().unwrap();
+        let keys: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "datadir",
+                "brrpcurl",
+                "servercertpath",
+                "clientcertpath",
+                "clientkeypath",
+                "rpcuser",
+                "rpcpass",
+                "debug",
+                "maxlogfiles"
+            ]
+        );
+        assert_eq!(BotConfig::parse(&text).unwrap(), conf);
+        conf.rpc_pass = "a\nb".into();
+        let err = conf.render().unwrap_err().to_string();
+        assert!(err.contains("rpcpass"), "{err}");
     }
 }

@@ -124,12 +124,18 @@ async fn open(
 }
 
 async fn check_identity(conn: &Conn, check: IdentityCheck) -> Result<(), ClientRpcError> {
-    let value = match conn.call(method::USER_PUBLIC_IDENTITY, &Empty {}).await {
+    let value = match conn
+        .call(
+            method::USER_PUBLIC_IDENTITY,
+            &proto::protojson(&PublicIdentityReq {}),
+        )
+        .await
+    {
         Ok(value) => value,
         Err(CallError::Failed(e)) => return Err(e),
         Err(CallError::NotSent) => return Err(ClientRpcError::ConnectionLost),
     };
-    let me: PublicIdentity = serde_json::from_value(value)
+    let me: PublicIdentity = proto::from_json(&value, Unknown::Ignore)
         .map_err(|e| ClientRpcError::Protocol(format!("UserPublicIdentity result: {e}")))?;
     let Some(peer) = me.peer_id() else {
         return Err(ClientRpcError::Protocol(
@@ -157,14 +163,41 @@ async fn keep_stream(
     loop {
         // From 0, always: the server replays only what it has not cleared, and after
         // its ids were reset a later start would skip every new item.
-        let Ok(ended) = conn
-            .open_stream(
-                kind.method(),
-                &StreamRequest { unacked_from: 0 },
-                tx.clone(),
-            )
-            .await
-        else {
+        let opened = match kind {
+            StreamKind::Pm => {
+                conn.open_stream(
+                    kind.method(),
+                    &proto::protojson(&PmStreamRequest::default()),
+                    tx.clone(),
+                )
+                .await
+            }
+            StreamKind::TipReceived => {
+                conn.open_stream(
+                    kind.method(),
+                    &proto::protojson(&TipStreamRequest::default()),
+                    tx.clone(),
+                )
+                .await
+            }
+            StreamKind::TipProgress => {
+                conn.open_stream(
+                    kind.method(),
+                    &proto::protojson(&TipProgressRequest::default()),
+                    tx.clone(),
+                )
+                .await
+            }
+            StreamKind::Kx => {
+                conn.open_stream(
+                    kind.method(),
+                    &proto::protojson(&KxStreamRequest::default()),
+                    tx.clone(),
+                )
+                .await
+            }
+        };
+        let Ok(ended) = opened else {
             return;
         };
         let opened = Instant::now();
@@ -211,12 +244,14 @@ enum Item {
 }
 
 impl Item {
-    fn decode(kind: StreamKind, params: Value) -> Result<Self, serde_json::Error> {
+    /// Decodes one item, ignoring fields a newer server adds; an item whose user id is
+    /// not 32 bytes is refused.
+    fn decode(kind: StreamKind, params: &Value) -> Result<Self, serde_json::Error> {
         Ok(match kind {
-            StreamKind::Pm => Self::Pm(serde_json::from_value(params)?),
-            StreamKind::TipReceived => Self::Tip(serde_json::from_value(params)?),
-            StreamKind::TipProgress => Self::Progress(serde_json::from_value(params)?),
-            StreamKind::Kx => Self::Kx(serde_json::from_value(params)?),
+            StreamKind::Pm => Self::Pm(ReceivedPm::deserialize(params)?),
+            StreamKind::TipReceived => Self::Tip(ReceivedTip::deserialize(params)?),
+            StreamKind::TipProgress => Self::Progress(TipProgressEvent::deserialize(params)?),
+            StreamKind::Kx => Self::Kx(KxCompleted::deserialize(params)?),
         })
     }
 
@@ -247,7 +282,7 @@ pub(super) async fn consume(
     let mut ack_after: Option<Instant> = None;
     let mut ack_delay = inner.config.backoff_initial;
     let take = |queue: &mut VecDeque<(Item, Instant)>, rx: &StreamQueue, (params, at): Delivery| {
-        match Item::decode(kind, params) {
+        match Item::decode(kind, &params) {
             Ok(item) => {
                 lock(&runtime.window).received(item.sequence_id());
                 queue.push_back((item, at));
@@ -278,10 +313,10 @@ pub(super) async fn consume(
             && ack_after.is_none_or(|t| t <= now)
         {
             match inner
-                .request::<_, Empty>(kind.ack_method(), &AckRequest { sequence_id: id })
+                .request::<_, AckResponse>(kind.ack_method(), &AckRequest { sequence_id: id })
                 .await
             {
-                Ok(Empty {}) => {
+                Ok(AckResponse {}) => {
                     lock(&runtime.window).acked(id);
                     inner.stream_moved.send_modify(|n| *n += 1);
                     ack_after = None;

@@ -14,8 +14,8 @@ use crate::common::{
     eventually, uid,
 };
 use brmcp_adapters::BoxError;
-use brmcp_adapters::clientrpc::proto::{ReceivedTip, TipProgressEvent};
-use brmcp_adapters::clientrpc::{ClientRpcHost, Streams, TipHandler};
+use brmcp_clientrpc::{ClientRpcHost, Streams, TipHandler};
+use brmcp_clientrpc::{ReceivedTip, TipProgressEvent};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -174,7 +174,7 @@ async fn a_refused_stream_open_is_retried_alone_and_the_connection_stays() {
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().tips(tips.clone()).pms({
         let pms = pms.clone();
-        move |pm: brmcp_adapters::clientrpc::proto::ReceivedPm| {
+        move |pm: brmcp_clientrpc::ReceivedPm| {
             pms.lock().unwrap().push(pm.sequence_id);
             std::future::ready(Ok(()))
         }
@@ -301,7 +301,7 @@ async fn a_claimed_tip_outcome_is_acked_only_after_its_handler_recorded_it() {
     let terminal = fake.push_progress(&bob, 7000, true, false, 1, "");
     assert_eq!(
         tip.await.unwrap().unwrap(),
-        brmcp_adapters::clientrpc::TipOutcome::Paid { attempts: 1 },
+        brmcp_clientrpc::TipOutcome::Paid { attempts: 1 },
         "handed over to the waiting tip"
     );
     assert!(unclaimed.try_recv().is_err(), "claimed, not unclaimed");
@@ -334,7 +334,7 @@ async fn an_identity_refused_by_the_check_refuses_the_connection() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, brmcp_adapters::clientrpc::ClientRpcError::Identity(m) if m == "bound to another client"),
+        matches!(&e, brmcp_clientrpc::ClientRpcError::Identity(m) if m == "bound to another client"),
         "{e}"
     );
     // The fake's identity was asked for, and no stream was opened.
@@ -367,7 +367,7 @@ async fn a_pm_as_large_as_a_relay_routes_does_not_wedge_the_stream() {
     let host = ClientRpcHost::new(certs.config(&fake)).unwrap();
     host.connect(Streams::new().pms({
         let sizes = sizes.clone();
-        move |pm: brmcp_adapters::clientrpc::proto::ReceivedPm| {
+        move |pm: brmcp_clientrpc::ReceivedPm| {
             sizes.lock().unwrap().push(pm.msg.message.len());
             std::future::ready(Ok(()))
         }

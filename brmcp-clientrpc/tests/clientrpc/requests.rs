@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::common::{Certs, Fake, FakeOptions, Reply, default_reply, eventually, uid};
 use base64::Engine as _;
 use brmcp_adapters::PmSender;
-use brmcp_adapters::clientrpc::{ClientRpcError, ClientRpcHost, Streams};
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 

@@ -3,9 +3,7 @@
 //! its certificate; brclientd's CA-signed leaf is accepted by pin or by chain.
 
 use crate::common::{Certs, Fake, FakeOptions};
-use brmcp_adapters::clientrpc::{
-    ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams,
-};
+use brmcp_clientrpc::{ClientRpcConfig, ClientRpcError, ClientRpcHost, PemSource, Streams};
 
 fn streams() -> Streams {
     Streams::new()
@@ -131,4 +129,4 @@ async fn missing_files_and_half_client_pairs_fail_at_construction() {
     assert!(matches!(err, ClientRpcError::Config(_)), "{err:?}");
 }
 
-const DEFAULT: &str = brmcp_adapters::clientrpc::DEFAULT_URL;
+const DEFAULT: &str = brmcp_clientrpc::DEFAULT_URL;
