@@ -19,7 +19,6 @@
 //! typo meant to stop callers let them in at full rate). Uids match case-insensitively (the Go harness compared
 //! them as strings, so an upper-case entry never matched).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
@@ -296,19 +295,7 @@ impl ServeConfig {
             path: path.to_owned(),
             source,
         };
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let created = match options.open(path) {
-            Ok(mut file) => {
-                file.write_all(CONFIG_TEMPLATE.as_bytes()).map_err(io)?;
-                file.sync_all().map_err(io)?;
-                true
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-            Err(e) => return Err(io(e)),
-        };
+        let created = crate::secure_fs::write_new(path, CONFIG_TEMPLATE.as_bytes()).map_err(io)?;
         Ok((Self::load(path)?, created))
     }
 }

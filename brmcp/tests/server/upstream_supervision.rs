@@ -156,3 +156,24 @@ async fn a_missing_bearer_variable_is_a_clear_error() {
     );
     started.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_waits_for_each_upstream_to_come_up_or_fail_within_its_bound() {
+    let config = upstreams(json!([{"name": "dies", "command": "sh", "args": ["-c", "exit 3"]}]));
+    let failing = Upstreams::start(&config.upstreams, &DynamicTools::new(), None, None);
+    assert!(
+        failing.settled(Duration::from_secs(20)).await,
+        "a failed start settles"
+    );
+    assert_eq!(failing.status()[0].state, UpstreamState::Down);
+    failing.shutdown().await;
+
+    // A command that never answers the handshake is still starting when the wait ends.
+    let config = upstreams(json!([{"name": "mute", "command": "sleep", "args": ["30"]}]));
+    let mute = Upstreams::start(&config.upstreams, &DynamicTools::new(), None, None);
+    let started = std::time::Instant::now();
+    assert!(!mute.settled(Duration::from_millis(500)).await);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(mute.status()[0].state, UpstreamState::Starting);
+    mute.shutdown().await;
+}

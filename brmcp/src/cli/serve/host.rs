@@ -87,6 +87,11 @@ pub(crate) const PARK_IDLE_AFTER: Duration = Duration::from_secs(30);
 /// and tips (through the ledger), the data directory bound to the client; with
 /// upstreams in `config`, starts supervising them (their tools are served as they come
 /// up).
+/// The longest a starting server waits for its upstreams' first listing before it takes
+/// calls: long enough for a server started by `npx` or a container, short enough that a
+/// broken upstream does not keep the bot's other tools (and refunds' notices) away.
+const UPSTREAMS_SETTLE_WAIT: Duration = Duration::from_secs(30);
+
 pub(crate) async fn start_serving(
     datadir: &Path,
     config: &ServeConfig,
@@ -118,6 +123,14 @@ pub(crate) async fn start_serving(
         eprintln!(
             "refunded {} call(s) interrupted by the last stop",
             harness.refunded_at_open()
+        );
+    }
+    // Before any call is taken or an interrupted one is told to retry: the upstreams'
+    // tools listed, so a prompt retry finds them.
+    if !upstreams.settled(UPSTREAMS_SETTLE_WAIT).await {
+        eprintln!(
+            "serving before every upstream came up (waited {} s); its tools are served once it does",
+            UPSTREAMS_SETTLE_WAIT.as_secs()
         );
     }
     let router = harness.start(host.clone())?;

@@ -44,6 +44,9 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest error message kept in the status, in bytes.
 const MAX_ERROR_LEN: usize = 300;
 
+/// How often [`Upstreams::settled`] looks at the states.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+
 /// What an upstream is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -303,6 +306,27 @@ impl Upstreams {
             catalog: None,
             cancel: CancellationToken::new(),
             tasks: Vec::new(),
+        }
+    }
+
+    /// Waits until no upstream is still [`Starting`](UpstreamState::Starting) (each is up
+    /// with its tools served, or down with its tools answering so), for at most
+    /// `within`; whether all settled. A server waits on it before it takes calls, so a
+    /// caller told at start to retry an interrupted call finds the tool listed.
+    pub async fn settled(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self
+                .status()
+                .iter()
+                .all(|s| s.state != UpstreamState::Starting)
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
         }
     }
 
