@@ -12,9 +12,13 @@ async fn connect(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
     loop {
         match tokio::net::TcpStream::connect(addr).await {
             Ok(stream) => return stream,
+            // Refused while the listener restarts, or reset by the old one closing with
+            // the connection still in its queue.
             Err(e)
-                if e.kind() == std::io::ErrorKind::ConnectionRefused
-                    && tokio::time::Instant::now() < deadline =>
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
+                ) && tokio::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
