@@ -92,9 +92,16 @@ async fn an_agent_at_its_cap_is_refused_while_another_still_pays() {
         "{refused}"
     );
     for n in 0..3 {
-        fortune(&chat).await.unwrap_or_else(|e| panic!("chat {n}: {e}"));
+        fortune(&chat)
+            .await
+            .unwrap_or_else(|e| panic!("chat {n}: {e}"));
     }
-    assert!(fortune(&chat).await.unwrap_err().contains("agent \"chat\"'s daily cap"));
+    assert!(
+        fortune(&chat)
+            .await
+            .unwrap_err()
+            .contains("agent \"chat\"'s daily cap")
+    );
     let (entries, _) = env.bridge.spend_log().unwrap();
     let agents: Vec<&str> = entries.iter().map(|e| e.agent.as_str()).collect();
     assert_eq!(agents, ["ci", "chat", "chat", "chat"]);
@@ -150,7 +157,10 @@ async fn a_bot_outside_an_agents_list_is_refused_for_that_agent_only() {
         crate::common::INITIALIZE,
     )
     .await;
-    assert!(body.contains("is not one of agent \\\"narrow\\\"'s bots"), "{body}");
+    assert!(
+        body.contains("is not one of agent \\\"narrow\\\"'s bots"),
+        "{body}"
+    );
     let (status, _) = initialize(addr, &bot, CI_TOKEN).await;
     assert_eq!(status, 200, "another agent still reaches it");
     assert_eq!(env.payer.count(), 0);
@@ -164,7 +174,11 @@ async fn held_approvals_name_the_agent_and_a_removed_agent_is_refused_live() {
     let chat = agent(addr, &bot, CHAT_TOKEN).await;
     let call = tokio::spawn(async move { fortune(&chat).await });
     assert!(
-        eventually(Duration::from_secs(20), || !env.bridge.pending_payments().is_empty()).await,
+        eventually(Duration::from_secs(20), || !env
+            .bridge
+            .pending_payments()
+            .is_empty())
+        .await,
         "the payment waits for approval"
     );
     let held = env.bridge.pending_payments();
@@ -192,6 +206,9 @@ async fn the_file_keeps_only_the_hash_of_an_agents_token() {
     for token in [CI_TOKEN, CHAT_TOKEN, NARROW_TOKEN] {
         assert!(!written.contains(token), "{written}");
     }
-    assert!(written.contains(&brmcp::bridge::token_hash(CI_TOKEN)), "{written}");
+    assert!(
+        written.contains(&brmcp::bridge::token_hash(CI_TOKEN)),
+        "{written}"
+    );
     env.bridge.close().await;
 }

@@ -3,6 +3,7 @@
 //! clients (Python SDK, the conformance suite). One test binary for all of them.
 
 mod agents;
+mod allowed_ips;
 mod approval;
 mod approval_secret;
 mod autopay;
