@@ -1,5 +1,6 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
+mod agent_tokens;
 mod bridge_commands;
 mod bridge_restarts;
 mod call_lifetimes;
