@@ -18,6 +18,7 @@ mod operator;
 mod ops_status;
 mod processes;
 mod readme;
+mod remote_refusals;
 mod shared_bridge;
 mod upstream;
 mod wire;
