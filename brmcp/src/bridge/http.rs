@@ -63,7 +63,8 @@ use super::proxy::ProxyServer;
 use super::settings::Caller;
 use super::{BridgeError, Inner, Settings, lock};
 use access::{
-    allowed_hosts, authorize_user, authorized, caller_of, host_allowed, origin_allowed, token_key,
+    allowed_hosts, authorize_user, authorized, caller_of, host_allowed, not_the_agents_bot,
+    origin_allowed, token_key,
 };
 use payments::{PAYMENTS_PATH, payments};
 use refusal::{Form, echoed, plain, retry_after};
@@ -401,18 +402,8 @@ async fn gate(
         Ok(served) => served,
         Err(message) => return form.refuse(StatusCode::NOT_FOUND, &message),
     };
-    if let (Caller::Agent(name), Endpoint::Bot(uid)) = (&caller, endpoint)
-        && settings
-            .agent(name)
-            .is_some_and(|a| !a.allows_bot(&uid.to_string()))
-    {
-        return form.refuse(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "forbidden: bot {} is not one of agent {name:?}'s bots",
-                settings.bot_label(&uid)
-            ),
-        );
+    if let Some(message) = not_the_agents_bot(&settings, &caller, endpoint) {
+        return form.refuse(StatusCode::FORBIDDEN, &message);
     }
     // The proxy reads who pays from the request's parts.
     request.extensions_mut().insert(caller);

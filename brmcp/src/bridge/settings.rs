@@ -279,9 +279,6 @@ pub enum SettingsError {
         /// Why.
         reason: String,
     },
-    /// No agent has this name.
-    #[error("no agent named {0:?}")]
-    UnknownAgent(String),
     /// The settings could not be encoded.
     #[error("the settings do not encode: {0}")]
     Parse(#[source] serde_json::Error),

@@ -8,6 +8,7 @@ use std::path::Path;
 use axum::http::{HeaderMap, HeaderValue, header};
 use sha2::{Digest, Sha256};
 
+use super::Endpoint;
 use super::sessions::TokenKey;
 use crate::bridge::settings::{Caller, agent_of, same_digest};
 use crate::bridge::{Config, Settings, existing_approval_secret};
@@ -111,6 +112,25 @@ pub(super) fn caller_of(settings: &Settings, headers: &HeaderMap) -> Option<Call
         (false, Some(name)) => Some(Caller::Agent(name.to_owned())),
         (false, None) => None,
     }
+}
+
+/// The refusal of `endpoint` to `caller`, when it is a bot outside the agent's own
+/// list of bots.
+pub(super) fn not_the_agents_bot(
+    settings: &Settings,
+    caller: &Caller,
+    endpoint: Endpoint,
+) -> Option<String> {
+    let (Caller::Agent(name), Endpoint::Bot(uid)) = (caller, endpoint) else {
+        return None;
+    };
+    let agent = settings.agent(name)?;
+    (!agent.allows_bot(&uid.to_string())).then(|| {
+        format!(
+            "forbidden: bot {} is not one of agent {name:?}'s bots",
+            settings.bot_label(&uid)
+        )
+    })
 }
 
 /// The SHA-256 of a `Bearer` credential, when the header carries one.
