@@ -212,3 +212,22 @@ async fn the_file_keeps_only_the_hash_of_an_agents_token() {
     );
     env.bridge.close().await;
 }
+
+#[tokio::test]
+async fn concurrent_calls_of_one_agent_pay_its_cap_once() {
+    let (env, addr) = started(100, Mode::Autopay).await;
+    let bot = env.bot_id.to_string();
+    let mut agents = Vec::new();
+    for _ in 0..5 {
+        agents.push(agent(addr, &bot, CI_TOKEN).await);
+    }
+    let calls = agents.iter().map(fortune);
+    let outcomes = futures_util::future::join_all(calls).await;
+    let paid = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert_eq!(paid, 1, "{outcomes:?}");
+    assert_eq!(env.payer.count(), 1);
+    for refused in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+        assert!(refused.contains("agent \"ci\"'s daily cap"), "{refused}");
+    }
+    env.bridge.close().await;
+}
