@@ -231,3 +231,51 @@ async fn concurrent_calls_of_one_agent_pay_its_cap_once() {
     }
     env.bridge.close().await;
 }
+
+#[tokio::test]
+async fn a_running_bridge_follows_agents_added_and_removed_in_the_file() {
+    let env = crate::common::env_with(
+        |bot| {
+            let mut s = autopay(bot);
+            s.enabled = true;
+            s.token = DEFAULT_TOKEN.into();
+            s
+        },
+        |mut c| {
+            c.settings_poll = Duration::from_millis(20);
+            c
+        },
+    )
+    .await;
+    env.bridge.start().await.unwrap();
+    env.bridge.watch_settings();
+    let addr = env.bridge.listen_addr().expect("listening");
+    let bot = env.bot_id.to_string();
+    let path = env.dir.path().join(SETTINGS_FILE);
+    let write = |settings: &brmcp::bridge::Settings| {
+        std::fs::write(&path, serde_json::to_vec_pretty(settings).unwrap()).unwrap();
+    };
+    assert_eq!(initialize(addr, &bot, CI_TOKEN).await.0, 401);
+    let mut settings = env.bridge.settings();
+    settings.agents = vec![AgentEntry::new("ci", CI_TOKEN, 1, 1, Vec::new())];
+    write(&settings);
+    let limit = Duration::from_secs(20);
+    assert!(eventually(limit, || env.bridge.settings().agent("ci").is_some()).await);
+    let (status, session) = initialize(addr, &bot, CI_TOKEN).await;
+    assert_eq!(status, 200);
+    settings.agents.clear();
+    write(&settings);
+    assert!(eventually(limit, || env.bridge.settings().agents.is_empty()).await);
+    assert_eq!(initialize(addr, &bot, CI_TOKEN).await.0, 401);
+    let (status, _, _) = crate::common::post_on_session(
+        addr,
+        &bot,
+        CI_TOKEN,
+        &session.expect("a session"),
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(status, 401, "a removed agent's open session is refused too");
+    assert_eq!(initialize(addr, &bot, DEFAULT_TOKEN).await.0, 200);
+    env.bridge.close().await;
+}
