@@ -87,7 +87,8 @@ enum BridgeAction {
     /// Name, allow and forget bots.
     #[command(subcommand)]
     Bots(BotsAction),
-    /// Show or rotate the bearer token agents present.
+    /// The bearer tokens agents present: the default one (show, rotate) and agents of
+    /// their own with their own caps (add, list, remove).
     #[command(subcommand)]
     Token(TokenAction),
     /// Show the spend log and what counts against the daily cap, or resolve a payment
