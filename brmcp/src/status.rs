@@ -64,6 +64,26 @@ pub struct Snapshot {
     pub upstreams: Vec<UpstreamStatus>,
     /// A bridge's spend totals.
     pub spend: Option<SpendTotals>,
+    /// The last remote address a bridge's `allowed_ips` refused.
+    #[serde(default)]
+    pub refused_address: Option<RefusedAddress>,
+}
+
+/// A remote address refused, and when.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct RefusedAddress {
+    /// The address.
+    pub address: String,
+    /// When, unix seconds.
+    pub at: i64,
+}
+
+impl RefusedAddress {
+    /// `address` refused at `at`.
+    pub fn new(address: String, at: i64) -> Self {
+        Self { address, at }
+    }
 }
 
 /// Sessions of the router.
@@ -147,6 +167,7 @@ impl Snapshot {
             ledger: None,
             upstreams: Vec::new(),
             spend: None,
+            refused_address: None,
         }
     }
 }

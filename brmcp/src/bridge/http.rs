@@ -7,18 +7,22 @@
 //! 2. an `Origin`, when sent, must be `http(s)://` one of those hosts (a page of
 //!    another site holding the token still cannot drive the bridge): 403;
 //! 3. the settings must enable the endpoint: 404;
-//! 4. `Authorization: Bearer <token>`, scheme case-insensitive, token compared in
+//! 4. a remote (non-loopback) agent must come from an address of `allowed_ips`, when
+//!    the list is not empty: refused exactly as a wrong token is (below), so a
+//!    scanner learns nothing; the last address refused is kept for `bridge status`;
+//! 5. `Authorization: Bearer <token>` of the default agent or of one of `agents`, scheme case-insensitive, token compared in
 //!    constant time; an empty configured token never authorizes; a raw token without
 //!    the scheme is refused: 401 with `WWW-Authenticate: Bearer` (waived only by
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
 //!    `/payments` (deciding payments) takes the user's approval secret instead: an
 //!    agent's token gets 403, anything else 401 (see [`super::approval`]);
-//! 5. the path must name an allowed bot (the name resolved per request, so a rename
+//! 6. the path must name an allowed bot, one of the agent's own bots if it has any
+//!    (403 otherwise), (the name resolved per request, so a rename
 //!    applies at once), or be `/mcp/directory` (the first configured directory's
 //!    tools) or `/mcp/directory/<name or uid>`: 404 naming what was asked for;
-//! 6. the bot's session must be up, or come up within the connect timeout: 503 with
+//! 7. the bot's session must be up, or come up within the connect timeout: 503 with
 //!    `Retry-After`, naming the bot and why;
-//! 7. a new MCP session must fit the bounds of [`HttpLimits`] (idle ones make room):
+//! 8. a new MCP session must fit the bounds of [`HttpLimits`] (idle ones make room):
 //!    503 with `Retry-After`.
 //!
 //! On the `/mcp` paths a refusal is a JSON-RPC error object (see [`refusal`]) whose
@@ -31,7 +35,10 @@ mod access;
 mod listener;
 mod payments;
 mod refusal;
+mod remote;
 mod sessions;
+
+pub use remote::RefusedAddress;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -53,10 +60,15 @@ use super::directory::DirectoryServer;
 use super::link::BotLink;
 use super::presence::Ownership;
 use super::proxy::ProxyServer;
+use super::settings::Caller;
 use super::{BridgeError, Inner, Settings, lock};
-use access::{allowed_hosts, authorize_user, authorized, host_allowed, origin_allowed, token_key};
+use access::{
+    allowed_hosts, authorize_user, authorized, caller_of, host_allowed, not_the_agents_bot,
+    origin_allowed, token_key,
+};
 use payments::{PAYMENTS_PATH, payments};
 use refusal::{Form, echoed, plain, retry_after};
+use remote::{Refusals, peer_allowed};
 use sessions::Sessions;
 
 /// How long a stopping listener waits for open requests before it drops them.
@@ -157,6 +169,8 @@ pub(crate) struct HttpState {
     /// The data directory's ownership, when this bridge is its process's: each bind
     /// is recorded for `bridge stdio` and `approvals` to find.
     owner: Mutex<Option<Arc<Ownership>>>,
+    /// The last remote address `allowed_ips` refused.
+    refusals: Refusals,
 }
 
 impl HttpState {
@@ -168,7 +182,13 @@ impl HttpState {
             services: Mutex::default(),
             sessions: Sessions::default(),
             owner: Mutex::new(None),
+            refusals: Refusals::default(),
         }
+    }
+
+    /// The last remote address `allowed_ips` refused, and when.
+    pub(crate) fn last_refused(&self) -> Option<RefusedAddress> {
+        self.refusals.last()
     }
 
     /// Takes `ownership` of the data directory: the listener's address is recorded
@@ -318,11 +338,21 @@ async fn close_service(service: &BotService) {
 }
 
 async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response {
-    gate(inner, None, request).await
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    gate(inner, None, peer, request).await
 }
 
-/// Answers `request`, which reached the local address `local` (when known).
-async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) -> Response {
+/// Answers `request`, which reached the local address `local` from `peer` (when
+/// known).
+async fn gate(
+    inner: Arc<Inner>,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    mut request: Request,
+) -> Response {
     let form = Form::of(request.uri().path());
     let allowed = allowed_hosts(&inner.config, local);
     if !host_allowed(&allowed, request.headers()) {
@@ -345,6 +375,10 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
             "not found: the bridge's endpoints are disabled",
         );
     }
+    let now = inner.config.clock.now();
+    if !peer_allowed(&settings, &inner.http.refusals, peer, now) {
+        return form.unauthorized(request.headers());
+    }
     if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
         // Deciding payments is the user's: an agent's token is known but not enough.
         if authorize_user(&inner.config.data_dir, request.headers()) {
@@ -359,13 +393,20 @@ async fn gate(inner: Arc<Inner>, local: Option<SocketAddr>, request: Request) ->
         return form.unauthorized(request.headers());
     }
     let token_waived = !inner.config.require_token && inner.config.listen.ip().is_loopback();
-    if !token_waived && !authorized(&settings, request.headers()) {
-        return form.unauthorized(request.headers());
-    }
+    let caller = match caller_of(&settings, request.headers()) {
+        Some(caller) => caller,
+        None if token_waived => Caller::Default,
+        None => return form.unauthorized(request.headers()),
+    };
     let (link, endpoint) = match served(&inner, &settings, request.uri().path()) {
         Ok(served) => served,
         Err(message) => return form.refuse(StatusCode::NOT_FOUND, &message),
     };
+    if let Some(message) = not_the_agents_bot(&settings, &caller, endpoint) {
+        return form.refuse(StatusCode::FORBIDDEN, &message);
+    }
+    // The proxy reads who pays from the request's parts.
+    request.extensions_mut().insert(caller);
     if let Err(e) = link.ensure().await {
         tracing::debug!(bot = %link.bot, error = %e, "503");
         let what = match endpoint {
@@ -545,7 +586,12 @@ pub(crate) async fn reconcile(
     old: &Settings,
     new: &Settings,
 ) -> Result<(), BridgeError> {
-    let token_changed = old.token != new.token || old.enabled != new.enabled;
+    // A removed agent (or a changed token) loses its streams; adding one severs none.
+    let agent_gone = old
+        .agents
+        .iter()
+        .any(|a| !new.agents.iter().any(|b| b.token_sha256 == a.token_sha256));
+    let token_changed = old.token != new.token || old.enabled != new.enabled || agent_gone;
     if token_changed {
         inner.http.sever_all().await;
     }

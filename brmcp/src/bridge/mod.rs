@@ -79,7 +79,7 @@ pub use directory::{
 };
 pub use http::{
     HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
-    SESSION_IDLE,
+    RefusedAddress, SESSION_IDLE,
 };
 pub use link::{LinkError, Silence};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
@@ -88,13 +88,13 @@ pub use presence::{
     running_bridge,
 };
 pub use settings::{
-    BotChange, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_TIP_WAIT_SECS, DirectoryEntry,
-    MAX_BOT_NAME_LEN, MIN_TOKEN_LEN, Mode, NamedBot, RESERVED_BOT_NAMES, SETTINGS_FILE, Settings,
-    SettingsError,
+    AgentEntry, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
+    DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MAX_AGENTS, MAX_BOT_NAME_LEN, MIN_TOKEN_LEN,
+    Mode, NamedBot, RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };
 pub use spend::{
-    DAY_SECS, KEEP_SECS, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError, SpendLog,
-    SpendStatus, TipOutcomeEvent,
+    DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError,
+    SpendLog, SpendStatus, TipOutcomeEvent,
 };
 pub use stdio::serve_stdio;
 pub use watch::{Reload, SETTINGS_POLL};
@@ -497,6 +497,11 @@ impl Bridge {
     /// status).
     pub fn router(&self) -> &Router {
         &self.inner.router
+    }
+
+    /// The last remote address `allowed_ips` refused, and when.
+    pub fn last_refused_address(&self) -> Option<RefusedAddress> {
+        self.inner.http.last_refused()
     }
 
     /// What counts against the daily cap now (paid in the last 24 hours and

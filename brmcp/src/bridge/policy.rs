@@ -19,7 +19,10 @@
 //!    outcome's id when it settles, for the attribution rule of
 //!    [`SpendLog::resolve_outcome`](super::SpendLog::resolve_outcome).
 //!
-//! Caps bind in both modes; approving cannot override them.
+//! Caps bind in both modes; approving cannot override them. An agent of the
+//! settings' `agents` is held to its own caps and bots as well as the global caps: the
+//! per-call cap is the lower of the two, and the reservation checks the agent's daily
+//! total and everyone's in one transaction.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,8 +34,8 @@ use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, Clock, PeerId};
 use tokio::sync::{broadcast, oneshot};
 
-use super::settings::{Mode, Settings};
-use super::spend::{SpendLog, fits_daily_cap};
+use super::settings::{Caller, Mode, Settings};
+use super::spend::{OverCap, SpendLog, fits_daily_cap};
 
 /// How a payment reaches a bot: the host's payment rail (Bison Relay tips).
 pub trait Payer: Send + Sync + 'static {
@@ -130,6 +133,8 @@ pub struct PendingPayment {
     pub atoms: u64,
     /// When it was asked for.
     pub created: UnixTime,
+    /// The agent whose call it pays for.
+    pub agent: String,
 }
 
 /// The decision's channel and what the user sees.
@@ -191,6 +196,7 @@ impl Policy {
     pub(crate) async fn settle(
         &self,
         settings: &Settings,
+        caller: &Caller,
         bot: &PeerId,
         tool: &str,
         amount: u64,
@@ -203,30 +209,76 @@ impl Policy {
         if cap == 0 || amount > cap {
             return Err(format!("{amount} atoms exceeds the per-call cap ({cap})"));
         }
+        let name = caller.name();
+        let agent = match caller {
+            Caller::Default => None,
+            // Removed since the request was let in: its token is no longer valid.
+            Caller::Agent(n) => Some(
+                settings
+                    .agent(n)
+                    .ok_or_else(|| format!("agent {n:?} was removed"))?,
+            ),
+        };
+        if let Some(agent) = agent {
+            if !agent.allows_bot(&bot.to_string()) {
+                return Err(format!("bot {bot} is not one of agent {name:?}'s bots"));
+            }
+            let cap = agent.per_call_cap_atoms;
+            if cap == 0 || amount > cap {
+                return Err(format!(
+                    "{amount} atoms exceeds agent {name:?}'s per-call cap ({cap})"
+                ));
+            }
+        }
+        let agent_cap = agent.map(|a| a.per_day_cap_atoms);
         let daily = settings.per_day_cap_atoms;
-        let over_daily = |spent: u64| {
-            format!("{amount} atoms would exceed the daily cap ({spent} spent of {daily})")
+        let over = |over: OverCap| match over {
+            OverCap::Daily(o) => format!(
+                "{amount} atoms would exceed the daily cap ({} spent of {daily})",
+                o.spent
+            ),
+            OverCap::Agent(o) => format!(
+                "{amount} atoms would exceed agent {name:?}'s daily cap ({} spent of {})",
+                o.spent,
+                agent_cap.unwrap_or_default()
+            ),
         };
         if settings.mode == Mode::Approval {
-            // Not asked about a payment the daily cap refuses anyway; `reserve` below
-            // is the check that binds.
-            let spent = self
-                .spend
-                .spent_today(self.clock.now())
-                .map_err(|e| e.to_string())?;
-            if !fits_daily_cap(spent, amount, daily) {
-                return Err(over_daily(spent));
+            // Not asked about a payment a daily cap refuses anyway; `reserve_as`
+            // below is the check that binds.
+            let now = self.clock.now();
+            if let Some(cap) = agent_cap {
+                let spent = self
+                    .spend
+                    .spent_today_by(now, name)
+                    .map_err(|e| e.to_string())?;
+                if !fits_daily_cap(spent, amount, cap) {
+                    return Err(over(OverCap::Agent(super::OverDailyCap { spent })));
+                }
             }
-            self.approve(settings, bot, tool, amount, ask).await?;
+            let spent = self.spend.spent_today(now).map_err(|e| e.to_string())?;
+            if !fits_daily_cap(spent, amount, daily) {
+                return Err(over(OverCap::Daily(super::OverDailyCap { spent })));
+            }
+            self.approve(settings, name, bot, tool, amount, ask).await?;
         }
         let position = self.payer.position_dyn();
         let id = match self
             .spend
-            .reserve(self.clock.now(), bot, tool, amount, daily, position)
+            .reserve_as(
+                self.clock.now(),
+                name,
+                agent_cap,
+                bot,
+                tool,
+                amount,
+                daily,
+                position,
+            )
             .map_err(|e| e.to_string())?
         {
             Ok(id) => id,
-            Err(over) => return Err(over_daily(over.spent)),
+            Err(refused) => return Err(over(refused)),
         };
         let wait = Duration::from_secs(settings.tip_wait_secs);
         let paying = self.payer.pay_dyn(*bot, amount, position);
@@ -275,11 +327,11 @@ impl Policy {
         }
         match outcome {
             Ok(_) => {
-                tracing::info!(%bot, tool, amount, "paid");
+                tracing::info!(%bot, tool, amount, agent = name, "paid");
                 Ok(())
             }
             Err((reason, _, _)) => {
-                tracing::info!(%bot, tool, amount, %reason, "payment not made");
+                tracing::info!(%bot, tool, amount, agent = name, %reason, "payment not made");
                 Err(reason)
             }
         }
@@ -290,6 +342,7 @@ impl Policy {
     async fn approve(
         &self,
         settings: &Settings,
+        agent: &str,
         bot: &PeerId,
         tool: &str,
         atoms: u64,
@@ -302,6 +355,7 @@ impl Policy {
             tool: tool.to_owned(),
             atoms,
             created: self.clock.now(),
+            agent: agent.to_owned(),
         };
         let (decide, decision) = oneshot::channel();
         self.parked().insert(

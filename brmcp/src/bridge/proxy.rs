@@ -28,7 +28,7 @@ use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn, Silence};
-use super::settings::Mode;
+use super::settings::{Caller, Mode};
 use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
 use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
 
@@ -132,6 +132,16 @@ fn expect_complete<T: serde::de::DeserializeOwned>(result: ServerResult) -> Resu
         fields.insert("resultType".into(), complete);
     }
     serde_json::from_value(value).map_err(answer)
+}
+
+/// Who made the request: the agent the HTTP gate identified by its token (in the
+/// request's parts), else the default agent (stdio, or a waived token).
+fn caller(ctx: &RequestContext<RoleServer>) -> Caller {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+        .unwrap_or(Caller::Default)
 }
 
 impl ProxyServer {
@@ -397,10 +407,11 @@ impl ProxyServer {
                     let asked = (settings.mode == Mode::Approval)
                         .then(|| ask::ask(ctx, &config.name, &label, &tool, atoms))
                         .flatten();
+                    let payer = caller(ctx);
                     let settled = tokio::select! {
                         biased;
                         () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-                        s = self.bridge.policy.settle(&settings, bot, &tool, atoms, asked) => s,
+                        s = self.bridge.policy.settle(&settings, &payer, bot, &tool, atoms, asked) => s,
                         never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
                     };
                     match settled {

@@ -14,6 +14,17 @@
 //! `directories` (a key the Go bridge does not have, left out of the file while empty)
 //! lists the directory bots the user trusts to find providers: `{"uid": ..., "name":
 //! ...}` objects, the name optional; the first is the default one.
+//!
+//! `agents` (see [`agents`]) gives agents their own tokens, kept as hashes, and caps;
+//! `allowed_ips` (see [`ips`]) the addresses remote agents may come from. Both are
+//! left out of the file while empty.
+
+mod agents;
+mod ips;
+
+pub use agents::{AgentEntry, Caller, DEFAULT_AGENT, MAX_AGENTS, token_hash};
+pub(crate) use agents::{agent_of, same_digest};
+pub use ips::IpRange;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -86,6 +97,13 @@ pub struct Settings {
     /// Directory bots the user trusts to find providers; the first is the default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub directories: Vec<DirectoryEntry>,
+    /// Agents with their own tokens (as hashes) and caps, beside the default agent of
+    /// `token`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<AgentEntry>,
+    /// Addresses and CIDR ranges remote agents may come from; empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_ips: Vec<String>,
 }
 
 /// A directory bot of [`Settings::directories`].
@@ -133,6 +151,8 @@ impl Default for Settings {
             tip_wait_secs: DEFAULT_TIP_WAIT_SECS,
             bot_names: BTreeMap::new(),
             directories: Vec::new(),
+            agents: Vec::new(),
+            allowed_ips: Vec::new(),
         }
     }
 }
@@ -152,18 +172,22 @@ fn check_value(key: &str, value: &serde_json::Value) -> Result<(), String> {
         "allowed_bots" => Vec::<String>::deserialize(value).map(drop),
         "bot_names" => BTreeMap::<String, String>::deserialize(value).map(drop),
         "directories" => Vec::<DirectoryEntry>::deserialize(value).map(drop),
+        "agents" => Vec::<AgentEntry>::deserialize(value).map(drop),
+        "allowed_ips" => Vec::<String>::deserialize(value).map(drop),
         _ => return Err("unknown key".into()),
     };
     checked.map_err(|e| e.to_string())
 }
 
 /// The key an error of [`Settings::normalized`] is about.
-fn key_of(e: &SettingsError) -> &'static str {
+fn key_of(e: &SettingsError) -> String {
     match e {
-        SettingsError::InvalidBot(_) => "allowed_bots",
-        SettingsError::TokenTooShort => "token",
-        SettingsError::Directory(_) => "directories",
-        _ => "bot_names",
+        SettingsError::InvalidBot(_) => "allowed_bots".into(),
+        SettingsError::TokenTooShort => "token".into(),
+        SettingsError::Directory(_) => "directories".into(),
+        SettingsError::Agent(_) => "agents".into(),
+        SettingsError::AllowedIp { index, .. } => format!("allowed_ips[{index}]"),
+        _ => "bot_names".into(),
     }
 }
 
@@ -244,6 +268,17 @@ pub enum SettingsError {
         "the token is shorter than {MIN_TOKEN_LEN} characters (delete it and a new one is made)"
     )]
     TokenTooShort,
+    /// An agent of `agents` is malformed or repeats another.
+    #[error("agent {0}")]
+    Agent(String),
+    /// An entry of `allowed_ips` is not a canonical address or range.
+    #[error("{reason}")]
+    AllowedIp {
+        /// Its index in the list.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
     /// The settings could not be encoded.
     #[error("the settings do not encode: {0}")]
     Parse(#[source] serde_json::Error),
@@ -346,7 +381,26 @@ impl Settings {
             });
         }
         self.directories = directories;
+        self.agents = agents::normalized(std::mem::take(&mut self.agents))?;
+        for (index, entry) in self.allowed_ips.iter().enumerate() {
+            IpRange::parse(entry).map_err(|reason| SettingsError::AllowedIp { index, reason })?;
+        }
         Ok(self)
+    }
+
+    /// The agent named `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentEntry> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// Whether a remote agent at `ip` may connect: any when `allowed_ips` is empty.
+    pub fn allows_ip(&self, ip: std::net::IpAddr) -> bool {
+        self.allowed_ips.is_empty()
+            || self
+                .allowed_ips
+                .iter()
+                .filter_map(|e| IpRange::parse(e).ok())
+                .any(|r| r.contains(ip))
     }
 
     /// The directory `name_or_uid` designates, or the first one for `None`.
@@ -529,7 +583,7 @@ impl Settings {
             serde_json::from_value(value).map_err(|e| invalid("top level", e.to_string()))?;
         settings
             .normalized()
-            .map_err(|e| invalid(key_of(&e), e.to_string()))
+            .map_err(|e| invalid(&key_of(&e), e.to_string()))
     }
 
     /// Writes the settings to `path` atomically, readable by the owner only.

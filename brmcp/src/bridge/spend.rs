@@ -45,6 +45,8 @@ use brmcp_adapters::PeerId;
 use brmcp_adapters::wire::UnixTime;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::settings::DEFAULT_AGENT;
+
 /// The spend log's file name inside the data directory.
 pub const SPEND_FILE: &str = "mcpspend.sqlite";
 
@@ -113,6 +115,9 @@ pub struct SpendEntry {
     pub tip_pos: u64,
     /// The id of the outcome that settled it, if an outcome did.
     pub outcome: Option<u64>,
+    /// The agent that spent it (`default` for the file's `token`, and for every row
+    /// written before agents were recorded).
+    pub agent: String,
 }
 
 /// A tip outcome from the client's outcome stream.
@@ -163,6 +168,15 @@ pub(crate) const fn fits_daily_cap(spent: u64, atoms: u64, daily_cap: u64) -> bo
 pub struct OverDailyCap {
     /// Atoms pending or paid in the last 24 hours.
     pub spent: u64,
+}
+
+/// The reservation refused by a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverCap {
+    /// The global daily cap would be exceeded.
+    Daily(OverDailyCap),
+    /// The agent's own daily cap would be exceeded; `spent` is the agent's.
+    Agent(OverDailyCap),
 }
 
 /// The spend log of one data directory.
@@ -224,6 +238,14 @@ impl SpendLog {
         Ok(spent(&self.db(), now)?)
     }
 
+    /// [`spent_today`](Self::spent_today) of `agent`'s payments only.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn spent_today_by(&self, now: UnixTime, agent: &str) -> Result<u64, SpendError> {
+        Ok(spent_by(&self.db(), now, agent)?)
+    }
+
     /// Payments pending (their outcome not known yet) and their atoms.
     ///
     /// # Errors
@@ -253,17 +275,62 @@ impl SpendLog {
         daily_cap: u64,
         tip_pos: u64,
     ) -> Result<Result<i64, OverDailyCap>, SpendError> {
+        let reserved = self.reserve_as(
+            now,
+            DEFAULT_AGENT,
+            None,
+            bot,
+            tool,
+            atoms,
+            daily_cap,
+            tip_pos,
+        );
+        Ok(reserved?.map_err(|(OverCap::Daily(over) | OverCap::Agent(over))| over))
+    }
+
+    /// [`reserve`](Self::reserve) for `agent`'s payment, which must also fit the
+    /// agent's own daily cap `agent_cap` (when it has one) counting its payments only;
+    /// both checks and the row in one transaction, so concurrent agents cannot
+    /// together pass either cap.
+    ///
+    /// # Errors
+    /// `Ok(Err(OverCap))` when it would not fit; `Err` for SQLite's errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reserve_as(
+        &self,
+        now: UnixTime,
+        agent: &str,
+        agent_cap: Option<u64>,
+        bot: &PeerId,
+        tool: &str,
+        atoms: u64,
+        daily_cap: u64,
+        tip_pos: u64,
+    ) -> Result<Result<i64, OverCap>, SpendError> {
         let mut db = self.db();
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(cap) = agent_cap {
+            let spent = spent_by(&tx, now, agent)?;
+            if !fits_daily_cap(spent, atoms, cap) {
+                return Ok(Err(OverCap::Agent(OverDailyCap { spent })));
+            }
+        }
         let spent = spent(&tx, now)?;
         if !fits_daily_cap(spent, atoms, daily_cap) {
-            return Ok(Err(OverDailyCap { spent }));
+            return Ok(Err(OverCap::Daily(OverDailyCap { spent })));
         }
         let tip_pos = raise_floor(&tx, tip_pos)?;
         tx.execute(
-            "INSERT INTO spend (ts, bot, tool, rail, atoms, status, tip_pos) \
-             VALUES (?1, ?2, ?3, 'tip', ?4, 'pending', ?5)",
-            params![now.0, bot.to_string(), tool, i64_of(atoms), i64_of(tip_pos)],
+            "INSERT INTO spend (ts, bot, tool, rail, atoms, status, tip_pos, agent) \
+             VALUES (?1, ?2, ?3, 'tip', ?4, 'pending', ?5, ?6)",
+            params![
+                now.0,
+                bot.to_string(),
+                tool,
+                i64_of(atoms),
+                i64_of(tip_pos),
+                agent
+            ],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
@@ -380,7 +447,7 @@ impl SpendLog {
     pub fn entries(&self) -> Result<Vec<SpendEntry>, SpendError> {
         let db = self.db();
         let mut stmt = db
-            .prepare("SELECT id, ts, bot, tool, rail, atoms, status, err, unconfirmed, tip_pos, outcome FROM spend ORDER BY id")?;
+            .prepare("SELECT id, ts, bot, tool, rail, atoms, status, err, unconfirmed, tip_pos, outcome, agent FROM spend ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
             Ok(SpendEntry {
                 id: r.get(0)?,
@@ -394,6 +461,7 @@ impl SpendLog {
                 unconfirmed: r.get(8)?,
                 tip_pos: u64_of(r.get(9)?),
                 outcome: r.get::<_, Option<i64>>(10)?.map(u64_of),
+                agent: r.get(11)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -405,6 +473,17 @@ fn spent(db: &Connection, now: UnixTime) -> rusqlite::Result<u64> {
         "SELECT COALESCE(SUM(atoms), 0) FROM spend \
          WHERE status = 'pending' OR (status = 'paid' AND ts > ?1)",
         params![now.0.saturating_sub(DAY_SECS)],
+        |r| r.get(0),
+    )?;
+    Ok(u64_of(total))
+}
+
+/// [`spent`] of `agent`'s rows only.
+fn spent_by(db: &Connection, now: UnixTime, agent: &str) -> rusqlite::Result<u64> {
+    let total: i64 = db.query_row(
+        "SELECT COALESCE(SUM(atoms), 0) FROM spend WHERE agent = ?2 \
+         AND (status = 'pending' OR (status = 'paid' AND ts > ?1))",
+        params![now.0.saturating_sub(DAY_SECS), agent],
         |r| r.get(0),
     )?;
     Ok(u64_of(total))
@@ -454,6 +533,39 @@ mod tests {
 
     fn bot(n: u8) -> PeerId {
         PeerId::from_bytes([n; 32])
+    }
+
+    #[test]
+    fn an_agent_is_held_to_its_own_cap_and_to_the_global_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = UnixTime(1_000_000);
+        let log = SpendLog::open(dir.path(), t0).unwrap();
+        let reserve = |agent: &str, cap: Option<u64>, atoms: u64| {
+            log.reserve_as(t0, agent, cap, &bot(1), "t", atoms, 1000, 0)
+                .unwrap()
+        };
+        assert!(reserve("a", Some(500), 400).is_ok());
+        assert_eq!(
+            reserve("a", Some(500), 200),
+            Err(OverCap::Agent(OverDailyCap { spent: 400 }))
+        );
+        assert!(
+            reserve("b", Some(500), 500).is_ok(),
+            "b's own budget is free"
+        );
+        assert_eq!(
+            reserve("c", Some(500), 200),
+            Err(OverCap::Daily(OverDailyCap { spent: 900 })),
+            "the global cap binds the sum"
+        );
+        let agents: Vec<_> = log
+            .entries()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.agent)
+            .collect();
+        assert_eq!(agents, ["a", "b"]);
+        assert_eq!(log.spent_today_by(t0, "a").unwrap(), 400);
     }
 
     #[test]

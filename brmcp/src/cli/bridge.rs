@@ -22,7 +22,7 @@ use crate::bridge::{
 };
 use crate::journal::{self, Inbox, JournalHandler};
 use crate::server::{Clock, SystemClock};
-use crate::status::{ConnectionWatch, Publisher, Snapshot, SpendTotals};
+use crate::status::{ConnectionWatch, Publisher, RefusedAddress, Snapshot, SpendTotals};
 
 mod approvals;
 mod bots;
@@ -87,7 +87,8 @@ enum BridgeAction {
     /// Name, allow and forget bots.
     #[command(subcommand)]
     Bots(BotsAction),
-    /// Show or rotate the bearer token agents present.
+    /// The bearer tokens agents present: the default one (show, rotate) and agents of
+    /// their own with their own caps (add, list, remove).
     #[command(subcommand)]
     Token(TokenAction),
     /// Show the spend log and what counts against the daily cap, or resolve a payment
@@ -211,6 +212,36 @@ enum TokenAction {
     /// Replace the token with a fresh one (a running bridge refuses the old one within
     /// a second).
     Rotate,
+    /// Make an agent with its own token (printed once, kept only as a hash) and caps.
+    Add {
+        /// The agent's name (letters, digits, '.', '_' or '-'), as the spend log shows it.
+        name: String,
+        /// Most one payment of this agent may be, atoms (also bound by the global cap).
+        #[arg(long, value_name = "ATOMS")]
+        per_call_cap: u64,
+        /// Most this agent's payments of 24 hours may add up to, atoms (also bound by
+        /// the global cap).
+        #[arg(long, value_name = "ATOMS")]
+        per_day_cap: u64,
+        /// A bot (name or uid of an allowed bot) this agent may use; repeat for more.
+        /// Without any, every allowed bot.
+        #[arg(long = "bot", value_name = "BOT")]
+        bots: Vec<String>,
+        /// Print one JSON object (`{"name": ..., "token": ...}`) instead of the token.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the agents: names, caps and bots, never tokens.
+    List {
+        /// Print one JSON document (an array of objects) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an agent: a running bridge refuses its token within a second.
+    Remove {
+        /// The agent's name.
+        name: String,
+    },
 }
 
 /// A `--listen` value: what was typed and the addresses it resolved to.
@@ -582,6 +613,9 @@ fn publish_status(datadir: &Path, bridge: &Bridge, host: &ClientRpcHost) -> Publ
                 None
             }
         };
+        snapshot.refused_address = bridge
+            .last_refused_address()
+            .map(|r| RefusedAddress::new(r.ip.to_string(), r.at.secs()));
         snapshot
     })
 }

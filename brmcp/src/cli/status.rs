@@ -147,6 +147,13 @@ fn print_text(s: &Snapshot, liveness: Liveness, now: i64) {
             p.per_day_cap_atoms
         );
     }
+    if let Some(r) = &s.refused_address {
+        println!(
+            "last remote address refused (not in allowed_ips): {} at {}",
+            r.address,
+            rfc3339(r.at)
+        );
+    }
     // The router's drops by reason, then its other counters.
     let mut drops = Table::new(&["DROPPED: REASON", "COUNT"]);
     let mut others = Table::new(&["ROUTER COUNTER", "COUNT"]);

@@ -2,6 +2,8 @@
 //! log, against a serving harness over the in-memory fabric, plus interop with real MCP
 //! clients (Python SDK, the conformance suite). One test binary for all of them.
 
+mod agents;
+mod allowed_ips;
 mod approval;
 mod approval_secret;
 mod autopay;

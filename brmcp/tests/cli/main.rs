@@ -1,5 +1,6 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
+mod agent_tokens;
 mod bridge_commands;
 mod bridge_restarts;
 mod call_lifetimes;
@@ -17,6 +18,7 @@ mod operator;
 mod ops_status;
 mod processes;
 mod readme;
+mod remote_refusals;
 mod shared_bridge;
 mod upstream;
 mod wire;

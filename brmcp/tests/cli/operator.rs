@@ -278,7 +278,7 @@ fn spend_prints_a_table_and_json() {
     {
         let log = SpendLog::open(dir.path(), now).expect("spend log");
         let paid = log
-            .reserve(now, &bot, "fortune", 10, 100, 0)
+            .reserve_as(now, "ci", Some(50), &bot, "fortune", 10, 100, 0)
             .expect("sqlite")
             .expect("fits");
         assert!(log.settle(paid, Ok(())).expect("settle"));
@@ -293,19 +293,29 @@ fn spend_prints_a_table_and_json() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["ID", "TIME", "BOT", "TOOL", "ATOMS", "STATUS", "NOTE"],
+        [
+            "ID", "TIME", "AGENT", "BOT", "TOOL", "ATOMS", "STATUS", "NOTE"
+        ],
         "{table}"
     );
     let rows: Vec<Vec<&str>> = lines[1..3]
         .iter()
         .map(|l| l.split_whitespace().collect())
         .collect();
-    let fortune = rows.iter().find(|r| r[3] == "fortune").expect("{table}");
+    let fortune = rows.iter().find(|r| r[4] == "fortune").expect("{table}");
     assert!(is_rfc3339_utc(fortune[1]), "{table}");
-    assert_eq!(fortune[2..], [UID, "fortune", "10", "paid"], "{table}");
-    let echo = rows.iter().find(|r| r[3] == "echo").expect("{table}");
+    assert_eq!(
+        fortune[2..],
+        ["ci", UID, "fortune", "10", "paid"],
+        "{table}"
+    );
+    let echo = rows.iter().find(|r| r[4] == "echo").expect("{table}");
     assert!(is_rfc3339_utc(echo[1]), "{table}");
-    assert_eq!(echo[2..], [UID, "echo", "20", "pending"], "{table}");
+    assert_eq!(
+        echo[2..],
+        ["default", UID, "echo", "20", "pending"],
+        "{table}"
+    );
     assert!(lines[3].starts_with("last 24 hours: 30 atoms"), "{table}");
 
     let spend = json_of(&brmcp(&["bridge", "--datadir", data, "spend", "--json"]));
@@ -326,6 +336,7 @@ fn spend_prints_a_table_and_json() {
     assert_eq!(fortune["rail"], "tip");
     assert!(fortune["id"].is_i64(), "{spend}");
     assert_eq!(fortune["bot_name"], Value::Null);
+    assert_eq!(fortune["agent"], "ci");
     let echo = rows.iter().find(|r| r["tool"] == "echo").expect("echo");
     assert_eq!(echo["status"], "pending");
     assert_eq!(echo["unconfirmed"], false);
@@ -341,7 +352,7 @@ fn spend_prints_a_table_and_json() {
         .expect("{table}")
         .split_whitespace()
         .collect();
-    assert_eq!(fortune[2..5], ["oracle", "fortune", "10"], "{table}");
+    assert_eq!(fortune[2..6], ["ci", "oracle", "fortune", "10"], "{table}");
     let spend = json_of(&brmcp(&["bridge", "--datadir", data, "spend", "--json"]));
     assert!(
         spend

@@ -1,5 +1,6 @@
 //! Who may reach the endpoints: the `Host` and `Origin` checks against DNS rebinding
-//! and cross-site pages, the agents' bearer token, and the user's approval secret.
+//! and cross-site pages, the remote addresses of `allowed_ips`, the agents' bearer
+//! tokens, and the user's approval secret.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -7,7 +8,9 @@ use std::path::Path;
 use axum::http::{HeaderMap, HeaderValue, header};
 use sha2::{Digest, Sha256};
 
+use super::Endpoint;
 use super::sessions::TokenKey;
+use crate::bridge::settings::{Caller, agent_of, same_digest};
 use crate::bridge::{Config, Settings, existing_approval_secret};
 
 /// Host names always accepted: the loopback names.
@@ -92,9 +95,51 @@ pub(super) fn token_key(headers: &HeaderMap) -> TokenKey {
         .unwrap_or_default()
 }
 
-/// Whether the `Authorization` header carries the configured token.
+/// Whether the `Authorization` header carries the token of an agent.
 pub(super) fn authorized(settings: &Settings, headers: &HeaderMap) -> bool {
-    bearer_is(headers, &settings.token)
+    caller_of(settings, headers).is_some()
+}
+
+/// The agent whose token the `Authorization` header carries: the file's `token`
+/// (the default agent) or one of `agents` (by hash). Every token is compared, each in
+/// constant time, whichever matches.
+pub(super) fn caller_of(settings: &Settings, headers: &HeaderMap) -> Option<Caller> {
+    let presented = presented_digest(headers);
+    let default = bearer_is(headers, &settings.token);
+    let agent = presented.and_then(|d| agent_of(&settings.agents, &d));
+    match (default, agent) {
+        (true, _) => Some(Caller::Default),
+        (false, Some(name)) => Some(Caller::Agent(name.to_owned())),
+        (false, None) => None,
+    }
+}
+
+/// The refusal of `endpoint` to `caller`, when it is a bot outside the agent's own
+/// list of bots.
+pub(super) fn not_the_agents_bot(
+    settings: &Settings,
+    caller: &Caller,
+    endpoint: Endpoint,
+) -> Option<String> {
+    let (Caller::Agent(name), Endpoint::Bot(uid)) = (caller, endpoint) else {
+        return None;
+    };
+    let agent = settings.agent(name)?;
+    (!agent.allows_bot(&uid.to_string())).then(|| {
+        format!(
+            "forbidden: bot {} is not one of agent {name:?}'s bots",
+            settings.bot_label(&uid)
+        )
+    })
+}
+
+/// The SHA-256 of a `Bearer` credential, when the header carries one.
+fn presented_digest(headers: &HeaderMap) -> Option<[u8; 32]> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| Sha256::digest(token.trim().as_bytes()).into())
 }
 
 /// Whether the `Authorization` header carries the user's approval secret of
@@ -140,12 +185,9 @@ fn bearer_is(headers: &HeaderMap, expected: &str) -> bool {
         return false;
     }
     // Comparing digests takes the same time whatever the tokens' contents and lengths.
-    let a = Sha256::digest(token.trim().as_bytes());
-    let b = Sha256::digest(expected.as_bytes());
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
+    let a: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+    let b: [u8; 32] = Sha256::digest(expected.as_bytes()).into();
+    same_digest(&a, &b)
 }
 
 #[cfg(test)]
@@ -183,6 +225,31 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
         assert!(!authorized(&empty, &h), "an empty token never authorizes");
+    }
+
+    #[test]
+    fn each_agent_is_known_by_its_own_token() {
+        use crate::bridge::AgentEntry;
+        let settings = Settings {
+            token: "d".repeat(32),
+            agents: vec![
+                AgentEntry::new("ci", &"c".repeat(32), 1, 1, Vec::new()),
+                AgentEntry::new("chat", &"h".repeat(32), 1, 1, Vec::new()),
+            ],
+            ..Settings::default()
+        };
+        let with = |t: &str| {
+            let mut h = HeaderMap::new();
+            let v = format!("Bearer {t}");
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(&v).unwrap());
+            caller_of(&settings, &h)
+        };
+        assert_eq!(with(&"d".repeat(32)), Some(Caller::Default));
+        assert_eq!(with(&"c".repeat(32)), Some(Caller::Agent("ci".into())));
+        assert_eq!(with(&"h".repeat(32)), Some(Caller::Agent("chat".into())));
+        assert_eq!(with(&"x".repeat(32)), None);
+        let hash = settings.agents[0].token_sha256.clone();
+        assert_eq!(with(&hash), None, "the hash is not the token");
     }
 
     #[test]

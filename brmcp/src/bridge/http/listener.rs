@@ -38,7 +38,7 @@ pub(super) async fn run(
             () = stop.cancelled() => break,
         };
         let Ok(slot) = slot else { break };
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -54,7 +54,8 @@ pub(super) async fn run(
         let stop = stop.clone();
         conns.spawn(async move {
             let _slot = slot;
-            serve_connection(stream, local, inner, limits.header_read_timeout, stop).await;
+            let addrs = (local, Some(peer));
+            serve_connection(stream, addrs, inner, limits.header_read_timeout, stop).await;
         });
         while conns.try_join_next().is_some() {}
     }
@@ -63,14 +64,14 @@ pub(super) async fn run(
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
-    local: Option<SocketAddr>,
+    (local, peer): (Option<SocketAddr>, Option<SocketAddr>),
     inner: Arc<Inner>,
     header_read_timeout: Duration,
     stop: CancellationToken,
 ) {
     let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
         let inner = inner.clone();
-        async move { Ok::<_, Infallible>(super::gate(inner, local, request.map(Body::new)).await) }
+        async move { Ok::<_, Infallible>(super::gate(inner, local, peer, request.map(Body::new)).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

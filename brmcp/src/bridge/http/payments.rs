@@ -33,6 +33,7 @@ pub(super) fn payments(inner: &Inner, method: &axum::http::Method, rest: &str) -
                         "tool": p.tool,
                         "atoms": p.atoms,
                         "created": p.created.secs(),
+                        "agent": p.agent,
                     })
                 })
                 .collect();

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS spend (
     err    TEXT,
     unconfirmed INTEGER NOT NULL DEFAULT 0,
     tip_pos INTEGER NOT NULL DEFAULT 0,
-    outcome INTEGER
+    outcome INTEGER,
+    agent  TEXT    NOT NULL DEFAULT 'default'
 );
 CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
 CREATE TABLE IF NOT EXISTS tip_floor (
@@ -31,31 +32,32 @@ CREATE TABLE IF NOT EXISTS tip_floor (
 );
 ";
 
-/// Columns added after version 1, with their declarations: a version 1 or 2 log
-/// gains them when opened.
-const ADDED_COLUMNS: [(&str, &str); 3] = [
+/// Columns added after version 1, with their declarations: an older log gains them
+/// when opened. `agent` (version 4): the rows before it were the default agent's.
+const ADDED_COLUMNS: [(&str, &str); 4] = [
     ("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),
     ("tip_pos", "INTEGER NOT NULL DEFAULT 0"),
     ("outcome", "INTEGER"),
+    ("agent", "TEXT NOT NULL DEFAULT 'default'"),
 ];
 
 /// The schema version written to `PRAGMA user_version`.
-const USER_VERSION: i32 = 3;
+const USER_VERSION: i32 = 4;
+
+/// How long an open waits for another connection's lock.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Opens the log's database at `path`, refusing another application's, and brings
 /// its schema to [`USER_VERSION`].
 pub(super) fn open(path: &Path) -> Result<Connection, SpendError> {
-    crate::secure_fs::prepare_sqlite(path)?;
-    let db = Connection::open(path)?;
-    db.busy_timeout(std::time::Duration::from_secs(5))?;
+    let (db, identity) = crate::secure_fs::open_sqlite(path, BUSY_WAIT)?;
+    // Identified before anything is written: another program's file stays untouched.
+    if identity.application_id != APPLICATION_ID && !identity.fresh {
+        return Err(SpendError::Foreign(path.display().to_string()));
+    }
     db.pragma_update(None, "journal_mode", "WAL")?;
     crate::secure_fs::seal_sqlite(path)?;
     db.pragma_update(None, "synchronous", "FULL")?;
-    let app: i32 = db.pragma_query_value(None, "application_id", |r| r.get(0))?;
-    let tables: i64 = db.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
-    if app != APPLICATION_ID && (app != 0 || tables != 0) {
-        return Err(SpendError::Foreign(path.display().to_string()));
-    }
     db.pragma_update(None, "application_id", APPLICATION_ID)?;
     db.execute_batch(SCHEMA)?;
     for (name, decl) in ADDED_COLUMNS {
@@ -113,6 +115,11 @@ mod tests {
             Resolution::Settled(1)
         );
         assert_eq!(log.spent_today(UnixTime(200)).unwrap(), 7);
+        assert_eq!(
+            entries[0].agent, "default",
+            "older rows are the default agent's"
+        );
+        assert_eq!(log.spent_today_by(UnixTime(200), "default").unwrap(), 7);
     }
 
     #[test]

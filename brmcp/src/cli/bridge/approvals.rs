@@ -70,6 +70,7 @@ fn print_list(list: &[serde_json::Value], names: &HashMap<String, String>, json:
                     "tool": p["tool"],
                     "atoms": p["atoms"],
                     "created": p["created"],
+                    "agent": p["agent"],
                     "created_rfc3339": rfc3339(created(p)),
                 })
             })
@@ -81,12 +82,13 @@ fn print_list(list: &[serde_json::Value], names: &HashMap<String, String>, json:
         println!("no payment is waiting");
         return;
     }
-    let mut table = Table::new(&["ID", "SINCE", "BOT", "TOOL", "ATOMS"]);
+    let mut table = Table::new(&["ID", "SINCE", "AGENT", "BOT", "TOOL", "ATOMS"]);
     for p in list {
         let uid = bot(p);
         table.row(vec![
             p["id"].as_str().unwrap_or("?").to_owned(),
             rfc3339(created(p)),
+            p["agent"].as_str().unwrap_or("?").to_owned(),
             names.get(&uid).cloned().unwrap_or(uid),
             p["tool"].as_str().unwrap_or("?").to_owned(),
             p["atoms"].to_string(),
@@ -124,6 +126,7 @@ pub(super) fn log_held(bridge: &Bridge, datadir: &Path, typed_here: bool) {
             };
             tracing::info!(
                 id = %p.id,
+                agent = %p.agent,
                 %bot,
                 tool = %p.tool,
                 atoms = p.atoms,

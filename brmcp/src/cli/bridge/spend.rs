@@ -53,6 +53,7 @@ fn print_spend(
                     "ts_rfc3339": rfc3339(e.ts),
                     "bot": e.bot,
                     "bot_name": names.get(&e.bot),
+                    "agent": e.agent,
                     "tool": e.tool,
                     "rail": e.rail,
                     "atoms": e.atoms,
@@ -65,7 +66,9 @@ fn print_spend(
         print_json(&serde_json::json!(rows));
         return;
     }
-    let mut table = Table::new(&["ID", "TIME", "BOT", "TOOL", "ATOMS", "STATUS", "NOTE"]);
+    let mut table = Table::new(&[
+        "ID", "TIME", "AGENT", "BOT", "TOOL", "ATOMS", "STATUS", "NOTE",
+    ]);
     for e in entries {
         let note = if unconfirmed(e) {
             "unconfirmed: counted until its outcome arrives or `spend resolve`".to_owned()
@@ -75,6 +78,7 @@ fn print_spend(
         table.row(vec![
             e.id.to_string(),
             rfc3339(e.ts),
+            e.agent.clone(),
             names.get(&e.bot).unwrap_or(&e.bot).clone(),
             e.tool.clone(),
             e.atoms.to_string(),

@@ -1,28 +1,119 @@
-//! `brmcp bridge token`: the bearer token agents present.
+//! `brmcp bridge token`: the bearer tokens agents present. The default agent's token
+//! (`show`, `rotate`) is the file's `token`; each agent `add` makes has its own,
+//! printed once and kept only as its SHA-256.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use super::{TokenAction, load, save};
-use crate::bridge::SETTINGS_FILE;
+use crate::bridge::{AgentEntry, SETTINGS_FILE};
 use crate::cli::CliError;
-use crate::cli::table::print_json;
+use crate::cli::table::{Table, print_json};
 
-/// Prints the token of `datadir`'s settings, made first when there is none or when
-/// `action` rotates it.
+/// Runs `action` on the tokens of `datadir`'s settings.
 pub(super) fn run(datadir: &Path, action: TokenAction) -> Result<ExitCode, CliError> {
     let settings_path = datadir.join(SETTINGS_FILE);
     let mut settings = load(&settings_path)?;
-    if matches!(action, TokenAction::Rotate) || settings.token.is_empty() {
-        settings.token = new_token()?;
-        save(datadir, &settings_path, &settings)?;
-    }
-    if matches!(action, TokenAction::Show { json: true }) {
-        print_json(&serde_json::json!({"token": settings.token}));
-    } else {
-        println!("{}", settings.token);
+    match action {
+        TokenAction::Show { .. } | TokenAction::Rotate => {
+            if matches!(action, TokenAction::Rotate) || settings.token.is_empty() {
+                settings.token = new_token()?;
+                save(datadir, &settings_path, &settings)?;
+            }
+            if matches!(action, TokenAction::Show { json: true }) {
+                print_json(&serde_json::json!({"token": settings.token}));
+            } else {
+                println!("{}", settings.token);
+            }
+        }
+        TokenAction::Add {
+            name,
+            per_call_cap,
+            per_day_cap,
+            bots,
+            json,
+        } => {
+            if settings.agent(&name).is_some() {
+                return Err(CliError(format!(
+                    "agent {name:?} exists (`token remove {name}` first)"
+                )));
+            }
+            let mut uids = Vec::with_capacity(bots.len());
+            for bot in &bots {
+                let uid = settings.resolve(bot).ok_or_else(|| {
+                    CliError(format!("no allowed bot {bot:?} (`bots list` lists them)"))
+                })?;
+                uids.push(uid.to_string());
+            }
+            let token = new_token()?;
+            let agent = AgentEntry::new(&name, &token, per_call_cap, per_day_cap, uids);
+            settings.agents.push(agent);
+            save(datadir, &settings_path, &settings)?;
+            if json {
+                print_json(&serde_json::json!({"name": name, "token": token}));
+            } else {
+                println!("{token}");
+                eprintln!("agent {name:?} added; its token is shown only now");
+            }
+        }
+        TokenAction::List { json } => list(&settings, json),
+        TokenAction::Remove { name } => {
+            let before = settings.agents.len();
+            settings.agents.retain(|a| a.name != name);
+            if settings.agents.len() == before {
+                return Err(CliError(format!("no agent named {name:?}")));
+            }
+            save(datadir, &settings_path, &settings)?;
+            println!("agent {name:?} removed");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The agents with their caps and bots (by name where the user named them).
+fn list(settings: &crate::bridge::Settings, json: bool) {
+    let bot = |uid: &String| {
+        settings
+            .bot_names
+            .iter()
+            .find(|(_, u)| *u == uid)
+            .map_or_else(|| uid.clone(), |(n, _)| n.clone())
+    };
+    if json {
+        let rows: Vec<_> = settings
+            .agents
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "name": a.name,
+                    "per_call_cap_atoms": a.per_call_cap_atoms,
+                    "per_day_cap_atoms": a.per_day_cap_atoms,
+                    "bots": a.bots,
+                })
+            })
+            .collect();
+        print_json(&serde_json::json!(rows));
+        return;
+    }
+    if settings.agents.is_empty() {
+        println!("no agents (`token add NAME` makes one); the default agent uses `token show`");
+        return;
+    }
+    let mut table = Table::new(&["NAME", "PER CALL", "PER DAY", "BOTS"]);
+    for a in &settings.agents {
+        let bots = if a.bots.is_empty() {
+            "all allowed".to_owned()
+        } else {
+            a.bots.iter().map(bot).collect::<Vec<_>>().join(", ")
+        };
+        table.row(vec![
+            a.name.clone(),
+            a.per_call_cap_atoms.to_string(),
+            a.per_day_cap_atoms.to_string(),
+            bots,
+        ]);
+    }
+    print!("{table}");
 }
 
 fn new_token() -> Result<String, CliError> {

@@ -1,0 +1,159 @@
+//! `brmcp bridge token add/list/remove`: an agent's token is printed once and kept
+//! only as its hash; the list shows names, caps and bots, never a token; the default
+//! agent's `token show` keeps working beside the agents.
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+const ALICE: &str = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1";
+
+fn bridge(data: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_brmcp"))
+        .args(["bridge", "--datadir", data])
+        .args(args)
+        .output()
+        .expect("run brmcp")
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn an_agents_token_is_shown_once_and_kept_as_a_hash() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().to_str().expect("utf-8");
+    ok(bridge(data, &["bots", "add", "alice", ALICE]));
+    let default = ok(bridge(data, &["token", "show"])).trim().to_owned();
+
+    let ci = ok(bridge(
+        data,
+        &[
+            "token",
+            "add",
+            "ci",
+            "--per-call-cap",
+            "500",
+            "--per-day-cap",
+            "2000",
+            "--bot",
+            "alice",
+        ],
+    ))
+    .trim()
+    .to_owned();
+    assert_eq!(ci.len(), 32, "{ci}");
+    let made: Value = serde_json::from_str(&ok(bridge(
+        data,
+        &[
+            "token",
+            "add",
+            "chat",
+            "--per-call-cap",
+            "1",
+            "--per-day-cap",
+            "2",
+            "--json",
+        ],
+    )))
+    .expect("json");
+    let chat = made["token"].as_str().expect("token").to_owned();
+    assert_eq!(made["name"], "chat");
+
+    let file = std::fs::read_to_string(dir.path().join("mcpclient.json")).expect("settings");
+    assert!(!file.contains(&ci) && !file.contains(&chat), "{file}");
+    let settings: Value = serde_json::from_str(&file).expect("settings json");
+    assert_eq!(settings["agents"][0]["name"], "ci");
+    assert_eq!(settings["agents"][0]["bots"], json!([ALICE]));
+    assert_eq!(
+        settings["agents"][0]["token_sha256"].as_str().map(str::len),
+        Some(64)
+    );
+    assert_eq!(
+        settings["token"],
+        default.as_str(),
+        "the default agent's token stays"
+    );
+
+    let listed = ok(bridge(data, &["token", "list"]));
+    assert!(!listed.contains(&ci) && !listed.contains(&chat), "{listed}");
+    assert!(
+        listed.contains("ci") && listed.contains("alice") && listed.contains("2000"),
+        "{listed}"
+    );
+    let listed: Value =
+        serde_json::from_str(&ok(bridge(data, &["token", "list", "--json"]))).expect("json");
+    assert_eq!(
+        listed,
+        json!([
+            {"name": "ci", "per_call_cap_atoms": 500, "per_day_cap_atoms": 2000, "bots": [ALICE]},
+            {"name": "chat", "per_call_cap_atoms": 1, "per_day_cap_atoms": 2, "bots": []},
+        ])
+    );
+
+    // Refusals say why and change nothing.
+    let before = std::fs::read(dir.path().join("mcpclient.json")).expect("settings");
+    for (args, said) in [
+        (
+            vec![
+                "token",
+                "add",
+                "ci",
+                "--per-call-cap",
+                "1",
+                "--per-day-cap",
+                "1",
+            ],
+            "exists",
+        ),
+        (
+            vec![
+                "token",
+                "add",
+                "x",
+                "--per-call-cap",
+                "1",
+                "--per-day-cap",
+                "1",
+                "--bot",
+                "bob",
+            ],
+            "no allowed bot \"bob\"",
+        ),
+        (
+            vec![
+                "token",
+                "add",
+                "default",
+                "--per-call-cap",
+                "1",
+                "--per-day-cap",
+                "1",
+            ],
+            "the name of the file's `token`",
+        ),
+        (
+            vec!["token", "remove", "nobody"],
+            "no agent named \"nobody\"",
+        ),
+    ] {
+        let out = bridge(data, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(said),
+            "{out:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(dir.path().join("mcpclient.json")).expect("settings"),
+        before
+    );
+
+    ok(bridge(data, &["token", "remove", "ci"]));
+    let listed: Value =
+        serde_json::from_str(&ok(bridge(data, &["token", "list", "--json"]))).expect("json");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1));
+    assert_eq!(ok(bridge(data, &["token", "show"])).trim(), default);
+}
