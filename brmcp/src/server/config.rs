@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
 
+#[cfg(feature = "directory")]
 use crate::directory::RegistrantBlock;
 
 use super::rate_limit::DEFAULT_CALLS_PER_MINUTE;
@@ -50,6 +51,7 @@ pub struct ServeConfig {
     /// The upstream MCP servers whose tools are sold (none: the example tools).
     pub upstreams: Vec<UpstreamConfig>,
     /// The registrant's block (none: `brmcp serve` registers nowhere).
+    #[cfg(feature = "directory")]
     pub directory: Option<RegistrantBlock>,
 }
 
@@ -59,6 +61,7 @@ impl Default for ServeConfig {
             allowed_uids: Vec::new(),
             calls_per_minute: DEFAULT_CALLS_PER_MINUTE,
             upstreams: Vec::new(),
+            #[cfg(feature = "directory")]
             directory: None,
         }
     }
@@ -250,6 +253,7 @@ impl ServeConfig {
                 })?
             }
         };
+        #[cfg(feature = "directory")]
         let directory = match &raw.directory {
             None | Some(serde_json::Value::Null) => None,
             Some(value) => Some(RegistrantBlock::parse(value).map_err(|(key, reason)| {
@@ -260,10 +264,23 @@ impl ServeConfig {
                 }
             })?),
         };
+        // Without the directory feature, a block is refused rather than ignored: the
+        // operator asked for a registration this build cannot make.
+        #[cfg(not(feature = "directory"))]
+        if let Some(value) = &raw.directory
+            && !value.is_null()
+        {
+            return Err(ConfigError::BadDirectory {
+                path: path.to_owned(),
+                key: "directory".into(),
+                reason: "this brmcp is built without the directory feature".into(),
+            });
+        }
         Ok(Self {
             allowed_uids,
             calls_per_minute,
             upstreams,
+            #[cfg(feature = "directory")]
             directory,
         })
     }
@@ -421,9 +438,11 @@ mod tests {
         assert_eq!(config.allowed_uids, [PeerId::from_bytes([0xab; 32])]);
         assert_eq!(config.calls_per_minute, 5);
         assert!(config.upstreams.is_empty());
+        #[cfg(feature = "directory")]
         assert!(config.directory.is_some());
     }
 
+    #[cfg(feature = "directory")]
     #[test]
     fn the_directory_block_is_read_strictly_naming_file_and_key() {
         assert_eq!(parse("{}").unwrap().directory, None);
