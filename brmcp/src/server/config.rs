@@ -422,9 +422,15 @@ mod tests {
         );
         // Refused whatever its value, null included, and beside every known key.
         let uid = "ab".repeat(32);
+        // A build without the directory feature reads only a null block.
+        let directory = if cfg!(feature = "directory") {
+            r#"{"description": "d", "test": {"tool": "t", "maxAtoms": 5}}"#
+        } else {
+            "null"
+        };
         let all = format!(
             r#""allowed_uids": ["{uid}"], "calls_per_minute": 5, "upstreams": [],
-               "directory": {{"description": "d", "test": {{"tool": "t", "maxAtoms": 5}}}}"#
+               "directory": {directory}"#
         );
         for extra in [r#""x": null"#, r#""x": 1"#, r#""x": {}"#] {
             let err = parse(&format!("{{{all}, {extra}}}")).unwrap_err();
@@ -440,6 +446,20 @@ mod tests {
         assert!(config.upstreams.is_empty());
         #[cfg(feature = "directory")]
         assert!(config.directory.is_some());
+    }
+
+    /// A build without the directory feature refuses the block rather than serving
+    /// without the registration the operator asked for.
+    #[cfg(not(feature = "directory"))]
+    #[test]
+    fn a_directory_block_is_refused_without_the_directory_feature() {
+        assert!(parse(r#"{"directory": null}"#).is_ok());
+        let err = parse(r#"{"directory": {"description": "d"}}"#).unwrap_err();
+        assert!(matches!(&err, ConfigError::BadDirectory { key, .. } if key == "directory"));
+        assert_eq!(
+            err.to_string(),
+            "config brmcp.json: directory: this brmcp is built without the directory feature"
+        );
     }
 
     #[cfg(feature = "directory")]
