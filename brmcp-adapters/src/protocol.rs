@@ -26,6 +26,10 @@ pub const PRICING_META: &str = "brmcp/pricing";
 /// The value of [`PRICING_META`].
 pub const DYNAMIC_PRICING: &str = "dynamic";
 
+/// The most hits one directory search returns (`total` still counts every match); an
+/// answer with more is refused by the bridge.
+pub const SEARCH_HIT_CAP: usize = 50;
+
 /// The `_meta` key of a `tools/call` request that carries the call key.
 pub const CALL_KEY_META: &str = "brmcp/callKey";
 

@@ -27,14 +27,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use brmcp_adapters::wire::UnixTime;
-use brmcp_adapters::{BoxError, PeerId};
+use brmcp_adapters::{BoxError, Clock as _, PeerId, SystemClock};
 use brmcp_clientrpc::PmHandler;
 use brmcp_clientrpc::ReceivedPm;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
-
-use crate::server::{Clock, SystemClock};
 
 /// The journal's file name inside the data directory.
 pub const FILE_NAME: &str = "brmcp-inbox.sqlite";
@@ -457,7 +455,7 @@ impl JournalHandler {
 impl PmHandler for JournalHandler {
     async fn handle_pm(&self, pm: ReceivedPm) -> Result<(), BoxError> {
         let inbox = self.inbox.clone();
-        let now = SystemClock.unix();
+        let now = SystemClock.now();
         let recorded = tokio::task::spawn_blocking(move || {
             inbox.record(pm.sequence_id, &pm.uid, &pm.msg.message, now)
         })
@@ -470,7 +468,7 @@ impl PmHandler for JournalHandler {
 
     async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
         let inbox = self.inbox.clone();
-        let now = SystemClock.unix();
+        let now = SystemClock.now();
         tokio::task::spawn_blocking(move || inbox.cleared(up_to, now)).await??;
         Ok(())
     }

@@ -1,15 +1,27 @@
 //! MCP over Bison Relay: the serving harness, the client bridge and the command line.
+//!
+//! Features (all on by default): `server` (the serving harness), `bridge` (the client
+//! bridge), `host` (the clientrpc glue: the inbound PM journal), `directory` (the
+//! directory of providers, a harness itself) and `cli` (the `brmcp` command).
 
 pub use brmcp_adapters as adapters;
+pub use brmcp_adapters::secure_fs;
+#[cfg(feature = "host")]
 pub use brmcp_clientrpc as clientrpc;
 
+#[cfg(feature = "bridge")]
 pub mod bridge;
+#[cfg(feature = "cli")]
 pub mod cli;
-pub mod devnet;
+#[cfg(feature = "directory")]
 pub mod directory;
+#[cfg(any(feature = "server", feature = "bridge"))]
 mod early_progress;
+#[cfg(any(feature = "server", feature = "bridge"))]
 mod file_watch;
+#[cfg(feature = "host")]
 pub mod journal;
-pub mod secure_fs;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(all(feature = "server", feature = "host"))]
 pub mod status;

@@ -31,8 +31,8 @@ use super::CliError;
 use brmcp_clientrpc::ClientRpcHost;
 
 use crate::bridge::{Bridge, Mode, Settings};
-use crate::devnet::Devnet;
 use crate::server::ServeConfig;
+use brmcp_devnet::Devnet;
 
 /// Spending caps of the demo's bridge: enough for a few fortunes, no more.
 const DEMO_PER_CALL_CAP_ATOMS: u64 = 100_000;

@@ -7,8 +7,8 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::CliError;
-use crate::devnet::{Devnet, NodeInfo};
 use crate::directory::{POLICY_FILE, Policy};
+use brmcp_devnet::{Devnet, NodeInfo};
 
 /// Nicks of the first nodes; more are `node5`, `node6`, ...
 const NICKS: [&str; 4] = ["alice", "bob", "carol", "dave"];

@@ -204,9 +204,9 @@ mod tests {
     use super::*;
     use crate::cli::serve::{FORTUNE_ATOMS, connect, start_serving};
     use crate::cli::testing::until;
-    use crate::devnet::{Devnet, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
     use crate::directory::State;
     use crate::server::ServeConfig;
+    use brmcp_devnet::{Devnet, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
 
     fn policy(admin: &NodeInfo) -> Policy {
         Policy {
@@ -243,10 +243,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_mediated_kx_completion_sends_the_pending_invite() {
         let tmp = tempfile::tempdir().unwrap();
-        let cfg = DevnetConfig {
-            kx_all: false,
-            ..DevnetConfig::default()
-        };
+        let mut cfg = DevnetConfig::default();
+        cfg.kx_all = false;
         let specs = ["a", "b", "p", "op"].map(NodeSpec::new).to_vec();
         let devnet = Devnet::start_with(tmp.path().join("devnet"), specs, cfg)
             .await

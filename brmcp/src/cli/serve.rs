@@ -303,10 +303,10 @@ mod tests {
 
     use crate::cli::directory::HostPayer;
     use crate::cli::testing::until;
-    use crate::devnet::{Devnet, NodeInfo};
     use crate::journal::Inbox;
     use crate::server::CallState;
     use crate::server::{Ledger, MATOMS_PER_ATOM};
+    use brmcp_devnet::{Devnet, NodeInfo};
 
     /// A directory (fee 1000 atoms, test budgets up to 100,000) on devnet node `d`.
     async fn devnet_directory(d: &NodeInfo) -> (crate::directory::Directory, ClientRpcHost) {
@@ -516,7 +516,7 @@ mod tests {
         .await;
         until("acknowledged", || {
             devnet
-                .log(alice.id, crate::devnet::StreamKind::Pm)
+                .log(alice.id, brmcp_devnet::StreamKind::Pm)
                 .unwrap()
                 .iter()
                 .all(|e| e.acked)

@@ -22,8 +22,8 @@ pub(crate) async fn until(what: &str, mut check: impl FnMut() -> bool) {
 
 /// `brmcp.json` allowing only `caller`, as `serve`'s config of `node`, the bot.
 pub(crate) fn allowing(
-    node: &crate::devnet::NodeInfo,
-    caller: &crate::devnet::NodeInfo,
+    node: &brmcp_devnet::NodeInfo,
+    caller: &brmcp_devnet::NodeInfo,
 ) -> crate::server::ServeConfig {
     crate::server::ServeConfig::parse(
         &format!("{{\"allowed_uids\": [\"{}\"]}}", caller.uid_hex()),
@@ -37,8 +37,8 @@ pub(crate) fn allowing(
 /// and an agent connected to it over HTTP.
 pub(crate) async fn autopay_bridge(
     datadir: &std::path::Path,
-    node: &crate::devnet::NodeInfo,
-    bot: &crate::devnet::NodeInfo,
+    node: &brmcp_devnet::NodeInfo,
+    bot: &brmcp_devnet::NodeInfo,
     tip_wait_secs: Option<u64>,
 ) -> (
     crate::bridge::Bridge,

@@ -8,8 +8,7 @@ use super::store::Stored;
 use super::types::normalize_tags;
 use crate::server::schemars::JsonSchema;
 
-/// The most hits one search returns (`total` still counts every match).
-pub const SEARCH_HIT_CAP: usize = 50;
+pub use brmcp_adapters::protocol::SEARCH_HIT_CAP;
 
 /// The input of `search`; nothing is required.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
 
+#[cfg(feature = "directory")]
 use crate::directory::RegistrantBlock;
 
 use super::rate_limit::DEFAULT_CALLS_PER_MINUTE;
@@ -49,6 +50,7 @@ pub struct ServeConfig {
     /// The upstream MCP servers whose tools are sold (none: the example tools).
     pub upstreams: Vec<UpstreamConfig>,
     /// The registrant's block (none: `brmcp serve` registers nowhere).
+    #[cfg(feature = "directory")]
     pub directory: Option<RegistrantBlock>,
 }
 
@@ -58,6 +60,7 @@ impl Default for ServeConfig {
             allowed_uids: Vec::new(),
             calls_per_minute: DEFAULT_CALLS_PER_MINUTE,
             upstreams: Vec::new(),
+            #[cfg(feature = "directory")]
             directory: None,
         }
     }
@@ -249,6 +252,7 @@ impl ServeConfig {
                 })?
             }
         };
+        #[cfg(feature = "directory")]
         let directory = match &raw.directory {
             None | Some(serde_json::Value::Null) => None,
             Some(value) => Some(RegistrantBlock::parse(value).map_err(|(key, reason)| {
@@ -259,10 +263,23 @@ impl ServeConfig {
                 }
             })?),
         };
+        // Without the directory feature, a block is refused rather than ignored: the
+        // operator asked for a registration this build cannot make.
+        #[cfg(not(feature = "directory"))]
+        if let Some(value) = &raw.directory
+            && !value.is_null()
+        {
+            return Err(ConfigError::BadDirectory {
+                path: path.to_owned(),
+                key: "directory".into(),
+                reason: "this brmcp is built without the directory feature".into(),
+            });
+        }
         Ok(Self {
             allowed_uids,
             calls_per_minute,
             upstreams,
+            #[cfg(feature = "directory")]
             directory,
         })
     }
@@ -392,9 +409,15 @@ mod tests {
         );
         // Refused whatever its value, null included, and beside every known key.
         let uid = "ab".repeat(32);
+        // A build without the directory feature reads only a null block.
+        let directory = if cfg!(feature = "directory") {
+            r#"{"description": "d", "test": {"tool": "t", "maxAtoms": 5}}"#
+        } else {
+            "null"
+        };
         let all = format!(
             r#""allowed_uids": ["{uid}"], "calls_per_minute": 5, "upstreams": [],
-               "directory": {{"description": "d", "test": {{"tool": "t", "maxAtoms": 5}}}}"#
+               "directory": {directory}"#
         );
         for extra in [r#""x": null"#, r#""x": 1"#, r#""x": {}"#] {
             let err = parse(&format!("{{{all}, {extra}}}")).unwrap_err();
@@ -408,9 +431,25 @@ mod tests {
         assert_eq!(config.allowed_uids, [PeerId::from_bytes([0xab; 32])]);
         assert_eq!(config.calls_per_minute, 5);
         assert!(config.upstreams.is_empty());
+        #[cfg(feature = "directory")]
         assert!(config.directory.is_some());
     }
 
+    /// A build without the directory feature refuses the block rather than serving
+    /// without the registration the operator asked for.
+    #[cfg(not(feature = "directory"))]
+    #[test]
+    fn a_directory_block_is_refused_without_the_directory_feature() {
+        assert!(parse(r#"{"directory": null}"#).is_ok());
+        let err = parse(r#"{"directory": {"description": "d"}}"#).unwrap_err();
+        assert!(matches!(&err, ConfigError::BadDirectory { key, .. } if key == "directory"));
+        assert_eq!(
+            err.to_string(),
+            "config brmcp.json: directory: this brmcp is built without the directory feature"
+        );
+    }
+
+    #[cfg(feature = "directory")]
     #[test]
     fn the_directory_block_is_read_strictly_naming_file_and_key() {
         assert_eq!(parse("{}").unwrap().directory, None);

@@ -146,7 +146,11 @@ fn apply(harness: &Harness, path: &Path, text: &[u8], running: &ServeConfig) -> 
     } else {
         tracing::info!(file = %path.display(), %change, "config reloaded");
     }
-    if config.upstreams != running.upstreams || config.directory != running.directory {
+    #[cfg(feature = "directory")]
+    let directory_changed = config.directory != running.directory;
+    #[cfg(not(feature = "directory"))]
+    let directory_changed = false;
+    if config.upstreams != running.upstreams || directory_changed {
         tracing::warn!(
             file = %path.display(),
             "upstreams and directory are read at start: restart to apply their change"

@@ -6,6 +6,7 @@ mod bridge_restarts;
 mod call_lifetimes;
 mod crash_streams;
 mod demo;
+mod devnet_directory;
 mod directory;
 mod directory_exits;
 mod doctor;

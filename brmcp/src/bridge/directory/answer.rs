@@ -10,7 +10,7 @@ use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::directory::SEARCH_HIT_CAP;
+use brmcp_adapters::protocol::SEARCH_HIT_CAP;
 
 /// Most bytes of a directory's answer the bridge reads: 256 KiB. A full search (50
 /// hits) or a provider's catalog with its input schemas fits many times over; more

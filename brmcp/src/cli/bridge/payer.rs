@@ -221,8 +221,8 @@ mod tests {
 
     use super::*;
     use crate::bridge::SpendEntry;
-    use crate::devnet::{Devnet, NodeInfo};
     use crate::server::Harness;
+    use brmcp_devnet::{Devnet, NodeInfo};
     use std::net::SocketAddr;
 
     use crate::bridge::SpendStatus;

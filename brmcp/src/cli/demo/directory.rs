@@ -24,9 +24,9 @@ use super::{short, start_demo_bridge, step, text_of, within};
 use crate::bridge::{DirectoryEntry, Settings};
 use crate::cli::CliError;
 use crate::cli::devnet::{DIRECTORY_NICK, directory_policy, provider_config};
-use crate::devnet::{Devnet, NodeInfo};
 use crate::directory::{Directory, Outcome, State};
 use crate::server::ServeConfig;
+use brmcp_devnet::{Devnet, NodeInfo};
 
 /// How often the demo looks at the registration's progress.
 const PROGRESS_POLL: Duration = Duration::from_millis(100);

@@ -110,9 +110,9 @@ pub(crate) async fn connect(
                 config = config.auth_header(token);
             }
             for (key, value) in headers {
-                let key = axum::http::HeaderName::try_from(key.as_str())
+                let key = reqwest::header::HeaderName::try_from(key.as_str())
                     .map_err(|e| format!("header {key:?}: {e}"))?;
-                let value = axum::http::HeaderValue::try_from(value.as_str())
+                let value = reqwest::header::HeaderValue::try_from(value.as_str())
                     .map_err(|e| format!("header {key}: {e}"))?;
                 config.custom_headers.insert(key, value);
             }

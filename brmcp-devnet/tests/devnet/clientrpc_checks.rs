@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, start, start_specs};
-use brmcp::adapters::{BoxError, PeerId};
-use brmcp::clientrpc::{
+use brmcp::journal::{Inbox, JournalHandler};
+use brmcp_adapters::{BoxError, PeerId};
+use brmcp_clientrpc::{
     BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
 };
-use brmcp::clientrpc::{ReceivedPm, ReceivedTip};
-use brmcp::devnet::{CertMode, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
-use brmcp::journal::{Inbox, JournalHandler};
+use brmcp_clientrpc::{ReceivedPm, ReceivedTip};
+use brmcp_devnet::{CertMode, DevnetConfig, NodeInfo, NodeSpec, StreamKind};
 use serde_json::json;
 use tokio::sync::mpsc;
 

@@ -5,7 +5,7 @@
 //! target, and a target already a contact is refused with brclient's text.
 
 use crate::common::{QUIET, WAIT, b64, connect, start, u64_str};
-use brmcp::devnet::{DevnetConfig, StreamKind};
+use brmcp_devnet::{DevnetConfig, StreamKind};
 use serde_json::json;
 
 const KXS: &str = "ChatService.KXStream[1]";

@@ -42,8 +42,8 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), brmcp::devnet::DevnetError> {
-//! use brmcp::devnet::{Devnet, StreamKind};
+//! # async fn main() -> Result<(), brmcp_devnet::DevnetError> {
+//! use brmcp_devnet::{Devnet, StreamKind};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let devnet = Devnet::start(dir.path(), &["alice", "bob"]).await?;
@@ -438,7 +438,7 @@ impl Devnet {
         specs: Vec<NodeSpec>,
         config: DevnetConfig,
     ) -> Result<Self, DevnetError> {
-        crate::secure_fs::create_dir(dir.as_ref())?;
+        brmcp_adapters::secure_fs::create_dir(dir.as_ref())?;
         // Absolute: the `.conf` files name their certificates by path, and serve or the
         // bridge may run from another folder than devnet did.
         let dir = std::path::absolute(dir.as_ref())?;

@@ -3,7 +3,6 @@
 
 mod clientrpc_checks;
 mod common;
-mod directory_node;
 mod framing;
 mod kx;
 mod pm;

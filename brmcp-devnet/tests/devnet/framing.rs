@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common::{Frame, QUIET, WAIT, connect, start, u64_str};
-use brmcp::devnet::DevnetConfig;
+use brmcp_devnet::DevnetConfig;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::common::{Opts, connect, connect_with, http_request, start, start_specs};
-use brmcp::devnet::{CertMode, DevnetConfig, NodeSpec};
+use brmcp_devnet::{CertMode, DevnetConfig, NodeSpec};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier as _;
 use rustls::pki_types::pem::PemObject as _;
@@ -96,9 +96,7 @@ async fn brclient_server_cert_is_a_self_signed_ca() {
     let before = std::fs::read(&alice.certs.server_cert).unwrap();
     let dir = net.dir.path().to_path_buf();
     net.devnet.shutdown().await;
-    let again = brmcp::devnet::Devnet::start(&dir, &["alice"])
-        .await
-        .unwrap();
+    let again = brmcp_devnet::Devnet::start(&dir, &["alice"]).await.unwrap();
     let alice2 = again.node_by_nick("alice").unwrap();
     assert_eq!(std::fs::read(&alice2.certs.server_cert).unwrap(), before);
     let mut c = connect(&alice2).await;
@@ -279,7 +277,7 @@ async fn node_specs_and_setup_errors() {
         "started offline"
     );
 
-    use brmcp::devnet::DevnetError;
+    use brmcp_devnet::DevnetError;
     for (spec, what) in [
         (NodeSpec::new("open"), "duplicate nick"),
         (NodeSpec::new("x").uid(uid), "duplicate uid"),
@@ -295,7 +293,7 @@ async fn node_specs_and_setup_errors() {
         );
         assert!(ok, "{what}: {err}");
     }
-    let dup = brmcp::devnet::Devnet::start(net.dir.path().join("dup"), &["a", "a"]).await;
+    let dup = brmcp_devnet::Devnet::start(net.dir.path().join("dup"), &["a", "a"]).await;
     assert!(matches!(dup, Err(DevnetError::DuplicateNick(_))));
     net.devnet.shutdown().await;
 }

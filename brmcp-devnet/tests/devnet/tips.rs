@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, b64, connect, start, u64_str};
-use brmcp::devnet::{DevnetConfig, StreamKind};
+use brmcp_devnet::{DevnetConfig, StreamKind};
 use serde_json::{Value, json};
 
 const PROGRESS: &str = "PaymentsService.TipProgress[2]";

@@ -23,6 +23,7 @@ pub const DIR_MODE: u32 = 0o700;
 /// Mode of every file in a data directory: the owner's only.
 pub const FILE_MODE: u32 = 0o600;
 
+#[cfg(feature = "sqlite")]
 /// The suffixes of SQLite's sidecar files, which it creates next to the database.
 const SQLITE_SIDECARS: [&str; 3] = ["-wal", "-shm", "-journal"];
 
@@ -186,12 +187,14 @@ fn random_hex() -> io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+#[cfg(feature = "sqlite")]
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
 }
 
+#[cfg(feature = "sqlite")]
 fn sqlite_error(path: &Path, e: &io::Error) -> rusqlite::Error {
     rusqlite::Error::SqliteFailure(
         rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
@@ -199,6 +202,7 @@ fn sqlite_error(path: &Path, e: &io::Error) -> rusqlite::Error {
     )
 }
 
+#[cfg(feature = "sqlite")]
 /// Before SQLite opens the database at `path`: refuses a link at it or at a sidecar,
 /// creates the database file [`FILE_MODE`] when missing (SQLite gives its sidecars the
 /// database's mode) and tightens existing ones.
@@ -219,6 +223,7 @@ pub fn prepare_sqlite(path: &Path) -> Result<(), rusqlite::Error> {
     checked.map_err(|e| sqlite_error(path, &e))
 }
 
+#[cfg(feature = "sqlite")]
 /// What an SQLite file of ours says it is, read before anything is written to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SqliteIdentity {
@@ -230,6 +235,7 @@ pub struct SqliteIdentity {
     pub fresh: bool,
 }
 
+#[cfg(feature = "sqlite")]
 /// Opens the database at `path`, prepared as [`prepare_sqlite`] does, waiting up to
 /// `busy` for another connection's lock, and reads its [`SqliteIdentity`]. That is the
 /// first read of the file: one that is not a database fails here, unchanged.
@@ -255,6 +261,7 @@ pub fn open_sqlite(
     Ok((conn, identity))
 }
 
+#[cfg(feature = "sqlite")]
 /// An SQLite file of ours told apart by its stamp: `PRAGMA application_id` and
 /// `PRAGMA user_version`.
 #[derive(Debug, Clone, Copy)]
@@ -272,6 +279,7 @@ pub struct SqliteKind {
     pub unstamped_table: &'static str,
 }
 
+#[cfg(feature = "sqlite")]
 /// Opens the SQLite file of `kind` at `path` as [`open_sqlite`] does (made
 /// [`FILE_MODE`], links refused), in WAL mode with full syncs: a new file gets the
 /// schema and the stamp, an unstamped one of ours the stamp. Anything else (another
@@ -343,6 +351,7 @@ pub fn open_append(path: &Path) -> io::Result<fs::File> {
     Ok(file)
 }
 
+#[cfg(feature = "sqlite")]
 /// After SQLite opened the database at `path` (and set its journal mode): the
 /// sidecars it made are checked and tightened too.
 ///
@@ -352,6 +361,7 @@ pub fn seal_sqlite(path: &Path) -> Result<(), rusqlite::Error> {
     seal_sqlite_files(path).map_err(|e| sqlite_error(path, &e))
 }
 
+#[cfg(feature = "sqlite")]
 fn seal_sqlite_files(path: &Path) -> io::Result<()> {
     seal_file(path)?;
     for suffix in SQLITE_SIDECARS {
@@ -387,6 +397,7 @@ mod tests {
         assert_eq!(names.len(), 1, "no temporary file is left");
     }
 
+    #[cfg(feature = "sqlite")]
     #[test]
     fn sqlite_files_are_sealed_and_links_refused() {
         let dir = tempfile::tempdir().unwrap();

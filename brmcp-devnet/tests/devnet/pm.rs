@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, b64, connect, start, u64_str};
-use brmcp::devnet::{DevnetConfig, StreamKind};
+use brmcp_devnet::{DevnetConfig, StreamKind};
 use serde_json::{Value, json};
 
 const PMS: &str = "ChatService.PMStream[1]";
@@ -276,7 +276,7 @@ async fn kx_and_synthetic_peers() {
     let alice = net.node("alice");
     let carol = net
         .devnet
-        .add_node(brmcp::devnet::NodeSpec::new("carol"))
+        .add_node(brmcp_devnet::NodeSpec::new("carol"))
         .await
         .unwrap();
     let mut a = connect(&alice).await;

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp::devnet::{Devnet, DevnetConfig, NodeInfo, NodeSpec};
+use brmcp_devnet::{Devnet, DevnetConfig, NodeInfo, NodeSpec};
 use futures_util::{SinkExt as _, StreamExt as _};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
