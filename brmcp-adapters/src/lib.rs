@@ -78,7 +78,7 @@ mod stats;
 mod transport;
 
 pub use brmcp_wire as wire;
-pub use clock::{Clock, SystemClock, TokioClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use config::{
     ASSEMBLER_SLOTS, DEFAULT_ACCEPT_BACKLOG, DEFAULT_INBOUND_QUEUE, DEFAULT_INBOX_CAPACITY,
     DEFAULT_MAX_INBOUND_BYTES, DEFAULT_MAX_INBOX_BYTES, DEFAULT_MAX_OUTBOUND_BYTES,

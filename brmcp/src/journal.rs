@@ -34,6 +34,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
+use crate::secure_fs::{SqliteAccess, SqliteKind, StampError, StampedOpen};
 use crate::server::{Clock, SystemClock};
 
 /// The journal's file name inside the data directory.
@@ -457,7 +458,7 @@ impl JournalHandler {
 impl PmHandler for JournalHandler {
     async fn handle_pm(&self, pm: ReceivedPm) -> Result<(), BoxError> {
         let inbox = self.inbox.clone();
-        let now = SystemClock.unix();
+        let now = SystemClock.now();
         let recorded = tokio::task::spawn_blocking(move || {
             inbox.record(pm.sequence_id, &pm.uid, &pm.msg.message, now)
         })
@@ -470,7 +471,7 @@ impl PmHandler for JournalHandler {
 
     async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
         let inbox = self.inbox.clone();
-        let now = SystemClock.unix();
+        let now = SystemClock.now();
         tokio::task::spawn_blocking(move || inbox.cleared(up_to, now)).await??;
         Ok(())
     }
@@ -526,40 +527,32 @@ where
     }
 }
 
+/// The journal as [`crate::secure_fs::StampedOpen`] opens it.
+const KIND: SqliteKind = SqliteKind {
+    what: "PM journal",
+    application_id: APPLICATION_ID,
+    version: SCHEMA_VERSION,
+    schema: SCHEMA,
+    unstamped_table: "",
+    migrations: &[],
+};
+
 enum Open {
     Sqlite(rusqlite::Error),
     Foreign(String),
 }
 
-impl From<rusqlite::Error> for Open {
-    fn from(e: rusqlite::Error) -> Self {
-        Self::Sqlite(e)
-    }
-}
-
 fn connect(path: &Path) -> Result<Connection, Open> {
-    let (conn, identity) = crate::secure_fs::open_sqlite(path, BUSY_WAIT)?;
-    let (app_id, version, fresh) = (
-        identity.application_id,
-        identity.user_version,
-        identity.fresh,
-    );
-    if !fresh && (app_id != APPLICATION_ID || version != SCHEMA_VERSION) {
-        return Err(Open::Foreign(format!(
-            "application id {app_id:#010x}, schema {version}"
-        )));
-    }
-    let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    crate::secure_fs::seal_sqlite(path)?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    if fresh {
-        let tx = conn.unchecked_transaction()?;
-        tx.execute_batch(SCHEMA)?;
-        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        tx.commit()?;
-    }
-    Ok(conn)
+    let open =
+        StampedOpen::check(path, BUSY_WAIT, &KIND, SqliteAccess::Own).map_err(|e| match e {
+            StampError::Sqlite(e) => Open::Sqlite(e),
+            StampError::Foreign(found) | StampError::Version(found) => Open::Foreign(format!(
+                "application id {:#010x}, schema {}",
+                found.application_id, found.user_version
+            )),
+            StampError::Missing => Open::Foreign("no schema".into()),
+        })?;
+    open.finish().map_err(Open::Sqlite)
 }
 
 /// A sequence id bit for bit as a SQLite integer.

@@ -342,7 +342,7 @@ fn warn_zero_caps(datadir: &Path, settings: &Settings) {
 }
 
 fn now() -> UnixTime {
-    SystemClock.unix()
+    SystemClock.now()
 }
 
 fn load(path: &Path) -> Result<Settings, CliError> {

@@ -172,7 +172,7 @@ pub(crate) fn client_guard(
 ) -> impl Fn(PeerId) -> Result<(), BoxError> + Send + Sync + 'static {
     let held: Mutex<Option<ClientLock>> = Mutex::new(None);
     move |identity: PeerId| {
-        inbox.bind(&identity, SystemClock.unix())?;
+        inbox.bind(&identity, SystemClock.now())?;
         let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
         if held.as_ref().is_some_and(|lock| lock.identity == identity) {
             return Ok(());

@@ -66,7 +66,7 @@ pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
 }
 
 fn now() -> UnixTime {
-    SystemClock.unix()
+    SystemClock.now()
 }
 
 /// The example tools: `echo` (free) and `fortune` (paid).
@@ -532,12 +532,7 @@ mod tests {
         let (agent, result) = call.await.unwrap();
         let result = result.unwrap();
         assert_ne!(result.is_error, Some(true), "{result:?}");
-        let text = result
-            .content
-            .last()
-            .and_then(|c| c.as_text())
-            .map(|t| t.text.clone())
-            .unwrap_or_default();
+        let text = brmcp_adapters::protocol::result_text(&result);
         assert!(text.contains("fortune"), "{text}");
         let calls = Ledger::attach(&alice.dir)
             .unwrap()

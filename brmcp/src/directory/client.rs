@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, result_text};
 use brmcp_adapters::{BoxError, PeerId, Router};
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -101,15 +101,9 @@ pub(crate) async fn crawl(
     serde_json::to_value(page.tools).map_err(|e| format!("list tools: {e}"))
 }
 
-/// Every text content of a result, joined with `\n`: read as the bridge reads a
-/// directory's answers.
-pub(crate) fn result_text_whole(result: &CallToolResult) -> String {
-    crate::bridge::text_of(result)
-}
-
-/// The text content of a result, joined with `\n` and cut to [`RESULT_TEXT_MAX`] bytes.
-pub(crate) fn result_text(result: &CallToolResult) -> String {
-    let text = result_text_whole(result);
+/// The text of a result cut to [`RESULT_TEXT_MAX`] bytes, for an error message.
+pub(crate) fn result_text_capped(result: &CallToolResult) -> String {
+    let text = result_text(result);
     let mut end = text.len().min(RESULT_TEXT_MAX);
     while !text.is_char_boundary(end) {
         end -= 1;

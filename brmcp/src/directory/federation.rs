@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use brmcp_adapters::protocol::result_text;
 use brmcp_adapters::{BoxError, PeerId};
 use serde::{Deserialize, Serialize};
 
@@ -263,11 +264,11 @@ impl Core {
             .paid_call(peer_id, "get_snapshot", None, &key, budget, None)
             .await
             .map_err(|e| DirError::Refused(format!("snapshot purchase: {e}")))?;
-        let text = client::result_text_whole(&answer.result);
+        let text = result_text(&answer.result);
         if answer.result.is_error == Some(true) {
             return refuse(format!(
                 "snapshot refused: {}",
-                client::result_text(&answer.result)
+                client::result_text_capped(&answer.result)
             ));
         }
         let signed: SignedSnapshot = serde_json::from_str(&text)
@@ -353,11 +354,10 @@ impl Core {
         if answer.result.is_error == Some(true) {
             return Ok(Err(format!(
                 "invite refused: {}",
-                client::result_text(&answer.result)
+                client::result_text_capped(&answer.result)
             )));
         }
-        let out: InviteOut = match serde_json::from_str(&client::result_text_whole(&answer.result))
-        {
+        let out: InviteOut = match serde_json::from_str(&result_text(&answer.result)) {
             Ok(out) => out,
             Err(e) => return Ok(Err(format!("invite reply malformed: {e}"))),
         };

@@ -391,7 +391,7 @@ impl Core {
     }
 
     pub(crate) fn now(&self) -> i64 {
-        self.clock.unix().secs()
+        self.clock.now().secs()
     }
 
     pub(crate) fn shutting_down(&self) -> bool {

@@ -52,11 +52,11 @@ use rmcp::Peer;
 use rmcp::model::{CallToolResult, ServerConfig, Tool};
 use rmcp::service::RoleServer;
 
+use super::Clock;
 use super::billing::{Billing, Charge, Tip, TipOutcome};
 use super::calls::InFlight;
 use super::catalog::Catalog;
 use super::chat::{AutoReply, Throttle};
-use super::clock::Clock;
 use super::dynamic::DynamicTools;
 use super::gate::AllowGate;
 use super::ledger::{Ledger, LedgerError};
@@ -356,7 +356,7 @@ impl Harness {
     /// [`HarnessError::Task`].
     pub async fn record_tip(&self, tip: Tip) -> Result<TipOutcome, HarnessError> {
         let allowed = self.shared.gate.allows(&tip.caller);
-        let now = self.shared.clock.unix();
+        let now = self.shared.clock.now();
         let outcome = self
             .shared
             .blocking(move |b| b.record_tip(&tip, allowed, now))

@@ -51,7 +51,6 @@ mod call_log;
 mod calls;
 mod catalog;
 mod chat;
-mod clock;
 mod config;
 mod dynamic;
 mod gate;
@@ -68,13 +67,13 @@ pub use billing::{
     Billing, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, MAX_REQUEST_ID_BYTES,
     NOTICE_WINDOW_SECS, Origin, Tip, TipOutcome,
 };
+pub use brmcp_adapters::{Clock, ManualClock, SystemClock};
 pub use call_key::{
     ArgsHash, CALL_KEY_META, CallKey, CallKeyError, MAX_CALL_KEY_LEN, MAX_OUTCOME_BYTES,
     MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS,
 };
 pub use catalog::{Catalog, CatalogFuture};
 pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_THROTTLED_SENDERS};
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CONFIG_FILE, CONFIG_KEYS, CONFIG_TEMPLATE, ConfigError, ServeConfig};
 pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
