@@ -304,7 +304,7 @@ mod tests {
     use crate::cli::directory::HostPayer;
     use crate::cli::testing::until;
     use crate::devnet::{Devnet, NodeInfo};
-    use crate::journal::Inbox;
+    use crate::journal::PmJournal;
     use crate::server::CallState;
     use crate::server::{Ledger, MATOMS_PER_ATOM};
 
@@ -509,9 +509,9 @@ mod tests {
             let result = agent.call_tool(CallToolRequestParams::new("fortune")).await;
             (agent, result)
         });
-        let inbox = Inbox::open(&alice.dir).unwrap();
+        let journal = PmJournal::open(&alice.dir).unwrap();
         until("the call journaled, not handed on", || {
-            !inbox.unprocessed(10).unwrap().is_empty()
+            !journal.unprocessed(10).unwrap().is_empty()
         })
         .await;
         until("acknowledged", || {

@@ -16,7 +16,7 @@ use crate::cli::CliError;
 use crate::cli::directory::HostPayer;
 use crate::cli::table::matoms_as_atoms;
 use crate::directory::{Registrant, RegistrantBlock, RegistrantConfig, StatusOut};
-use crate::journal::{self, Inbox, JournalHandler};
+use crate::journal::{self, JournalHandler, PmJournal};
 use crate::server::upstream::Upstreams;
 use crate::server::{AutoReply, Harness, Ledger, ServeConfig, Tip};
 
@@ -174,11 +174,11 @@ fn registrant(
 /// journal (record, then ack), tips through the ledger (credit, then ack), and the data
 /// directory bound to the client's identity at every connect.
 pub(crate) fn harness_streams(datadir: &Path, harness: &Harness) -> Result<Streams, CliError> {
-    let inbox = Arc::new(Inbox::open(datadir)?);
+    let journal = Arc::new(PmJournal::open(datadir)?);
     let wake = Arc::new(Notify::new());
     let forwarder = harness.clone();
     tokio::spawn(journal::forward(
-        inbox.clone(),
+        journal.clone(),
         wake.clone(),
         move |from, body| {
             let harness = forwarder.clone();
@@ -191,7 +191,7 @@ pub(crate) fn harness_streams(datadir: &Path, harness: &Harness) -> Result<Strea
         ledger: Arc::new(Ledger::attach(datadir)?),
     };
     Ok(Streams::new()
-        .pms(JournalHandler::new(inbox.clone(), wake))
+        .pms(JournalHandler::new(journal.clone(), wake))
         .tips(tips)
-        .identity(crate::cli::client_guard(inbox)))
+        .identity(crate::cli::client_guard(journal)))
 }
