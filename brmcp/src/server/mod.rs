@@ -64,8 +64,8 @@ mod tools;
 pub mod upstream;
 
 pub use billing::{
-    Billing, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, MAX_REQUEST_ID_BYTES,
-    NOTICE_WINDOW_SECS, Origin, Tip, TipOutcome,
+    Billing, BillingError, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed,
+    MAX_REQUEST_ID_BYTES, NOTICE_WINDOW_SECS, Origin, Tip, TipOutcome,
 };
 pub use brmcp_adapters::{Clock, ManualClock, SystemClock};
 pub use call_key::{

@@ -11,8 +11,8 @@ use std::time::Duration;
 use brmcp::adapters::mem::Fabric;
 use brmcp::adapters::protocol::CALL_INTERRUPTED;
 use brmcp::server::{
-    Billing, CallState, Clock, Harness, INTERRUPTED, INTERRUPTED_NOTICE, ManualClock, NoArgs,
-    ToolError, ToolSpec,
+    CallState, Clock, Harness, INTERRUPTED, INTERRUPTED_NOTICE, ManualClock, NoArgs, ToolError,
+    ToolSpec,
 };
 use rmcp::ServiceError;
 use rmcp::model::{ClientRequest, PingRequest, ServerResult};
