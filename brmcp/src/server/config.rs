@@ -7,7 +7,7 @@
 //! `upstreams` (this implementation's own) lists the MCP servers `brmcp serve` sells;
 //! see [`UpstreamConfig`] for its strict format.
 //!
-//! `directory` (the Go host's block, see [`RegistrantBlock`]) makes `brmcp serve` a
+//! `directory` (the Go host's block, read by the directory's `RegistrantBlock`) makes `brmcp serve` a
 //! registrant with directories; absent, it is none.
 //!
 //! Read fail-closed: a file that does not parse, names a uid that is not 64 hex
@@ -23,8 +23,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
-
-use crate::directory::RegistrantBlock;
 
 use super::rate_limit::DEFAULT_CALLS_PER_MINUTE;
 use super::upstream::{UpstreamConfig, parse_upstreams};
@@ -49,8 +47,10 @@ pub struct ServeConfig {
     pub calls_per_minute: u32,
     /// The upstream MCP servers whose tools are sold (none: the example tools).
     pub upstreams: Vec<UpstreamConfig>,
-    /// The registrant's block (none: `brmcp serve` registers nowhere).
-    pub directory: Option<RegistrantBlock>,
+    /// The registrant's block as written (none: `brmcp serve` registers nowhere); the
+    /// directory reads it (`RegistrantBlock::from_config`), failing with
+    /// [`ConfigError::BadDirectory`].
+    pub directory: Option<serde_json::Value>,
 }
 
 impl Default for ServeConfig {
@@ -252,13 +252,7 @@ impl ServeConfig {
         };
         let directory = match &raw.directory {
             None | Some(serde_json::Value::Null) => None,
-            Some(value) => Some(RegistrantBlock::parse(value).map_err(|(key, reason)| {
-                ConfigError::BadDirectory {
-                    path: path.to_owned(),
-                    key,
-                    reason,
-                }
-            })?),
+            Some(value) => Some(value.clone()),
         };
         Ok(Self {
             allowed_uids,
@@ -422,30 +416,6 @@ mod tests {
         assert_eq!(config.calls_per_minute, 5);
         assert!(config.upstreams.is_empty());
         assert!(config.directory.is_some());
-    }
-
-    #[test]
-    fn the_directory_block_is_read_strictly_naming_file_and_key() {
-        assert_eq!(parse("{}").unwrap().directory, None);
-        let ok =
-            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}}}"#)
-                .unwrap();
-        let block = ok.directory.unwrap();
-        assert!(!block.auto_fund.enabled, "auto-funding is off by default");
-        assert!(block.register_at_uids.is_empty());
-        assert_eq!(
-            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}, "auto_fund": {"enabled": 1}}}"#)
-                .unwrap_err()
-                .to_string(),
-            "config brmcp.json: directory.auto_fund.enabled: invalid type: integer `1`, \
-             expected a boolean"
-        );
-        assert_eq!(
-            parse(r#"{"directory": {"tags": []}}"#)
-                .unwrap_err()
-                .to_string(),
-            "config brmcp.json: directory.description: missing"
-        );
     }
 
     #[test]

@@ -106,7 +106,8 @@ pub(crate) async fn start_serving(
         router_config.server_park_after = Some(PARK_IDLE_AFTER);
         builder = builder.router_config(router_config);
     }
-    let registrant = match &config.directory {
+    let block = RegistrantBlock::from_config(config, &datadir.join(super::SERVE_CONFIG))?;
+    let registrant = match &block {
         None => None,
         Some(block) => Some(registrant(datadir, block, host)?),
     };
@@ -123,7 +124,7 @@ pub(crate) async fn start_serving(
     let router = harness.start(host.clone())?;
     let streams = harness_streams(datadir, &harness)?;
     connect(host, streams).await?;
-    if let (Some(registrant), Some(block)) = (registrant, &config.directory) {
+    if let (Some(registrant), Some(block)) = (registrant, &block) {
         registrant.attach(router);
         let directories = block.register_at_uids.clone();
         // In the background: a directory that is slow to answer holds up nothing.
