@@ -96,6 +96,29 @@ pub use router::Router;
 pub use stats::RouterStats;
 pub use transport::{BrTransport, SessionWatch};
 
+/// Commands to the router's driver from routers and sessions: shared by the router and
+/// its sessions' transports, so it lives above both.
+pub(crate) enum Ctl {
+    /// A session we dialed; replies on it are routed to `inbox`.
+    Dialed {
+        shared: std::sync::Arc<session::SessionShared>,
+        inbox: inbox::InboxTx<rmcp::model::ServerJsonRpcMessage>,
+    },
+    /// A session's transport closed or was dropped.
+    Close {
+        peer: PeerId,
+        sid: wire::SessionId,
+        id: u64,
+    },
+    /// From now on, hand new sessions to this callback instead of the accept queue.
+    Acceptor(Acceptor),
+    /// Close every session and stop.
+    Shutdown,
+}
+
+/// Takes each new inbound session; runs on the router task, so it must not block.
+pub(crate) type Acceptor = Box<dyn FnMut(BrTransport<rmcp::service::RoleServer>) + Send>;
+
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
 /// data half-updated.
 pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
