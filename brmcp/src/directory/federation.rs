@@ -23,10 +23,10 @@ use crate::server::{Price, ToolError, ToolSpec};
 
 /// A snapshot purchase may cost at most this many times the directory's own snapshot
 /// price: a peer cannot drain the wallet with a lying quote.
-pub const PEER_SNAPSHOT_BUDGET_FACTOR: i64 = 10;
+pub(crate) const PEER_SNAPSHOT_BUDGET_FACTOR: i64 = 10;
 
 /// The note of a lead waiting for the key exchange through its peer.
-pub const AWAITING_KX: &str = "awaiting key exchange via peer";
+pub(crate) const AWAITING_KX: &str = "awaiting key exchange via peer";
 
 /// The boxed future of an [`Introducer`].
 pub type IntroduceFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;

@@ -21,7 +21,7 @@ use crate::server::{CallContext, Clock, SystemClock, ToolError, ToolSpec};
 pub const RENEW_AHEAD: Duration = Duration::from_secs(7 * 86_400);
 
 /// The rolling window of the monthly auto-fund cap.
-pub const FUND_WINDOW: Duration = Duration::from_secs(30 * 86_400);
+pub(crate) const FUND_WINDOW: Duration = Duration::from_secs(30 * 86_400);
 
 /// The fund history's file in the registrant's data directory.
 pub const FUND_HISTORY_FILE: &str = "registrant.sqlite";

@@ -50,7 +50,8 @@ pub use error::LedgerError;
 pub use records::{
     AuditAction, AuditEntry, Balance, CallState, JournalEntry, Opened, PrunedCalls, TipRecord,
 };
-pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT};
+use retention::WAL_SIZE_LIMIT;
+pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
 use retention::{prune_journal, reclaim, release_expired};
 pub use totals::{LedgerTotals, TOTALS_WINDOW_SECS};
 
@@ -81,7 +82,7 @@ pub const MAX_OUTCOME_BYTES_PER_CALLER: usize = 16 << 20;
 /// Replayable outcomes the journal keeps for one caller: 1024, more than a caller at
 /// the default rate limit finishes in one replay window. Bounds the rows the per-caller
 /// byte check reads.
-pub const MAX_OUTCOMES_PER_CALLER: usize = 1024;
+pub(crate) const MAX_OUTCOMES_PER_CALLER: usize = 1024;
 
 /// The SQLite ledger.
 ///

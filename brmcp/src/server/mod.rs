@@ -73,7 +73,7 @@ pub use call_key::{
     MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS,
 };
 pub use catalog::{Catalog, CatalogFuture};
-pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_THROTTLED_SENDERS};
+pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL};
 pub use config::{CONFIG_FILE, CONFIG_KEYS, CONFIG_TEMPLATE, ConfigError, ServeConfig};
 pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
@@ -85,14 +85,11 @@ pub use harness::{
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
     JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals, MAX_JOURNAL_ROWS_PER_CALLER,
-    MAX_OUTCOME_BYTES_PER_CALLER, MAX_OUTCOMES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION,
-    TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT,
+    MAX_OUTCOME_BYTES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION, TOTALS_WINDOW_SECS,
+    TipRecord, VACUUM_FREE_PAGES,
 };
 pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
-pub use rate_limit::{
-    DEFAULT_CALLS_PER_MINUTE, MAX_PAYMENT_ROUNDS, PRUNE_AT, RATE_LIMITED, RESERVATION_TTL,
-    RateLimiter,
-};
+pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, RATE_LIMITED, RateLimiter};
 pub use reload::{CONFIG_POLL, ConfigWatch, Reconfigured, follow_config};
 /// The JSON-schema crate tool input types derive `JsonSchema` from (rmcp's): with
 /// `use brmcp::server::schemars;` in scope, `#[derive(schemars::JsonSchema)]` works
