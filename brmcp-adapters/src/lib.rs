@@ -79,7 +79,7 @@ mod stats;
 mod transport;
 
 pub use brmcp_wire as wire;
-pub use clock::{Clock, SystemClock, TokioClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use config::{
     ASSEMBLER_SLOTS, DEFAULT_ACCEPT_BACKLOG, DEFAULT_INBOUND_QUEUE, DEFAULT_INBOX_CAPACITY,
     DEFAULT_MAX_INBOUND_BYTES, DEFAULT_MAX_INBOX_BYTES, DEFAULT_MAX_OUTBOUND_BYTES,
@@ -96,6 +96,29 @@ pub use recovery::{DEFAULT_SILENCE_PROBE, INITIALIZE_TIMEOUT};
 pub use router::Router;
 pub use stats::RouterStats;
 pub use transport::{BrTransport, SessionWatch};
+
+/// Commands to the router's driver from routers and sessions: shared by the router and
+/// its sessions' transports, so it lives above both.
+pub(crate) enum Ctl {
+    /// A session we dialed; replies on it are routed to `inbox`.
+    Dialed {
+        shared: std::sync::Arc<session::SessionShared>,
+        inbox: inbox::InboxTx<rmcp::model::ServerJsonRpcMessage>,
+    },
+    /// A session's transport closed or was dropped.
+    Close {
+        peer: PeerId,
+        sid: wire::SessionId,
+        id: u64,
+    },
+    /// From now on, hand new sessions to this callback instead of the accept queue.
+    Acceptor(Acceptor),
+    /// Close every session and stop.
+    Shutdown,
+}
+
+/// Takes each new inbound session; runs on the router task, so it must not block.
+pub(crate) type Acceptor = Box<dyn FnMut(BrTransport<rmcp::service::RoleServer>) + Send>;
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its
 /// data half-updated.

@@ -7,14 +7,14 @@
 //! package is for it: the serving harness, the client bridge and the directory read them
 //! from here, and this module reads none of them.
 
-use rmcp::model::{ErrorCode, ErrorData};
+use rmcp::model::{CallToolResult, ErrorCode, ErrorData};
 
 mod money;
 pub mod quote;
 
 pub use money::{
-    MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired, PaymentRequiredError,
-    PriceMetaError, TIP_RAIL, ToolPrice,
+    ATOMS_PER_DCR, MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired,
+    PaymentRequiredError, PriceMetaError, TIP_RAIL, ToolPrice,
 };
 
 /// `_meta` key of a listed tool: its price per call in atoms (0 for a free tool).
@@ -76,4 +76,18 @@ pub fn is_session_lost(error: &ErrorData) -> bool {
         || (error.code == GO_SDK_PLAIN_ERROR
             && error.message.starts_with("method \"")
             && error.message.ends_with(GO_SDK_UNINITIALIZED))
+}
+
+/// The text items of a tool result, in order (images and other content skipped).
+pub fn result_texts(result: &CallToolResult) -> impl Iterator<Item = &str> {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+}
+
+/// The text of a tool result: its text items joined with newlines, as Go consumers
+/// read it.
+pub fn result_text(result: &CallToolResult) -> String {
+    result_texts(result).collect::<Vec<_>>().join("\n")
 }

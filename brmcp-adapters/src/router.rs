@@ -51,6 +51,7 @@ use crate::resume::Resumable;
 use crate::session::{Outlet, SessionShared};
 use crate::stats::{Counters, RouterStats};
 use crate::transport::{BrTransport, Waits};
+use crate::{Acceptor, Ctl};
 
 mod sessions;
 
@@ -68,28 +69,6 @@ const PARK_SCAN_GAP: Duration = Duration::from_millis(100);
 
 /// Router-level replies (errors for sessions that could not be opened) queued at most.
 const REPLY_QUEUE: usize = 64;
-
-/// Commands to the driver from routers and sessions.
-pub(crate) enum Ctl {
-    /// A session we dialed; replies on it are routed to `inbox`.
-    Dialed {
-        shared: Arc<SessionShared>,
-        inbox: InboxTx<ServerJsonRpcMessage>,
-    },
-    /// A session's transport closed or was dropped.
-    Close {
-        peer: PeerId,
-        sid: SessionId,
-        id: u64,
-    },
-    /// From now on, hand new sessions to this callback instead of the accept queue.
-    Acceptor(Acceptor),
-    /// Close every session and stop.
-    Shutdown,
-}
-
-/// Takes each new inbound session; runs on the router task, so it must not block.
-type Acceptor = Box<dyn FnMut(BrTransport<RoleServer>) + Send>;
 
 /// Routes brmcp PMs of one Bison Relay identity to MCP sessions, in both roles.
 ///

@@ -17,6 +17,15 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "sqlite")]
+pub use sqlite::{
+    SqliteAccess, SqliteIdentity, SqliteKind, StampError, StampedOpen, open_sqlite,
+    open_stamped_sqlite,
+};
+
 /// Mode of every data directory: the owner's only.
 pub const DIR_MODE: u32 = 0o700;
 
@@ -221,119 +230,6 @@ pub fn prepare_sqlite(path: &Path) -> Result<(), rusqlite::Error> {
         }
     })();
     checked.map_err(|e| sqlite_error(path, &e))
-}
-
-#[cfg(feature = "sqlite")]
-/// What an SQLite file of ours says it is, read before anything is written to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SqliteIdentity {
-    /// `PRAGMA application_id`: which program's file it is (0: none said).
-    pub application_id: i32,
-    /// `PRAGMA user_version`: the schema version that program wrote.
-    pub user_version: i32,
-    /// No id, no version and no schema objects: a new, empty file to create.
-    pub fresh: bool,
-}
-
-#[cfg(feature = "sqlite")]
-/// Opens the database at `path`, prepared as [`prepare_sqlite`] does, waiting up to
-/// `busy` for another connection's lock, and reads its [`SqliteIdentity`]. That is the
-/// first read of the file: one that is not a database fails here, unchanged.
-///
-/// # Errors
-/// As [`prepare_sqlite`], and SQLite's errors opening and reading the file.
-pub fn open_sqlite(
-    path: &Path,
-    busy: std::time::Duration,
-) -> Result<(rusqlite::Connection, SqliteIdentity), rusqlite::Error> {
-    prepare_sqlite(path)?;
-    let conn = rusqlite::Connection::open(path)?;
-    conn.busy_timeout(busy)?;
-    let application_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    let user_version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
-    let fresh = application_id == 0 && user_version == 0 && objects == 0;
-    let identity = SqliteIdentity {
-        application_id,
-        user_version,
-        fresh,
-    };
-    Ok((conn, identity))
-}
-
-#[cfg(feature = "sqlite")]
-/// An SQLite file of ours told apart by its stamp: `PRAGMA application_id` and
-/// `PRAGMA user_version`.
-#[derive(Debug, Clone, Copy)]
-pub struct SqliteKind {
-    /// What the file holds, for errors ("directory store").
-    pub what: &'static str,
-    /// Its application id.
-    pub application_id: i32,
-    /// The schema version this code reads and writes.
-    pub version: i32,
-    /// The schema, `CREATE ... IF NOT EXISTS`: made in a new file.
-    pub schema: &'static str,
-    /// A table of the files written before they were stamped: such a file (no id,
-    /// no version, this table present) is ours, and is stamped at its first open.
-    pub unstamped_table: &'static str,
-}
-
-#[cfg(feature = "sqlite")]
-/// Opens the SQLite file of `kind` at `path` as [`open_sqlite`] does (made
-/// [`FILE_MODE`], links refused), in WAL mode with full syncs: a new file gets the
-/// schema and the stamp, an unstamped one of ours the stamp. Anything else (another
-/// program's file, another schema version) is refused before anything is written.
-///
-/// # Errors
-/// As [`open_sqlite`]; a file that is not `kind`'s, as an SQLite "not a database"
-/// error saying what it is (the caller names the file).
-pub fn open_stamped_sqlite(
-    path: &Path,
-    busy: std::time::Duration,
-    kind: &SqliteKind,
-) -> Result<rusqlite::Connection, rusqlite::Error> {
-    let (conn, identity) = open_sqlite(path, busy)?;
-    let ours = identity.application_id == kind.application_id;
-    let stamp = if identity.fresh {
-        true
-    } else if ours && identity.user_version == kind.version {
-        false
-    } else if identity.application_id == 0 && identity.user_version == 0 && {
-        let tables: i64 = conn.query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1",
-            [kind.unstamped_table],
-            |r| r.get(0),
-        )?;
-        tables == 1
-    } {
-        true
-    } else {
-        let found = if ours {
-            format!("schema version {}", identity.user_version)
-        } else {
-            format!("application id {:#010x}", identity.application_id)
-        };
-        return Err(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
-            Some(format!(
-                "not a {} of this brmcp ({found}; it reads application id {:#010x}, \
-                 schema version {}): left as it is",
-                kind.what, kind.application_id, kind.version
-            )),
-        ));
-    };
-    let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    seal_sqlite(path)?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    if stamp {
-        let tx = conn.unchecked_transaction()?;
-        tx.execute_batch(kind.schema)?;
-        tx.pragma_update(None, "application_id", kind.application_id)?;
-        tx.pragma_update(None, "user_version", kind.version)?;
-        tx.commit()?;
-    }
-    Ok(conn)
 }
 
 /// Opens `path` for appending (a log of ours), creating it [`FILE_MODE`] and its

@@ -24,11 +24,11 @@ use rmcp::transport::Transport;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::Ctl;
 use crate::error::AdapterError;
 use crate::inbox::InboxRx;
 use crate::peer::PeerId;
 use crate::recovery::{ClientState, Resend};
-use crate::router::Ctl;
 use crate::session::{Outbound, Outlet, SessionShared};
 
 /// How long a dialed session's requests wait, and after what silence of the server

@@ -30,6 +30,7 @@ use crate::sleep_until_opt;
 use brmcp_adapters::BoxError;
 use brmcp_adapters::PeerId;
 use brmcp_adapters::PmSender;
+use brmcp_adapters::protocol::ATOMS_PER_DCR;
 
 mod handlers;
 mod run;
@@ -358,7 +359,7 @@ impl ClientRpcHost {
             .map(drop)
     }
 
-    /// Tips `to` `atoms` (sent as DCR, `atoms / 1e8`) and waits, within the config's
+    /// Tips `to` `atoms` (sent as DCR, `atoms / ATOMS_PER_DCR`) and waits, within the config's
     /// tip timeout, for the TipProgress event ending it, matched by payee and amount
     /// (events carry no request id, so two concurrent tips of one amount to one payee
     /// may be matched to each other's events).
@@ -391,7 +392,7 @@ impl ClientRpcHost {
         let request = TipUserRequest {
             user: to.to_string(),
             // Exact for any amount below 2^53 atoms once the server rounds to atoms.
-            dcr_amount: atoms as f64 / 1e8,
+            dcr_amount: atoms as f64 / ATOMS_PER_DCR as f64,
             max_attempts: inner.config.tip_max_attempts,
         };
         match tokio::time::timeout_at(

@@ -16,6 +16,9 @@ use super::{DYNAMIC_PRICING, PRICE_META, PRICING_META};
 /// Go implementation keeps amounts in `int64`.
 pub const MAX_AMOUNT_ATOMS: u64 = i64::MAX as u64;
 
+/// Atoms in one DCR: Bison Relay's tip call takes DCR, everything else here counts atoms.
+pub const ATOMS_PER_DCR: u64 = 100_000_000;
+
 /// The `error` value that marks a `payment_required` body.
 pub const PAYMENT_REQUIRED: &str = "payment_required";
 
@@ -159,11 +162,8 @@ impl PaymentRequired {
         if result.is_error != Some(true) {
             return Ok(None);
         }
-        for content in &result.content {
-            let Some(text) = content.as_text() else {
-                continue;
-            };
-            if let Some(found) = Self::from_json(&text.text).transpose() {
+        for text in super::result_texts(result) {
+            if let Some(found) = Self::from_json(text).transpose() {
                 return found.map(Some);
             }
         }

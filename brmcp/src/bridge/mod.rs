@@ -72,8 +72,6 @@ pub use approval::{
     APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
 };
 pub use attach::{BRIDGE_GONE, Upstream, pump};
-#[cfg(feature = "directory")]
-pub(crate) use directory::text_of;
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,

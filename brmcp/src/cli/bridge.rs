@@ -20,7 +20,7 @@ use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Ownership, SETTINGS_FILE, Settings, approval_secret,
     running_bridge,
 };
-use crate::journal::{self, Inbox, JournalHandler};
+use crate::journal::{self, JournalHandler, PmJournal};
 use crate::server::{Clock, SystemClock};
 use crate::status::{ConnectionWatch, Publisher, RefusedAddress, Snapshot, SpendTotals};
 
@@ -373,7 +373,7 @@ fn warn_zero_caps(datadir: &Path, settings: &Settings) {
 }
 
 fn now() -> UnixTime {
-    SystemClock.unix()
+    SystemClock.now()
 }
 
 fn load(path: &Path) -> Result<Settings, CliError> {
@@ -441,10 +441,10 @@ pub(crate) async fn start_bridge_hosts(
     config.allowed_hosts = allow_hosts.to_vec();
     // Before connecting: the stream redelivers unacknowledged outcomes at once.
     let bridge = Bridge::new(config, router.clone(), TipPayer::new(host.clone()))?;
-    let inbox = Arc::new(Inbox::open(datadir)?);
+    let journal = Arc::new(PmJournal::open(datadir)?);
     let wake = Arc::new(Notify::new());
     tokio::spawn(journal::forward(
-        inbox.clone(),
+        journal.clone(),
         wake.clone(),
         move |from, body| {
             let router = router.clone();
@@ -453,9 +453,9 @@ pub(crate) async fn start_bridge_hosts(
     ));
     let settler = bridge.clone();
     let streams = Streams::new()
-        .pms(JournalHandler::new(inbox.clone(), wake))
+        .pms(JournalHandler::new(journal.clone(), wake))
         .tip_results(move |event| settle_late_tip(settler.clone(), event))
-        .identity(super::client_guard(inbox));
+        .identity(super::client_guard(journal));
     super::serve::connect(&host, streams).await?;
     Ok((bridge, host))
 }

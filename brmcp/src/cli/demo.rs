@@ -28,6 +28,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 
 use super::CliError;
+use brmcp_adapters::protocol::result_text;
 use brmcp_clientrpc::ClientRpcHost;
 
 use crate::bridge::{Bridge, Mode, Settings};
@@ -164,12 +165,7 @@ fn text_of(result: &CallToolResult) -> String {
     if let Some(s) = &result.structured_content {
         return s.to_string();
     }
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join(" ")
+    result_text(result)
 }
 
 async fn demo(

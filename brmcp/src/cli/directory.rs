@@ -230,7 +230,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let text = result.content[0].as_text().unwrap().text.clone();
+        let text = brmcp_adapters::protocol::result_text(&result);
         assert_ne!(result.is_error, Some(true), "{tool}: {text}");
         serde_json::from_str(&text).unwrap()
     }

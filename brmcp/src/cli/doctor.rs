@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::CliError;
 use crate::bridge::{SETTINGS_FILE, Settings};
+use crate::directory::RegistrantBlock;
 use crate::server::ServeConfig;
 
 /// Bound on reaching the client and asking it two questions: 15 s. A client that
@@ -146,7 +147,9 @@ fn check_configs(report: &mut Report, dir: &Path) {
     }
     let serve = dir.join(super::serve::SERVE_CONFIG);
     if serve.exists() {
-        match ServeConfig::load(&serve) {
+        let read = ServeConfig::load(&serve)
+            .and_then(|config| RegistrantBlock::from_config(&config, &serve));
+        match read {
             Ok(_) => report.ok(format!("{} reads", serve.display())),
             Err(e) => report.fix(e),
         }

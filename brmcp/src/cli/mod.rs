@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use brmcp_adapters::{BoxError, PeerId};
 use clap::{Parser, Subcommand};
 
-use crate::journal::Inbox;
+use crate::journal::PmJournal;
 use crate::server::{Clock, SystemClock};
 
 mod bridge;
@@ -168,11 +168,11 @@ fn client_lock_path(identity: &PeerId) -> PathBuf {
 /// file in the temporary directory named by the client's identity, so it catches a
 /// second consumer on this machine; one on another machine goes unseen.
 pub(crate) fn client_guard(
-    inbox: Arc<Inbox>,
+    journal: Arc<PmJournal>,
 ) -> impl Fn(PeerId) -> Result<(), BoxError> + Send + Sync + 'static {
     let held: Mutex<Option<ClientLock>> = Mutex::new(None);
     move |identity: PeerId| {
-        inbox.bind(&identity, SystemClock.unix())?;
+        journal.bind(&identity, SystemClock.now())?;
         let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
         if held.as_ref().is_some_and(|lock| lock.identity == identity) {
             return Ok(());
@@ -274,11 +274,11 @@ mod tests {
         let mut me = [0u8; 32];
         getrandom::fill(&mut me).unwrap();
         let me = PeerId::from_bytes(me);
-        let first = client_guard(Arc::new(Inbox::open(a.path()).unwrap()));
+        let first = client_guard(Arc::new(PmJournal::open(a.path()).unwrap()));
         first(me).unwrap();
         // Reconnecting is fine.
         first(me).unwrap();
-        let second = client_guard(Arc::new(Inbox::open(b.path()).unwrap()));
+        let second = client_guard(Arc::new(PmJournal::open(b.path()).unwrap()));
         let e = second(me).unwrap_err().to_string();
         assert!(e.contains("another brmcp process consumes"), "{e}");
         // Once the first is gone, the client is free, and its lock file gone with it.
@@ -296,16 +296,16 @@ mod tests {
         let mut me = [0u8; 32];
         getrandom::fill(&mut me).unwrap();
         let me = PeerId::from_bytes(me);
-        let first = client_guard(Arc::new(Inbox::open(a.path()).unwrap()));
+        let first = client_guard(Arc::new(PmJournal::open(a.path()).unwrap()));
         first(me).unwrap();
-        let second = client_guard(Arc::new(Inbox::open(b.path()).unwrap()));
+        let second = client_guard(Arc::new(PmJournal::open(b.path()).unwrap()));
         let waiter = std::thread::spawn(move || second(me).map(|()| second));
         std::thread::sleep(CLIENT_LOCK_RETRY * 4);
         drop(first);
         let second = waiter.join().unwrap().unwrap();
         // The waiter holds the file now at the path, so a third is refused.
         let c = tempfile::tempdir().unwrap();
-        let third = client_guard(Arc::new(Inbox::open(c.path()).unwrap()));
+        let third = client_guard(Arc::new(PmJournal::open(c.path()).unwrap()));
         let e = third(me).unwrap_err().to_string();
         assert!(e.contains("another brmcp process consumes"), "{e}");
         drop(second);
@@ -320,7 +320,7 @@ mod tests {
             getrandom::fill(id).unwrap();
         }
         let [one, two] = ids.map(PeerId::from_bytes);
-        let guard = client_guard(Arc::new(Inbox::open(dir.path()).unwrap()));
+        let guard = client_guard(Arc::new(PmJournal::open(dir.path()).unwrap()));
         guard(one).unwrap();
         let e = guard(two).unwrap_err().to_string();
         assert!(

@@ -66,7 +66,7 @@ pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
 }
 
 fn now() -> UnixTime {
-    SystemClock.unix()
+    SystemClock.now()
 }
 
 /// The example tools: `echo` (free) and `fortune` (paid).
@@ -303,7 +303,7 @@ mod tests {
 
     use crate::cli::directory::HostPayer;
     use crate::cli::testing::until;
-    use crate::journal::Inbox;
+    use crate::journal::PmJournal;
     use crate::server::CallState;
     use crate::server::{Ledger, MATOMS_PER_ATOM};
     use brmcp_devnet::{Devnet, NodeInfo};
@@ -509,9 +509,9 @@ mod tests {
             let result = agent.call_tool(CallToolRequestParams::new("fortune")).await;
             (agent, result)
         });
-        let inbox = Inbox::open(&alice.dir).unwrap();
+        let journal = PmJournal::open(&alice.dir).unwrap();
         until("the call journaled, not handed on", || {
-            !inbox.unprocessed(10).unwrap().is_empty()
+            !journal.unprocessed(10).unwrap().is_empty()
         })
         .await;
         until("acknowledged", || {
@@ -532,12 +532,7 @@ mod tests {
         let (agent, result) = call.await.unwrap();
         let result = result.unwrap();
         assert_ne!(result.is_error, Some(true), "{result:?}");
-        let text = result
-            .content
-            .last()
-            .and_then(|c| c.as_text())
-            .map(|t| t.text.clone())
-            .unwrap_or_default();
+        let text = brmcp_adapters::protocol::result_text(&result);
         assert!(text.contains("fortune"), "{text}");
         let calls = Ledger::attach(&alice.dir)
             .unwrap()

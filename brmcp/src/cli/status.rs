@@ -18,7 +18,7 @@ const NOT_RUNNING: u8 = 3;
 /// Prints the snapshot of `datadir` for the `role` (`serve` or `bridge`) command.
 /// Exits [`NOT_RUNNING`] when its process is not running.
 pub(super) fn show(datadir: &Path, role: &str, json: bool) -> Result<ExitCode, CliError> {
-    let now = SystemClock.unix().secs();
+    let now = SystemClock.now().secs();
     let snapshot = crate::status::read(datadir).map_err(CliError)?;
     let Some(snapshot) = snapshot else {
         let file = datadir.join(STATUS_FILE);

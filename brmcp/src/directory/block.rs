@@ -3,12 +3,15 @@
 //! directories it registers with at startup. Read strictly: an unknown key, a wrong
 //! type or a broken registration rule is an error naming the key.
 
+use std::path::Path;
+
 use brmcp_adapters::PeerId;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::registrant::AutoFund;
 use super::types::{RegisterIn, TestSpec};
+use crate::server::{ConfigError, ServeConfig};
 
 /// The keys of the `directory` block.
 const KEYS: [&str; 5] = [
@@ -91,6 +94,25 @@ fn uids(list: Vec<String>, key: &str) -> Result<Vec<PeerId>, BlockError> {
 }
 
 impl RegistrantBlock {
+    /// The block of `config`, read from the file at `path` (named in errors); `None`
+    /// when there is none.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadDirectory`] naming the file and the key at fault.
+    pub fn from_config(config: &ServeConfig, path: &Path) -> Result<Option<Self>, ConfigError> {
+        config
+            .directory
+            .as_ref()
+            .map(|value| {
+                Self::parse(value).map_err(|(key, reason)| ConfigError::BadDirectory {
+                    path: path.to_owned(),
+                    key,
+                    reason,
+                })
+            })
+            .transpose()
+    }
+
     /// Reads the block.
     ///
     /// # Errors
@@ -148,6 +170,34 @@ mod tests {
     fn err(v: Value) -> String {
         let (key, reason) = RegistrantBlock::parse(&v).unwrap_err();
         format!("{key}: {reason}")
+    }
+
+    #[test]
+    fn the_directory_block_is_read_strictly_naming_file_and_key() {
+        let parse = |text: &str| {
+            let path = Path::new("brmcp.json");
+            RegistrantBlock::from_config(&ServeConfig::parse(text, path).unwrap(), path)
+        };
+        assert_eq!(parse("{}").unwrap(), None);
+        let ok =
+            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}}}"#)
+                .unwrap();
+        let block = ok.unwrap();
+        assert!(!block.auto_fund.enabled, "auto-funding is off by default");
+        assert!(block.register_at_uids.is_empty());
+        assert_eq!(
+            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}, "auto_fund": {"enabled": 1}}}"#)
+                .unwrap_err()
+                .to_string(),
+            "config brmcp.json: directory.auto_fund.enabled: invalid type: integer `1`, \
+             expected a boolean"
+        );
+        assert_eq!(
+            parse(r#"{"directory": {"tags": []}}"#)
+                .unwrap_err()
+                .to_string(),
+            "config brmcp.json: directory.description: missing"
+        );
     }
 
     #[test]

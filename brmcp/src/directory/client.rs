@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, result_text};
 use brmcp_adapters::{BoxError, PeerId, Router};
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -15,21 +15,21 @@ use rmcp::model::{
 use rmcp::service::{RoleClient, RunningService};
 
 /// How long opening a session (`initialize`) may take.
-pub const DIAL_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DIAL_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a `tools/list` may take.
-pub const CRAWL_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const CRAWL_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long one attempt of a paid call may take (the tool itself may be slow).
-pub const TEST_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const TEST_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long a payment may take to be confirmed; past it the payment is ambiguous.
 pub const PAY_WAIT: Duration = Duration::from_secs(180);
 /// Retries of a call still refused after paying, while the credit lands.
-pub const CREDIT_POLL_TRIES: u32 = 6;
+pub(crate) const CREDIT_POLL_TRIES: u32 = 6;
 /// The wait between those retries.
-pub const CREDIT_POLL_DELAY: Duration = Duration::from_secs(3);
+pub(crate) const CREDIT_POLL_DELAY: Duration = Duration::from_secs(3);
 /// The longest tool-error text kept as a test error, in bytes.
-pub const RESULT_TEXT_MAX: usize = 512;
+pub(crate) const RESULT_TEXT_MAX: usize = 512;
 /// The version announced when dialing.
-pub const CLIENT_VERSION: &str = "0.1.0";
+pub(crate) const CLIENT_VERSION: &str = "0.1.0";
 
 /// A boxed payment future.
 pub type PayFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PayError>> + Send + 'a>>;
@@ -101,15 +101,9 @@ pub(crate) async fn crawl(
     serde_json::to_value(page.tools).map_err(|e| format!("list tools: {e}"))
 }
 
-/// Every text content of a result, joined with `\n`: read as the bridge reads a
-/// directory's answers.
-pub(crate) fn result_text_whole(result: &CallToolResult) -> String {
-    crate::bridge::text_of(result)
-}
-
-/// The text content of a result, joined with `\n` and cut to [`RESULT_TEXT_MAX`] bytes.
-pub(crate) fn result_text(result: &CallToolResult) -> String {
-    let text = result_text_whole(result);
+/// The text of a result cut to [`RESULT_TEXT_MAX`] bytes, for an error message.
+pub(crate) fn result_text_capped(result: &CallToolResult) -> String {
+    let text = result_text(result);
     let mut end = text.len().min(RESULT_TEXT_MAX);
     while !text.is_char_boundary(end) {
         end -= 1;

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use brmcp_adapters::protocol::result_text;
 use brmcp_adapters::{BoxError, PeerId};
 use serde::{Deserialize, Serialize};
 
@@ -22,10 +23,10 @@ use crate::server::{Price, ToolError, ToolSpec};
 
 /// A snapshot purchase may cost at most this many times the directory's own snapshot
 /// price: a peer cannot drain the wallet with a lying quote.
-pub const PEER_SNAPSHOT_BUDGET_FACTOR: i64 = 10;
+pub(crate) const PEER_SNAPSHOT_BUDGET_FACTOR: i64 = 10;
 
 /// The note of a lead waiting for the key exchange through its peer.
-pub const AWAITING_KX: &str = "awaiting key exchange via peer";
+pub(crate) const AWAITING_KX: &str = "awaiting key exchange via peer";
 
 /// The boxed future of an [`Introducer`].
 pub type IntroduceFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
@@ -263,11 +264,11 @@ impl Core {
             .paid_call(peer_id, "get_snapshot", None, &key, budget, None)
             .await
             .map_err(|e| DirError::Refused(format!("snapshot purchase: {e}")))?;
-        let text = client::result_text_whole(&answer.result);
+        let text = result_text(&answer.result);
         if answer.result.is_error == Some(true) {
             return refuse(format!(
                 "snapshot refused: {}",
-                client::result_text(&answer.result)
+                client::result_text_capped(&answer.result)
             ));
         }
         let signed: SignedSnapshot = serde_json::from_str(&text)
@@ -353,11 +354,10 @@ impl Core {
         if answer.result.is_error == Some(true) {
             return Ok(Err(format!(
                 "invite refused: {}",
-                client::result_text(&answer.result)
+                client::result_text_capped(&answer.result)
             )));
         }
-        let out: InviteOut = match serde_json::from_str(&client::result_text_whole(&answer.result))
-        {
+        let out: InviteOut = match serde_json::from_str(&result_text(&answer.result)) {
             Ok(out) => out,
             Err(e) => return Ok(Err(format!("invite reply malformed: {e}"))),
         };

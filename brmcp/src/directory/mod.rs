@@ -44,27 +44,23 @@ mod types;
 
 pub use admin::{ADMIN_LOG, ADMIN_TOOLS};
 pub use block::RegistrantBlock;
-pub use client::{
-    CLIENT_VERSION, CRAWL_TIMEOUT, CREDIT_POLL_DELAY, CREDIT_POLL_TRIES, DIAL_TIMEOUT, PAY_WAIT,
-    PayError, PayFuture, Payer, RESULT_TEXT_MAX, TEST_CALL_TIMEOUT,
-};
+pub use client::{PAY_WAIT, PayError, PayFuture, Payer};
 pub use config::{
     DEFAULT_EXPIRY_DAYS, DEFAULT_LISTING_FEE_ATOMS, DEFAULT_NAME, DEFAULT_RECRAWL_HOURS,
     DEFAULT_SNAPSHOT_PRICE_ATOMS, DEFAULT_TEST_BUDGET_MAX_ATOMS, POLICY_FILE, Policy, PolicyError,
 };
 pub use federation::{
-    AWAITING_KX, AddPeerIn, IntroduceFuture, Introducer, InviteIn, InviteOut, Lead, LeadState,
-    MAX_KX_INVITE_TRIES, PEER_SNAPSHOT_BUDGET_FACTOR, Peer,
+    AddPeerIn, IntroduceFuture, Introducer, InviteIn, InviteOut, Lead, LeadState,
+    MAX_KX_INVITE_TRIES, Peer,
 };
 pub use money::{ESCROW_TOOL, FEE_TOOL};
 pub use registrant::{
-    AutoFund, DEFAULT_REGISTRANT_NAME, FUND_HISTORY_APPLICATION_ID, FUND_HISTORY_FILE, FUND_WINDOW,
-    Notify, RENEW_AHEAD, Registrant, RegistrantConfig,
+    AutoFund, DEFAULT_REGISTRANT_NAME, FUND_HISTORY_APPLICATION_ID, FUND_HISTORY_FILE, Notify,
+    RENEW_AHEAD, Registrant, RegistrantConfig,
 };
 pub use search::{SEARCH_HIT_CAP, SearchHit, SearchIn, SearchOut, search};
 pub use service::{
-    BUSY_NOTE, BuildError, CLOSE_WAIT, Directory, DirectoryBuilder, STOP_BLOCKING_WAIT,
-    STOP_WITHIN, SWEEP_INTERVAL,
+    BuildError, CLOSE_WAIT, Directory, DirectoryBuilder, STOP_BLOCKING_WAIT, STOP_WITHIN,
 };
 pub use snapshot::{
     KEY_FILE, KeyError, SNAPSHOT_VERSION, SignedSnapshot, Signer, Snapshot, SnapshotListing,

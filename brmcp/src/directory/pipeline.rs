@@ -70,7 +70,7 @@ impl Core {
                 return Ok(false);
             }
             if reg.fee_atoms > 0 {
-                let now = self.clock.unix();
+                let now = self.clock.now();
                 if money::debit(harness, uid, FEE_TOOL, reg.fee_atoms, &fund_key, now).await?
                     == Debit::Short
                 {
@@ -186,7 +186,7 @@ impl Core {
                         }
                         Ok(answer) => (
                             Outcome::Failed,
-                            client::result_text(&answer.result),
+                            client::result_text_capped(&answer.result),
                             answer.latency_ms,
                         ),
                         Err(_) if self.shutting_down() => return Ok(()),
@@ -329,7 +329,7 @@ impl Core {
         let call = match escrow {
             None => None,
             Some(_) => {
-                let now = self.clock.unix();
+                let now = self.clock.now();
                 match money::debit(harness, uid, ESCROW_TOOL, atoms, &debit_key, now).await {
                     Ok(Debit::Done(call)) => Some(call),
                     Ok(Debit::Short) => {
@@ -371,7 +371,7 @@ impl Core {
                     .set_spend(spend, SpendState::Refunding, None, None)
                     .map_err(store_err)?;
                 if let Some(call) = call {
-                    money::refund(harness, call, PAYMENT_FAILED, self.clock.unix())
+                    money::refund(harness, call, PAYMENT_FAILED, self.clock.now())
                         .await
                         .map_err(store_err)?;
                 }
@@ -403,7 +403,7 @@ impl Core {
                         None => money::standing(harness, uid, &spend.debit_key).await?,
                     };
                     if let Some(call) = call {
-                        money::refund(harness, call, NEVER_SENT, self.clock.unix()).await?;
+                        money::refund(harness, call, NEVER_SENT, self.clock.now()).await?;
                     }
                     self.store.delete_spend(spend.id)?;
                 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use brmcp_adapters::protocol::result_text;
 use brmcp_adapters::{PeerId, Router};
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rusqlite::{Connection, params};
@@ -20,7 +21,7 @@ use crate::server::{CallContext, Clock, SystemClock, ToolError, ToolSpec};
 pub const RENEW_AHEAD: Duration = Duration::from_secs(7 * 86_400);
 
 /// The rolling window of the monthly auto-fund cap.
-pub const FUND_WINDOW: Duration = Duration::from_secs(30 * 86_400);
+pub(crate) const FUND_WINDOW: Duration = Duration::from_secs(30 * 86_400);
 
 /// The fund history's file in the registrant's data directory.
 pub const FUND_HISTORY_FILE: &str = "registrant.sqlite";
@@ -44,6 +45,7 @@ const HISTORY: crate::secure_fs::SqliteKind = crate::secure_fs::SqliteKind {
                  atoms INTEGER NOT NULL
              ) STRICT;",
     unstamped_table: "fund_history",
+    migrations: &[],
 };
 
 /// The MCP client name a registrant dials with, unless configured.
@@ -165,7 +167,7 @@ impl Registrant {
     }
 
     fn now(&self) -> i64 {
-        self.inner.config.clock.unix().secs()
+        self.inner.config.clock.now().secs()
     }
 
     fn notify(&self, directory: PeerId, status: &StatusOut, err: Option<&str>) {
@@ -280,9 +282,9 @@ impl Registrant {
                     .call_tool(params)
                     .await
                     .map_err(|e| format!("{tool}: {e}"))?;
-                let text = client::result_text_whole(&result);
+                let text = result_text(&result);
                 if result.is_error == Some(true) {
-                    return Err(format!("{tool}: {}", client::result_text(&result)));
+                    return Err(format!("{tool}: {}", client::result_text_capped(&result)));
                 }
                 serde_json::from_str::<StatusOut>(&text).map_err(|e| format!("{tool}: {e}"))
             }

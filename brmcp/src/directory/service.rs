@@ -19,14 +19,14 @@ use super::types::{Entry, Listing, Outcome, State, StatsOut, StatusOut};
 use crate::server::{AutoReply, Clock, Harness, HarnessError, SystemClock};
 
 /// How often the maintenance sweep runs (expiry, free recrawls, funding checks).
-pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Seconds in a day, for `expiry_days`.
 const DAY_SECS: i64 = 86_400;
 
 /// The note of a `register` refused because the previous registration is being
 /// verified.
-pub const BUSY_NOTE: &str = "verification in progress; the previous registration continues";
+pub(crate) const BUSY_NOTE: &str = "verification in progress; the previous registration continues";
 
 /// Why the directory cannot be built or started.
 #[derive(Debug, thiserror::Error)]
@@ -391,7 +391,7 @@ impl Core {
     }
 
     pub(crate) fn now(&self) -> i64 {
-        self.clock.unix().secs()
+        self.clock.now().secs()
     }
 
     pub(crate) fn shutting_down(&self) -> bool {

@@ -33,6 +33,7 @@ const KIND: crate::secure_fs::SqliteKind = crate::secure_fs::SqliteKind {
     version: STORE_SCHEMA_VERSION,
     schema: SCHEMA,
     unstamped_table: "entries",
+    migrations: &[],
 };
 
 const SCHEMA: &str = "

@@ -24,13 +24,31 @@
 
 use std::fmt;
 
-use brmcp_adapters::PeerId;
 use brmcp_adapters::wire::{SessionId, UnixTime};
+use brmcp_adapters::{BoxError, PeerId};
 use rmcp::model::RequestId;
 
 use super::call_key::{ArgsHash, CallKey};
-use super::ledger::LedgerError;
 use super::money::Shortfall;
+
+/// Why a [`Billing`] store could not do what was asked: the call does not run (or its
+/// end is not recorded), the tip is not acknowledged (its redelivery is tried again).
+/// Each store says why in its own error; [`Ledger`](super::Ledger)'s converts into this.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct BillingError(BoxError);
+
+impl BillingError {
+    /// A store's own error.
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+
+    /// The store's own error, to downcast to its type.
+    pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
 
 /// A store of balances, tips and the paid-call journal.
 ///
@@ -59,7 +77,7 @@ pub trait Billing: Send + Sync {
     /// # Errors
     ///
     /// A store failure; the call must not run.
-    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError>;
+    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, BillingError>;
 
     /// What a keyed call's key already answers, without charging or changing anything:
     /// `None` while the key is free (never used, released, or its replay window closed),
@@ -79,15 +97,15 @@ pub trait Billing: Send + Sync {
         tool: &str,
         keyed: Keyed<'_>,
         now: UnixTime,
-    ) -> Result<Option<Charge>, LedgerError>;
+    ) -> Result<Option<Charge>, BillingError>;
 
     /// Record that a charged call finished, with its result (the JSON of the tool
     /// result, opaque here), kept for replay when the call is keyed.
     ///
     /// # Errors
     ///
-    /// [`LedgerError::UnknownCall`], [`LedgerError::NotPending`], or a store failure.
-    fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError>;
+    /// The call is unknown or no longer pending, or a store failure.
+    fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), BillingError>;
 
     /// Give a charged call's price back and close it with `reason`.
     ///
@@ -97,35 +115,35 @@ pub trait Billing: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`LedgerError::UnknownCall`], [`LedgerError::NotPending`], or a store failure.
+    /// The call is unknown or no longer pending, or a store failure.
     fn refund(
         &self,
         call: CallId,
         reason: &str,
         outcome: Option<&str>,
         now: UnixTime,
-    ) -> Result<(), LedgerError>;
+    ) -> Result<(), BillingError>;
 
     /// Record a received tip and credit it if `allowed` (the tipper is on the
     /// allowlist) and its sequence id was never seen.
     ///
     /// # Errors
     ///
-    /// [`LedgerError::AmountOutOfRange`] or a store failure; the tip is then not
+    /// An amount out of range or a store failure; the tip is then not
     /// recorded, so do not acknowledge it: its redelivery is tried again.
     fn record_tip(
         &self,
         tip: &Tip,
         allowed: bool,
         now: UnixTime,
-    ) -> Result<TipOutcome, LedgerError>;
+    ) -> Result<TipOutcome, BillingError>;
 
     /// A caller's balance in milliatoms (0 for a caller never seen).
     ///
     /// # Errors
     ///
     /// A store failure.
-    fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError>;
+    fn balance_matoms(&self, caller: &PeerId) -> Result<u64, BillingError>;
 
     /// [`charge`](Self::charge), keeping with the charge where its caller waits for the
     /// answer, so that after a crash the next harness can tell the caller the call was
@@ -139,7 +157,7 @@ pub trait Billing: Send + Sync {
         request: &CallRequest<'_>,
         origin: Option<Origin<'_>>,
         now: UnixTime,
-    ) -> Result<Charge, LedgerError> {
+    ) -> Result<Charge, BillingError> {
         let _ = origin;
         self.charge(request, now)
     }
@@ -151,7 +169,7 @@ pub trait Billing: Send + Sync {
     /// # Errors
     ///
     /// A store failure.
-    fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, LedgerError> {
+    fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, BillingError> {
         let _ = now;
         Ok(Vec::new())
     }
@@ -162,7 +180,7 @@ pub trait Billing: Send + Sync {
     /// # Errors
     ///
     /// A store failure.
-    fn told(&self, call: CallId) -> Result<(), LedgerError> {
+    fn told(&self, call: CallId) -> Result<(), BillingError> {
         let _ = call;
         Ok(())
     }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use brmcp_adapters::PeerId;
+use brmcp_adapters::protocol::result_texts;
 use rmcp::model::CallToolResult;
 
 /// What became of a call, as the log shows it.
@@ -10,10 +11,7 @@ fn outcome(result: &CallToolResult) -> &'static str {
     if result.is_error != Some(true) {
         return "ok";
     }
-    let payment_required = result.content.iter().any(|c| {
-        c.as_text()
-            .is_some_and(|t| t.text.contains("\"payment_required\""))
-    });
+    let payment_required = result_texts(result).any(|t| t.contains("\"payment_required\""));
     if payment_required {
         "payment required"
     } else {

@@ -23,7 +23,7 @@ pub const DEFAULT_AUTO_REPLY_INTERVAL: Duration = Duration::from_secs(3600);
 /// interval are forgotten, and if none is, chat goes unanswered rather than growing
 /// the map: a flood of new senders cannot make the harness allocate or send without
 /// bound.
-pub const MAX_THROTTLED_SENDERS: usize = 4096;
+pub(crate) const MAX_THROTTLED_SENDERS: usize = 4096;
 
 /// The default auto-reply text.
 pub const DEFAULT_AUTO_REPLY: &str = "This is an MCP tool server on Bison Relay: it \

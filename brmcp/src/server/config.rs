@@ -7,7 +7,7 @@
 //! `upstreams` (this implementation's own) lists the MCP servers `brmcp serve` sells;
 //! see [`UpstreamConfig`] for its strict format.
 //!
-//! `directory` (the Go host's block, see [`RegistrantBlock`]) makes `brmcp serve` a
+//! `directory` (the Go host's block, read by the directory's `RegistrantBlock`) makes `brmcp serve` a
 //! registrant with directories; absent, it is none.
 //!
 //! Read fail-closed: a file that does not parse, names a uid that is not 64 hex
@@ -22,9 +22,6 @@
 use std::path::{Path, PathBuf};
 
 use brmcp_adapters::PeerId;
-
-#[cfg(feature = "directory")]
-use crate::directory::RegistrantBlock;
 
 use super::rate_limit::DEFAULT_CALLS_PER_MINUTE;
 use super::upstream::{UpstreamConfig, parse_upstreams};
@@ -49,9 +46,10 @@ pub struct ServeConfig {
     pub calls_per_minute: u32,
     /// The upstream MCP servers whose tools are sold (none: the example tools).
     pub upstreams: Vec<UpstreamConfig>,
-    /// The registrant's block (none: `brmcp serve` registers nowhere).
-    #[cfg(feature = "directory")]
-    pub directory: Option<RegistrantBlock>,
+    /// The registrant's block as written (none: `brmcp serve` registers nowhere); the
+    /// directory reads it (`RegistrantBlock::from_config`), failing with
+    /// [`ConfigError::BadDirectory`].
+    pub directory: Option<serde_json::Value>,
 }
 
 impl Default for ServeConfig {
@@ -60,7 +58,6 @@ impl Default for ServeConfig {
             allowed_uids: Vec::new(),
             calls_per_minute: DEFAULT_CALLS_PER_MINUTE,
             upstreams: Vec::new(),
-            #[cfg(feature = "directory")]
             directory: None,
         }
     }
@@ -252,16 +249,9 @@ impl ServeConfig {
                 })?
             }
         };
-        #[cfg(feature = "directory")]
         let directory = match &raw.directory {
             None | Some(serde_json::Value::Null) => None,
-            Some(value) => Some(RegistrantBlock::parse(value).map_err(|(key, reason)| {
-                ConfigError::BadDirectory {
-                    path: path.to_owned(),
-                    key,
-                    reason,
-                }
-            })?),
+            Some(value) => Some(value.clone()),
         };
         // Without the directory feature, a block is refused rather than ignored: the
         // operator asked for a registration this build cannot make.
@@ -279,7 +269,6 @@ impl ServeConfig {
             allowed_uids,
             calls_per_minute,
             upstreams,
-            #[cfg(feature = "directory")]
             directory,
         })
     }
@@ -450,30 +439,6 @@ mod tests {
     }
 
     #[cfg(feature = "directory")]
-    #[test]
-    fn the_directory_block_is_read_strictly_naming_file_and_key() {
-        assert_eq!(parse("{}").unwrap().directory, None);
-        let ok =
-            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}}}"#)
-                .unwrap();
-        let block = ok.directory.unwrap();
-        assert!(!block.auto_fund.enabled, "auto-funding is off by default");
-        assert!(block.register_at_uids.is_empty());
-        assert_eq!(
-            parse(r#"{"directory": {"description": "d", "test": {"tool": "t", "maxAtoms": 5}, "auto_fund": {"enabled": 1}}}"#)
-                .unwrap_err()
-                .to_string(),
-            "config brmcp.json: directory.auto_fund.enabled: invalid type: integer `1`, \
-             expected a boolean"
-        );
-        assert_eq!(
-            parse(r#"{"directory": {"tags": []}}"#)
-                .unwrap_err()
-                .to_string(),
-            "config brmcp.json: directory.description: missing"
-        );
-    }
-
     #[test]
     fn load_or_create_writes_the_template_once() {
         let dir = tempfile::tempdir().unwrap();

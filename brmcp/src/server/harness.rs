@@ -52,11 +52,11 @@ use rmcp::Peer;
 use rmcp::model::{CallToolResult, ServerConfig, Tool};
 use rmcp::service::RoleServer;
 
-use super::billing::{Billing, Charge, Tip, TipOutcome};
+use super::Clock;
+use super::billing::{Billing, BillingError, Charge, Tip, TipOutcome};
 use super::calls::InFlight;
 use super::catalog::Catalog;
 use super::chat::{AutoReply, Throttle};
-use super::clock::Clock;
 use super::dynamic::DynamicTools;
 use super::gate::AllowGate;
 use super::ledger::{Ledger, LedgerError};
@@ -169,9 +169,12 @@ pub enum HarnessError {
     /// Neither a data directory (for the built-in ledger) nor a [`Billing`] store.
     #[error("harness: needs a data directory for the built-in ledger or a billing store")]
     NoStore,
-    /// The ledger or billing store failed.
+    /// The built-in ledger could not be opened.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// The billing store failed.
+    #[error(transparent)]
+    Billing(#[from] BillingError),
     /// A tool's input type does not describe a JSON object.
     #[error("harness: tool {name:?}: {reason}")]
     BadTool {
@@ -356,7 +359,7 @@ impl Harness {
     /// [`HarnessError::Task`].
     pub async fn record_tip(&self, tip: Tip) -> Result<TipOutcome, HarnessError> {
         let allowed = self.shared.gate.allows(&tip.caller);
-        let now = self.shared.clock.unix();
+        let now = self.shared.clock.now();
         let outcome = self
             .shared
             .blocking(move |b| b.record_tip(&tip, allowed, now))
@@ -478,7 +481,7 @@ impl Shared {
     /// Runs one billing call on the blocking pool.
     async fn blocking<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&dyn Billing) -> Result<T, LedgerError> + Send + 'static,
+        f: impl FnOnce(&dyn Billing) -> Result<T, BillingError> + Send + 'static,
     ) -> Result<T, HarnessError> {
         let billing = self.billing.clone();
         tokio::task::spawn_blocking(move || f(&*billing))

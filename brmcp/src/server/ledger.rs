@@ -26,7 +26,8 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::billing::{
-    Billing, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, Origin, Tip, TipOutcome,
+    Billing, BillingError, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, Origin,
+    Tip, TipOutcome,
 };
 use super::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
 use super::money::{MAX_MATOMS, Shortfall, atoms_to_matoms};
@@ -49,7 +50,8 @@ pub use error::LedgerError;
 pub use records::{
     AuditAction, AuditEntry, Balance, CallState, JournalEntry, Opened, PrunedCalls, TipRecord,
 };
-pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT};
+use retention::WAL_SIZE_LIMIT;
+pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
 use retention::{prune_journal, reclaim, release_expired};
 pub use totals::{LedgerTotals, TOTALS_WINDOW_SECS};
 
@@ -80,7 +82,7 @@ pub const MAX_OUTCOME_BYTES_PER_CALLER: usize = 16 << 20;
 /// Replayable outcomes the journal keeps for one caller: 1024, more than a caller at
 /// the default rate limit finishes in one replay window. Bounds the rows the per-caller
 /// byte check reads.
-pub const MAX_OUTCOMES_PER_CALLER: usize = 1024;
+pub(crate) const MAX_OUTCOMES_PER_CALLER: usize = 1024;
 
 /// The SQLite ledger.
 ///
@@ -178,12 +180,21 @@ impl Ledger {
     }
 }
 
-impl Billing for Ledger {
-    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError> {
+/// The [`Billing`] calls, with the ledger's own error (the trait's convert it).
+impl Ledger {
+    /// [`Billing::charge`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::charge`].
+    pub fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError> {
         self.charge_with(request, None, now)
     }
 
-    fn charge_from(
+    /// [`Billing::charge_from`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::charge_from`].
+    pub fn charge_from(
         &self,
         request: &CallRequest<'_>,
         origin: Option<Origin<'_>>,
@@ -192,17 +203,29 @@ impl Billing for Ledger {
         self.charge_with(request, origin, now)
     }
 
-    fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, LedgerError> {
+    /// [`Billing::interrupted`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::interrupted`].
+    pub fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, LedgerError> {
         self.owner()?;
         notices::interrupted(&mut self.conn(), now)
     }
 
-    fn told(&self, call: CallId) -> Result<(), LedgerError> {
+    /// [`Billing::told`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::told`].
+    pub fn told(&self, call: CallId) -> Result<(), LedgerError> {
         self.owner()?;
         notices::told(&self.conn(), call)
     }
 
-    fn held(
+    /// [`Billing::held`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::held`].
+    pub fn held(
         &self,
         caller: &PeerId,
         tool: &str,
@@ -212,7 +235,11 @@ impl Billing for Ledger {
         key_answer(&self.conn(), &caller.to_string(), tool, keyed, now)
     }
 
-    fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
+    /// [`Billing::complete`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::complete`].
+    pub fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
         self.owner()?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -222,7 +249,11 @@ impl Billing for Ledger {
         Ok(())
     }
 
-    fn refund(
+    /// [`Billing::refund`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::refund`].
+    pub fn refund(
         &self,
         call: CallId,
         reason: &str,
@@ -238,7 +269,11 @@ impl Billing for Ledger {
         Ok(())
     }
 
-    fn record_tip(
+    /// [`Billing::record_tip`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::record_tip`].
+    pub fn record_tip(
         &self,
         tip: &Tip,
         allowed: bool,
@@ -286,8 +321,78 @@ impl Billing for Ledger {
         })
     }
 
-    fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError> {
+    /// [`Billing::balance_matoms`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::balance_matoms`].
+    pub fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError> {
         balance(&self.conn(), &caller.to_string())
+    }
+}
+
+impl Billing for Ledger {
+    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, BillingError> {
+        Ok(Self::charge(self, request, now)?)
+    }
+
+    fn charge_from(
+        &self,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        now: UnixTime,
+    ) -> Result<Charge, BillingError> {
+        Ok(Self::charge_from(self, request, origin, now)?)
+    }
+
+    fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, BillingError> {
+        Ok(Self::interrupted(self, now)?)
+    }
+
+    fn told(&self, call: CallId) -> Result<(), BillingError> {
+        Ok(Self::told(self, call)?)
+    }
+
+    fn held(
+        &self,
+        caller: &PeerId,
+        tool: &str,
+        keyed: Keyed<'_>,
+        now: UnixTime,
+    ) -> Result<Option<Charge>, BillingError> {
+        Ok(Self::held(self, caller, tool, keyed, now)?)
+    }
+
+    fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), BillingError> {
+        Ok(Self::complete(self, call, outcome, now)?)
+    }
+
+    fn refund(
+        &self,
+        call: CallId,
+        reason: &str,
+        outcome: Option<&str>,
+        now: UnixTime,
+    ) -> Result<(), BillingError> {
+        Ok(Self::refund(self, call, reason, outcome, now)?)
+    }
+
+    fn record_tip(
+        &self,
+        tip: &Tip,
+        allowed: bool,
+        now: UnixTime,
+    ) -> Result<TipOutcome, BillingError> {
+        Ok(Self::record_tip(self, tip, allowed, now)?)
+    }
+
+    fn balance_matoms(&self, caller: &PeerId) -> Result<u64, BillingError> {
+        Ok(Self::balance_matoms(self, caller)?)
+    }
+}
+
+impl From<LedgerError> for BillingError {
+    fn from(e: LedgerError) -> Self {
+        Self::new(e)
     }
 }
 

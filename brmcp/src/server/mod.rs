@@ -51,7 +51,6 @@ mod call_log;
 mod calls;
 mod catalog;
 mod chat;
-mod clock;
 mod config;
 mod dynamic;
 mod gate;
@@ -65,16 +64,16 @@ mod tools;
 pub mod upstream;
 
 pub use billing::{
-    Billing, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, MAX_REQUEST_ID_BYTES,
-    NOTICE_WINDOW_SECS, Origin, Tip, TipOutcome,
+    Billing, BillingError, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed,
+    MAX_REQUEST_ID_BYTES, NOTICE_WINDOW_SECS, Origin, Tip, TipOutcome,
 };
+pub use brmcp_adapters::{Clock, ManualClock, SystemClock};
 pub use call_key::{
     ArgsHash, CALL_KEY_META, CallKey, CallKeyError, MAX_CALL_KEY_LEN, MAX_OUTCOME_BYTES,
     MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS,
 };
 pub use catalog::{Catalog, CatalogFuture};
-pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL, MAX_THROTTLED_SENDERS};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use chat::{AutoReply, DEFAULT_AUTO_REPLY, DEFAULT_AUTO_REPLY_INTERVAL};
 pub use config::{CONFIG_FILE, CONFIG_KEYS, CONFIG_TEMPLATE, ConfigError, ServeConfig};
 pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
@@ -86,14 +85,11 @@ pub use harness::{
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
     JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals, MAX_JOURNAL_ROWS_PER_CALLER,
-    MAX_OUTCOME_BYTES_PER_CALLER, MAX_OUTCOMES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION,
-    TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES, WAL_SIZE_LIMIT,
+    MAX_OUTCOME_BYTES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION, TOTALS_WINDOW_SECS,
+    TipRecord, VACUUM_FREE_PAGES,
 };
 pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
-pub use rate_limit::{
-    DEFAULT_CALLS_PER_MINUTE, MAX_PAYMENT_ROUNDS, PRUNE_AT, RATE_LIMITED, RESERVATION_TTL,
-    RateLimiter,
-};
+pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, RATE_LIMITED, RateLimiter};
 pub use reload::{CONFIG_POLL, ConfigWatch, Reconfigured, follow_config};
 /// The JSON-schema crate tool input types derive `JsonSchema` from (rmcp's): with
 /// `use brmcp::server::schemars;` in scope, `#[derive(schemars::JsonSchema)]` works

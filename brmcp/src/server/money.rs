@@ -4,13 +4,11 @@
 //! remainder below one atom must not be lost; prices and everything on the wire are in
 //! whole atoms.
 
+pub use brmcp_adapters::protocol::ATOMS_PER_DCR;
 use brmcp_adapters::protocol::PaymentRequired;
 
 /// Milliatoms in one atom. Bison Relay tips are counted in milliatoms.
 pub const MATOMS_PER_ATOM: u64 = 1000;
-
-/// Atoms in one DCR.
-pub const ATOMS_PER_DCR: u64 = 100_000_000;
 
 /// The most milliatoms one balance, tip or price may hold.
 ///

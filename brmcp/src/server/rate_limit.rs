@@ -37,7 +37,7 @@ pub const DEFAULT_CALLS_PER_MINUTE: u32 = 30;
 ///
 /// Allowed callers are few (an allowlist), so this is only reached with an open
 /// predicate; pruning keeps memory proportional to callers active within a minute.
-pub const PRUNE_AT: usize = 4096;
+pub(crate) const PRUNE_AT: usize = 4096;
 
 /// The text of a tool result refused by the rate limit (the Go harness's).
 pub const RATE_LIMITED: &str = "rate limited; retry later";
@@ -45,12 +45,12 @@ pub const RATE_LIMITED: &str = "rate limited; retry later";
 /// How long a call refused `payment_required` keeps its run reserved: 10 minutes, the
 /// longest a caller waits for a call (the routers' default request timeout). A bridge
 /// pays and reissues within seconds, or after its user approves.
-pub const RESERVATION_TTL: Duration = Duration::from_secs(600);
+pub(crate) const RESERVATION_TTL: Duration = Duration::from_secs(600);
 
 /// The `payment_required` answers one reservation serves: 16, more than the brmcp
 /// bridge's polls (5 by default) while its tip is on its way. Past it the next round
 /// takes a token of its own, so a caller polling a call it never pays for is limited.
-pub const MAX_PAYMENT_ROUNDS: u32 = 16;
+pub(crate) const MAX_PAYMENT_ROUNDS: u32 = 16;
 
 /// Token buckets per caller. Time is passed in (time since the epoch).
 #[derive(Debug)]

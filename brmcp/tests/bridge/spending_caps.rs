@@ -2,23 +2,12 @@
 //! over the spend log. A refusal leaves the bot's payment_required result in place and
 //! appends `<name>: payment not made: <reason>`; the payer is never called.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 use crate::common::{FORTUNE_PRICE, agent, autopay, call, env_with};
-use brmcp::adapters::Clock;
-use brmcp::adapters::wire::UnixTime;
+use brmcp::adapters::ManualClock;
 use brmcp::bridge::{DAY_SECS, Mode};
 use serde_json::json;
-
-#[derive(Clone, Default)]
-struct ManualClock(Arc<AtomicI64>);
-
-impl Clock for ManualClock {
-    fn now(&self) -> UnixTime {
-        UnixTime(self.0.load(Ordering::SeqCst))
-    }
-}
 
 #[tokio::test]
 async fn per_call_cap_refuses_without_paying() {
@@ -69,8 +58,7 @@ async fn per_call_cap_refuses_without_paying() {
 
 #[tokio::test]
 async fn daily_cap_is_a_rolling_window() {
-    let clock = ManualClock::default();
-    clock.0.store(1_800_000_000, Ordering::SeqCst);
+    let clock = ManualClock::at_unix(1_800_000_000);
     let c = clock.clone();
     let env = env_with(
         |bot| {
@@ -104,7 +92,7 @@ async fn daily_cap_is_a_rolling_window() {
     );
     assert_eq!(env.payer.count(), 2);
     // 24 h after the first payments, the window has room again.
-    clock.0.fetch_add(DAY_SECS + 1, Ordering::SeqCst);
+    clock.advance(Duration::from_secs(u64::try_from(DAY_SECS + 1).unwrap()));
     let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
     assert_eq!(r.is_error, Some(false));
     let (entries, today) = env.bridge.spend_log().unwrap();

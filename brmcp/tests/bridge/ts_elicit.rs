@@ -5,14 +5,14 @@
 //! approval outlives the call's own timeout because the bridge's progress
 //! notifications reset it (`resetTimeoutOnProgress`).
 //!
-//! Without Node (no `scripts/test-deps` run) each test says so and passes; CI installs it.
+//! Without Node (no `scripts/test-deps` run) each test fails, saying how to install it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::common::FORTUNE_PRICE;
 use crate::common::harness_bot::HarnessEnv;
-use crate::common::interop::{node_modules, node_or_skip, required, run_steps};
+use crate::common::interop::{node, node_modules, required, run_steps};
 use crate::interop_python::elicited_by;
 use serde_json::{Value, json};
 
@@ -91,7 +91,7 @@ fn refused(fortune: &Value, env: &HarnessEnv, why: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_approves_through_elicitation() {
-    let Some(node) = node_or_skip() else { return };
+    let node = node();
     let (fortune, env) = elicited(node, "accept", ANSWER_AFTER_MS, 0).await;
     paid(&fortune, &env);
     env.bridge.close().await;
@@ -99,7 +99,7 @@ async fn typescript_approves_through_elicitation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_declines_through_elicitation() {
-    let Some(node) = node_or_skip() else { return };
+    let node = node();
     let (fortune, env) = elicited(node, "decline", ANSWER_AFTER_MS, 0).await;
     refused(
         &fortune,
@@ -111,7 +111,7 @@ async fn typescript_declines_through_elicitation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_cancels_through_elicitation() {
-    let Some(node) = node_or_skip() else { return };
+    let node = node();
     let (fortune, env) = elicited(node, "cancel", ANSWER_AFTER_MS, 0).await;
     refused(
         &fortune,
@@ -125,7 +125,7 @@ async fn typescript_cancels_through_elicitation() {
 /// it, and the call succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_slow_approval_is_kept_alive_by_progress() {
-    let Some(node) = node_or_skip() else { return };
+    let node = node();
     let (fortune, env) = elicited(node, "accept", SLOW_ANSWER_AFTER_MS, SLOW_TIMEOUT_MS).await;
     paid(&fortune, &env);
     let waited = fortune["elapsed_ms"].as_u64().expect("elapsed_ms");

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::bridge::SpendLog;
-use brmcp::server::{Billing, CallId, CallRequest, Charge, Ledger};
+use brmcp::server::{CallId, CallRequest, Charge, Ledger};
 use serde_json::Value;
 
 fn brmcp(args: &[&str]) -> Output {

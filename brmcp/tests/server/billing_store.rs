@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::support::*;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    Billing, FILE_NAME, Harness, HarnessError, Ledger, LedgerError, ManualClock, TipOutcome,
+    FILE_NAME, Harness, HarnessError, Ledger, LedgerError, ManualClock, TipOutcome,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use brmcp::adapters::PeerId;
 use brmcp::adapters::mem::Fabric;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    Billing, CallContext, CallId, CallRequest, Charge, Harness, Keyed, Ledger, LedgerError,
+    Billing, BillingError, CallContext, CallId, CallRequest, Charge, Harness, Keyed, Ledger,
     ManualClock, NoArgs, Tip, TipOutcome, ToolError, ToolSpec,
 };
 use tokio::sync::Semaphore;
@@ -41,14 +41,14 @@ impl GatedBilling {
 }
 
 impl Billing for GatedBilling {
-    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, LedgerError> {
+    fn charge(&self, request: &CallRequest<'_>, now: UnixTime) -> Result<Charge, BillingError> {
         self.charges.fetch_add(1, Ordering::SeqCst);
         let mut open = self.open.lock().unwrap();
         while !*open {
             open = self.opened.wait(open).unwrap();
         }
         drop(open);
-        self.ledger.charge(request, now)
+        Ok(self.ledger.charge(request, now)?)
     }
     fn held(
         &self,
@@ -56,11 +56,11 @@ impl Billing for GatedBilling {
         tool: &str,
         keyed: Keyed<'_>,
         now: UnixTime,
-    ) -> Result<Option<Charge>, LedgerError> {
-        self.ledger.held(caller, tool, keyed, now)
+    ) -> Result<Option<Charge>, BillingError> {
+        Ok(self.ledger.held(caller, tool, keyed, now)?)
     }
-    fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
-        self.ledger.complete(call, outcome, now)
+    fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), BillingError> {
+        Ok(self.ledger.complete(call, outcome, now)?)
     }
     fn refund(
         &self,
@@ -68,19 +68,19 @@ impl Billing for GatedBilling {
         reason: &str,
         outcome: Option<&str>,
         now: UnixTime,
-    ) -> Result<(), LedgerError> {
-        self.ledger.refund(call, reason, outcome, now)
+    ) -> Result<(), BillingError> {
+        Ok(self.ledger.refund(call, reason, outcome, now)?)
     }
     fn record_tip(
         &self,
         tip: &Tip,
         allowed: bool,
         now: UnixTime,
-    ) -> Result<TipOutcome, LedgerError> {
-        self.ledger.record_tip(tip, allowed, now)
+    ) -> Result<TipOutcome, BillingError> {
+        Ok(self.ledger.record_tip(tip, allowed, now)?)
     }
-    fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError> {
-        self.ledger.balance_matoms(caller)
+    fn balance_matoms(&self, caller: &PeerId) -> Result<u64, BillingError> {
+        Ok(self.ledger.balance_matoms(caller)?)
     }
 }
 

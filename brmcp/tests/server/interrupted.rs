@@ -11,8 +11,8 @@ use std::time::Duration;
 use brmcp::adapters::mem::Fabric;
 use brmcp::adapters::protocol::CALL_INTERRUPTED;
 use brmcp::server::{
-    Billing, CallState, Clock, Harness, INTERRUPTED, INTERRUPTED_NOTICE, ManualClock, NoArgs,
-    ToolError, ToolSpec,
+    CallState, Clock, Harness, INTERRUPTED, INTERRUPTED_NOTICE, ManualClock, NoArgs, ToolError,
+    ToolSpec,
 };
 use rmcp::ServiceError;
 use rmcp::model::{ClientRequest, PingRequest, ServerResult};
@@ -161,7 +161,7 @@ fn a_restarted_harness_tells_the_caller_its_paid_call_was_interrupted() {
         assert_eq!(journal.len(), 1);
         assert_eq!(journal[0].state, CallState::Refunded);
         assert_eq!(journal[0].reason.as_deref(), Some(INTERRUPTED));
-        let now = ManualClock::at_unix(T0).unix();
+        let now = ManualClock::at_unix(T0).now();
         eventually("the notice cleared", || {
             ledger.interrupted(now).unwrap().is_empty()
         })

@@ -4,8 +4,8 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    ArgsHash, Billing, CallId, CallKey, CallRequest, Charge, KeyConflict, Keyed, Ledger,
-    MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS, Tip,
+    ArgsHash, CallId, CallKey, CallRequest, Charge, KeyConflict, Keyed, Ledger, MAX_OUTCOME_BYTES,
+    OUTCOME_TTL_SECS, Tip,
 };
 use serde_json::json;
 

@@ -4,8 +4,8 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    ArgsHash, Billing, CallId, CallKey, CallRequest, CallState, Charge, JournalEntry, Keyed,
-    Ledger, LedgerError, Shortfall, Tip,
+    ArgsHash, CallId, CallKey, CallRequest, CallState, Charge, JournalEntry, Keyed, Ledger,
+    LedgerError, Shortfall, Tip,
 };
 
 const NOW: UnixTime = UnixTime(1_767_225_600);

@@ -2,7 +2,7 @@
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{APPLICATION_ID, Billing, FILE_NAME, LOCK_FILE_NAME, Ledger, SCHEMA_VERSION};
+use brmcp::server::{APPLICATION_ID, FILE_NAME, LOCK_FILE_NAME, Ledger, SCHEMA_VERSION};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);

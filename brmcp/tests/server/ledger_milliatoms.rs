@@ -2,7 +2,7 @@
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{Billing, CallRequest, Charge, Ledger, Shortfall, Tip, TipOutcome};
+use brmcp::server::{CallRequest, Charge, Ledger, Shortfall, Tip, TipOutcome};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);

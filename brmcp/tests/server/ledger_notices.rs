@@ -8,7 +8,7 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::{SessionId, UnixTime};
 use brmcp::server::{
-    ArgsHash, Billing, CallKey, CallRequest, Charge, FILE_NAME, Interrupted, Keyed, Ledger,
+    ArgsHash, CallKey, CallRequest, Charge, FILE_NAME, Interrupted, Keyed, Ledger,
     MAX_REQUEST_ID_BYTES, NOTICE_WINDOW_SECS, Origin, SCHEMA_VERSION, Tip,
 };
 use rmcp::model::RequestId;

@@ -2,7 +2,7 @@
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{Billing, FILE_NAME, LOCK_FILE_NAME, Ledger, LedgerError, Tip};
+use brmcp::server::{FILE_NAME, LOCK_FILE_NAME, Ledger, LedgerError, Tip};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);

@@ -4,8 +4,7 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    AuditAction, AuditEntry, Balance, Billing, CallId, CallRequest, CallState, Charge, Ledger,
-    LedgerError,
+    AuditAction, AuditEntry, Balance, CallId, CallRequest, CallState, Charge, Ledger, LedgerError,
 };
 
 const NOW: UnixTime = UnixTime(1_767_225_600);

@@ -5,8 +5,8 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    Billing, CallKey, CallRequest, Charge, DEFAULT_CALLS_PER_MINUTE, Ledger,
-    MAX_OUTCOME_BYTES_PER_CALLER, Tip,
+    CallKey, CallRequest, Charge, DEFAULT_CALLS_PER_MINUTE, Ledger, MAX_OUTCOME_BYTES_PER_CALLER,
+    Tip,
 };
 
 use crate::support::ledger::{document_call, ledger_bytes};

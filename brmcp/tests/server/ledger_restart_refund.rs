@@ -6,7 +6,7 @@ use std::process::Command;
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    ArgsHash, Billing, CallKey, CallRequest, CallState, Charge, INTERRUPTED, Keyed, Ledger, Tip,
+    ArgsHash, CallKey, CallRequest, CallState, Charge, INTERRUPTED, Keyed, Ledger, Tip,
 };
 
 const NOW: UnixTime = UnixTime(1_767_225_600);

@@ -6,7 +6,7 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    Billing, CallKey, CallRequest, CallState, Charge, DEFAULT_CALLS_PER_MINUTE, FILE_NAME, Ledger,
+    CallKey, CallRequest, CallState, Charge, DEFAULT_CALLS_PER_MINUTE, FILE_NAME, Ledger,
     MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, OUTCOME_TTL_SECS, SCHEMA_VERSION,
     Tip, VACUUM_FREE_PAGES,
 };

@@ -5,7 +5,7 @@
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{Billing, FILE_NAME, Ledger, SCHEMA_VERSION, Tip, TipOutcome};
+use brmcp::server::{FILE_NAME, Ledger, SCHEMA_VERSION, Tip, TipOutcome};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);

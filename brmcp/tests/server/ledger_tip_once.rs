@@ -3,7 +3,7 @@
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{Billing, Ledger, Tip, TipOutcome, TipRecord};
+use brmcp::server::{Ledger, Tip, TipOutcome, TipRecord};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);

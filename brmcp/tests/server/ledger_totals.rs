@@ -4,7 +4,7 @@
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{
-    Billing, CallId, CallRequest, Charge, Ledger, LedgerTotals, MATOMS_PER_ATOM, TOTALS_WINDOW_SECS,
+    CallId, CallRequest, Charge, Ledger, LedgerTotals, MATOMS_PER_ATOM, TOTALS_WINDOW_SECS,
 };
 
 const NOW: UnixTime = UnixTime(1_767_225_600);

@@ -5,7 +5,7 @@
 //! quotes decide what is paid.
 
 use brmcp_adapters::PeerId;
-use brmcp_adapters::protocol::ToolPrice;
+use brmcp_adapters::protocol::{ToolPrice, result_text, result_texts};
 use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -58,16 +58,6 @@ fn is_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// The text content of `result`, joined with newlines (as Go consumers read it).
-pub(crate) fn text_of(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Most bytes of a directory's refusal shown to the agent, for its own words and
 /// again for the bridge's note after them: 2 KiB. A refusal is a sentence or a small
 /// quote; a longer one is cut, so a directory cannot flood through its errors.
@@ -89,11 +79,7 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
 /// words, then the last item apart (where the bridge puts its own note on a payment
 /// not made).
 pub(crate) fn refusal_text(result: &CallToolResult) -> String {
-    let items: Vec<&str> = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect();
+    let items: Vec<&str> = result_texts(result).collect();
     match items.split_last() {
         None => "refused without a reason".into(),
         Some((last, [])) => cut(last, MAX_REFUSAL_BYTES),
@@ -106,15 +92,11 @@ pub(crate) fn refusal_text(result: &CallToolResult) -> String {
 
 /// `result`'s JSON as `T`, within [`MAX_ANSWER_BYTES`].
 fn parse<T: serde::de::DeserializeOwned>(result: &CallToolResult) -> Result<T, AnswerError> {
-    let len: usize = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.len() + 1))
-        .sum();
+    let len: usize = result_texts(result).map(|t| t.len() + 1).sum();
     if len > MAX_ANSWER_BYTES {
         return Err(AnswerError::TooLarge(len));
     }
-    serde_json::from_str(&text_of(result)).map_err(|_| AnswerError::Malformed)
+    serde_json::from_str(&result_text(result)).map_err(|_| AnswerError::Malformed)
 }
 
 fn check_uid(uid: &str) -> Result<PeerId, AnswerError> {

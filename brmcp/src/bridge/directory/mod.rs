@@ -39,8 +39,6 @@ use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::proxy::ask::{self, Answer};
 use super::{Bridge, BridgeError, Inner};
-#[cfg(feature = "directory")]
-pub(crate) use answer::text_of;
 pub use answer::{AnswerError, MAX_ANSWER_BYTES};
 use answer::{MAX_REFUSAL_BYTES, Provider};
 use tools::{AddArgs, SearchArgs, UidArgs};

@@ -318,11 +318,10 @@ mod tests {
             .call_tool(CallToolRequestParams::new("fortune"))
             .await
             .unwrap();
-        r.content
+        brmcp_adapters::protocol::result_texts(&r)
             .last()
-            .and_then(|c| c.as_text())
-            .map(|t| t.text.clone())
             .unwrap_or_default()
+            .to_owned()
     }
 
     /// The spend log once its only entry is no longer pending.

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use brmcp_adapters::protocol::result_texts;
 use brmcp_adapters::{PeerId, Router, RouterConfig};
 use brmcp_clientrpc::{ACK_FLUSH_WAIT, Streams};
 use rmcp::model::{
@@ -84,10 +85,8 @@ fn answer(what: &str, result: &CallToolResult) -> Result<String, CliError> {
 /// The JSON of a directory tool's answer (its first text content).
 fn answer_json(what: &str, result: &CallToolResult) -> Result<Value, CliError> {
     answer(what, result)?;
-    result
-        .content
-        .iter()
-        .find_map(|c| c.as_text().and_then(|t| serde_json::from_str(&t.text).ok()))
+    result_texts(result)
+        .find_map(|t| serde_json::from_str(t).ok())
         .ok_or_else(|| CliError(format!("{what}: no JSON in the answer")))
 }
 
@@ -389,9 +388,5 @@ async fn approve(operator: &NodeInfo, d: &NodeInfo, provider: &NodeInfo) -> Resu
 
 /// The first text of a tool's answer (the bridge's rendering, before its JSON).
 fn first_text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .unwrap_or_default()
+    result_texts(result).next().unwrap_or_default().to_owned()
 }

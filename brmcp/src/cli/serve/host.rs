@@ -16,7 +16,7 @@ use crate::cli::CliError;
 use crate::cli::directory::HostPayer;
 use crate::cli::table::matoms_as_atoms;
 use crate::directory::{Registrant, RegistrantBlock, RegistrantConfig, StatusOut};
-use crate::journal::{self, Inbox, JournalHandler};
+use crate::journal::{self, JournalHandler, PmJournal};
 use crate::server::upstream::Upstreams;
 use crate::server::{AutoReply, Harness, Ledger, ServeConfig, Tip};
 
@@ -111,7 +111,8 @@ pub(crate) async fn start_serving(
         router_config.server_park_after = Some(PARK_IDLE_AFTER);
         builder = builder.router_config(router_config);
     }
-    let registrant = match &config.directory {
+    let block = RegistrantBlock::from_config(config, &datadir.join(super::SERVE_CONFIG))?;
+    let registrant = match &block {
         None => None,
         Some(block) => Some(registrant(datadir, block, host)?),
     };
@@ -136,7 +137,7 @@ pub(crate) async fn start_serving(
     let router = harness.start(host.clone())?;
     let streams = harness_streams(datadir, &harness)?;
     connect(host, streams).await?;
-    if let (Some(registrant), Some(block)) = (registrant, &config.directory) {
+    if let (Some(registrant), Some(block)) = (registrant, &block) {
         registrant.attach(router);
         let directories = block.register_at_uids.clone();
         // In the background: a directory that is slow to answer holds up nothing.
@@ -187,11 +188,11 @@ fn registrant(
 /// journal (record, then ack), tips through the ledger (credit, then ack), and the data
 /// directory bound to the client's identity at every connect.
 pub(crate) fn harness_streams(datadir: &Path, harness: &Harness) -> Result<Streams, CliError> {
-    let inbox = Arc::new(Inbox::open(datadir)?);
+    let journal = Arc::new(PmJournal::open(datadir)?);
     let wake = Arc::new(Notify::new());
     let forwarder = harness.clone();
     tokio::spawn(journal::forward(
-        inbox.clone(),
+        journal.clone(),
         wake.clone(),
         move |from, body| {
             let harness = forwarder.clone();
@@ -204,7 +205,7 @@ pub(crate) fn harness_streams(datadir: &Path, harness: &Harness) -> Result<Strea
         ledger: Arc::new(Ledger::attach(datadir)?),
     };
     Ok(Streams::new()
-        .pms(JournalHandler::new(inbox.clone(), wake))
+        .pms(JournalHandler::new(journal.clone(), wake))
         .tips(tips)
-        .identity(crate::cli::client_guard(inbox)))
+        .identity(crate::cli::client_guard(journal)))
 }

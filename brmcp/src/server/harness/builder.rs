@@ -16,13 +16,13 @@ use crate::server::billing::Billing;
 use crate::server::calls::InFlight;
 use crate::server::catalog::Catalog;
 use crate::server::chat::{AutoReply, Throttle};
-use crate::server::clock::{Clock, SystemClock};
 use crate::server::config::ServeConfig;
 use crate::server::dynamic::DynamicTools;
 use crate::server::gate::AllowGate;
 use crate::server::ledger::Ledger;
 use crate::server::rate_limit::RateLimiter;
 use crate::server::tools::ToolSpec;
+use crate::server::{Clock, SystemClock};
 
 /// Builds a [`Harness`].
 #[must_use]
@@ -215,7 +215,7 @@ impl HarnessBuilder {
         let (billing, ledger, refunded_at_open) = match (self.billing, self.data_dir) {
             (Some(billing), _) => (billing, None, 0),
             (None, Some(dir)) => {
-                let opened = Ledger::open(&dir, self.clock.unix())?;
+                let opened = Ledger::open(&dir, self.clock.now())?;
                 if opened.refunded > 0 {
                     tracing::info!(
                         refunded = opened.refunded,

@@ -79,7 +79,7 @@ impl Shared {
             origin,
         } = call;
         if let Some((key, args)) = &keyed {
-            let (key, args, name, now) = (key.clone(), *args, tool.clone(), self.clock.unix());
+            let (key, args, name, now) = (key.clone(), *args, tool.clone(), self.clock.now());
             let held = self
                 .blocking(move |b| b.held(&caller, &name, Keyed { key: &key, args }, now))
                 .await;
@@ -117,7 +117,7 @@ impl Shared {
         let charged = if price_atoms == 0 && keyed.is_none() {
             None
         } else {
-            let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.unix());
+            let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.now());
             let (sid, request_id) = origin;
             let charge = self
                 .blocking(move |b| {
@@ -231,7 +231,7 @@ impl Shared {
             tracing::error!(call = %id, "call outcome not recorded: no answer to keep");
             return;
         };
-        let now = self.clock.unix();
+        let now = self.clock.now();
         let done = self
             .blocking(move |b| match refund_reason {
                 None => b.complete(id, &outcome, now),

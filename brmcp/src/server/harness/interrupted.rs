@@ -34,7 +34,7 @@ pub(super) async fn tell_all(shared: Weak<Shared>) {
     let Some(strong) = shared.upgrade() else {
         return;
     };
-    let now = strong.clock.unix();
+    let now = strong.clock.now();
     let owed = match strong.blocking(move |b| b.interrupted(now)).await {
         Ok(owed) => owed,
         Err(e) => {
@@ -77,7 +77,7 @@ async fn tell(shared: Weak<Shared>, notice: Interrupted) {
                 let Some(strong) = shared.upgrade() else {
                     return;
                 };
-                if strong.clock.unix() >= deadline {
+                if strong.clock.now() >= deadline {
                     tracing::warn!(call = %notice.call, error = %e,
                         "interrupted call's caller not told in time; giving up");
                     break;

@@ -9,6 +9,8 @@ use std::time::Duration;
 use brmcp_adapters::wire::UnixTime;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
+use crate::secure_fs::{SqliteAccess, SqliteKind, StampError, StampedOpen};
+
 #[cfg(doc)]
 use super::Billing;
 use super::notices;
@@ -180,62 +182,48 @@ impl From<rusqlite::Error> for ConnectError {
     }
 }
 
+/// The ledger as [`crate::secure_fs::StampedOpen`] opens it.
+const KIND: SqliteKind = SqliteKind {
+    what: "ledger",
+    application_id: APPLICATION_ID,
+    version: SCHEMA_VERSION,
+    schema: SCHEMA,
+    unstamped_table: "",
+    migrations: &[MIGRATE_1_TO_2, MIGRATE_2_TO_3, MIGRATE_3_TO_4],
+};
+
 /// Open, check and (when new and `create`) create the database. Reads the file before
-/// writing anything, so a file that is not a ledger is left exactly as it was.
+/// writing anything, so a file that is not a ledger is left exactly as it was. Older
+/// schemas are migrated by the process that serves from the ledger only.
 fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
     // Other failures (permissions) are SQLite's to report.
     if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
         return Err(ConnectError::NotAFile);
     }
+    let access = if create {
+        SqliteAccess::Own
+    } else {
+        SqliteAccess::Attach
+    };
     // First read of the file: garbage fails here with "file is not a database".
-    let (conn, identity) = crate::secure_fs::open_sqlite(path, BUSY_WAIT)?;
-    let (app_id, version, fresh) = (
-        identity.application_id,
-        identity.user_version,
-        identity.fresh,
-    );
-    if fresh && !create {
-        return Err(ConnectError::Missing);
-    }
-    if !fresh && app_id != APPLICATION_ID {
-        return Err(ConnectError::Foreign(format!(
-            "application id {app_id:#010x}, not {APPLICATION_ID:#010x}"
-        )));
-    }
-    // Older schemas are migrated by the process that serves from the ledger only.
-    if !fresh && version != SCHEMA_VERSION && !((1..SCHEMA_VERSION).contains(&version) && create) {
-        return Err(ConnectError::Schema(version));
-    }
-    quick_check(&conn)?;
-
+    let open = StampedOpen::check(path, BUSY_WAIT, &KIND, access).map_err(|e| match e {
+        StampError::Sqlite(e) => ConnectError::Sqlite(e),
+        StampError::Missing => ConnectError::Missing,
+        StampError::Foreign(found) => ConnectError::Foreign(format!(
+            "application id {:#010x}, not {APPLICATION_ID:#010x}",
+            found.application_id
+        )),
+        StampError::Version(found) => ConnectError::Schema(found.user_version),
+    })?;
+    quick_check(&open.conn)?;
     if create {
         // Before WAL and the schema on a new file (SQLite ignores it after either);
         // one VACUUM on an older one.
-        enable_incremental_vacuum(&conn)?;
+        enable_incremental_vacuum(&open.conn)?;
     }
-    let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    crate::secure_fs::seal_sqlite(path)?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    let conn = open.finish()?;
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
-    if fresh {
-        let tx = conn.unchecked_transaction()?;
-        tx.execute_batch(SCHEMA)?;
-        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        tx.commit()?;
-    } else if version < SCHEMA_VERSION {
-        let tx = conn.unchecked_transaction()?;
-        if version < 2 {
-            tx.execute_batch(MIGRATE_1_TO_2)?;
-        }
-        if version < 3 {
-            tx.execute_batch(MIGRATE_2_TO_3)?;
-        }
-        tx.execute_batch(MIGRATE_3_TO_4)?;
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        tx.commit()?;
-    }
     Ok(conn)
 }
 

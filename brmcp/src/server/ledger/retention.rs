@@ -31,7 +31,7 @@ pub const VACUUM_FREE_PAGES: i64 = 1024;
 
 /// The write-ahead log is cut back to this after a checkpoint (`journal_size_limit`):
 /// 4 MiB. SQLite otherwise keeps the log at the largest size it ever reached.
-pub const WAL_SIZE_LIMIT: i64 = 4 << 20;
+pub(crate) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 
 /// Release keys whose replay window closed at or before `now`, dropping their outcomes
 /// and argument hashes. The row stays: it records money.

@@ -28,6 +28,7 @@ use super::config::Endpoint;
 use super::limits::UpstreamLimits;
 use super::progress::Routes;
 use crate::server::{CallContext, ToolError};
+use brmcp_adapters::protocol::result_text;
 
 /// A live connection to an upstream.
 pub(crate) struct Connection {
@@ -285,15 +286,11 @@ impl Link {
                 Ok(result)
             }
             (Ok(ServerResult::CallToolResult(result)), _) => {
-                let text: Vec<&str> = result
-                    .content
-                    .iter()
-                    .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-                    .collect();
+                let text = result_text(&result);
                 Err(ToolError::new(if text.is_empty() {
                     format!("upstream {upstream}: the tool failed")
                 } else {
-                    text.join(" ")
+                    text
                 }))
             }
             (Err(_), Some(Ended::Cancelled)) => Err(ToolError::new("cancelled")),

@@ -148,7 +148,7 @@ impl Board {
         let mut changed = None;
         self.update(index, |status| {
             status.state = state;
-            status.since = SystemClock.unix().secs();
+            status.since = SystemClock.now().secs();
             status.retry_in_secs = None;
             f(status);
             changed = Some(status.clone());
@@ -236,7 +236,7 @@ impl Upstreams {
         hook: Option<StatusHook>,
         limits: &UpstreamLimits,
     ) -> Self {
-        let now = SystemClock.unix().secs();
+        let now = SystemClock.now().secs();
         let statuses = configs
             .iter()
             .map(|c| UpstreamStatus {

@@ -39,17 +39,9 @@ pub fn node_modules() -> PathBuf {
     interop_dir().join("node/node_modules")
 }
 
-/// Node, if it is installed; otherwise `None`, having said the test is skipped.
-pub fn node_or_skip() -> Option<PathBuf> {
-    let node = node_modules().join(".bin/node");
-    if node.exists() {
-        return Some(node);
-    }
-    eprintln!(
-        "skipped: Node is not installed at {} (run scripts/test-deps; CI does)",
-        node.display()
-    );
-    None
+/// Node, which must be installed: a test that needs it fails without it, never passes.
+pub fn node() -> PathBuf {
+    required(node_modules().join(".bin/node"), "Node")
 }
 
 /// Runs `command` to its end within `limit`, capturing its output; `what` names it in

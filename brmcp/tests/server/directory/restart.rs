@@ -180,7 +180,7 @@ async fn a_debit_whose_tip_was_never_sent_is_refunded_at_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fee_debited_before_a_crash_is_not_charged_again() {
     use brmcp::adapters::wire::UnixTime;
-    use brmcp::server::{ArgsHash, Billing, CallKey, CallRequest, Charge, Keyed, Ledger};
+    use brmcp::server::{ArgsHash, CallKey, CallRequest, Charge, Keyed, Ledger};
 
     let mut w = world().await;
     let provider = w.as_provider().await;
