@@ -1,4 +1,5 @@
-//! Certificates in the shapes brclient and brclientd write (clientrpc.md §1.2).
+//! Certificates in the shapes brclient and brclientd write: brclient a self-signed CA
+//! as `rpc.cert`, brclientd a CA and a leaf it signs.
 //!
 //! [`CertMode::Brclient`], in the node's directory:
 //!

@@ -1,4 +1,4 @@
-//! The in-process test API (clientrpc.md §6.4): create and KX nodes, move them on and
+//! The in-process test API: create and KX nodes, move them on and
 //! off the relay, inject traffic, break connections, restart nodes, inject failures,
 //! and inspect logs, balances and received requests. None of it is reachable over
 //! the wire.

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use brmcp_adapters::protocol::ATOMS_PER_DCR;
 use brmcp_clientrpc::proto;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
@@ -522,7 +523,7 @@ async fn tip_user(
     }
     // dcrutil.NewAmount: round half up to atoms; then milliatoms.
     #[expect(clippy::cast_possible_truncation, reason = "saturating, as intended")]
-    let atoms = (dcr * 1e8 + 0.5) as i64;
+    let atoms = (dcr * ATOMS_PER_DCR as f64 + 0.5) as i64;
     let matoms = atoms.saturating_mul(1000);
     net.spawn(relay::run_tip(
         net.clone(),

@@ -157,10 +157,6 @@ pub struct JournaledPm {
     pub body: String,
 }
 
-/// The former name of [`PmJournal`], kept until the devnet's tests move to the new one.
-#[doc(hidden)]
-pub type Inbox = PmJournal;
-
 /// The PM journal of one data directory.
 #[derive(Debug)]
 pub struct PmJournal {

@@ -1,4 +1,4 @@
-//! The twelve end-to-end checks of clientrpc.md §6.5: the real clientrpc client
+//! The twelve end-to-end checks of the simulator: the real clientrpc client
 //! (`brmcp_clientrpc`) against the devnet, each node reached through the
 //! config file the devnet writes for it.
 
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, start, start_specs};
-use brmcp::journal::{Inbox, JournalHandler};
+use brmcp::journal::{JournalHandler, PmJournal};
 use brmcp_adapters::{BoxError, PeerId};
 use brmcp_clientrpc::{
     BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, Streams, TipOutcome,
@@ -233,7 +233,7 @@ async fn check_04_crash_before_ack_is_deduplicated() {
         .unwrap();
 
     let journal = |dir: &std::path::Path| {
-        let inbox = Arc::new(Inbox::open(dir).unwrap());
+        let inbox = Arc::new(PmJournal::open(dir).unwrap());
         (
             inbox.clone(),
             JournalHandler::new(inbox, Arc::new(tokio::sync::Notify::new())),

@@ -78,7 +78,7 @@ async fn brclient_server_cert_is_a_self_signed_ca() {
     );
 
     // The stock webpki verifier, rpc.cert as its only root, refuses rpc.cert as an end
-    // entity because it is a CA: the shape clientrpc.md §1.2 describes.
+    // entity because it is a CA: the shape brclient writes.
     let der = CertificateDer::from_pem_file(&alice.certs.server_cert).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(der.clone()).unwrap();
