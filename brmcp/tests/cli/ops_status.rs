@@ -204,6 +204,13 @@ async fn status_and_log_lines_of_running_serve_and_bridge_processes() {
     })
     .await;
 
+    // devnet's `.conf` says `debug=info`: our lines, not rmcp's per-session ones.
+    for log in [&serve_log, &bridge_log] {
+        let text = std::fs::read_to_string(log).expect("log");
+        let rmcp: Vec<&str> = text.lines().filter(|l| l.contains(" INFO rmcp")).collect();
+        assert!(rmcp.is_empty(), "{}: {rmcp:?}", log.display());
+    }
+
     // SIGKILLed, the processes leave snapshots that go stale: "not running".
     for child in procs.0.iter_mut().skip(1) {
         let _ = child.kill();
