@@ -4,8 +4,10 @@
 #![allow(deprecated)] // sampling, roots, logging and resources/subscribe are SEP-2577-deprecated
 
 pub(crate) mod ask;
+pub(crate) mod input_required;
 
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientNotification,
@@ -25,10 +27,16 @@ use rmcp::{ServerHandler, ServiceError};
 use serde_json::Value;
 
 use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
+use input_required::{
+    APPROVAL_INPUT, Asks, INPUT_HOLD, InputAsk, MAX_ASKS_PER_CALL, approval_request,
+    asks_by_input_required, can_ask_approval,
+};
+use rmcp::model::{InputRequests, InputRequiredResult, InputResponses};
 
 use super::Inner;
-use super::link::{AgentSession, BotLink, Conn, Silence};
-use super::settings::{Caller, Mode};
+use super::link::{AgentSession, BotLink, Conn, Silence, Tracked};
+use super::policy::{Ask, Refusal};
+use super::settings::{Caller, Mode, Settings};
 use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
 use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
 
@@ -63,6 +71,85 @@ enum Failure {
     Cancelled,
     /// The bot said nothing within the answer bound: why, as far as can be told.
     Unanswered(String),
+    /// The bot asked the client something while the call waited, for an agent asked
+    /// through `input_required`: the call is to be held.
+    Input(Box<BotInput>),
+}
+
+/// A forwarded call waiting for the bot's answer, past the send.
+struct Waiting {
+    conn: Arc<Conn>,
+    id: rmcp::model::RequestId,
+    rx: tokio::sync::oneshot::Receiver<Result<ServerResult, ServiceError>>,
+    upstream_token: rmcp::model::ProgressToken,
+    sent: tokio::time::Instant,
+    tracked: Tracked,
+}
+
+/// A forwarded call the bot asked the client something in: the call and the bot's
+/// requests.
+struct BotInput {
+    waiting: Waiting,
+    asks: Vec<InputAsk>,
+}
+
+/// The state of one agent `tools/call` across its sends, reissues and (for an agent
+/// asked through `input_required`) its retries.
+struct CallState {
+    request: ClientRequest,
+    /// The forwarded `_meta`, with the call key.
+    meta: RequestMetaObject,
+    tool: String,
+    attempts: Attempts,
+    paid: Option<Paid>,
+    polls: u32,
+    relisted: bool,
+    /// For an agent asked through `input_required`: the bot's requests to the client.
+    asks: Option<Asks>,
+}
+
+/// A call held for its agent's input (see [`input_required`]).
+pub(crate) struct Held {
+    call: CallState,
+    wait: Suspended,
+}
+
+/// What a held call waits on.
+enum Suspended {
+    /// The bot's answer, once the agent answers the bot's requests (by key).
+    Bot {
+        waiting: Waiting,
+        asked: Vec<(String, tokio::sync::oneshot::Sender<Value>)>,
+    },
+    /// A payment waiting for its approval, asked of the agent.
+    Approval(Approval),
+}
+
+/// A payment being settled in the background while its approval is asked of the agent.
+struct Approval {
+    /// The agent's answer, on its retry.
+    answer: tokio::sync::oneshot::Sender<ask::Answer>,
+    /// How the payment was settled.
+    outcome: tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+    atoms: u64,
+    price_atoms: u64,
+    /// The bot's `payment_required` answer, which a refusal is added to.
+    quote: CallToolResult,
+}
+
+/// How asking the agent about a payment through `input_required` went.
+enum Asked {
+    /// The call is held; the agent's answer.
+    Held(CallToolResponse),
+    /// The payment was settled without the agent (refused before it was asked, or
+    /// decided elsewhere): the call, how, and the bot's `payment_required` answer.
+    Settled(Box<CallState>, Result<(), Refusal>, CallToolResult),
+}
+
+/// Where a held call resumes.
+enum Resume {
+    Bot(Waiting),
+    Approval(Approval),
 }
 
 /// How the wait for one answer ended.
@@ -70,6 +157,27 @@ enum Waited {
     Answer(Box<Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>>),
     Cancelled,
     Silent(Silence),
+    Input(Box<InputAsk>),
+}
+
+/// The next request the bot made to the client in the call, if the agent is asked
+/// through `input_required`; never otherwise.
+async fn next_ask(asks: &mut Option<&mut Asks>) -> Option<InputAsk> {
+    match asks {
+        Some(asks) => asks.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Tells the bot its request `id` is no longer waited for, `why`. Not waited for: a
+/// host that cannot send (its connection down) would hold the agent's answer as long
+/// as it holds the notice.
+fn cancel_at_bot(conn: &Conn, id: rmcp::model::RequestId, why: &'static str) {
+    let peer = conn.peer().clone();
+    tokio::spawn(async move {
+        let notice = rmcp::model::CancelledNotificationParam::new(Some(id), Some(why.into()));
+        let _ = peer.notify_cancelled(notice).await;
+    });
 }
 
 impl From<Failure> for ErrorData {
@@ -79,12 +187,13 @@ impl From<Failure> for ErrorData {
             Failure::Transport(e) => Self::internal_error(format!("bot unavailable: {e}"), None),
             Failure::Cancelled => Self::new(ErrorCode::INTERNAL_ERROR, "request cancelled", None),
             Failure::Unanswered(why) => Self::internal_error(why, None),
+            Failure::Input(_) => Self::internal_error("the bot's request was not relayed", None),
         }
     }
 }
 
 /// What the sends of one logical request (a call and its reissues) have used up.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Attempts {
     /// The one retry on a fresh session after a failed one.
     transport: bool,
@@ -167,7 +276,9 @@ impl ProxyServer {
     /// agent that asked for progress hears what it waits for. While the bot has said
     /// nothing for the logical request (`attempts.heard`), a bot that said nothing at
     /// all on the session since the send fails the request past the answer bound, with
-    /// the reason, and the request is cancelled at the bot.
+    /// the reason, and the request is cancelled at the bot. With `asks` (an agent asked
+    /// through `input_required`), a request the bot makes to the client meanwhile ends
+    /// the wait with [`Failure::Input`].
     async fn forward_once(
         &self,
         conn: &Arc<Conn>,
@@ -175,6 +286,7 @@ impl ProxyServer {
         meta: RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
         attempts: &mut Attempts,
+        asks: Option<&mut Asks>,
     ) -> Result<ServerResult, Failure> {
         // The agent's wait is the call's life: nothing is sent for a request it no
         // longer waits for.
@@ -182,25 +294,53 @@ impl ProxyServer {
             return Err(Failure::Cancelled);
         }
         let hub = &self.link.hub;
-        let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none());
+        let inputs = asks.as_ref().map(|a| a.inputs.clone());
+        let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none(), inputs);
         let options = PeerRequestOptions::no_options().with_meta(meta);
         let handle = conn
             .peer()
             .send_request_with_option(request, options)
             .await
             .map_err(|e| Failure::Transport(e.to_string()))?;
-        let sent = tokio::time::Instant::now();
-        let upstream_token = handle.progress_token.clone();
+        let waiting = Waiting {
+            conn: conn.clone(),
+            id: handle.id.clone(),
+            upstream_token: handle.progress_token.clone(),
+            rx: handle.rx,
+            sent: tokio::time::Instant::now(),
+            tracked,
+        };
+        self.wait(waiting, ctx, attempts, asks).await
+    }
+
+    /// Waits for the bot's answer to a sent request (see
+    /// [`forward_once`](Self::forward_once)).
+    async fn wait(
+        &self,
+        waiting: Waiting,
+        ctx: &RequestContext<RoleServer>,
+        attempts: &mut Attempts,
+        mut asks: Option<&mut Asks>,
+    ) -> Result<ServerResult, Failure> {
+        let hub = &self.link.hub;
+        let Waiting {
+            conn,
+            id,
+            mut rx,
+            upstream_token,
+            sent,
+            tracked,
+        } = waiting;
         let agent_token = ctx.meta.get_progress_token();
         let route = agent_token.clone().map(|token| {
             hub.route_progress(conn.serial, upstream_token.clone(), ctx.peer.clone(), token)
         });
-        let id = handle.id.clone();
-        let mut rx = handle.rx;
         let bound = self.bridge.config.answer_bound;
         let bot = self.bridge.settings().bot_label(&self.link.bot);
-        let mut tick =
-            tokio::time::interval_at(sent + ask::PROGRESS_INTERVAL, ask::PROGRESS_INTERVAL);
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + ask::PROGRESS_INTERVAL,
+            ask::PROGRESS_INTERVAL,
+        );
         let mut ticks: u32 = 0;
         let waited = loop {
             let silent = !attempts.heard;
@@ -211,6 +351,10 @@ impl ProxyServer {
                 answer = &mut rx => {
                     attempts.heard = true;
                     break Waited::Answer(Box::new(answer));
+                }
+                Some(asked) = next_ask(&mut asks) => {
+                    attempts.heard = true;
+                    break Waited::Input(Box::new(asked));
                 }
                 () = tokio::time::sleep_until(sent + bound), if silent => {
                     if bot_progress || conn.watch.heard_since(sent) {
@@ -242,19 +386,34 @@ impl ProxyServer {
         tracked.flush().await;
         let answer = match waited {
             Waited::Answer(answer) => *answer,
+            Waited::Input(first) => {
+                let mut asked = vec![*first];
+                if let Some(asks) = asks {
+                    while asked.len() < MAX_ASKS_PER_CALL
+                        && let Ok(more) = asks.rx.try_recv()
+                    {
+                        asked.push(more);
+                    }
+                }
+                let waiting = Waiting {
+                    conn,
+                    id,
+                    rx,
+                    upstream_token,
+                    sent,
+                    tracked,
+                };
+                return Err(Failure::Input(Box::new(BotInput {
+                    waiting,
+                    asks: asked,
+                })));
+            }
             Waited::Cancelled | Waited::Silent(_) => {
                 let why = match waited {
                     Waited::Silent(_) => "no answer in time",
                     _ => "cancelled by the agent",
                 };
-                // Not waited for: a host that cannot send (its connection down) would
-                // hold the agent's answer as long as it holds the notice.
-                let peer = conn.peer().clone();
-                tokio::spawn(async move {
-                    let notice =
-                        rmcp::model::CancelledNotificationParam::new(Some(id), Some(why.into()));
-                    let _ = peer.notify_cancelled(notice).await;
-                });
+                cancel_at_bot(&conn, id, why);
                 return Err(match waited {
                     Waited::Silent(why) => {
                         tracing::info!(%bot, waited = ?bound, %why, "bot did not answer");
@@ -301,27 +460,46 @@ impl ProxyServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, Failure> {
         let meta = forwarded_meta(&ctx.meta);
-        self.forward_retrying(&request, &meta, ctx, &mut Attempts::default())
+        self.forward_retrying(&request, &meta, ctx, &mut Attempts::default(), None, None)
             .await
     }
 
-    /// Sends `request` with `meta` while the agent waits: on a failed session, once
-    /// per `attempts` (which span every send of one logical call), again on a fresh
-    /// session; on the bot's [`CALL_INTERRUPTED`], again at once, at most
-    /// [`MAX_INTERRUPTED_RETRIES`] times.
+    /// Sends `request` with `meta` while the agent waits (or waits on in `resume`, a
+    /// held call's send): on a failed session, once per `attempts` (which span every
+    /// send of one logical call), again on a fresh session; on the bot's
+    /// [`CALL_INTERRUPTED`], again at once, at most [`MAX_INTERRUPTED_RETRIES`] times.
     async fn forward_retrying(
         &self,
         request: &ClientRequest,
         meta: &RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
         attempts: &mut Attempts,
+        mut asks: Option<&mut Asks>,
+        mut resume: Option<Waiting>,
     ) -> Result<ServerResult, Failure> {
         loop {
-            let conn = self.conn(ctx).await?;
-            match self
-                .forward_once(&conn, request.clone(), meta.clone(), ctx, attempts)
-                .await
-            {
+            let (conn, answer) = match resume.take() {
+                Some(waiting) => {
+                    let conn = waiting.conn.clone();
+                    let answer = self.wait(waiting, ctx, attempts, asks.as_deref_mut()).await;
+                    (conn, answer)
+                }
+                None => {
+                    let conn = self.conn(ctx).await?;
+                    let answer = self
+                        .forward_once(
+                            &conn,
+                            request.clone(),
+                            meta.clone(),
+                            ctx,
+                            attempts,
+                            asks.as_deref_mut(),
+                        )
+                        .await;
+                    (conn, answer)
+                }
+            };
+            match answer {
                 // A call keeps its key: if an earlier attempt ran, the bot replays its
                 // outcome; if it was refunded, the retry normally runs on that credit.
                 Err(Failure::Transport(e)) if !attempts.transport => {
@@ -339,106 +517,390 @@ impl ProxyServer {
     }
 
     /// One agent `tools/call` of the bot, paid under the user's policy (also the path
-    /// of the directory tools' calls to their directory).
+    /// of the directory tools' calls to their directory). The retry of a call held for
+    /// the agent's input (its `requestState` one of ours, for this agent and tool)
+    /// resumes that call; any other `requestState` is the bot's, forwarded as it came.
     pub(crate) async fn call(
         &self,
         params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(state) = params.request_state.as_deref()
+            && let Some(held) = self.link.held.take(state, caller(ctx).name(), &params.name)
+        {
+            let responses = params.input_responses.unwrap_or_default();
+            return self.resume(held, &responses, ctx).await;
+        }
         let key = super::random_hex::<16>()
             .map_err(|e| ErrorData::internal_error(format!("call key: {e}"), None))?;
         let mut meta = forwarded_meta(&ctx.meta);
         meta.insert(CALL_KEY_META.into(), Value::String(key));
         let tool = params.name.to_string();
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let config = &self.bridge.config;
-        let mut attempts = Attempts::default();
-        let (mut paid, mut polls, mut relisted) = (None, 0, false);
-        loop {
-            let result = self
-                .forward_retrying(&request, &meta, ctx, &mut attempts)
-                .await?;
-            let mut result = match result {
-                ServerResult::CallToolResult(r) => r,
-                ServerResult::InputRequiredResult(r) => {
-                    return Ok(CallToolResponse::InputRequired(r));
+        let asks = asks_by_input_required(ctx)
+            .then(|| Asks::new(ctx.client_capabilities().unwrap_or_default()));
+        let call = CallState {
+            request: ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            meta,
+            tool,
+            attempts: Attempts::default(),
+            paid: None,
+            polls: 0,
+            relisted: false,
+            asks,
+        };
+        self.run(call, None, ctx).await
+    }
+
+    /// Resumes a held call with the agent's `responses`.
+    async fn resume(
+        &self,
+        held: Held,
+        responses: &InputResponses,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Held { call, wait } = held;
+        match wait {
+            Suspended::Bot { mut waiting, asked } => {
+                // Marked for the retry before the bot hears its answer, so what the
+                // bot asks next reaches this request.
+                waiting.tracked.retarget(&ctx.peer, &ctx.id);
+                for (key, answer) in asked {
+                    // An unanswered request gets an error at the bot.
+                    if let Some(response) = responses.get(&key) {
+                        let _ = answer.send(response.clone());
+                    }
                 }
-                ServerResult::CreateTaskResult(r) => return Ok(CallToolResponse::Task(r)),
-                other => expect::<CallToolResult>(other)?,
-            };
-            complete(&mut result.result_type);
-            let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
-                return Ok(CallToolResponse::Complete(result));
-            };
-            let mut decision = decide(&tool, self.link.listed(&tool), &quote, paid);
-            if let Decision::Refuse(refusal) = decision
-                && refusal.relist()
-                && !relisted
-            {
-                // The listing may be stale (a price changed since tools/list): the
-                // fresh one decides, once per call.
-                relisted = true;
-                let relist = tokio::select! {
-                    biased;
-                    () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-                    r = self.link.relist() => r,
-                };
-                if let Err(e) = relist {
-                    tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
-                }
-                decision = decide(&tool, self.link.listed(&tool), &quote, paid);
+                self.run(call, Some(Resume::Bot(waiting)), ctx).await
             }
-            let refused = |reason: &dyn std::fmt::Display, mut result: CallToolResult| {
-                result.content.push(ContentBlock::text(format!(
-                    "{}: payment not made: {reason}",
-                    config.name
-                )));
-                Ok(CallToolResponse::Complete(result))
-            };
-            match decision {
-                Decision::Pay { atoms, price_atoms } => {
-                    // Nothing is paid for a call whose agent stopped waiting.
-                    if ctx.ct.is_cancelled() {
-                        return Err(Failure::Cancelled.into());
-                    }
-                    let settings = self.bridge.settings();
-                    let bot = &self.link.bot;
-                    let label = settings.bot_label(bot);
-                    let asked = (settings.mode == Mode::Approval)
-                        .then(|| ask::ask(ctx, &config.name, &label, &tool, atoms))
-                        .flatten();
-                    let payer = caller(ctx);
-                    let settled = tokio::select! {
-                        biased;
-                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-                        s = self.bridge.policy.settle(&settings, &payer, bot, &tool, atoms, asked) => s,
-                        never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
+            Suspended::Approval(approval) => {
+                let answer = input_required::approval_answer(responses);
+                // The payment may have been decided elsewhere meanwhile: the answer
+                // then changes nothing.
+                let _ = approval.answer.send(answer);
+                let resumed = Approval {
+                    answer: tokio::sync::oneshot::channel().0,
+                    ..approval
+                };
+                self.run(call, Some(Resume::Approval(resumed)), ctx).await
+            }
+        }
+    }
+
+    /// Runs a call to its answer: forwards it, pays under the user's policy and
+    /// reissues it under the same key, or holds it for the agent's input.
+    async fn run(
+        &self,
+        mut call: CallState,
+        mut resume: Option<Resume>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let config = &self.bridge.config;
+        let refused = |reason: &dyn std::fmt::Display, mut result: CallToolResult| {
+            result.content.push(ContentBlock::text(format!(
+                "{}: payment not made: {reason}",
+                config.name
+            )));
+            Ok(CallToolResponse::Complete(result))
+        };
+        loop {
+            let (result, settled) = match resume.take() {
+                Some(Resume::Approval(approval)) => {
+                    let settled = self.settled(approval.outcome, approval.atoms, ctx).await?;
+                    let paid = Paid {
+                        price_atoms: approval.price_atoms,
+                        atoms: approval.atoms,
                     };
-                    match settled {
-                        Ok(()) => {
-                            paid = Some(Paid { price_atoms, atoms });
-                            continue;
+                    (approval.quote, Some((settled, paid)))
+                }
+                other => {
+                    let waiting = match other {
+                        Some(Resume::Bot(waiting)) => Some(waiting),
+                        _ => None,
+                    };
+                    let answer = self
+                        .forward_retrying(
+                            &call.request,
+                            &call.meta,
+                            ctx,
+                            &mut call.attempts,
+                            call.asks.as_mut(),
+                            waiting,
+                        )
+                        .await;
+                    let result = match answer {
+                        Ok(result) => result,
+                        Err(Failure::Input(input)) => {
+                            return self.hold_for_bot(call, *input, ctx);
                         }
-                        Err(reason) => return refused(&reason, result),
+                        Err(e) => return Err(e.into()),
+                    };
+                    let mut result = match result {
+                        ServerResult::CallToolResult(r) => r,
+                        ServerResult::InputRequiredResult(r) => {
+                            return Ok(CallToolResponse::InputRequired(r));
+                        }
+                        ServerResult::CreateTaskResult(r) => return Ok(CallToolResponse::Task(r)),
+                        other => expect::<CallToolResult>(other)?,
+                    };
+                    complete(&mut result.result_type);
+                    let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
+                        return Ok(CallToolResponse::Complete(result));
+                    };
+                    let tool = &call.tool;
+                    let mut decision = decide(tool, self.link.listed(tool), &quote, call.paid);
+                    if let Decision::Refuse(refusal) = decision
+                        && refusal.relist()
+                        && !call.relisted
+                    {
+                        // The listing may be stale (a price changed since tools/list):
+                        // the fresh one decides, once per call.
+                        call.relisted = true;
+                        let relist = tokio::select! {
+                            biased;
+                            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                            r = self.link.relist() => r,
+                        };
+                        if let Err(e) = relist {
+                            tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
+                        }
+                        decision = decide(tool, self.link.listed(tool), &quote, call.paid);
+                    }
+                    match decision {
+                        Decision::Pay { atoms, price_atoms } => {
+                            // Nothing is paid for a call whose agent stopped waiting.
+                            if ctx.ct.is_cancelled() {
+                                return Err(Failure::Cancelled.into());
+                            }
+                            let paid = Paid { price_atoms, atoms };
+                            let settings = self.bridge.settings();
+                            if settings.mode == Mode::Approval && can_ask_approval(ctx) {
+                                match self
+                                    .ask_by_input_required(call, &settings, paid, result, ctx)
+                                    .await?
+                                {
+                                    Asked::Held(response) => return Ok(response),
+                                    Asked::Settled(back, settled, quote) => {
+                                        call = *back;
+                                        (quote, Some((settled, paid)))
+                                    }
+                                }
+                            } else {
+                                let settled =
+                                    self.settle(&settings, &call.tool, atoms, ctx).await?;
+                                (result, Some((settled, paid)))
+                            }
+                        }
+                        Decision::Refuse(refusal) => {
+                            tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
+                            let label = self.bridge.settings().bot_label(&self.link.bot);
+                            let reason = format!("bot {label} tool {tool:?}: {refusal}");
+                            return refused(&reason, result);
+                        }
+                        Decision::Wait => (result, None),
                     }
                 }
-                Decision::Refuse(refusal) => {
-                    tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
-                    let label = self.bridge.settings().bot_label(&self.link.bot);
-                    let reason = format!("bot {label} tool {tool:?}: {refusal}");
-                    return refused(&reason, result);
+            };
+            match settled {
+                Some((Ok(()), paid)) => {
+                    call.paid = Some(paid);
+                    continue;
                 }
-                Decision::Wait => {}
+                Some((Err(reason), _)) => return refused(&reason, result),
+                None => {}
             }
             // Paid, but the credit has not reached the bot yet.
-            if polls >= config.poll_attempts {
+            if call.polls >= config.poll_attempts {
                 return Ok(CallToolResponse::Complete(result));
             }
-            polls += 1;
+            call.polls += 1;
             tokio::select! {
                 biased;
                 () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                 () = tokio::time::sleep(config.poll_interval) => {}
+            }
+        }
+    }
+
+    /// Decides and makes the payment of `atoms` for `tool` while the agent waits,
+    /// asking it by elicitation where its client can be asked.
+    async fn settle(
+        &self,
+        settings: &Settings,
+        tool: &str,
+        atoms: u64,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<(), Refusal>, ErrorData> {
+        let bot = &self.link.bot;
+        let label = settings.bot_label(bot);
+        let asked = (settings.mode == Mode::Approval)
+            .then(|| ask::ask(ctx, &self.bridge.config.name, &label, tool, atoms))
+            .flatten();
+        let payer = caller(ctx);
+        Ok(tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+            s = self.bridge.policy.settle(settings, &payer, bot, tool, atoms, asked) => s,
+            never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
+        })
+    }
+
+    /// How a payment settled in the background ends, while the agent waits.
+    async fn settled(
+        &self,
+        outcome: tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+        atoms: u64,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<(), Refusal>, ErrorData> {
+        let label = self.bridge.settings().bot_label(&self.link.bot);
+        Ok(tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+            s = outcome => s.unwrap_or_else(|_| Err("payment not settled".into())),
+            never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
+        })
+    }
+
+    /// Settles the payment `paid` in the background, its approval asked of the agent
+    /// through `input_required` (and parked for the other channels, as always): the
+    /// call is held, unless the payment is settled before it is asked (a cap refuses
+    /// it) or the agent has too many calls held, when the agent waits here.
+    async fn ask_by_input_required(
+        &self,
+        call: CallState,
+        settings: &Settings,
+        paid: Paid,
+        quote: CallToolResult,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Asked, ErrorData> {
+        let (answer, answered) = tokio::sync::oneshot::channel::<ask::Answer>();
+        let (asking, asked) = tokio::sync::oneshot::channel::<()>();
+        let (settle, mut outcome) = tokio::sync::oneshot::channel();
+        let question: Ask<'static> = Box::pin(async move {
+            // Polled once the caps allow the payment and it is parked.
+            let _ = asking.send(());
+            match answered.await {
+                Ok(ask::Answer::Accept) => Ok(()),
+                Ok(ask::Answer::Decline) => Err("payment declined by the user".into()),
+                Ok(ask::Answer::Cancel) => Err("payment approval cancelled by the user".into()),
+                // Never answered: the parked approval or its timeout decides.
+                Err(_) => std::future::pending().await,
+            }
+        });
+        let bridge = self.bridge.clone();
+        let (payer, bot, tool) = (caller(ctx), self.link.bot, call.tool.clone());
+        let owned = settings.clone();
+        tokio::spawn(async move {
+            let settled = bridge
+                .policy
+                .settle(&owned, &payer, &bot, &tool, paid.atoms, Some(question))
+                .await;
+            let _ = settle.send(settled);
+        });
+        let parked = tokio::select! {
+            biased;
+            s = &mut outcome => {
+                let settled = s.unwrap_or_else(|_| Err("payment not settled".into()));
+                return Ok(Asked::Settled(Box::new(call), settled, quote));
+            }
+            a = asked => a.is_ok(),
+        };
+        let approval = Approval {
+            answer,
+            outcome,
+            atoms: paid.atoms,
+            price_atoms: paid.price_atoms,
+            quote,
+        };
+        if !parked {
+            let settled = self.settled(approval.outcome, paid.atoms, ctx).await?;
+            return Ok(Asked::Settled(Box::new(call), settled, approval.quote));
+        }
+        let label = settings.bot_label(&self.link.bot);
+        let request = approval_request(
+            &self.bridge.config.name,
+            &label,
+            &self.link.bot.to_string(),
+            &call.tool,
+            paid.atoms,
+        );
+        let hold = Duration::from_secs(settings.approval_timeout_secs)
+            .saturating_add(Duration::from_secs(settings.tip_wait_secs))
+            .saturating_add(INPUT_HOLD);
+        let agent = caller(ctx);
+        let tool = call.tool.clone();
+        let held = Held {
+            call,
+            wait: Suspended::Approval(approval),
+        };
+        match self.link.held.hold(agent.name(), &tool, held, hold, drop) {
+            Ok(state) => {
+                let mut requests = InputRequests::new();
+                requests.insert(APPROVAL_INPUT.into(), request);
+                Ok(Asked::Held(CallToolResponse::InputRequired(
+                    InputRequiredResult::new(Some(requests), Some(state)),
+                )))
+            }
+            Err((e, held)) => {
+                tracing::info!(bot = %self.link.bot, error = %e, "approval not asked of the agent");
+                let Held { call, wait } = held;
+                let Suspended::Approval(approval) = wait else {
+                    return Err(ErrorData::internal_error("held call changed", None));
+                };
+                // Left to the other channels.
+                drop(approval.answer);
+                let settled = self.settled(approval.outcome, paid.atoms, ctx).await?;
+                Ok(Asked::Settled(Box::new(call), settled, approval.quote))
+            }
+        }
+    }
+
+    /// Holds a call the bot asked the client something in, and answers the agent with
+    /// `input_required` carrying the bot's requests. Held past [`INPUT_HOLD`], the
+    /// call is cancelled at the bot.
+    fn hold_for_bot(
+        &self,
+        call: CallState,
+        input: BotInput,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let BotInput { waiting, asks } = input;
+        let mut requests = InputRequests::new();
+        let mut asked = Vec::with_capacity(asks.len());
+        for (n, ask) in asks.into_iter().enumerate() {
+            let key = format!("bot/{n}");
+            requests.insert(key.clone(), ask.request);
+            asked.push((key, ask.answer));
+        }
+        let agent = caller(ctx);
+        let tool = call.tool.clone();
+        let held = Held {
+            call,
+            wait: Suspended::Bot { waiting, asked },
+        };
+        let expire = |held: Held| {
+            if let Suspended::Bot { waiting, .. } = held.wait {
+                cancel_at_bot(&waiting.conn, waiting.id, "no input from the agent in time");
+            }
+        };
+        match self
+            .link
+            .held
+            .hold(agent.name(), &tool, held, INPUT_HOLD, expire)
+        {
+            Ok(state) => Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+                Some(requests),
+                Some(state),
+            ))),
+            // The bot's requests get their errors (their answer channels dropped);
+            // the call is not held and fails like a call the agent gave up on.
+            Err((e, held)) => {
+                if let Suspended::Bot { waiting, .. } = held.wait {
+                    cancel_at_bot(&waiting.conn, waiting.id, "the agent cannot be asked");
+                }
+                Err(ErrorData::internal_error(
+                    format!("bot {} asked for input: {e}", self.link.bot),
+                    None,
+                ))
             }
         }
     }
