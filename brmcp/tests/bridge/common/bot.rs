@@ -18,6 +18,7 @@ use rmcp::model::{
     ReadResourceResponse, ReadResourceResult, ResourceContents, Role, SamplingMessage,
     ServerCapabilities, ServerConfig, Tool,
 };
+use rmcp::model::{ClientResult, ElicitRequest, ElicitRequestParams, ServerRequest};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
@@ -143,6 +144,12 @@ pub fn fixed_tools() -> Vec<Tool> {
             "_meta": {"brmcp/priceAtoms": 0}
         })),
         tool(json!({
+            "name": "elicit",
+            "description": "Asks the user for a name, `times` times in turn",
+            "inputSchema": {"type": "object", "properties": {"times": {"type": "integer"}}},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
             "name": "log",
             "description": "Logs a line to the client",
             "inputSchema": {"type": "object", "properties": {"line": {"type": "string"}}},
@@ -259,7 +266,7 @@ impl TestBot {
             "sample_cancel" => {
                 let params =
                     CreateMessageRequestParams::new(vec![SamplingMessage::user_text("hang")], 8);
-                let request = rmcp::model::ServerRequest::CreateMessageRequest(
+                let request = ServerRequest::CreateMessageRequest(
                     rmcp::model::CreateMessageRequest::new(params),
                 );
                 let handle = ctx
@@ -273,6 +280,35 @@ impl TestBot {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 let _ = handle.cancel(Some("changed my mind".into())).await;
                 CallToolResult::success(vec![ContentBlock::text("sampling cancelled")])
+            }
+            "elicit" => {
+                let times = args.get("times").and_then(Value::as_u64).unwrap_or(1);
+                let mut said = Vec::new();
+                for n in 1..=times {
+                    let params: ElicitRequestParams = serde_json::from_value(json!({
+                        "message": format!("your name? ({n} of {times})"),
+                        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+                    }))
+                    .expect("elicitation params");
+                    let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+                    match ctx.peer.send_request(request).await {
+                        Ok(ClientResult::ElicitResult(r)) => said.push(format!(
+                            "{} {}",
+                            serde_json::to_value(&r.action).unwrap_or_default(),
+                            r.content.unwrap_or_default()
+                        )),
+                        Ok(other) => said.push(format!("unexpected {other:?}")),
+                        Err(e) => {
+                            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                                "no elicitation: {e}"
+                            ))]));
+                        }
+                    }
+                }
+                CallToolResult::success(vec![ContentBlock::text(format!(
+                    "user said: {}",
+                    said.join("; ")
+                ))])
             }
             "grow" => {
                 self.state.extra_tools.lock().unwrap().push(tool(json!({
