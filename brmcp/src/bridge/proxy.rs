@@ -121,18 +121,20 @@ enum Suspended {
         waiting: Waiting,
         asked: Vec<(String, tokio::sync::oneshot::Sender<Value>)>,
     },
-    /// A payment waiting for its approval, asked of the agent.
-    Approval(Approval),
+    /// A payment waiting for its approval, asked of the agent: where the agent's
+    /// answer goes, and the payment.
+    Approval {
+        answer: tokio::sync::oneshot::Sender<ask::Answer>,
+        settling: Settling,
+    },
 }
 
-/// A payment being settled in the background while its approval is asked of the agent.
-struct Approval {
-    /// The agent's answer, on its retry.
-    answer: tokio::sync::oneshot::Sender<ask::Answer>,
-    /// How the payment was settled.
+/// A payment being settled in the background (see
+/// [`ask_by_input_required`](ProxyServer::ask_by_input_required)).
+struct Settling {
+    /// How it was settled.
     outcome: tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
-    atoms: u64,
-    price_atoms: u64,
+    paid: Paid,
     /// The bot's `payment_required` answer, which a refusal is added to.
     quote: CallToolResult,
 }
@@ -149,7 +151,7 @@ enum Asked {
 /// Where a held call resumes.
 enum Resume {
     Bot(Waiting),
-    Approval(Approval),
+    Settling(Settling),
 }
 
 /// How the wait for one answer ended.
@@ -572,16 +574,11 @@ impl ProxyServer {
                 }
                 self.run(call, Some(Resume::Bot(waiting)), ctx).await
             }
-            Suspended::Approval(approval) => {
-                let answer = input_required::approval_answer(responses);
+            Suspended::Approval { answer, settling } => {
                 // The payment may have been decided elsewhere meanwhile: the answer
                 // then changes nothing.
-                let _ = approval.answer.send(answer);
-                let resumed = Approval {
-                    answer: tokio::sync::oneshot::channel().0,
-                    ..approval
-                };
-                self.run(call, Some(Resume::Approval(resumed)), ctx).await
+                let _ = answer.send(input_required::approval_answer(responses));
+                self.run(call, Some(Resume::Settling(settling)), ctx).await
             }
         }
     }
@@ -604,13 +601,10 @@ impl ProxyServer {
         };
         loop {
             let (result, settled) = match resume.take() {
-                Some(Resume::Approval(approval)) => {
-                    let settled = self.settled(approval.outcome, approval.atoms, ctx).await?;
-                    let paid = Paid {
-                        price_atoms: approval.price_atoms,
-                        atoms: approval.atoms,
-                    };
-                    (approval.quote, Some((settled, paid)))
+                Some(Resume::Settling(settling)) => {
+                    let paid = settling.paid;
+                    let settled = self.settled(settling.outcome, paid.atoms, ctx).await?;
+                    (settling.quote, Some((settled, paid)))
                 }
                 other => {
                     let waiting = match other {
@@ -804,16 +798,14 @@ impl ProxyServer {
             }
             a = asked => a.is_ok(),
         };
-        let approval = Approval {
-            answer,
+        let settling = Settling {
             outcome,
-            atoms: paid.atoms,
-            price_atoms: paid.price_atoms,
+            paid,
             quote,
         };
         if !parked {
-            let settled = self.settled(approval.outcome, paid.atoms, ctx).await?;
-            return Ok(Asked::Settled(Box::new(call), settled, approval.quote));
+            let settled = self.settled(settling.outcome, paid.atoms, ctx).await?;
+            return Ok(Asked::Settled(Box::new(call), settled, settling.quote));
         }
         let label = settings.bot_label(&self.link.bot);
         let request = approval_request(
@@ -830,7 +822,7 @@ impl ProxyServer {
         let tool = call.tool.clone();
         let held = Held {
             call,
-            wait: Suspended::Approval(approval),
+            wait: Suspended::Approval { answer, settling },
         };
         match self.link.held.hold(agent.name(), &tool, held, hold, drop) {
             Ok(state) => {
@@ -843,13 +835,13 @@ impl ProxyServer {
             Err((e, held)) => {
                 tracing::info!(bot = %self.link.bot, error = %e, "approval not asked of the agent");
                 let Held { call, wait } = held;
-                let Suspended::Approval(approval) = wait else {
+                let Suspended::Approval { answer, settling } = wait else {
                     return Err(ErrorData::internal_error("held call changed", None));
                 };
                 // Left to the other channels.
-                drop(approval.answer);
-                let settled = self.settled(approval.outcome, paid.atoms, ctx).await?;
-                Ok(Asked::Settled(Box::new(call), settled, approval.quote))
+                drop(answer);
+                let settled = self.settled(settling.outcome, paid.atoms, ctx).await?;
+                Ok(Asked::Settled(Box::new(call), settled, settling.quote))
             }
         }
     }
