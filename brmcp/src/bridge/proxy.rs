@@ -28,8 +28,8 @@ use serde_json::Value;
 
 use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 use input_required::{
-    APPROVAL_INPUT, Asks, INPUT_HOLD, InputAsk, MAX_ASKS_PER_CALL, approval_request,
-    asks_by_input_required, can_ask_approval,
+    APPROVAL_INPUT, Asks, InputAsk, MAX_ASKS_PER_CALL, approval_request, asks_by_input_required,
+    can_ask_approval,
 };
 use rmcp::model::{InputRequests, InputRequiredResult, InputResponses};
 
@@ -538,8 +538,10 @@ impl ProxyServer {
         let mut meta = forwarded_meta(&ctx.meta);
         meta.insert(CALL_KEY_META.into(), Value::String(key));
         let tool = params.name.to_string();
-        let asks = asks_by_input_required(ctx)
-            .then(|| Asks::new(ctx.client_capabilities().unwrap_or_default()));
+        let asks = asks_by_input_required(ctx).then(|| {
+            let capabilities = ctx.client_capabilities().unwrap_or_default();
+            Asks::new(capabilities, self.bridge.config.input_hold)
+        });
         let call = CallState {
             request: ClientRequest::CallToolRequest(CallToolRequest::new(params)),
             meta,
@@ -817,7 +819,7 @@ impl ProxyServer {
         );
         let hold = Duration::from_secs(settings.approval_timeout_secs)
             .saturating_add(Duration::from_secs(settings.tip_wait_secs))
-            .saturating_add(INPUT_HOLD);
+            .saturating_add(self.bridge.config.input_hold);
         let agent = caller(ctx);
         let tool = call.tool.clone();
         let held = Held {
@@ -847,8 +849,8 @@ impl ProxyServer {
     }
 
     /// Holds a call the bot asked the client something in, and answers the agent with
-    /// `input_required` carrying the bot's requests. Held past [`INPUT_HOLD`], the
-    /// call is cancelled at the bot.
+    /// `input_required` carrying the bot's requests. Held past the configured hold
+    /// ([`INPUT_HOLD`](input_required::INPUT_HOLD)), the call is cancelled at the bot.
     fn hold_for_bot(
         &self,
         call: CallState,
@@ -874,11 +876,13 @@ impl ProxyServer {
                 cancel_at_bot(&waiting.conn, waiting.id, "no input from the agent in time");
             }
         };
-        match self
-            .link
-            .held
-            .hold(agent.name(), &tool, held, INPUT_HOLD, expire)
-        {
+        match self.link.held.hold(
+            agent.name(),
+            &tool,
+            held,
+            self.bridge.config.input_hold,
+            expire,
+        ) {
             Ok(state) => Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
                 Some(requests),
                 Some(state),

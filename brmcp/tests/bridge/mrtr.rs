@@ -3,12 +3,13 @@
 //! `input_required`, answered by retrying the call. Accept pays once under the call's
 //! key; decline pays nothing; a forged or replayed `requestState` pays nothing; the
 //! approvals command still decides while the agent is asked; a bot's elicitation is
-//! answered through the retry and the bot's one call goes on.
+//! answered through the retry and the bot's one call goes on, and one left unanswered
+//! past the hold gets an error at the bot.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{Agent, Env, FORTUNE_PRICE, autopay, call, env, eventually, text};
+use crate::common::{Agent, Env, FORTUNE_PRICE, autopay, call, env, env_with, eventually, text};
 use brmcp::bridge::Mode;
 use rmcp::model::{
     CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
@@ -380,6 +381,50 @@ async fn a_bots_elicitation_state_is_not_replayable() {
     assert!(
         matches!(replayed, CallToolResponse::InputRequired(_)),
         "{replayed:?}"
+    );
+    assert_eq!(env.bot.calls_of("elicit").len(), 2);
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_bot_request_expires_with_an_error_at_the_bot() {
+    let env = env_with(autopay, |mut c| {
+        c.input_hold = Duration::from_millis(300);
+        c
+    })
+    .await;
+    let agent = agent_2026(&env, User::answering(ElicitationAction::Accept)).await;
+    let first = agent
+        .call_tool_once(call("elicit", json!({})))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(asked) = first else {
+        panic!("not asked: {first:?}");
+    };
+    assert!(env.bot.elicit_errors.lock().unwrap().is_empty());
+    // No retry: past the hold the bot's request gets its error.
+    let errored = || !env.bot.elicit_errors.lock().unwrap().is_empty();
+    assert!(eventually(Duration::from_secs(5), errored).await);
+    let errors = env.bot.elicit_errors.lock().unwrap().clone();
+    assert!(errors[0].contains("did not answer"), "{errors:?}");
+
+    // The expired state's retry is a new call, which the bot asks again.
+    let (key, _) = asked
+        .input_requests
+        .as_ref()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    let mut responses = InputResponses::new();
+    responses.insert(key.clone(), json!({"action": "accept"}));
+    let late = call("elicit", json!({}))
+        .with_request_state(asked.request_state.unwrap())
+        .with_input_responses(responses);
+    let late = agent.call_tool_once(late).await.unwrap();
+    assert!(
+        matches!(late, CallToolResponse::InputRequired(_)),
+        "{late:?}"
     );
     assert_eq!(env.bot.calls_of("elicit").len(), 2);
     agent.cancel().await.unwrap();

@@ -16,7 +16,7 @@ use rmcp::service::{
 };
 
 use crate::bridge::lock;
-use crate::bridge::proxy::input_required::{INPUT_HOLD, InputAsk, Inputs};
+use crate::bridge::proxy::input_required::{InputAsk, Inputs};
 use crate::early_progress::EarlyProgress;
 
 /// Notifications kept per upstream progress token before its call is registered.
@@ -314,7 +314,7 @@ impl Hub {
         let inflight = lock(&self.inflight);
         let found = inflight.iter().rev().find_map(|i| match &i.inputs {
             Some(inputs) => {
-                (asked && supports(&inputs.capabilities)).then(|| Target::Held(inputs.asks.clone()))
+                (asked && supports(&inputs.capabilities)).then(|| Target::Held(inputs.clone()))
             }
             None => declares(&i.peer).then(|| Target::Peer(i.peer.clone(), Some(i.id.clone()))),
         });
@@ -352,7 +352,9 @@ impl Hub {
         };
         let (peer, origin) = match (self.pick_agent(supports, input.is_some()), input) {
             (Some(Target::Peer(peer, origin)), _) => (peer, origin),
-            (Some(Target::Held(asks)), Some(input)) => return ask_held(&asks, input, ctx).await,
+            (Some(Target::Held(inputs)), Some(input)) => {
+                return ask_held(&inputs, input, ctx).await;
+            }
             (Some(Target::Held(_)) | None, _) => {
                 return Err(ErrorData::new(
                     ErrorCode::METHOD_NOT_FOUND,
@@ -396,14 +398,14 @@ enum Target {
     /// request if given.
     Peer(Peer<RoleServer>, Option<rmcp::model::RequestId>),
     /// Into the agent's call, which answers `input_required` with it.
-    Held(tokio::sync::mpsc::Sender<InputAsk>),
+    Held(Inputs),
 }
 
 /// Hands a bot's request to the call of an agent asked through `input_required`, and
-/// waits for the agent's answer on its retry, at most [`INPUT_HOLD`], or until the bot
-/// cancels it.
+/// waits for the agent's answer on its retry, at most as long as the call is held, or
+/// until the bot cancels it.
 async fn ask_held(
-    asks: &tokio::sync::mpsc::Sender<InputAsk>,
+    inputs: &Inputs,
     request: InputRequest,
     ctx: &RequestContext<RoleClient>,
 ) -> Result<ClientResult, ErrorData> {
@@ -422,27 +424,30 @@ async fn ask_held(
             _ => ClientResult::ElicitResult(serde_json::from_value(value).map_err(bad)?),
         })
     };
-    asks.try_send(InputAsk {
-        request: request.clone(),
-        answer,
-    })
-    .map_err(|e| match e {
-        tokio::sync::mpsc::error::TrySendError::Full(_) => {
-            ErrorData::internal_error("too many requests already wait for the agent's input", None)
-        }
-        tokio::sync::mpsc::error::TrySendError::Closed(_) => {
-            ErrorData::internal_error("relay to agent: its call ended", None)
-        }
-    })?;
+    inputs
+        .asks
+        .try_send(InputAsk {
+            request: request.clone(),
+            answer,
+        })
+        .map_err(|e| match e {
+            tokio::sync::mpsc::error::TrySendError::Full(_) => ErrorData::internal_error(
+                "too many requests already wait for the agent's input",
+                None,
+            ),
+            tokio::sync::mpsc::error::TrySendError::Closed(_) => {
+                ErrorData::internal_error("relay to agent: its call ended", None)
+            }
+        })?;
     tokio::select! {
-        answer = tokio::time::timeout(INPUT_HOLD, answered) => match answer {
+        answer = tokio::time::timeout(inputs.hold, answered) => match answer {
             Ok(Ok(value)) => parse(value),
             Ok(Err(_)) => Err(ErrorData::internal_error(
                 "relay to agent: the agent did not answer (its call ended or expired)",
                 None,
             )),
             Err(_) => Err(ErrorData::internal_error(
-                format!("relay to agent: no answer within {INPUT_HOLD:?}"),
+                format!("relay to agent: the agent did not answer within {:?}", inputs.hold),
                 None,
             )),
         },

@@ -24,12 +24,13 @@ use tokio::sync::{mpsc, oneshot};
 use super::ask::{Answer, declares_form};
 use crate::bridge::lock;
 
-/// How long a call waits for the agent's retry after its `input_required`: 10 minutes,
-/// time for a person to read and answer a form. Past it the held call is dropped: the
+/// How long a call waits for the agent's retry after its `input_required` (the default
+/// of [`Config::input_hold`](crate::bridge::Config::input_hold)): 10 minutes, time for a
+/// person to read and answer a form. Past it the held call is dropped: the
 /// bot's request gets an error and the bot's call is cancelled. A held payment is kept
 /// as long as its approval may still be decided (the settings' approval timeout and tip
 /// wait) and then this long, so a payment approved elsewhere still reaches its call.
-pub(crate) const INPUT_HOLD: Duration = Duration::from_secs(600);
+pub const INPUT_HOLD: Duration = Duration::from_secs(600);
 
 /// Calls held for one agent's input on one bot at once: 16. An agent on the stateless
 /// protocol has no session; its name (its token) is what the bound counts by. Past it a
@@ -71,6 +72,8 @@ pub(crate) struct Inputs {
     pub(crate) capabilities: ClientCapabilities,
     /// Into the call.
     pub(crate) asks: mpsc::Sender<InputAsk>,
+    /// How long the call is held for the agent's answer: the bot waits no longer.
+    pub(crate) hold: Duration,
 }
 
 /// One call's end of [`Inputs`].
@@ -80,10 +83,14 @@ pub(crate) struct Asks {
 }
 
 impl Asks {
-    pub(crate) fn new(capabilities: ClientCapabilities) -> Self {
+    pub(crate) fn new(capabilities: ClientCapabilities, hold: Duration) -> Self {
         let (asks, rx) = mpsc::channel(MAX_ASKS_PER_CALL);
         Self {
-            inputs: Inputs { capabilities, asks },
+            inputs: Inputs {
+                capabilities,
+                asks,
+                hold,
+            },
             rx,
         }
     }

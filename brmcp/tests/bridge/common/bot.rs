@@ -50,6 +50,8 @@ pub struct BotState {
     pub extra_tools: Mutex<Vec<Tool>>,
     /// Drop the next N answers to `tools/call` after running the call (a lost reply).
     pub lose_replies: AtomicUsize,
+    /// The errors the `elicit` tool's requests to the client got.
+    pub elicit_errors: Mutex<Vec<String>>,
 }
 
 impl BotState {
@@ -299,6 +301,7 @@ impl TestBot {
                         )),
                         Ok(other) => said.push(format!("unexpected {other:?}")),
                         Err(e) => {
+                            self.state.elicit_errors.lock().unwrap().push(e.to_string());
                             return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                                 "no elicitation: {e}"
                             ))]));
