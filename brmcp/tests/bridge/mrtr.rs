@@ -3,8 +3,10 @@
 //! `input_required`, answered by retrying the call. Accept pays once under the call's
 //! key; decline pays nothing; a forged or replayed `requestState` pays nothing; the
 //! approvals command still decides while the agent is asked; a bot's elicitation is
-//! answered through the retry and the bot's one call goes on, and one left unanswered
-//! past the hold gets an error at the bot.
+//! answered through the retry and the bot's one call goes on (its sampling request
+//! too), and one left unanswered past the hold gets an error at the bot.
+
+#![allow(deprecated)] // sampling is SEP-2577-deprecated; still relayed
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,9 +14,10 @@ use std::time::Duration;
 use crate::common::{Agent, Env, FORTUNE_PRICE, autopay, call, env, env_with, eventually, text};
 use brmcp::bridge::Mode;
 use rmcp::model::{
-    CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
-    ElicitationAction, ErrorData, Implementation, InputRequest, InputRequiredResult,
-    InputResponses, ProtocolVersion,
+    CallToolResponse, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData,
+    Implementation, InputRequest, InputRequiredResult, InputResponses, ProtocolVersion,
+    SamplingMessage,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
@@ -28,6 +31,8 @@ struct User {
     content: Option<Value>,
     /// Whether the client declares elicitation.
     declares: bool,
+    /// Whether the client declares sampling.
+    samples: bool,
     asked: Arc<Mutex<Vec<String>>>,
 }
 
@@ -37,6 +42,7 @@ impl User {
             action,
             content: None,
             declares: true,
+            samples: false,
             asked: Arc::default(),
         }
     }
@@ -48,11 +54,14 @@ impl User {
 
 impl ClientHandler for User {
     fn get_info(&self) -> ClientConfig {
-        let capabilities: ClientCapabilities = if self.declares {
-            serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap()
-        } else {
-            ClientCapabilities::default()
-        };
+        let mut capabilities = json!({});
+        if self.declares {
+            capabilities["elicitation"] = json!({"form": {}});
+        }
+        if self.samples {
+            capabilities["sampling"] = json!({});
+        }
+        let capabilities: ClientCapabilities = serde_json::from_value(capabilities).unwrap();
         ClientConfig::new(capabilities, Implementation::new("user-2026", "1"))
     }
 
@@ -70,6 +79,22 @@ impl ClientHandler for User {
             answer["content"] = content.clone();
         }
         Ok(serde_json::from_value(answer).unwrap())
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let asked = serde_json::to_value(&params.messages[0]).unwrap()["content"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        self.asked.lock().unwrap().push(asked.clone());
+        Ok(CreateMessageResult::new(
+            SamplingMessage::assistant_text(format!("42 ({asked})")),
+            "test-model".into(),
+        ))
     }
 }
 
@@ -428,4 +453,31 @@ async fn an_unanswered_bot_request_expires_with_an_error_at_the_bot() {
     );
     assert_eq!(env.bot.calls_of("elicit").len(), 2);
     agent.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bots_sampling_request_reaches_the_agent_and_its_answer_the_bot() {
+    let env = env(autopay).await;
+    let user = User {
+        samples: true,
+        ..User::answering(ElicitationAction::Accept)
+    };
+    let agent = agent_2026(&env, user.clone()).await;
+    let r = agent
+        .call_tool(call("sample", json!({"prompt": "meaning?"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "model said: 42 (meaning?)");
+    assert_eq!(user.asked(), vec!["meaning?"]);
+    assert_eq!(env.bot.calls_of("sample").len(), 1, "one call to the bot");
+
+    // Without sampling declared, the bot's request is refused and the bot says so.
+    let plain = agent_2026(&env, User::answering(ElicitationAction::Accept)).await;
+    let r = plain
+        .call_tool(call("sample", json!({"prompt": "meaning?"})))
+        .await
+        .unwrap();
+    assert!(text(&r).starts_with("no sampling:"), "{}", text(&r));
+    agent.cancel().await.unwrap();
+    plain.cancel().await.unwrap();
 }
