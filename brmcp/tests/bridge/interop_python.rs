@@ -5,7 +5,8 @@
 //! Lists tools, calls a free tool, calls a paid tool in autopay mode end to end, gets
 //! progress relayed, cancels a call, and is refused with 401 for a wrong token.
 //! In approval mode, approves and declines a payment through its elicitation callback,
-//! asked by a request (legacy lifecycle) or by `input_required` (2026-07-28).
+//! asked by a request (legacy lifecycle) or by `input_required` (2026-07-28), and on
+//! 2026-07-28 answers a bot's own elicitation relayed as `input_required`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -382,5 +383,35 @@ async fn python_declines_through_input_required() {
     assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 0);
     let probe = &env.bot.probe;
     assert_eq!(probe.fortunes.load(std::sync::atomic::Ordering::SeqCst), 0);
+    env.bridge.close().await;
+}
+
+/// A bot's own elicitation (two questions in one call) reaches the SDK on 2026-07-28 as
+/// `input_required`; its answers reach the bot's one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_answers_a_bots_elicitation_through_input_required() {
+    let token = "py-b0t-el1cit-py-b0t-el1cit-py-b0t-el1cit";
+    let env = crate::common::env(|bot| {
+        let mut s = autopay(bot);
+        s.enabled = true;
+        s.token = token.into();
+        s
+    })
+    .await;
+    env.bridge.start().await.unwrap();
+    let addr = env.bridge.listen_addr().unwrap();
+    let url = format!("http://127.0.0.1:{}/mcp/{}", addr.port(), env.bot_id);
+    let steps = run(&["bot-elicit".into(), url, token.into()]).await;
+    let elicit = step(&steps, "elicit");
+    assert_eq!(
+        elicit["texts"],
+        json!([r#"user said: "accept" {"name":"py"}; "accept" {"name":"py"}"#]),
+        "{elicit}"
+    );
+    assert_eq!(
+        elicit["asked"],
+        json!(["your name? (1 of 2)", "your name? (2 of 2)"])
+    );
+    assert_eq!(env.bot.calls_of("elicit").len(), 1, "one call to the bot");
     env.bridge.close().await;
 }

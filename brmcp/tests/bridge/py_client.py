@@ -8,6 +8,9 @@
                                                 with <answer> ("accept" or "decline");
                                                 <mode> "legacy" (the default) asks by
                                                 a request, "auto" by input_required
+    py_client.py bot-elicit <url> <token>       on 2026-07-28 ("auto"), calls the bot's
+                                                `elicit` tool (two questions), answering
+                                                through the elicitation callback
 
 <mode> is the SDK's: "auto" (2026-07-28 stateless, with fallback) or "legacy"
 (initialize handshake). Each step prints one JSON line {"step": ..., ...}; the Rust test
@@ -103,8 +106,33 @@ async def elicit(url, token, answer, mode):
     await http.aclose()
 
 
+async def bot_elicit(url, token):
+    """Answers a bot's own elicitation, relayed by the bridge as input_required."""
+    from mcp import types
+
+    asked = []
+
+    async def on_elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "py"})
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with Client(
+        streamable_http_client(url, http_client=http),
+        mode="auto",
+        elicitation_callback=on_elicit,
+    ) as client:
+        r = await client.call_tool("elicit", {"times": 2})
+        emit("elicit", texts=texts(r), is_error=r.is_error, asked=asked)
+    await http.aclose()
+
+
 async def main():
     kind = sys.argv[1]
+    if kind == "bot-elicit":
+        await bot_elicit(sys.argv[2], sys.argv[3])
+        emit("done")
+        return
     if kind == "elicit":
         mode = sys.argv[5] if len(sys.argv) > 5 else "legacy"
         await elicit(sys.argv[2], sys.argv[3], sys.argv[4], mode)
