@@ -4,7 +4,9 @@
 //! key; decline pays nothing; a forged or replayed `requestState` pays nothing; the
 //! approvals command still decides while the agent is asked; a bot's elicitation is
 //! answered through the retry and the bot's one call goes on (its sampling request
-//! too), and one left unanswered past the hold gets an error at the bot.
+//! too), and one left unanswered past the hold gets an error at the bot. A retry given
+//! up while its payment settles leaves the call held: the next retry gets the paid call,
+//! paid once.
 
 #![allow(deprecated)] // sampling is SEP-2577-deprecated; still relayed
 
@@ -480,4 +482,37 @@ async fn a_bots_sampling_request_reaches_the_agent_and_its_answer_the_bot() {
     assert!(text(&r).starts_with("no sampling:"), "{}", text(&r));
     agent.cancel().await.unwrap();
     plain.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_given_up_while_paying_leaves_the_call_for_the_next() {
+    let env = approval_env().await;
+    *env.payer.mode.lock().unwrap() = crate::common::PayMode::Slow(Duration::from_millis(800));
+    let agent = agent_2026(&env, User::answering(ElicitationAction::Accept)).await;
+    let asked = first_round(&agent).await;
+    let state = asked.request_state.clone().unwrap();
+    let accept = respond(&asked, "accept");
+
+    // The retry is given up (its request cancelled) while the tip is on its way.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        retry(&agent, &state, accept.clone()),
+    )
+    .await;
+    assert!(gave_up.is_err(), "answered before the tip settled");
+    assert!(eventually(Duration::from_secs(5), || env.payer.count() == 1).await);
+    // The cancellation travels to the bridge on its own, after the request it cancels:
+    // a retry sent at once may overtake it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The next retry with the same state gets the paid call; nothing paid again.
+    let done = retry(&agent, &state, accept).await;
+    let CallToolResponse::Complete(done) = done else {
+        panic!("not completed: {done:?}");
+    };
+    assert_eq!(text(&done), "fortune #1");
+    assert_eq!(env.payer.count(), 1);
+    assert_eq!(env.bot.executions("fortune"), 1);
+    assert_eq!(one_key(&env), 2);
+    agent.cancel().await.unwrap();
 }

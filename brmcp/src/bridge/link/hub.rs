@@ -402,8 +402,8 @@ enum Target {
 }
 
 /// Hands a bot's request to the call of an agent asked through `input_required`, and
-/// waits for the agent's answer on its retry, at most as long as the call is held, or
-/// until the bot cancels it.
+/// waits for the agent's answer on its retry, while the call is held for it, or until
+/// the bot cancels it.
 async fn ask_held(
     inputs: &Inputs,
     request: InputRequest,
@@ -440,14 +440,16 @@ async fn ask_held(
             }
         })?;
     tokio::select! {
-        answer = tokio::time::timeout(inputs.hold, answered) => match answer {
+        // The held call's expiry answers first (dropping `answer`); this bound only
+        // stands in for it, should the call never be held.
+        answer = tokio::time::timeout(inputs.hold.saturating_mul(2), answered) => match answer {
             Ok(Ok(value)) => parse(value),
             Ok(Err(_)) => Err(ErrorData::internal_error(
                 "relay to agent: the agent did not answer (its call ended or expired)",
                 None,
             )),
             Err(_) => Err(ErrorData::internal_error(
-                format!("relay to agent: the agent did not answer within {:?}", inputs.hold),
+                format!("relay to agent: the agent did not answer within {:?}", inputs.hold.saturating_mul(2)),
                 None,
             )),
         },

@@ -53,6 +53,9 @@ enum Suspended {
         waiting: Waiting,
         asked: Vec<(String, tokio::sync::oneshot::Sender<Value>)>,
     },
+    /// A payment settling, its approval answered; the retry that waited for it was
+    /// given up.
+    Paying(Settling),
     /// A payment waiting for its approval, asked of the agent: where the agent's
     /// answer goes, and the payment.
     Approval {
@@ -83,7 +86,8 @@ enum Asked {
 /// Where a held call resumes.
 enum Resume {
     Bot(Waiting),
-    Settling(Settling),
+    /// A payment, and the state its call was held under.
+    Settling(Settling, String),
 }
 
 impl ProxyServer {
@@ -100,7 +104,7 @@ impl ProxyServer {
             && let Some(held) = self.link.held.take(state, caller(ctx).name(), &params.name)
         {
             let responses = params.input_responses.unwrap_or_default();
-            return self.resume(held, &responses, ctx).await;
+            return self.resume(held, state, &responses, ctx).await;
         }
         let key = crate::bridge::random_hex::<16>()
             .map_err(|e| ErrorData::internal_error(format!("call key: {e}"), None))?;
@@ -128,6 +132,7 @@ impl ProxyServer {
     async fn resume(
         &self,
         held: Held,
+        state: &str,
         responses: &InputResponses,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
@@ -149,7 +154,12 @@ impl ProxyServer {
                 // The payment may have been decided elsewhere meanwhile: the answer
                 // then changes nothing.
                 let _ = answer.send(input_required::approval_answer(responses));
-                self.run(call, Some(Resume::Settling(settling)), ctx).await
+                let resume = Resume::Settling(settling, state.to_owned());
+                self.run(call, Some(resume), ctx).await
+            }
+            Suspended::Paying(settling) => {
+                let resume = Resume::Settling(settling, state.to_owned());
+                self.run(call, Some(resume), ctx).await
             }
         }
     }
@@ -172,10 +182,18 @@ impl ProxyServer {
         };
         loop {
             let (result, settled) = match resume.take() {
-                Some(Resume::Settling(settling)) => {
+                Some(Resume::Settling(mut settling, state)) => {
                     let paid = settling.paid;
-                    let settled = self.settled(settling.outcome, paid.atoms, ctx).await?;
-                    (settling.quote, Some((settled, paid)))
+                    match self.settled(&mut settling.outcome, paid.atoms, ctx).await {
+                        Ok(settled) => (settling.quote, Some((settled, paid))),
+                        Err(e) => {
+                            // The retry was given up while the payment settles: held
+                            // again under its state, so the agent's next retry gets
+                            // the paid call instead of paying anew.
+                            self.hold_again(call, settling, &state, ctx);
+                            return Err(e);
+                        }
+                    }
                 }
                 other => {
                     let waiting = match other {
@@ -312,7 +330,7 @@ impl ProxyServer {
     /// How a payment settled in the background ends, while the agent waits.
     async fn settled(
         &self,
-        outcome: tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+        outcome: &mut tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
         atoms: u64,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<(), Refusal>, ErrorData> {
@@ -375,7 +393,8 @@ impl ProxyServer {
             quote,
         };
         if !parked {
-            let settled = self.settled(settling.outcome, paid.atoms, ctx).await?;
+            let mut settling = settling;
+            let settled = self.settled(&mut settling.outcome, paid.atoms, ctx).await?;
             return Ok(Asked::Settled(Box::new(call), settled, settling.quote));
         }
         let label = settings.bot_label(&self.link.bot);
@@ -406,14 +425,43 @@ impl ProxyServer {
             Err((e, held)) => {
                 tracing::info!(bot = %self.link.bot, error = %e, "approval not asked of the agent");
                 let Held { call, wait } = held;
-                let Suspended::Approval { answer, settling } = wait else {
+                let Suspended::Approval {
+                    answer,
+                    mut settling,
+                } = wait
+                else {
                     return Err(ErrorData::internal_error("held call changed", None));
                 };
                 // Left to the other channels.
                 drop(answer);
-                let settled = self.settled(settling.outcome, paid.atoms, ctx).await?;
+                let settled = self.settled(&mut settling.outcome, paid.atoms, ctx).await?;
                 Ok(Asked::Settled(Box::new(call), settled, settling.quote))
             }
+        }
+    }
+
+    /// Holds `call` again under `state`, its payment still settling, for the agent's
+    /// next retry (the configured hold).
+    fn hold_again(
+        &self,
+        call: CallState,
+        settling: Settling,
+        state: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) {
+        let tool = call.tool.clone();
+        let held = Held {
+            call,
+            wait: Suspended::Paying(settling),
+        };
+        let hold = self.bridge.config.input_hold;
+        let agent = caller(ctx);
+        if let Err((e, _)) = self
+            .link
+            .held
+            .hold_as(state, agent.name(), &tool, held, hold, drop)
+        {
+            tracing::info!(bot = %self.link.bot, error = %e, "call not held again");
         }
     }
 

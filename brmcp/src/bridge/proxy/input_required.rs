@@ -10,6 +10,7 @@
 //! new call (forwarded as it came, so a bot's own `requestState` still reaches the bot).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -152,23 +153,31 @@ pub(crate) enum HoldError {
     /// No random state could be drawn.
     #[error("no random state")]
     Entropy,
+    /// The state holds another call.
+    #[error("state in use")]
+    Taken,
 }
 
 struct Entry<T> {
     agent: String,
     tool: String,
+    /// Which holding of the state this is: a call held again under its state is not
+    /// expired by the earlier holding's timer.
+    generation: u64,
     held: T,
 }
 
 /// The calls of one bot link held for their agents' input, by `requestState`.
 pub(crate) struct HeldCalls<T> {
     calls: Mutex<HashMap<String, Entry<T>>>,
+    generations: AtomicU64,
 }
 
 impl<T> Default for HeldCalls<T> {
     fn default() -> Self {
         Self {
             calls: Mutex::new(HashMap::new()),
+            generations: AtomicU64::new(0),
         }
     }
 }
@@ -187,32 +196,54 @@ impl<T: Send + 'static> HeldCalls<T> {
         let Ok(state) = crate::bridge::random_hex::<STATE_BYTES>() else {
             return Err((HoldError::Entropy, held));
         };
+        self.hold_as(&state, agent, tool, held, hold, expire)?;
+        Ok(state)
+    }
+
+    /// [`hold`](Self::hold) under a state taken from this table before (a call held
+    /// again); a state held now is not replaced.
+    pub(crate) fn hold_as(
+        self: &Arc<Self>,
+        state: &str,
+        agent: &str,
+        tool: &str,
+        held: T,
+        hold: Duration,
+        expire: impl FnOnce(T) + Send + 'static,
+    ) -> Result<(), (HoldError, T)> {
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed);
         {
             let mut calls = lock(&self.calls);
+            if calls.contains_key(state) {
+                return Err((HoldError::Taken, held));
+            }
             if calls.values().filter(|e| e.agent == agent).count() >= MAX_HELD_PER_AGENT {
                 return Err((HoldError::Full, held));
             }
             calls.insert(
-                state.clone(),
+                state.to_owned(),
                 Entry {
                     agent: agent.to_owned(),
                     tool: tool.to_owned(),
+                    generation,
                     held,
                 },
             );
         }
         let table: Weak<Self> = Arc::downgrade(self);
-        let key = state.clone();
+        let key = state.to_owned();
         tokio::spawn(async move {
             tokio::time::sleep(hold).await;
-            let expired = table
-                .upgrade()
-                .and_then(|t| lock(&t.calls).remove(&key).map(|e| e.held));
+            let expired = table.upgrade().and_then(|t| {
+                let mut calls = lock(&t.calls);
+                let ours = calls.get(&key).is_some_and(|e| e.generation == generation);
+                ours.then(|| calls.remove(&key).map(|e| e.held)).flatten()
+            });
             if let Some(held) = expired {
                 expire(held);
             }
         });
-        Ok(state)
+        Ok(())
     }
 
     /// The call held under `state` for `agent` and `tool`, taken out (a state serves
@@ -293,6 +324,26 @@ mod tests {
         assert_eq!(rx.await.unwrap(), 5);
         assert_eq!(calls.take(&state, "alice", "t"), None);
         assert_eq!(calls.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_held_again_keeps_its_state_and_its_own_expiry() {
+        let calls = table();
+        let state = calls
+            .hold("alice", "t", 1, Duration::from_secs(60), |_| {})
+            .unwrap();
+        assert_eq!(calls.take(&state, "alice", "t"), Some(1));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        calls
+            .hold_as(&state, "alice", "t", 2, Duration::from_secs(60), |_| {})
+            .unwrap();
+        let Err((e, _)) = calls.hold_as(&state, "alice", "t", 3, INPUT_HOLD, |_| {}) else {
+            panic!("replaced a held call");
+        };
+        assert_eq!(e, HoldError::Taken);
+        // Past the first holding's end, within the second's.
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        assert_eq!(calls.take(&state, "alice", "t"), Some(2));
     }
 
     #[test]
