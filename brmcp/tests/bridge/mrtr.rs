@@ -3,8 +3,8 @@
 //! `input_required`, answered by retrying the call. Accept pays once under the call's
 //! key; decline pays nothing; a forged or replayed `requestState` pays nothing; the
 //! approvals command still decides while the agent is asked; a bot's elicitation is
-//! answered through the retry and the bot's one call goes on (its sampling request
-//! too), and one left unanswered past the hold gets an error at the bot. A retry given
+//! answered through the retry and the bot's one call goes on (its sampling and roots
+//! requests too), and one left unanswered past the hold gets an error at the bot. A retry given
 //! up while its payment settles leaves the call held: the next retry gets the paid call,
 //! paid once.
 
@@ -18,8 +18,8 @@ use brmcp::bridge::Mode;
 use rmcp::model::{
     CallToolResponse, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData,
-    Implementation, InputRequest, InputRequiredResult, InputResponses, ProtocolVersion,
-    SamplingMessage,
+    Implementation, InputRequest, InputRequiredResult, InputResponses, ListRootsResult,
+    ProtocolVersion, SamplingMessage,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
@@ -35,6 +35,8 @@ struct User {
     declares: bool,
     /// Whether the client declares sampling.
     samples: bool,
+    /// The client's roots, declared if any.
+    roots: Vec<&'static str>,
     asked: Arc<Mutex<Vec<String>>>,
 }
 
@@ -45,6 +47,7 @@ impl User {
             content: None,
             declares: true,
             samples: false,
+            roots: Vec::new(),
             asked: Arc::default(),
         }
     }
@@ -62,6 +65,9 @@ impl ClientHandler for User {
         }
         if self.samples {
             capabilities["sampling"] = json!({});
+        }
+        if !self.roots.is_empty() {
+            capabilities["roots"] = json!({});
         }
         let capabilities: ClientCapabilities = serde_json::from_value(capabilities).unwrap();
         ClientConfig::new(capabilities, Implementation::new("user-2026", "1"))
@@ -81,6 +87,14 @@ impl ClientHandler for User {
             answer["content"] = content.clone();
         }
         Ok(serde_json::from_value(answer).unwrap())
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let roots: Vec<Value> = self.roots.iter().map(|uri| json!({"uri": uri})).collect();
+        Ok(serde_json::from_value(json!({"roots": roots})).unwrap())
     }
 
     async fn create_message(
@@ -514,5 +528,19 @@ async fn a_retry_given_up_while_paying_leaves_the_call_for_the_next() {
     assert_eq!(env.payer.count(), 1);
     assert_eq!(env.bot.executions("fortune"), 1);
     assert_eq!(one_key(&env), 2);
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bots_roots_request_reaches_the_agent_and_its_answer_the_bot() {
+    let env = env(autopay).await;
+    let user = User {
+        roots: vec!["file:///home/ada/project", "file:///tmp"],
+        ..User::answering(ElicitationAction::Accept)
+    };
+    let agent = agent_2026(&env, user).await;
+    let r = agent.call_tool(call("roots", json!({}))).await.unwrap();
+    assert_eq!(text(&r), "roots: file:///home/ada/project file:///tmp");
+    assert_eq!(env.bot.calls_of("roots").len(), 1, "one call to the bot");
     agent.cancel().await.unwrap();
 }

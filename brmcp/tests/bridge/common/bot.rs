@@ -152,6 +152,12 @@ pub fn fixed_tools() -> Vec<Tool> {
             "_meta": {"brmcp/priceAtoms": 0}
         })),
         tool(json!({
+            "name": "roots",
+            "description": "Lists the client's roots",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
             "name": "log",
             "description": "Logs a line to the client",
             "inputSchema": {"type": "object", "properties": {"line": {"type": "string"}}},
@@ -313,6 +319,16 @@ impl TestBot {
                     said.join("; ")
                 ))])
             }
+            "roots" => match ctx.peer.list_roots().await {
+                Ok(roots) => {
+                    let uris: Vec<String> = roots.roots.iter().map(|r| r.uri.clone()).collect();
+                    CallToolResult::success(vec![ContentBlock::text(format!(
+                        "roots: {}",
+                        uris.join(" ")
+                    ))])
+                }
+                Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("no roots: {e}"))]),
+            },
             "grow" => {
                 self.state.extra_tools.lock().unwrap().push(tool(json!({
                     "name": "grown",
