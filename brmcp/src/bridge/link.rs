@@ -31,9 +31,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lock;
+use super::proxy::Held;
+use super::proxy::input_required::HeldCalls;
 use super::session_store::{EPOCH_SPAN, MAX_EPOCH, Saved, SessionStore};
 use handler::LinkHandler;
-pub(crate) use hub::{AgentSession, Hub};
+pub(crate) use hub::{AgentSession, Hub, Tracked};
 use tap::Tap;
 
 /// Pages of `tools/list` read at most when the tool cache is filled: 100 pages bound
@@ -129,6 +131,8 @@ pub(crate) struct BotLink {
     pub(crate) closed: CancellationToken,
     /// The session being opened or resumed, to tell why it is not answered.
     dialing: Mutex<Option<SessionWatch>>,
+    /// Calls of agents asked through `input_required`, held for their retries.
+    pub(crate) held: Arc<HeldCalls<Held>>,
 }
 
 impl BotLink {
@@ -155,6 +159,7 @@ impl BotLink {
             hub: Arc::new(Hub::new()),
             closed: CancellationToken::new(),
             dialing: Mutex::new(None),
+            held: Arc::default(),
         })
     }
 

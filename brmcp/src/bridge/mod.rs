@@ -86,6 +86,7 @@ pub use presence::{
     BRIDGE_LOCK_FILE, ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge,
     running_bridge,
 };
+pub use proxy::input_required::INPUT_HOLD;
 pub use settings::{
     AgentEntry, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
     DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MAX_AGENTS, MAX_BOT_NAME_LEN, MIN_TOKEN_LEN,
@@ -166,6 +167,9 @@ pub struct Config {
     pub http_limits: HttpLimits,
     /// How often [`Bridge::watch_settings`] looks at the settings file.
     pub settings_poll: Duration,
+    /// How long a call held for the input of an agent on protocol 2026-07-28 waits for
+    /// its retry (see [`INPUT_HOLD`]).
+    pub input_hold: Duration,
 }
 
 impl Config {
@@ -187,6 +191,7 @@ impl Config {
             require_token: true,
             http_limits: HttpLimits::default(),
             settings_poll: SETTINGS_POLL,
+            input_hold: INPUT_HOLD,
         }
     }
 

@@ -7,8 +7,10 @@
 //! 2. a first look at the daily cap, so the user is not asked for a payment that
 //!    cannot be made;
 //! 3. in approval mode, the user's decision, with a timeout: asked of the agent's
-//!    client where it can ([`Ask`], by elicitation), and always parked for
-//!    `approvals approve/deny`; whichever answers first decides;
+//!    client where it can ([`Ask`]: by elicitation, or on protocol 2026-07-28 by
+//!    `input_required`, the payment then settled in the background while the agent's
+//!    call is held for its retry), and always parked for `approvals approve/deny`;
+//!    whichever answers first decides;
 //! 4. the daily cap again, reserving the amount in the spend log in the same
 //!    transaction ([`SpendLog::reserve`]): this is the check that binds;
 //! 5. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an

@@ -4,33 +4,36 @@
 #![allow(deprecated)] // sampling, roots, logging and resources/subscribe are SEP-2577-deprecated
 
 pub(crate) mod ask;
+mod call;
+pub(crate) mod input_required;
+
+pub(crate) use call::Held;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientNotification,
-    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, ContentBlock,
-    CustomRequest, CustomResult, DiscoverResult, ErrorCode, ErrorData, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
-    ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
-    ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, ListToolsRequest,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequest,
-    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ResultType,
-    RootsListChangedNotification, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest,
-    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, ClientNotification, ClientRequest, CompleteRequest,
+    CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
+    ErrorData, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
+    InitializeRequestParams, InitializeResult, ListPromptsRequest, ListPromptsResult,
+    ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
+    ListResourcesResult, ListToolsRequest, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ReadResourceRequest, ReadResourceRequestParams,
+    ReadResourceResponse, RequestMetaObject, ResultType, RootsListChangedNotification,
+    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceError};
 use serde_json::Value;
 
 use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
+use input_required::{Asks, InputAsk, MAX_ASKS_PER_CALL};
 
 use super::Inner;
-use super::link::{AgentSession, BotLink, Conn, Silence};
-use super::settings::{Caller, Mode};
-use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
-use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
+use super::link::{AgentSession, BotLink, Conn, Silence, Tracked};
+use super::settings::Caller;
+use brmcp_adapters::protocol::CALL_INTERRUPTED;
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
 /// agent's request to the bridge, not the bridge's to the bot.
@@ -63,6 +66,26 @@ enum Failure {
     Cancelled,
     /// The bot said nothing within the answer bound: why, as far as can be told.
     Unanswered(String),
+    /// The bot asked the client something while the call waited, for an agent asked
+    /// through `input_required`: the call is to be held.
+    Input(Box<BotInput>),
+}
+
+/// A forwarded call waiting for the bot's answer, past the send.
+struct Waiting {
+    conn: Arc<Conn>,
+    id: rmcp::model::RequestId,
+    rx: tokio::sync::oneshot::Receiver<Result<ServerResult, ServiceError>>,
+    upstream_token: rmcp::model::ProgressToken,
+    sent: tokio::time::Instant,
+    tracked: Tracked,
+}
+
+/// A forwarded call the bot asked the client something in: the call and the bot's
+/// requests.
+struct BotInput {
+    waiting: Waiting,
+    asks: Vec<InputAsk>,
 }
 
 /// How the wait for one answer ended.
@@ -70,6 +93,27 @@ enum Waited {
     Answer(Box<Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>>),
     Cancelled,
     Silent(Silence),
+    Input(Box<InputAsk>),
+}
+
+/// The next request the bot made to the client in the call, if the agent is asked
+/// through `input_required`; never otherwise.
+async fn next_ask(asks: &mut Option<&mut Asks>) -> Option<InputAsk> {
+    match asks {
+        Some(asks) => asks.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Tells the bot its request `id` is no longer waited for, `why`. Not waited for: a
+/// host that cannot send (its connection down) would hold the agent's answer as long
+/// as it holds the notice.
+fn cancel_at_bot(conn: &Conn, id: rmcp::model::RequestId, why: &'static str) {
+    let peer = conn.peer().clone();
+    tokio::spawn(async move {
+        let notice = rmcp::model::CancelledNotificationParam::new(Some(id), Some(why.into()));
+        let _ = peer.notify_cancelled(notice).await;
+    });
 }
 
 impl From<Failure> for ErrorData {
@@ -79,12 +123,13 @@ impl From<Failure> for ErrorData {
             Failure::Transport(e) => Self::internal_error(format!("bot unavailable: {e}"), None),
             Failure::Cancelled => Self::new(ErrorCode::INTERNAL_ERROR, "request cancelled", None),
             Failure::Unanswered(why) => Self::internal_error(why, None),
+            Failure::Input(_) => Self::internal_error("the bot's request was not relayed", None),
         }
     }
 }
 
 /// What the sends of one logical request (a call and its reissues) have used up.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Attempts {
     /// The one retry on a fresh session after a failed one.
     transport: bool,
@@ -167,7 +212,9 @@ impl ProxyServer {
     /// agent that asked for progress hears what it waits for. While the bot has said
     /// nothing for the logical request (`attempts.heard`), a bot that said nothing at
     /// all on the session since the send fails the request past the answer bound, with
-    /// the reason, and the request is cancelled at the bot.
+    /// the reason, and the request is cancelled at the bot. With `asks` (an agent asked
+    /// through `input_required`), a request the bot makes to the client meanwhile ends
+    /// the wait with [`Failure::Input`].
     async fn forward_once(
         &self,
         conn: &Arc<Conn>,
@@ -175,6 +222,7 @@ impl ProxyServer {
         meta: RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
         attempts: &mut Attempts,
+        asks: Option<&mut Asks>,
     ) -> Result<ServerResult, Failure> {
         // The agent's wait is the call's life: nothing is sent for a request it no
         // longer waits for.
@@ -182,25 +230,53 @@ impl ProxyServer {
             return Err(Failure::Cancelled);
         }
         let hub = &self.link.hub;
-        let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none());
+        let inputs = asks.as_ref().map(|a| a.inputs.clone());
+        let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none(), inputs);
         let options = PeerRequestOptions::no_options().with_meta(meta);
         let handle = conn
             .peer()
             .send_request_with_option(request, options)
             .await
             .map_err(|e| Failure::Transport(e.to_string()))?;
-        let sent = tokio::time::Instant::now();
-        let upstream_token = handle.progress_token.clone();
+        let waiting = Waiting {
+            conn: conn.clone(),
+            id: handle.id.clone(),
+            upstream_token: handle.progress_token.clone(),
+            rx: handle.rx,
+            sent: tokio::time::Instant::now(),
+            tracked,
+        };
+        self.wait(waiting, ctx, attempts, asks).await
+    }
+
+    /// Waits for the bot's answer to a sent request (see
+    /// [`forward_once`](Self::forward_once)).
+    async fn wait(
+        &self,
+        waiting: Waiting,
+        ctx: &RequestContext<RoleServer>,
+        attempts: &mut Attempts,
+        mut asks: Option<&mut Asks>,
+    ) -> Result<ServerResult, Failure> {
+        let hub = &self.link.hub;
+        let Waiting {
+            conn,
+            id,
+            mut rx,
+            upstream_token,
+            sent,
+            tracked,
+        } = waiting;
         let agent_token = ctx.meta.get_progress_token();
         let route = agent_token.clone().map(|token| {
             hub.route_progress(conn.serial, upstream_token.clone(), ctx.peer.clone(), token)
         });
-        let id = handle.id.clone();
-        let mut rx = handle.rx;
         let bound = self.bridge.config.answer_bound;
         let bot = self.bridge.settings().bot_label(&self.link.bot);
-        let mut tick =
-            tokio::time::interval_at(sent + ask::PROGRESS_INTERVAL, ask::PROGRESS_INTERVAL);
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + ask::PROGRESS_INTERVAL,
+            ask::PROGRESS_INTERVAL,
+        );
         let mut ticks: u32 = 0;
         let waited = loop {
             let silent = !attempts.heard;
@@ -211,6 +287,10 @@ impl ProxyServer {
                 answer = &mut rx => {
                     attempts.heard = true;
                     break Waited::Answer(Box::new(answer));
+                }
+                Some(asked) = next_ask(&mut asks) => {
+                    attempts.heard = true;
+                    break Waited::Input(Box::new(asked));
                 }
                 () = tokio::time::sleep_until(sent + bound), if silent => {
                     if bot_progress || conn.watch.heard_since(sent) {
@@ -242,19 +322,34 @@ impl ProxyServer {
         tracked.flush().await;
         let answer = match waited {
             Waited::Answer(answer) => *answer,
+            Waited::Input(first) => {
+                let mut asked = vec![*first];
+                if let Some(asks) = asks {
+                    while asked.len() < MAX_ASKS_PER_CALL
+                        && let Ok(more) = asks.rx.try_recv()
+                    {
+                        asked.push(more);
+                    }
+                }
+                let waiting = Waiting {
+                    conn,
+                    id,
+                    rx,
+                    upstream_token,
+                    sent,
+                    tracked,
+                };
+                return Err(Failure::Input(Box::new(BotInput {
+                    waiting,
+                    asks: asked,
+                })));
+            }
             Waited::Cancelled | Waited::Silent(_) => {
                 let why = match waited {
                     Waited::Silent(_) => "no answer in time",
                     _ => "cancelled by the agent",
                 };
-                // Not waited for: a host that cannot send (its connection down) would
-                // hold the agent's answer as long as it holds the notice.
-                let peer = conn.peer().clone();
-                tokio::spawn(async move {
-                    let notice =
-                        rmcp::model::CancelledNotificationParam::new(Some(id), Some(why.into()));
-                    let _ = peer.notify_cancelled(notice).await;
-                });
+                cancel_at_bot(&conn, id, why);
                 return Err(match waited {
                     Waited::Silent(why) => {
                         tracing::info!(%bot, waited = ?bound, %why, "bot did not answer");
@@ -301,27 +396,46 @@ impl ProxyServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, Failure> {
         let meta = forwarded_meta(&ctx.meta);
-        self.forward_retrying(&request, &meta, ctx, &mut Attempts::default())
+        self.forward_retrying(&request, &meta, ctx, &mut Attempts::default(), None, None)
             .await
     }
 
-    /// Sends `request` with `meta` while the agent waits: on a failed session, once
-    /// per `attempts` (which span every send of one logical call), again on a fresh
-    /// session; on the bot's [`CALL_INTERRUPTED`], again at once, at most
-    /// [`MAX_INTERRUPTED_RETRIES`] times.
+    /// Sends `request` with `meta` while the agent waits (or waits on in `resume`, a
+    /// held call's send): on a failed session, once per `attempts` (which span every
+    /// send of one logical call), again on a fresh session; on the bot's
+    /// [`CALL_INTERRUPTED`], again at once, at most [`MAX_INTERRUPTED_RETRIES`] times.
     async fn forward_retrying(
         &self,
         request: &ClientRequest,
         meta: &RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
         attempts: &mut Attempts,
+        mut asks: Option<&mut Asks>,
+        mut resume: Option<Waiting>,
     ) -> Result<ServerResult, Failure> {
         loop {
-            let conn = self.conn(ctx).await?;
-            match self
-                .forward_once(&conn, request.clone(), meta.clone(), ctx, attempts)
-                .await
-            {
+            let (conn, answer) = match resume.take() {
+                Some(waiting) => {
+                    let conn = waiting.conn.clone();
+                    let answer = self.wait(waiting, ctx, attempts, asks.as_deref_mut()).await;
+                    (conn, answer)
+                }
+                None => {
+                    let conn = self.conn(ctx).await?;
+                    let answer = self
+                        .forward_once(
+                            &conn,
+                            request.clone(),
+                            meta.clone(),
+                            ctx,
+                            attempts,
+                            asks.as_deref_mut(),
+                        )
+                        .await;
+                    (conn, answer)
+                }
+            };
+            match answer {
                 // A call keeps its key: if an earlier attempt ran, the bot replays its
                 // outcome; if it was refunded, the retry normally runs on that credit.
                 Err(Failure::Transport(e)) if !attempts.transport => {
@@ -334,111 +448,6 @@ impl ProxyServer {
                     attempts.interrupted += 1;
                 }
                 other => return other,
-            }
-        }
-    }
-
-    /// One agent `tools/call` of the bot, paid under the user's policy (also the path
-    /// of the directory tools' calls to their directory).
-    pub(crate) async fn call(
-        &self,
-        params: CallToolRequestParams,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let key = super::random_hex::<16>()
-            .map_err(|e| ErrorData::internal_error(format!("call key: {e}"), None))?;
-        let mut meta = forwarded_meta(&ctx.meta);
-        meta.insert(CALL_KEY_META.into(), Value::String(key));
-        let tool = params.name.to_string();
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let config = &self.bridge.config;
-        let mut attempts = Attempts::default();
-        let (mut paid, mut polls, mut relisted) = (None, 0, false);
-        loop {
-            let result = self
-                .forward_retrying(&request, &meta, ctx, &mut attempts)
-                .await?;
-            let mut result = match result {
-                ServerResult::CallToolResult(r) => r,
-                ServerResult::InputRequiredResult(r) => {
-                    return Ok(CallToolResponse::InputRequired(r));
-                }
-                ServerResult::CreateTaskResult(r) => return Ok(CallToolResponse::Task(r)),
-                other => expect::<CallToolResult>(other)?,
-            };
-            complete(&mut result.result_type);
-            let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
-                return Ok(CallToolResponse::Complete(result));
-            };
-            let mut decision = decide(&tool, self.link.listed(&tool), &quote, paid);
-            if let Decision::Refuse(refusal) = decision
-                && refusal.relist()
-                && !relisted
-            {
-                // The listing may be stale (a price changed since tools/list): the
-                // fresh one decides, once per call.
-                relisted = true;
-                let relist = tokio::select! {
-                    biased;
-                    () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-                    r = self.link.relist() => r,
-                };
-                if let Err(e) = relist {
-                    tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
-                }
-                decision = decide(&tool, self.link.listed(&tool), &quote, paid);
-            }
-            let refused = |reason: &dyn std::fmt::Display, mut result: CallToolResult| {
-                result.content.push(ContentBlock::text(format!(
-                    "{}: payment not made: {reason}",
-                    config.name
-                )));
-                Ok(CallToolResponse::Complete(result))
-            };
-            match decision {
-                Decision::Pay { atoms, price_atoms } => {
-                    // Nothing is paid for a call whose agent stopped waiting.
-                    if ctx.ct.is_cancelled() {
-                        return Err(Failure::Cancelled.into());
-                    }
-                    let settings = self.bridge.settings();
-                    let bot = &self.link.bot;
-                    let label = settings.bot_label(bot);
-                    let asked = (settings.mode == Mode::Approval)
-                        .then(|| ask::ask(ctx, &config.name, &label, &tool, atoms))
-                        .flatten();
-                    let payer = caller(ctx);
-                    let settled = tokio::select! {
-                        biased;
-                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-                        s = self.bridge.policy.settle(&settings, &payer, bot, &tool, atoms, asked) => s,
-                        never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
-                    };
-                    match settled {
-                        Ok(()) => {
-                            paid = Some(Paid { price_atoms, atoms });
-                            continue;
-                        }
-                        Err(reason) => return refused(&reason, result),
-                    }
-                }
-                Decision::Refuse(refusal) => {
-                    tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
-                    let label = self.bridge.settings().bot_label(&self.link.bot);
-                    let reason = format!("bot {label} tool {tool:?}: {refusal}");
-                    return refused(&reason, result);
-                }
-                Decision::Wait => {}
-            }
-            // Paid, but the credit has not reached the bot yet.
-            if polls >= config.poll_attempts {
-                return Ok(CallToolResponse::Complete(result));
-            }
-            polls += 1;
-            tokio::select! {
-                biased;
-                () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-                () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
     }

@@ -4,7 +4,9 @@
 //! as a process.
 //! Lists tools, calls a free tool, calls a paid tool in autopay mode end to end, gets
 //! progress relayed, cancels a call, and is refused with 401 for a wrong token.
-//! In approval mode, approves and declines a payment through its elicitation callback.
+//! In approval mode, approves and declines a payment through its elicitation callback,
+//! asked by a request (legacy lifecycle) or by `input_required` (2026-07-28), and on
+//! 2026-07-28 answers a bot's own elicitation relayed as `input_required`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -225,6 +227,17 @@ where
     F: FnOnce(String, String) -> Fut,
     Fut: Future<Output = Vec<Value>>,
 {
+    elicited_with(approvals, true, client).await
+}
+
+/// [`elicited_by`]; `waits` tells whether the call waits at the bridge while the
+/// callback answers (a request, with progress meanwhile) or not (`input_required`,
+/// answered between the rounds of the call).
+async fn elicited_with<F, Fut>(approvals: bool, waits: bool, client: F) -> (Value, HarnessEnv)
+where
+    F: FnOnce(String, String) -> Fut,
+    Fut: Future<Output = Vec<Value>>,
+{
     let token = "py-el1cit-py-el1cit-py-el1cit-py-el1cit";
     let env = harness_env(|bot| {
         let mut s = autopay(bot);
@@ -270,6 +283,7 @@ where
     let seen = fortune["seen"].as_array().expect("seen");
     assert!(
         approvals
+            || !waits
             || seen.iter().any(|p| p[2]
                 .as_str()
                 .is_some_and(|m| m.contains("waiting for the payment"))),
@@ -327,5 +341,77 @@ async fn approvals_command_decides_before_elicitation() {
     assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 1);
     let (entries, today) = env.bridge.spend_log().unwrap();
     assert_eq!((entries.len(), today), (1, FORTUNE_PRICE));
+    env.bridge.close().await;
+}
+
+/// The SDK on 2026-07-28 (`auto`), which cannot be sent requests: it is asked by
+/// `input_required`, answers through its elicitation callback and retries.
+async fn elicited_by_input_required(answer: &str) -> (Value, HarnessEnv) {
+    let answer = answer.to_owned();
+    elicited_with(false, false, |url, token| async move {
+        run(&["elicit".into(), url, token, answer, "auto".into()]).await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_approves_through_input_required() {
+    let (fortune, env) = elicited_by_input_required("accept").await;
+    assert_eq!(fortune["texts"], json!(["fortune #1"]), "{fortune}");
+    assert_eq!(fortune["is_error"], json!(false));
+    let message = fortune["asked"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("DCR"),
+        "not the input_required form: {message}"
+    );
+    assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let probe = &env.bot.probe;
+    assert_eq!(probe.fortunes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (entries, today) = env.bridge.spend_log().unwrap();
+    assert_eq!((entries.len(), today), (1, FORTUNE_PRICE));
+    env.bridge.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_declines_through_input_required() {
+    let (fortune, env) = elicited_by_input_required("decline").await;
+    let texts = fortune["texts"].to_string();
+    assert!(
+        texts.contains("payment not made: payment declined by the user"),
+        "{fortune}"
+    );
+    assert_eq!(env.payments.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let probe = &env.bot.probe;
+    assert_eq!(probe.fortunes.load(std::sync::atomic::Ordering::SeqCst), 0);
+    env.bridge.close().await;
+}
+
+/// A bot's own elicitation (two questions in one call) reaches the SDK on 2026-07-28 as
+/// `input_required`; its answers reach the bot's one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_answers_a_bots_elicitation_through_input_required() {
+    let token = "py-b0t-el1cit-py-b0t-el1cit-py-b0t-el1cit";
+    let env = crate::common::env(|bot| {
+        let mut s = autopay(bot);
+        s.enabled = true;
+        s.token = token.into();
+        s
+    })
+    .await;
+    env.bridge.start().await.unwrap();
+    let addr = env.bridge.listen_addr().unwrap();
+    let url = format!("http://127.0.0.1:{}/mcp/{}", addr.port(), env.bot_id);
+    let steps = run(&["bot-elicit".into(), url, token.into()]).await;
+    let elicit = step(&steps, "elicit");
+    assert_eq!(
+        elicit["texts"],
+        json!([r#"user said: "accept" {"name":"py"}; "accept" {"name":"py"}"#]),
+        "{elicit}"
+    );
+    assert_eq!(
+        elicit["asked"],
+        json!(["your name? (1 of 2)", "your name? (2 of 2)"])
+    );
+    assert_eq!(env.bot.calls_of("elicit").len(), 1, "one call to the bot");
     env.bridge.close().await;
 }

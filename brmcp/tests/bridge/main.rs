@@ -24,6 +24,7 @@ mod interop_errors;
 mod interop_python;
 mod link_reconnect;
 mod listener_lifecycle;
+mod mrtr;
 mod reload;
 mod restart_storm;
 mod session_resume;

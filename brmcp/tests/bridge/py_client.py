@@ -2,9 +2,15 @@
 
     py_client.py http <url> <token> <mode>      streamable HTTP with a bearer token
     py_client.py stdio <mode> <command> [args]  the bridge spawned over stdio
-    py_client.py elicit <url> <token> <answer>  calls the paid tool in approval mode,
+    py_client.py elicit <url> <token> <answer> [mode]
+                                                calls the paid tool in approval mode,
                                                 answering the bridge's elicitation
-                                                with <answer> ("accept" or "decline")
+                                                with <answer> ("accept" or "decline");
+                                                <mode> "legacy" (the default) asks by
+                                                a request, "auto" by input_required
+    py_client.py bot-elicit <url> <token>       on 2026-07-28 ("auto"), calls the bot's
+                                                `elicit` tool (two questions), answering
+                                                through the elicitation callback
 
 <mode> is the SDK's: "auto" (2026-07-28 stateless, with fallback) or "legacy"
 (initialize handshake). Each step prints one JSON line {"step": ..., ...}; the Rust test
@@ -72,7 +78,7 @@ async def scenario(client, mode, client_logs):
     await anyio.sleep(1.0)
 
 
-async def elicit(url, token, answer):
+async def elicit(url, token, answer, mode):
     """Approves or declines the paid call's payment through the elicitation callback."""
     from mcp import types
 
@@ -92,7 +98,7 @@ async def elicit(url, token, answer):
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with Client(
         streamable_http_client(url, http_client=http),
-        mode="legacy",
+        mode=mode,
         elicitation_callback=on_elicit,
     ) as client:
         r = await client.call_tool("fortune", {}, progress_callback=on_progress)
@@ -100,10 +106,36 @@ async def elicit(url, token, answer):
     await http.aclose()
 
 
+async def bot_elicit(url, token):
+    """Answers a bot's own elicitation, relayed by the bridge as input_required."""
+    from mcp import types
+
+    asked = []
+
+    async def on_elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "py"})
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with Client(
+        streamable_http_client(url, http_client=http),
+        mode="auto",
+        elicitation_callback=on_elicit,
+    ) as client:
+        r = await client.call_tool("elicit", {"times": 2})
+        emit("elicit", texts=texts(r), is_error=r.is_error, asked=asked)
+    await http.aclose()
+
+
 async def main():
     kind = sys.argv[1]
+    if kind == "bot-elicit":
+        await bot_elicit(sys.argv[2], sys.argv[3])
+        emit("done")
+        return
     if kind == "elicit":
-        await elicit(sys.argv[2], sys.argv[3], sys.argv[4])
+        mode = sys.argv[5] if len(sys.argv) > 5 else "legacy"
+        await elicit(sys.argv[2], sys.argv[3], sys.argv[4], mode)
         emit("done")
         return
     logs = []

@@ -8,14 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 
 use rmcp::model::{
-    ClientCapabilities, ClientResult, ErrorCode, ErrorData, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, ServerRequest, Tool,
+    ClientCapabilities, ClientResult, ErrorCode, ErrorData, InputRequest,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ServerRequest, Tool,
 };
 use rmcp::service::{
     OriginatingRequestId, Peer, PeerRequestOptions, RequestContext, RoleClient, RoleServer,
 };
 
 use crate::bridge::lock;
+use crate::bridge::proxy::input_required::{InputAsk, Inputs};
 use crate::early_progress::EarlyProgress;
 
 /// Notifications kept per upstream progress token before its call is registered.
@@ -39,6 +40,9 @@ struct Inflight {
     /// For an agent without a session here (stateless lifecycle): the log messages to
     /// send on this request's stream.
     logs: Option<Arc<LogOutbox>>,
+    /// For an agent asked through `input_required` (protocol 2026-07-28): where the
+    /// bot's requests to the client go instead of `peer`.
+    inputs: Option<Inputs>,
 }
 
 /// Log messages for an agent on the stateless lifecycle, sent on the stream of its
@@ -50,6 +54,14 @@ pub(crate) struct LogOutbox {
 }
 
 impl LogOutbox {
+    fn new(peer: &Peer<RoleServer>) -> Arc<Self> {
+        Arc::new(Self {
+            peer: peer.clone(),
+            queue: Mutex::default(),
+            send: tokio::sync::Mutex::new(()),
+        })
+    }
+
     async fn flush(&self) {
         let _turn = self.send.lock().await;
         loop {
@@ -179,25 +191,23 @@ impl Hub {
     }
 
     /// Marks an agent request as being forwarded; the guard unmarks it.
+    /// `inputs`, for an agent asked through `input_required`, takes the bot's requests
+    /// to the client made meanwhile.
     pub(crate) fn track(
         self: &Arc<Self>,
         peer: &Peer<RoleServer>,
         id: &rmcp::model::RequestId,
         sessionless: bool,
+        inputs: Option<Inputs>,
     ) -> Tracked {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let logs = sessionless.then(|| {
-            Arc::new(LogOutbox {
-                peer: peer.clone(),
-                queue: Mutex::default(),
-                send: tokio::sync::Mutex::new(()),
-            })
-        });
+        let logs = sessionless.then(|| LogOutbox::new(peer));
         lock(&self.inflight).push(Inflight {
             seq,
             peer: peer.clone(),
             id: id.clone(),
             logs: logs.clone(),
+            inputs,
         });
         Tracked {
             hub: self.clone(),
@@ -290,29 +300,33 @@ impl Hub {
 
     /// The agent a bot's request to the client goes to: the newest forwarded request
     /// of an agent that declared the capability, else the newest such agent session.
+    /// A request of an agent asked through `input_required` takes only what that form
+    /// can carry (`asked`: elicitation, sampling, roots).
     fn pick_agent(
         &self,
         supports: impl Fn(&ClientCapabilities) -> bool,
-    ) -> Option<(Peer<RoleServer>, Option<rmcp::model::RequestId>)> {
+        asked: bool,
+    ) -> Option<Target> {
         let declares = |peer: &Peer<RoleServer>| {
             peer.peer_info()
                 .is_some_and(|info| supports(&info.capabilities))
         };
         let inflight = lock(&self.inflight);
-        if let Some(found) = inflight
-            .iter()
-            .rev()
-            .find(|i| declares(&i.peer))
-            .map(|i| (i.peer.clone(), Some(i.id.clone())))
-        {
-            return Some(found);
+        let found = inflight.iter().rev().find_map(|i| match &i.inputs {
+            Some(inputs) => {
+                (asked && supports(&inputs.capabilities)).then(|| Target::Held(inputs.clone()))
+            }
+            None => declares(&i.peer).then(|| Target::Peer(i.peer.clone(), Some(i.id.clone()))),
+        });
+        if found.is_some() {
+            return found;
         }
         drop(inflight);
         self.live_sessions()
             .into_iter()
             .rev()
             .find(|s| declares(&s.peer))
-            .map(|s| (s.peer.clone(), None))
+            .map(|s| Target::Peer(s.peer.clone(), None))
     }
 
     /// Relays a bot's request to an agent and its answer back.
@@ -330,12 +344,24 @@ impl Hub {
             ServerRequest::CustomRequest(r) => r.method.clone(),
             _ => "this request".to_owned(),
         };
-        let Some((peer, origin)) = self.pick_agent(supports) else {
-            return Err(ErrorData::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!("no agent connected to the bridge supports {method}"),
-                None,
-            ));
+        let input = match &request {
+            ServerRequest::CreateMessageRequest(r) => Some(InputRequest::CreateMessage(r.clone())),
+            ServerRequest::ListRootsRequest(r) => Some(InputRequest::ListRoots(r.clone())),
+            ServerRequest::ElicitRequest(r) => Some(InputRequest::Elicitation(r.clone())),
+            _ => None,
+        };
+        let (peer, origin) = match (self.pick_agent(supports, input.is_some()), input) {
+            (Some(Target::Peer(peer, origin)), _) => (peer, origin),
+            (Some(Target::Held(inputs)), Some(input)) => {
+                return ask_held(&inputs, input, ctx).await;
+            }
+            (Some(Target::Held(_)) | None, _) => {
+                return Err(ErrorData::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("no agent connected to the bridge supports {method}"),
+                    None,
+                ));
+            }
         };
         if let Some(origin) = origin {
             rmcp::model::GetExtensions::extensions_mut(&mut request)
@@ -366,6 +392,71 @@ impl Hub {
     }
 }
 
+/// Where a bot's request to the client goes.
+enum Target {
+    /// To the agent's client as a request of its own, on the stream of the agent's
+    /// request if given.
+    Peer(Peer<RoleServer>, Option<rmcp::model::RequestId>),
+    /// Into the agent's call, which answers `input_required` with it.
+    Held(Inputs),
+}
+
+/// Hands a bot's request to the call of an agent asked through `input_required`, and
+/// waits for the agent's answer on its retry, while the call is held for it, or until
+/// the bot cancels it.
+async fn ask_held(
+    inputs: &Inputs,
+    request: InputRequest,
+    ctx: &RequestContext<RoleClient>,
+) -> Result<ClientResult, ErrorData> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let parse = |value: serde_json::Value| -> Result<ClientResult, ErrorData> {
+        let bad = |e: serde_json::Error| {
+            ErrorData::invalid_params(format!("agent's input response: {e}"), None)
+        };
+        Ok(match &request {
+            InputRequest::CreateMessage(_) => ClientResult::CreateMessageResult(Box::new(
+                serde_json::from_value(value).map_err(bad)?,
+            )),
+            InputRequest::ListRoots(_) => {
+                ClientResult::ListRootsResult(serde_json::from_value(value).map_err(bad)?)
+            }
+            _ => ClientResult::ElicitResult(serde_json::from_value(value).map_err(bad)?),
+        })
+    };
+    inputs
+        .asks
+        .try_send(InputAsk {
+            request: request.clone(),
+            answer,
+        })
+        .map_err(|e| match e {
+            tokio::sync::mpsc::error::TrySendError::Full(_) => ErrorData::internal_error(
+                "too many requests already wait for the agent's input",
+                None,
+            ),
+            tokio::sync::mpsc::error::TrySendError::Closed(_) => {
+                ErrorData::internal_error("relay to agent: its call ended", None)
+            }
+        })?;
+    tokio::select! {
+        // The held call's expiry answers first (dropping `answer`); this bound only
+        // stands in for it, should the call never be held.
+        answer = tokio::time::timeout(inputs.hold.saturating_mul(2), answered) => match answer {
+            Ok(Ok(value)) => parse(value),
+            Ok(Err(_)) => Err(ErrorData::internal_error(
+                "relay to agent: the agent did not answer (its call ended or expired)",
+                None,
+            )),
+            Err(_) => Err(ErrorData::internal_error(
+                format!("relay to agent: the agent did not answer within {:?}", inputs.hold.saturating_mul(2)),
+                None,
+            )),
+        },
+        () = ctx.ct.cancelled() => Err(ErrorData::internal_error("cancelled by the bot", None)),
+    }
+}
+
 /// Unmarks a forwarded request when dropped.
 pub(crate) struct Tracked {
     hub: Arc<Hub>,
@@ -374,6 +465,21 @@ pub(crate) struct Tracked {
 }
 
 impl Tracked {
+    /// Moves the mark to the agent's request `id` on `peer` (the retry of a call held
+    /// for the agent's input): the bot's requests and log messages go there now.
+    pub(crate) fn retarget(&mut self, peer: &Peer<RoleServer>, id: &rmcp::model::RequestId) {
+        let logs = self.logs.as_ref().map(|_| LogOutbox::new(peer));
+        if let Some(i) = lock(&self.hub.inflight)
+            .iter_mut()
+            .find(|i| i.seq == self.seq)
+        {
+            i.peer = peer.clone();
+            i.id = id.clone();
+            i.logs.clone_from(&logs);
+        }
+        self.logs = logs;
+    }
+
     /// Sends the log messages still queued for the request (call before answering).
     pub(crate) async fn flush(&self) {
         if let Some(logs) = &self.logs {

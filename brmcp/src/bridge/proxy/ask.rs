@@ -11,8 +11,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use rmcp::model::{
-    CancelledNotificationParam, ElicitRequest, ElicitRequestParams, ElicitationAction,
-    ElicitationSchema, ProgressNotificationParam, ProtocolVersion, ServerRequest,
+    CancelledNotificationParam, ClientCapabilities, ElicitRequest, ElicitRequestParams,
+    ElicitationAction, ElicitationSchema, ProgressNotificationParam, ProtocolVersion,
+    ServerRequest,
 };
 use rmcp::model::{ClientResult, GetExtensions};
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestContext, RoleServer};
@@ -49,18 +50,23 @@ pub(crate) async fn progress_while_paying(
     }
 }
 
-/// Whether the agent's client can be asked: it declared form elicitation (or
-/// elicitation without modes, which means form) on a protocol that still allows
-/// server-to-client requests.
+/// Whether the agent's client can be asked: it declared form elicitation on a
+/// protocol that still allows server-to-client requests (on later ones, see
+/// [`input_required`](super::input_required)).
 pub(crate) fn can_ask(ctx: &RequestContext<RoleServer>) -> bool {
     let before_stateless = ctx
         .protocol_version()
         .is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
-    let form = ctx
-        .client_capabilities()
-        .and_then(|c| c.elicitation)
-        .is_some_and(|e| e.form.is_some() || e.url.is_none());
-    before_stateless && form
+    before_stateless && ctx.client_capabilities().is_some_and(|c| declares_form(&c))
+}
+
+/// Whether `capabilities` declare form elicitation (or elicitation without modes, which
+/// means form).
+pub(crate) fn declares_form(capabilities: &ClientCapabilities) -> bool {
+    capabilities
+        .elicitation
+        .as_ref()
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
 }
 
 /// The question put to the user about paying `atoms` to `bot` (its label) for `tool`.

@@ -18,6 +18,7 @@ use rmcp::model::{
     ReadResourceResponse, ReadResourceResult, ResourceContents, Role, SamplingMessage,
     ServerCapabilities, ServerConfig, Tool,
 };
+use rmcp::model::{ClientResult, ElicitRequest, ElicitRequestParams, ServerRequest};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
@@ -49,6 +50,8 @@ pub struct BotState {
     pub extra_tools: Mutex<Vec<Tool>>,
     /// Drop the next N answers to `tools/call` after running the call (a lost reply).
     pub lose_replies: AtomicUsize,
+    /// The errors the `elicit` tool's requests to the client got.
+    pub elicit_errors: Mutex<Vec<String>>,
 }
 
 impl BotState {
@@ -139,6 +142,18 @@ pub fn fixed_tools() -> Vec<Tool> {
         tool(json!({
             "name": "grow",
             "description": "Adds a tool and announces the change",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "elicit",
+            "description": "Asks the user for a name, `times` times in turn",
+            "inputSchema": {"type": "object", "properties": {"times": {"type": "integer"}}},
+            "_meta": {"brmcp/priceAtoms": 0}
+        })),
+        tool(json!({
+            "name": "roots",
+            "description": "Lists the client's roots",
             "inputSchema": {"type": "object"},
             "_meta": {"brmcp/priceAtoms": 0}
         })),
@@ -259,7 +274,7 @@ impl TestBot {
             "sample_cancel" => {
                 let params =
                     CreateMessageRequestParams::new(vec![SamplingMessage::user_text("hang")], 8);
-                let request = rmcp::model::ServerRequest::CreateMessageRequest(
+                let request = ServerRequest::CreateMessageRequest(
                     rmcp::model::CreateMessageRequest::new(params),
                 );
                 let handle = ctx
@@ -274,6 +289,46 @@ impl TestBot {
                 let _ = handle.cancel(Some("changed my mind".into())).await;
                 CallToolResult::success(vec![ContentBlock::text("sampling cancelled")])
             }
+            "elicit" => {
+                let times = args.get("times").and_then(Value::as_u64).unwrap_or(1);
+                let mut said = Vec::new();
+                for n in 1..=times {
+                    let params: ElicitRequestParams = serde_json::from_value(json!({
+                        "message": format!("your name? ({n} of {times})"),
+                        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+                    }))
+                    .expect("elicitation params");
+                    let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+                    match ctx.peer.send_request(request).await {
+                        Ok(ClientResult::ElicitResult(r)) => said.push(format!(
+                            "{} {}",
+                            serde_json::to_value(&r.action).unwrap_or_default(),
+                            r.content.unwrap_or_default()
+                        )),
+                        Ok(other) => said.push(format!("unexpected {other:?}")),
+                        Err(e) => {
+                            self.state.elicit_errors.lock().unwrap().push(e.to_string());
+                            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                                "no elicitation: {e}"
+                            ))]));
+                        }
+                    }
+                }
+                CallToolResult::success(vec![ContentBlock::text(format!(
+                    "user said: {}",
+                    said.join("; ")
+                ))])
+            }
+            "roots" => match ctx.peer.list_roots().await {
+                Ok(roots) => {
+                    let uris: Vec<String> = roots.roots.iter().map(|r| r.uri.clone()).collect();
+                    CallToolResult::success(vec![ContentBlock::text(format!(
+                        "roots: {}",
+                        uris.join(" ")
+                    ))])
+                }
+                Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("no roots: {e}"))]),
+            },
             "grow" => {
                 self.state.extra_tools.lock().unwrap().push(tool(json!({
                     "name": "grown",

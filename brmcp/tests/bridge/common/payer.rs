@@ -22,6 +22,8 @@ pub enum PayMode {
     Fail,
     /// Never settle.
     Hang,
+    /// Credit the bot and succeed, after this delay (a slow tip).
+    Slow(Duration),
     /// Give up waiting: [`brmcp::bridge::PaymentUnconfirmed`].
     Unconfirmed,
 }
@@ -75,6 +77,11 @@ impl Payer for TestPayer {
             PayMode::NeverCredit => Ok(()),
             PayMode::Fail => Err("no route to bot".into()),
             PayMode::Hang => std::future::pending().await,
+            PayMode::Slow(delay) => {
+                tokio::time::sleep(delay).await;
+                self.0.bot.credit(self.0.payer_id, atoms);
+                Ok(())
+            }
             PayMode::Unconfirmed => Err(brmcp::bridge::PaymentUnconfirmed.into()),
         }
     }

@@ -1,0 +1,520 @@
+//! One agent `tools/call`: forwarded under a fresh call key, paid under the user's
+//! policy and reissued under the same key; for an agent on protocol 2026-07-28, held
+//! for its input (the approval of the payment, or a bot's request to the client) and
+//! resumed by its retry (see [`input_required`]).
+
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
+    ContentBlock, ErrorData, InputRequests, InputRequiredResult, InputResponses, RequestMetaObject,
+    ServerResult,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::Value;
+
+use super::input_required::{
+    self, APPROVAL_INPUT, Asks, approval_request, asks_by_input_required, can_ask_approval,
+};
+use super::{
+    Attempts, BotInput, Failure, ProxyServer, Waiting, ask, caller, cancel_at_bot, complete,
+    expect, forwarded_meta,
+};
+use crate::bridge::policy::{Ask, Refusal};
+use crate::bridge::settings::{Mode, Settings};
+use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
+use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+
+/// The state of one agent `tools/call` across its sends, reissues and (for an agent
+/// asked through `input_required`) its retries.
+struct CallState {
+    request: ClientRequest,
+    /// The forwarded `_meta`, with the call key.
+    meta: RequestMetaObject,
+    tool: String,
+    attempts: Attempts,
+    paid: Option<Paid>,
+    polls: u32,
+    relisted: bool,
+    /// For an agent asked through `input_required`: the bot's requests to the client.
+    asks: Option<Asks>,
+}
+
+/// A call held for its agent's input (see [`input_required`]).
+pub(crate) struct Held {
+    call: CallState,
+    wait: Suspended,
+}
+
+/// What a held call waits on.
+enum Suspended {
+    /// The bot's answer, once the agent answers the bot's requests (by key).
+    Bot {
+        waiting: Waiting,
+        asked: Vec<(String, tokio::sync::oneshot::Sender<Value>)>,
+    },
+    /// A payment settling, its approval answered; the retry that waited for it was
+    /// given up.
+    Paying(Settling),
+    /// A payment waiting for its approval, asked of the agent: where the agent's
+    /// answer goes, and the payment.
+    Approval {
+        answer: tokio::sync::oneshot::Sender<ask::Answer>,
+        settling: Settling,
+    },
+}
+
+/// A payment being settled in the background (see
+/// [`ask_by_input_required`](ProxyServer::ask_by_input_required)).
+struct Settling {
+    /// How it was settled.
+    outcome: tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+    paid: Paid,
+    /// The bot's `payment_required` answer, which a refusal is added to.
+    quote: CallToolResult,
+}
+
+/// How asking the agent about a payment through `input_required` went.
+enum Asked {
+    /// The call is held; the agent's answer.
+    Held(CallToolResponse),
+    /// The payment was settled without the agent (refused before it was asked, or
+    /// decided elsewhere): the call, how, and the bot's `payment_required` answer.
+    Settled(Box<CallState>, Result<(), Refusal>, CallToolResult),
+}
+
+/// Where a held call resumes.
+enum Resume {
+    Bot(Waiting),
+    /// A payment, and the state its call was held under.
+    Settling(Settling, String),
+}
+
+impl ProxyServer {
+    /// One agent `tools/call` of the bot, paid under the user's policy (also the path
+    /// of the directory tools' calls to their directory). The retry of a call held for
+    /// the agent's input (its `requestState` one of ours, for this agent and tool)
+    /// resumes that call; any other `requestState` is the bot's, forwarded as it came.
+    pub(crate) async fn call(
+        &self,
+        params: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(state) = params.request_state.as_deref()
+            && let Some(held) = self.link.held.take(state, caller(ctx).name(), &params.name)
+        {
+            let responses = params.input_responses.unwrap_or_default();
+            return self.resume(held, state, &responses, ctx).await;
+        }
+        let key = crate::bridge::random_hex::<16>()
+            .map_err(|e| ErrorData::internal_error(format!("call key: {e}"), None))?;
+        let mut meta = forwarded_meta(&ctx.meta);
+        meta.insert(CALL_KEY_META.into(), Value::String(key));
+        let tool = params.name.to_string();
+        let asks = asks_by_input_required(ctx).then(|| {
+            let capabilities = ctx.client_capabilities().unwrap_or_default();
+            Asks::new(capabilities, self.bridge.config.input_hold)
+        });
+        let call = CallState {
+            request: ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            meta,
+            tool,
+            attempts: Attempts::default(),
+            paid: None,
+            polls: 0,
+            relisted: false,
+            asks,
+        };
+        self.run(call, None, ctx).await
+    }
+
+    /// Resumes a held call with the agent's `responses`.
+    async fn resume(
+        &self,
+        held: Held,
+        state: &str,
+        responses: &InputResponses,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Held { call, wait } = held;
+        match wait {
+            Suspended::Bot { mut waiting, asked } => {
+                // Marked for the retry before the bot hears its answer, so what the
+                // bot asks next reaches this request.
+                waiting.tracked.retarget(&ctx.peer, &ctx.id);
+                for (key, answer) in asked {
+                    // An unanswered request gets an error at the bot.
+                    if let Some(response) = responses.get(&key) {
+                        let _ = answer.send(response.clone());
+                    }
+                }
+                self.run(call, Some(Resume::Bot(waiting)), ctx).await
+            }
+            Suspended::Approval { answer, settling } => {
+                // The payment may have been decided elsewhere meanwhile: the answer
+                // then changes nothing.
+                let _ = answer.send(input_required::approval_answer(responses));
+                let resume = Resume::Settling(settling, state.to_owned());
+                self.run(call, Some(resume), ctx).await
+            }
+            Suspended::Paying(settling) => {
+                let resume = Resume::Settling(settling, state.to_owned());
+                self.run(call, Some(resume), ctx).await
+            }
+        }
+    }
+
+    /// Runs a call to its answer: forwards it, pays under the user's policy and
+    /// reissues it under the same key, or holds it for the agent's input.
+    async fn run(
+        &self,
+        mut call: CallState,
+        mut resume: Option<Resume>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let config = &self.bridge.config;
+        let refused = |reason: &dyn std::fmt::Display, mut result: CallToolResult| {
+            result.content.push(ContentBlock::text(format!(
+                "{}: payment not made: {reason}",
+                config.name
+            )));
+            Ok(CallToolResponse::Complete(result))
+        };
+        loop {
+            let (result, settled) = match resume.take() {
+                Some(Resume::Settling(mut settling, state)) => {
+                    let paid = settling.paid;
+                    match self.settled(&mut settling.outcome, paid.atoms, ctx).await {
+                        Ok(settled) => (settling.quote, Some((settled, paid))),
+                        Err(e) => {
+                            // The retry was given up while the payment settles: held
+                            // again under its state, so the agent's next retry gets
+                            // the paid call instead of paying anew.
+                            self.hold_again(call, settling, &state, ctx);
+                            return Err(e);
+                        }
+                    }
+                }
+                other => {
+                    let waiting = match other {
+                        Some(Resume::Bot(waiting)) => Some(waiting),
+                        _ => None,
+                    };
+                    let answer = self
+                        .forward_retrying(
+                            &call.request,
+                            &call.meta,
+                            ctx,
+                            &mut call.attempts,
+                            call.asks.as_mut(),
+                            waiting,
+                        )
+                        .await;
+                    let result = match answer {
+                        Ok(result) => result,
+                        Err(Failure::Input(input)) => {
+                            return self.hold_for_bot(call, *input, ctx);
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    let mut result = match result {
+                        ServerResult::CallToolResult(r) => r,
+                        ServerResult::InputRequiredResult(r) => {
+                            return Ok(CallToolResponse::InputRequired(r));
+                        }
+                        ServerResult::CreateTaskResult(r) => return Ok(CallToolResponse::Task(r)),
+                        other => expect::<CallToolResult>(other)?,
+                    };
+                    complete(&mut result.result_type);
+                    let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
+                        return Ok(CallToolResponse::Complete(result));
+                    };
+                    let tool = &call.tool;
+                    let mut decision = decide(tool, self.link.listed(tool), &quote, call.paid);
+                    if let Decision::Refuse(refusal) = decision
+                        && refusal.relist()
+                        && !call.relisted
+                    {
+                        // The listing may be stale (a price changed since tools/list):
+                        // the fresh one decides, once per call.
+                        call.relisted = true;
+                        let relist = tokio::select! {
+                            biased;
+                            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                            r = self.link.relist() => r,
+                        };
+                        if let Err(e) = relist {
+                            tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
+                        }
+                        decision = decide(tool, self.link.listed(tool), &quote, call.paid);
+                    }
+                    match decision {
+                        Decision::Pay { atoms, price_atoms } => {
+                            // Nothing is paid for a call whose agent stopped waiting.
+                            if ctx.ct.is_cancelled() {
+                                return Err(Failure::Cancelled.into());
+                            }
+                            let paid = Paid { price_atoms, atoms };
+                            let settings = self.bridge.settings();
+                            if settings.mode == Mode::Approval && can_ask_approval(ctx) {
+                                match self
+                                    .ask_by_input_required(call, &settings, paid, result, ctx)
+                                    .await?
+                                {
+                                    Asked::Held(response) => return Ok(response),
+                                    Asked::Settled(back, settled, quote) => {
+                                        call = *back;
+                                        (quote, Some((settled, paid)))
+                                    }
+                                }
+                            } else {
+                                let settled =
+                                    self.settle(&settings, &call.tool, atoms, ctx).await?;
+                                (result, Some((settled, paid)))
+                            }
+                        }
+                        Decision::Refuse(refusal) => {
+                            tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
+                            let label = self.bridge.settings().bot_label(&self.link.bot);
+                            let reason = format!("bot {label} tool {tool:?}: {refusal}");
+                            return refused(&reason, result);
+                        }
+                        Decision::Wait => (result, None),
+                    }
+                }
+            };
+            match settled {
+                Some((Ok(()), paid)) => {
+                    call.paid = Some(paid);
+                    continue;
+                }
+                Some((Err(reason), _)) => return refused(&reason, result),
+                None => {}
+            }
+            // Paid, but the credit has not reached the bot yet.
+            if call.polls >= config.poll_attempts {
+                return Ok(CallToolResponse::Complete(result));
+            }
+            call.polls += 1;
+            tokio::select! {
+                biased;
+                () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+                () = tokio::time::sleep(config.poll_interval) => {}
+            }
+        }
+    }
+
+    /// Decides and makes the payment of `atoms` for `tool` while the agent waits,
+    /// asking it by elicitation where its client can be asked.
+    async fn settle(
+        &self,
+        settings: &Settings,
+        tool: &str,
+        atoms: u64,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<(), Refusal>, ErrorData> {
+        let bot = &self.link.bot;
+        let label = settings.bot_label(bot);
+        let asked = (settings.mode == Mode::Approval)
+            .then(|| ask::ask(ctx, &self.bridge.config.name, &label, tool, atoms))
+            .flatten();
+        let payer = caller(ctx);
+        Ok(tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+            s = self.bridge.policy.settle(settings, &payer, bot, tool, atoms, asked) => s,
+            never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
+        })
+    }
+
+    /// How a payment settled in the background ends, while the agent waits.
+    async fn settled(
+        &self,
+        outcome: &mut tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+        atoms: u64,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<(), Refusal>, ErrorData> {
+        let label = self.bridge.settings().bot_label(&self.link.bot);
+        Ok(tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+            s = outcome => s.unwrap_or_else(|_| Err("payment not settled".into())),
+            never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
+        })
+    }
+
+    /// Settles the payment `paid` in the background, its approval asked of the agent
+    /// through `input_required` (and parked for the other channels, as always): the
+    /// call is held, unless the payment is settled before it is asked (a cap refuses
+    /// it) or the agent has too many calls held, when the agent waits here.
+    async fn ask_by_input_required(
+        &self,
+        call: CallState,
+        settings: &Settings,
+        paid: Paid,
+        quote: CallToolResult,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Asked, ErrorData> {
+        let (answer, answered) = tokio::sync::oneshot::channel::<ask::Answer>();
+        let (asking, asked) = tokio::sync::oneshot::channel::<()>();
+        let (settle, mut outcome) = tokio::sync::oneshot::channel();
+        let question: Ask<'static> = Box::pin(async move {
+            // Polled once the caps allow the payment and it is parked.
+            let _ = asking.send(());
+            match answered.await {
+                Ok(ask::Answer::Accept) => Ok(()),
+                Ok(ask::Answer::Decline) => Err("payment declined by the user".into()),
+                Ok(ask::Answer::Cancel) => Err("payment approval cancelled by the user".into()),
+                // Never answered: the parked approval or its timeout decides.
+                Err(_) => std::future::pending().await,
+            }
+        });
+        let bridge = self.bridge.clone();
+        let (payer, bot, tool) = (caller(ctx), self.link.bot, call.tool.clone());
+        let owned = settings.clone();
+        tokio::spawn(async move {
+            let settled = bridge
+                .policy
+                .settle(&owned, &payer, &bot, &tool, paid.atoms, Some(question))
+                .await;
+            let _ = settle.send(settled);
+        });
+        let parked = tokio::select! {
+            biased;
+            s = &mut outcome => {
+                let settled = s.unwrap_or_else(|_| Err("payment not settled".into()));
+                return Ok(Asked::Settled(Box::new(call), settled, quote));
+            }
+            a = asked => a.is_ok(),
+        };
+        let settling = Settling {
+            outcome,
+            paid,
+            quote,
+        };
+        if !parked {
+            let mut settling = settling;
+            let settled = self.settled(&mut settling.outcome, paid.atoms, ctx).await?;
+            return Ok(Asked::Settled(Box::new(call), settled, settling.quote));
+        }
+        let label = settings.bot_label(&self.link.bot);
+        let request = approval_request(
+            &self.bridge.config.name,
+            &label,
+            &self.link.bot.to_string(),
+            &call.tool,
+            paid.atoms,
+        );
+        let hold = Duration::from_secs(settings.approval_timeout_secs)
+            .saturating_add(Duration::from_secs(settings.tip_wait_secs))
+            .saturating_add(self.bridge.config.input_hold);
+        let agent = caller(ctx);
+        let tool = call.tool.clone();
+        let held = Held {
+            call,
+            wait: Suspended::Approval { answer, settling },
+        };
+        match self.link.held.hold(agent.name(), &tool, held, hold, drop) {
+            Ok(state) => {
+                let mut requests = InputRequests::new();
+                requests.insert(APPROVAL_INPUT.into(), request);
+                Ok(Asked::Held(CallToolResponse::InputRequired(
+                    InputRequiredResult::new(Some(requests), Some(state)),
+                )))
+            }
+            Err((e, held)) => {
+                tracing::info!(bot = %self.link.bot, error = %e, "approval not asked of the agent");
+                let Held { call, wait } = held;
+                let Suspended::Approval {
+                    answer,
+                    mut settling,
+                } = wait
+                else {
+                    return Err(ErrorData::internal_error("held call changed", None));
+                };
+                // Left to the other channels.
+                drop(answer);
+                let settled = self.settled(&mut settling.outcome, paid.atoms, ctx).await?;
+                Ok(Asked::Settled(Box::new(call), settled, settling.quote))
+            }
+        }
+    }
+
+    /// Holds `call` again under `state`, its payment still settling, for the agent's
+    /// next retry (the configured hold).
+    fn hold_again(
+        &self,
+        call: CallState,
+        settling: Settling,
+        state: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) {
+        let tool = call.tool.clone();
+        let held = Held {
+            call,
+            wait: Suspended::Paying(settling),
+        };
+        let hold = self.bridge.config.input_hold;
+        let agent = caller(ctx);
+        if let Err((e, _)) = self
+            .link
+            .held
+            .hold_as(state, agent.name(), &tool, held, hold, drop)
+        {
+            tracing::info!(bot = %self.link.bot, error = %e, "call not held again");
+        }
+    }
+
+    /// Holds a call the bot asked the client something in, and answers the agent with
+    /// `input_required` carrying the bot's requests. Held past the configured hold
+    /// ([`INPUT_HOLD`](input_required::INPUT_HOLD)), the call is cancelled at the bot.
+    fn hold_for_bot(
+        &self,
+        call: CallState,
+        input: BotInput,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let BotInput { waiting, asks } = input;
+        let mut requests = InputRequests::new();
+        let mut asked = Vec::with_capacity(asks.len());
+        for (n, ask) in asks.into_iter().enumerate() {
+            let key = format!("bot/{n}");
+            requests.insert(key.clone(), ask.request);
+            asked.push((key, ask.answer));
+        }
+        let agent = caller(ctx);
+        let tool = call.tool.clone();
+        let held = Held {
+            call,
+            wait: Suspended::Bot { waiting, asked },
+        };
+        let expire = |held: Held| {
+            if let Suspended::Bot { waiting, .. } = held.wait {
+                cancel_at_bot(&waiting.conn, waiting.id, "no input from the agent in time");
+            }
+        };
+        match self.link.held.hold(
+            agent.name(),
+            &tool,
+            held,
+            self.bridge.config.input_hold,
+            expire,
+        ) {
+            Ok(state) => Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+                Some(requests),
+                Some(state),
+            ))),
+            // The bot's requests get their errors (their answer channels dropped);
+            // the call is not held and fails like a call the agent gave up on.
+            Err((e, held)) => {
+                if let Suspended::Bot { waiting, .. } = held.wait {
+                    cancel_at_bot(&waiting.conn, waiting.id, "the agent cannot be asked");
+                }
+                Err(ErrorData::internal_error(
+                    format!("bot {} asked for input: {e}", self.link.bot),
+                    None,
+                ))
+            }
+        }
+    }
+}
