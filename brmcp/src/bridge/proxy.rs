@@ -1,5 +1,6 @@
 //! The agent-facing MCP server of one bot: every request forwarded to the bot's link,
-//! every answer returned as the bot gave it, and the paid-call loop around `tools/call`.
+//! every answer returned as the bot gave it, and the paid-call loop around `tools/call`;
+//! for agents asked through `input_required`, the requests held for their input.
 
 #![allow(deprecated)] // sampling, roots, logging and resources/subscribe are SEP-2577-deprecated
 
