@@ -8,7 +8,8 @@
 //! up while its payment settles leaves the call held: the next retry gets the paid call,
 //! paid once. A bot's elicitation during `prompts/get` or `resources/read` reaches the
 //! agent the same way, its answer (accept or decline) the bot's one request; a replayed
-//! or another read's state is a new request; agents on 2025-11-25 are asked directly.
+//! or another read's state is a new request, one unanswered past the hold an error at
+//! the bot; agents on 2025-11-25 are asked directly.
 
 #![allow(deprecated)] // sampling is SEP-2577-deprecated; still relayed
 
@@ -774,5 +775,39 @@ async fn an_agent_on_2025_11_25_is_asked_directly_in_a_prompt_or_resource() {
     );
     assert_eq!(user.asked(), vec!["whom to greet?", "whose resource?"]);
     assert_eq!(env.bot.reads_of("prompt:ask"), 1);
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_read_expires_with_an_error_at_the_bot() {
+    let env = env_with(autopay, |mut c| {
+        c.input_hold = Duration::from_millis(300);
+        c
+    })
+    .await;
+    let agent = agent_2026(&env, User::answering(ElicitationAction::Accept)).await;
+    let first = agent
+        .read_resource_once(ReadResourceRequestParams::new("test://ask"))
+        .await
+        .unwrap();
+    let ReadResourceResponse::InputRequired(asked) = first else {
+        panic!("not asked: {first:?}");
+    };
+    // No retry: past the hold the bot's request gets its error.
+    let errored = || !env.bot.elicit_errors.lock().unwrap().is_empty();
+    assert!(eventually(Duration::from_secs(5), errored).await);
+    let errors = env.bot.elicit_errors.lock().unwrap().clone();
+    assert!(errors[0].contains("did not answer"), "{errors:?}");
+
+    // The expired state's retry is a new read, which the bot asks again.
+    let mut late = ReadResourceRequestParams::new("test://ask");
+    late.request_state = asked.request_state.clone();
+    late.input_responses = Some(answer_bot(&asked, "late"));
+    let late = agent.read_resource_once(late).await.unwrap();
+    assert!(
+        matches!(late, ReadResourceResponse::InputRequired(_)),
+        "{late:?}"
+    );
+    assert_eq!(env.bot.reads_of("resource:test://ask"), 2);
     agent.cancel().await.unwrap();
 }
