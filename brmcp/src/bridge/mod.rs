@@ -58,6 +58,7 @@ mod session_store;
 mod settings;
 mod spend;
 mod stdio;
+pub(crate) mod ui;
 mod watch;
 
 use std::collections::HashMap;
