@@ -32,7 +32,7 @@
 //! `DELETE` of a session answers 204, as the MCP specification allows (rmcp says 202,
 //! on which the Python SDK warns).
 
-mod access;
+pub(crate) mod access;
 mod listener;
 mod payments;
 mod refusal;

@@ -46,7 +46,7 @@
 //! polling although the bridge paid; the payments never exceed the caps and each buys
 //! exactly one run.
 
-mod approval;
+pub(crate) mod approval;
 mod attach;
 mod directory;
 mod http;

@@ -84,7 +84,7 @@ pub use harness::{
 };
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
-    JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals, MAX_JOURNAL_ROWS_PER_CALLER,
+    DailyRevenue, JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals, MAX_JOURNAL_ROWS_PER_CALLER,
     MAX_OUTCOME_BYTES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION, TOTALS_WINDOW_SECS,
     TipRecord, VACUUM_FREE_PAGES,
 };

@@ -8,6 +8,8 @@ use std::time::Instant;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+pub(crate) use crate::bridge::http::access::{LOOPBACK_HOSTS, host_allowed, origin_allowed};
+
 use super::session::{
     CSRF_HEADER, UiSessions, clear_cookie, csrf_matches, secret_matches, set_cookie,
 };
