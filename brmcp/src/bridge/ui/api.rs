@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use brmcp_adapters::PeerId;
 use brmcp_adapters::protocol::ToolPrice;
 use serde_json::{Value, json};
 
@@ -76,10 +75,7 @@ fn state(inner: &Inner) -> Result<Value, String> {
     let spent_24h = spend
         .spent_today(inner.config.clock.now())
         .map_err(|e| e.to_string())?;
-    let label = |uid: &str| {
-        uid.parse::<PeerId>()
-            .map_or_else(|_| uid.to_owned(), |p| settings.bot_label(&p))
-    };
+    let label = |uid: &str| short_label(&settings, uid);
     let pending: Vec<Value> = inner
         .policy
         .pending()
@@ -87,7 +83,7 @@ fn state(inner: &Inner) -> Result<Value, String> {
         .map(|p| {
             json!({
                 "id": p.id,
-                "bot": settings.bot_label(&p.bot),
+                "bot": label(&p.bot.to_string()),
                 "tool": p.tool,
                 "atoms": p.atoms,
                 "created": p.created.secs(),
@@ -149,6 +145,22 @@ fn state(inner: &Inner) -> Result<Value, String> {
         "spend": rows,
         "chart": chart,
     }))
+}
+
+/// Uid characters a bot without a name is shown by: 12, as `brmcp bridge spend`
+/// would be too wide for a chart's legend with all 64.
+const UID_SHOWN: usize = 12;
+
+/// A bot as the page shows it: the user's name for it, else the start of its uid.
+fn short_label(settings: &Settings, uid: &str) -> String {
+    settings
+        .bot_names
+        .iter()
+        .find(|(_, u)| u.as_str() == uid)
+        .map_or_else(
+            || format!("{}…", uid.get(..UID_SHOWN).unwrap_or(uid)),
+            |(name, _)| name.clone(),
+        )
 }
 
 /// The allowed bots, each with its link's state and its tools as last listed.

@@ -111,7 +111,13 @@ const BR = {
     const series = [...new Set(days.flatMap(d => Object.keys(d.parts)))].sort();
     const color = s => BR.palette[series.indexOf(s) % BR.palette.length];
     const totals = days.map(d => Object.values(d.parts).reduce((a, b) => a + b, 0));
-    const max = Math.max(1, ...totals);
+    const top = Math.max(0, ...totals);
+    // A round top for the axis, in whole steps of four.
+    let max = 4;
+    if (top > 4) {
+      const p = Math.pow(10, Math.floor(Math.log10(top)));
+      max = [1, 2, 2.5, 4, 5, 10].map(f => f * p).find(v => v >= top && Number.isInteger(v / 4)) || top;
+    }
     const W = 720, H = 220, L = 64, B = 24, T = 10;
     const bw = (W - L - 8) / Math.max(1, days.length);
     const svg = BR.el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",

@@ -29,7 +29,7 @@ async function refresh() {
     stat("calls-24h", t.calls_24h || 0, "paid calls"),
     stat("refunds-24h", t.refunds_24h || 0, "refunds"),
     stat("callers", t.callers || 0, "callers with a balance"),
-    stat("balances", Math.floor((t.balances_matoms || 0) / 1000).toLocaleString("en-US"), "atoms held for callers"));
+    stat("held", Math.floor((t.balances_matoms || 0) / 1000).toLocaleString("en-US"), "atoms held for callers"));
   BR.chart("revenue-chart", days(st, "earned_atoms"), "atoms");
   BR.chart("calls-chart", days(st, "calls"), "calls");
   const bal = st.balances || [];
