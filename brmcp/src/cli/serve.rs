@@ -174,9 +174,9 @@ async fn serve(
     let (harness, upstreams) = start_serving(datadir, &config, &host).await?;
     let upstreams = Arc::new(upstreams);
     let page = match args.ui_listen {
-        Some(listen) => Some(
-            ui::start(datadir, listen, args.ui_allow_remote, &harness, &upstreams).await?,
-        ),
+        Some(listen) => {
+            Some(ui::start(datadir, listen, args.ui_allow_remote, &harness, &upstreams).await?)
+        }
         None => None,
     };
     let page_addr = page.as_ref().map(|p| p.addr);

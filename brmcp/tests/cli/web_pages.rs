@@ -80,7 +80,10 @@ async fn refusals(bridge: &str, serve: &str, secret: &str, agent_token: &str) {
         .await
         .expect("login");
     assert_eq!(r.status(), 200);
-    let set = r.headers()["set-cookie"].to_str().expect("cookie").to_owned();
+    let set = r.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .to_owned();
     for part in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
         assert!(set.contains(part), "{set}");
     }
@@ -102,7 +105,10 @@ async fn refusals(bridge: &str, serve: &str, secret: &str, agent_token: &str) {
             .header("cookie", &cookie)
             .json(&body)
     };
-    let r = settings(json!({"mode": "autopay"})).send().await.expect("post");
+    let r = settings(json!({"mode": "autopay"}))
+        .send()
+        .await
+        .expect("post");
     assert_eq!(r.status(), 403, "no CSRF token");
     let r = settings(json!({"mode": "autopay"}))
         .header("x-brmcp-csrf", "0".repeat(64))

@@ -60,7 +60,10 @@ impl Browser {
             {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "chromedriver never ready");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "chromedriver never ready"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let caps = json!({"capabilities": {"alwaysMatch": {

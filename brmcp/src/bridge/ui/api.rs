@@ -34,7 +34,12 @@ const EDITABLE: [&str; 5] = [
 ];
 
 /// Answers an API request for `path` (after `/ui/api`).
-pub(super) async fn answer(inner: &Arc<Inner>, method: &Method, path: &str, body: &[u8]) -> Response {
+pub(super) async fn answer(
+    inner: &Arc<Inner>,
+    method: &Method,
+    path: &str,
+    body: &[u8],
+) -> Response {
     match (method.as_str(), path) {
         ("GET", "/state") => match state(inner) {
             Ok(value) => json_answer(StatusCode::OK, &value),

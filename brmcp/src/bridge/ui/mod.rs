@@ -22,8 +22,8 @@ use axum::response::Response;
 
 use super::{Inner, existing_approval_secret};
 use session::UiSessions;
-use web::{Front, MAX_UI_BODY, PageAssets, front, text};
 pub(crate) use web::UI_PATH;
+use web::{Front, MAX_UI_BODY, PageAssets, front, text};
 
 /// The bridge's page.
 const BRIDGE_PAGE: PageAssets = PageAssets {
@@ -73,9 +73,7 @@ async fn answer(inner: &Arc<Inner>, request: Request, agent: bool) -> Response {
         &inner.http.ui.sessions,
         secret.as_deref(),
         agent,
-        &parts.method,
-        parts.uri.path(),
-        &parts.headers,
+        &parts,
         &body,
     );
     match answered {

@@ -5,7 +5,8 @@
 
 use std::time::Instant;
 
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 pub(crate) use crate::bridge::http::access::{LOOPBACK_HOSTS, host_allowed, origin_allowed};
@@ -50,20 +51,20 @@ pub(crate) enum Front<'a> {
     Api(&'a str),
 }
 
-/// The front of a page for a request to `path` (under [`UI_PATH`]): `secret` is the
-/// credential that logs in (`None`: none made yet, so no one), `agent` whether the
-/// request carries an agent's bearer token, which opens nothing here.
+/// The front of a page for the request `parts` (a path under [`UI_PATH`]) with
+/// `body`: `secret` is the credential that logs in (`None`: none made yet, so no
+/// one), `agent` whether the request carries an agent's bearer token, which opens
+/// nothing here.
 pub(crate) fn front<'a>(
     assets: &PageAssets,
     sessions: &UiSessions,
     secret: Option<&str>,
     agent: bool,
-    method: &Method,
-    path: &'a str,
-    headers: &HeaderMap,
+    parts: &'a Parts,
     body: &[u8],
 ) -> Front<'a> {
-    let Some(rest) = path.strip_prefix(UI_PATH) else {
+    let (method, headers) = (&parts.method, &parts.headers);
+    let Some(rest) = parts.uri.path().strip_prefix(UI_PATH) else {
         return Front::Answered(text(StatusCode::NOT_FOUND, "not found"));
     };
     if agent {
@@ -99,10 +100,9 @@ pub(crate) fn front<'a>(
     match (method.as_str(), rest) {
         ("GET", "" | "/") => Front::Answered(asset(assets.html, "text/html")),
         ("GET", "/page.js") => Front::Answered(asset(assets.script, "text/javascript")),
-        ("GET", "/api/session") => Front::Answered(json(
-            StatusCode::OK,
-            &serde_json::json!({ "csrf": csrf }),
-        )),
+        ("GET", "/api/session") => {
+            Front::Answered(json(StatusCode::OK, &serde_json::json!({ "csrf": csrf })))
+        }
         (_, api) if api.starts_with("/api/") => {
             let reads = matches!(*method, Method::GET | Method::HEAD);
             let presented = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());

@@ -165,15 +165,15 @@ async fn answer(State(page): State<Arc<Page>>, request: Request) -> Response {
         }
     };
     // No agent token exists here; any bearer credential is refused as one would be.
-    let bearer = parts.headers.contains_key(axum::http::header::AUTHORIZATION);
+    let bearer = parts
+        .headers
+        .contains_key(axum::http::header::AUTHORIZATION);
     match front(
         &SERVE_PAGE,
         &page.sessions,
         secret.as_deref(),
         bearer,
-        &parts.method,
-        parts.uri.path(),
-        &parts.headers,
+        &parts,
         &body,
     ) {
         Front::Answered(response) => response,
@@ -214,7 +214,7 @@ impl Page {
         if let Some(ledger) = harness.ledger() {
             let e = |e: crate::server::LedgerError| e.to_string();
             let mut balances = ledger.balances().map_err(e)?;
-            balances.sort_by(|a, b| b.matoms.cmp(&a.matoms));
+            balances.sort_by_key(|b| std::cmp::Reverse(b.matoms));
             let balances: Vec<Value> = balances
                 .iter()
                 .take(MAX_BALANCE_ROWS)

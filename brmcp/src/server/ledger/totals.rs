@@ -70,7 +70,11 @@ impl Ledger {
     /// # Errors
     ///
     /// A SQLite failure.
-    pub fn daily_revenue(&self, now: UnixTime, days: i64) -> Result<Vec<DailyRevenue>, LedgerError> {
+    pub fn daily_revenue(
+        &self,
+        now: UnixTime,
+        days: i64,
+    ) -> Result<Vec<DailyRevenue>, LedgerError> {
         let today = now.secs().div_euclid(DAY_SECS);
         let since = (today - days.max(1) + 1) * DAY_SECS;
         let conn = self.conn();
