@@ -19,6 +19,38 @@ use super::processes::{
 };
 use super::webdriver::Browser;
 
+/// Days of payments the bridge's spend log holds before it starts: the chart shows
+/// each of them beside today's.
+const HISTORY_DAYS: i64 = 9;
+
+/// A spend log with a payment to `bot` on each of the last [`HISTORY_DAYS`] days, by
+/// the default agent and by `research`, all paid.
+fn seed_history(bridge_dir: &std::path::Path, bot: &str) {
+    use brmcp::bridge::{DAY_SECS, SpendLog};
+    use brmcp_adapters::wire::UnixTime;
+    brmcp::secure_fs::create_dir(bridge_dir).expect("bridge dir");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        .cast_signed();
+    let log = SpendLog::open(bridge_dir, UnixTime(now)).expect("spend log");
+    let bot: brmcp_adapters::PeerId = bot.parse().expect("uid");
+    for day in 1..=HISTORY_DAYS {
+        for (agent, atoms) in [("default", 10_000), ("research", 10_000 * (day as u64 % 3))] {
+            if atoms == 0 {
+                continue;
+            }
+            let at = UnixTime(now - day * DAY_SECS);
+            let id = log
+                .reserve_as(at, agent, None, &bot, "fortune", atoms, u64::MAX, 0)
+                .expect("reserve")
+                .expect("fits");
+            log.settle(id, Ok(())).expect("settle");
+        }
+    }
+}
+
 /// The single line a `ui` command prints.
 fn login_url(args: &[&str]) -> String {
     let out = brmcp(args).output().expect("ui command");
@@ -162,7 +194,24 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
         brmcp(&["serve", "--datadir", &alice_arg, "--ui-listen", &ui_listen]),
     );
     wait_for(&serve, "operator page on");
+    seed_history(&dir.path().join("bob-bridge"), &alice);
     let (bridge_dir, listen, token) = start_bridge(&mut procs, dir.path(), &alice, "approval");
+    let added = brmcp(&[
+        "bridge",
+        "--datadir",
+        &bridge_dir,
+        "token",
+        "add",
+        "research",
+        "--per-call-cap",
+        "20000",
+        "--per-day-cap",
+        "200000",
+    ])
+    .output()
+    .expect("token add");
+    assert!(added.status.success(), "{added:?}");
+    let research_token = String::from_utf8_lossy(&added.stdout).trim().to_owned();
     let bridge_url = login_url(&["bridge", "--datadir", &bridge_dir, "ui"]);
     let serve_url = login_url(&["serve", "--datadir", &alice_arg, "ui"]);
     let secret = bridge_url.rsplit_once('#').expect("fragment").1.to_owned();
@@ -194,18 +243,32 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     browser.wait_text("#chart", "alice · fortune").await;
     browser.wait_text("#spend", "paid").await;
     browser.wait_text("#bots", "fortune").await;
+    // Today's bar beside the history's: one bar per day with payments.
+    let bars = browser
+        .count("#chart rect[data-series='alice · fortune']")
+        .await;
+    assert_eq!(bars, usize::try_from(HISTORY_DAYS).expect("days") + 1);
 
-    // Denied: the agent hears the payment was not made.
-    let peer = agent.peer().clone();
+    // Another agent's payment, shown as its own, then denied: the agent hears the
+    // payment was not made.
+    let research = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/alice"))
+                .auth_header(research_token),
+        ))
+        .await
+        .expect("the research agent's session");
+    let peer = research.peer().clone();
     let call =
         tokio::spawn(async move { peer.call_tool(CallToolRequestParams::new("fortune")).await });
-    browser.wait_text("#pending", "fortune").await;
+    let waiting = browser.wait_text("#pending", "fortune").await;
+    assert!(waiting.contains("research"), "{waiting}");
+    save("bridge-ui.png", &browser.screenshot().await);
     browser.click("#pending button.deny").await;
     let denied = call.await.expect("join").expect("the denied call");
     let said = format!("{denied:?}");
     assert!(said.contains("payment denied by the user"), "{said}");
     browser.wait_text("#pending", "No payment is waiting").await;
-    save("bridge-ui.png", &browser.screenshot().await);
 
     browser.open(&serve_url).await;
     browser.wait_text("#earned-24h", "10,000").await;
@@ -214,4 +277,5 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     save("serve-ui.png", &browser.screenshot().await);
     browser.close().await;
     let _ = agent.cancel().await;
+    let _ = research.cancel().await;
 }

@@ -145,6 +145,23 @@ impl Browser {
         v.as_str().map(str::to_owned)
     }
 
+    /// How many elements match `css` now.
+    pub(super) async fn count(&self, css: &str) -> usize {
+        let v = self
+            .call(
+                reqwest::Method::POST,
+                "/execute/sync",
+                Some(json!({
+                    "script": "return document.querySelectorAll(arguments[0]).length;",
+                    "args": [css],
+                })),
+            )
+            .await;
+        v.as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or_default()
+    }
+
     /// Waits until the element `css` shows `text`; returns its whole text.
     pub(super) async fn wait_text(&self, css: &str, text: &str) -> String {
         let deadline = tokio::time::Instant::now() + SHOWS_WITHIN;
