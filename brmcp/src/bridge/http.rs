@@ -33,7 +33,7 @@
 //! on which the Python SDK warns).
 
 pub(crate) mod access;
-mod listener;
+pub(crate) mod listener;
 mod payments;
 mod refusal;
 mod remote;
@@ -643,9 +643,10 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
         .local_addr()
         .map_err(|source| BridgeError::Bind { addr, source })?;
     let stop = CancellationToken::new();
+    let answering = inner.clone();
     let task = tokio::spawn(listener::run(
         listener,
-        inner.clone(),
+        move |local, peer, request| gate(answering.clone(), local, peer, request),
         config.http_limits,
         stop.clone(),
     ));

@@ -11,6 +11,9 @@ use axum::response::{IntoResponse, Response};
 
 #[cfg(feature = "cli")]
 pub(crate) use crate::bridge::http::access::{LOOPBACK_HOSTS, host_allowed, origin_allowed};
+/// The bridge's bounded accept loop, which `serve`'s operator page runs on too.
+#[cfg(feature = "cli")]
+pub(crate) use crate::bridge::http::listener::run as run_listener;
 
 use super::session::{
     CSRF_HEADER, UiSessions, clear_cookie, csrf_matches, secret_matches, set_cookie,

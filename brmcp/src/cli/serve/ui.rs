@@ -12,18 +12,19 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::now;
+use crate::bridge::HttpLimits;
 use crate::bridge::approval::{existing_secret_in, secret_in};
 use crate::bridge::ui::session::UiSessions;
 use crate::bridge::ui::web::{
     Front, LOOPBACK_HOSTS, MAX_UI_BODY, PageAssets, front, host_allowed, json as json_answer,
-    origin_allowed, text,
+    origin_allowed, run_listener, text,
 };
 use crate::cli::CliError;
 use crate::server::Harness;
@@ -39,6 +40,11 @@ const CHART_DAYS: i64 = 14;
 /// Callers the page lists by balance, largest first: 200; `brmcp serve balances`
 /// lists them all.
 const MAX_BALANCE_ROWS: usize = 200;
+
+/// Connections to the page at once: 32, an operator's browser tabs with room to
+/// spare; past it, the next waits in the kernel's backlog. Each must send its headers
+/// within the bridge's [`HttpLimits::header_read_timeout`] default.
+const MAX_PAGE_CONNECTIONS: usize = 32;
 
 /// Journal entries the page lists, newest first: 50.
 const JOURNAL_ROWS: usize = 50;
@@ -104,17 +110,17 @@ pub(super) async fn start(
         hosts,
         sessions: UiSessions::default(),
     });
-    let app = axum::Router::new().fallback(answer).with_state(page);
     let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(stopped.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::warn!(error = %e, "operator page stopped");
-        }
-    });
+    let limits = HttpLimits {
+        max_connections: MAX_PAGE_CONNECTIONS,
+        ..HttpLimits::default()
+    };
+    tokio::spawn(run_listener(
+        listener,
+        move |_, _, request| answer(page.clone(), request),
+        limits,
+        stop.clone(),
+    ));
     Ok(OperatorPage { addr, stop })
 }
 
@@ -143,7 +149,7 @@ pub(super) fn login_url(datadir: &Path) -> Result<String, CliError> {
     ))
 }
 
-async fn answer(State(page): State<Arc<Page>>, request: Request) -> Response {
+async fn answer(page: Arc<Page>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     if !host_allowed(&page.hosts, &parts.headers) {
         return text(StatusCode::FORBIDDEN, "forbidden: host not allowed");
