@@ -207,6 +207,23 @@ impl Browser {
         }
     }
 
+    /// Replaces what the input `css` holds with `text`, as typed.
+    pub(super) async fn type_into(&self, css: &str, text: &str) {
+        let el = self.find(css).await.unwrap_or_else(|| panic!("no {css}"));
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{el}/clear"),
+            Some(json!({})),
+        )
+        .await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{el}/value"),
+            Some(json!({"text": text})),
+        )
+        .await;
+    }
+
     /// A PNG of the window.
     pub(super) async fn screenshot(&self) -> Vec<u8> {
         let v = self.call(reqwest::Method::GET, "/screenshot", None).await;
