@@ -221,24 +221,6 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     browser.open(&bridge_url).await;
     browser.wait_text("#pending", "No payment is waiting").await;
 
-    // The caps through the form: a bad value is refused naming its key, a good one is
-    // written to the file.
-    browser.type_into("#per_call_cap_atoms", "-5").await;
-    browser.click("#save").await;
-    browser
-        .wait_text("#settings-msg", "per_call_cap_atoms")
-        .await;
-    browser.type_into("#per_call_cap_atoms", "50000").await;
-    browser.click("#save").await;
-    browser.wait_text("#settings-msg", "saved").await;
-    let file = std::path::Path::new(&bridge_dir).join("mcpclient.json");
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(file).expect("settings")).expect("json");
-    assert_eq!(saved["per_call_cap_atoms"], 50_000);
-    assert_eq!(saved["mode"], "approval");
-    browser
-        .wait_text("#mode-line", "50,000 atoms per call")
-        .await;
     assert!(
         !browser.url().await.contains(&secret),
         "the secret left the address bar"
@@ -288,6 +270,25 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     let said = format!("{denied:?}");
     assert!(said.contains("payment denied by the user"), "{said}");
     browser.wait_text("#pending", "No payment is waiting").await;
+
+    // The caps through the form: a bad value is refused naming its key, a good one is
+    // written to the file.
+    browser.type_into("#per_call_cap_atoms", "-5").await;
+    browser.click("#save").await;
+    browser
+        .wait_text("#settings-msg", "per_call_cap_atoms")
+        .await;
+    browser.type_into("#per_call_cap_atoms", "50000").await;
+    browser.click("#save").await;
+    browser.wait_text("#settings-msg", "saved").await;
+    let file = std::path::Path::new(&bridge_dir).join("mcpclient.json");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).expect("settings")).expect("json");
+    assert_eq!(saved["per_call_cap_atoms"], 50_000);
+    assert_eq!(saved["mode"], "approval");
+    browser
+        .wait_text("#mode-line", "50,000 atoms per call")
+        .await;
 
     browser.open(&serve_url).await;
     browser.wait_text("#earned-24h", "10,000").await;

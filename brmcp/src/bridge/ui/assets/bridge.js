@@ -3,14 +3,15 @@
 "use strict";
 
 let formLoaded = false;
-let decided = new Set();
+// The ids the waiting list was drawn for: it is redrawn only when they change, so a
+// button is never replaced under the user's click.
+let drawnPending = null;
 
 function caps(s) {
   return `${s.mode} · ${BR.atoms(s.per_call_cap_atoms)} per call · ${BR.atoms(s.per_day_cap_atoms)} per 24 h`;
 }
 
 async function decide(id, approve) {
-  decided.add(id);
   try {
     await BR.api(`/payments/${encodeURIComponent(id)}/${approve ? "approve" : "deny"}`, {});
   } catch (e) {
@@ -20,6 +21,9 @@ async function decide(id, approve) {
 }
 
 function drawPending(st) {
+  const ids = st.pending.map(p => p.id).join(",");
+  if (ids === drawnPending) return;
+  drawnPending = ids;
   document.getElementById("pending-count").textContent = st.pending.length;
   document.getElementById("pending-count").className = "badge" + (st.pending.length ? " hot" : "");
   if (!st.pending.length) {
@@ -28,7 +32,7 @@ function drawPending(st) {
   }
   BR.fill("pending", BR.table(["Bot", "Tool", "Amount", "Agent", "Asked", ""],
     st.pending.map(p => [
-      p.bot, p.tool, BR.atoms(p.atoms), p.agent, BR.ago(p.created, st.now),
+      p.bot, p.tool, BR.atoms(p.atoms), p.agent, BR.time(p.created),
       BR.el("span", {},
         BR.el("button", { class: "approve", type: "button", "data-id": p.id,
                           onclick: () => decide(p.id, true), text: "Approve" }), " ",

@@ -43,13 +43,6 @@ const BR = {
     return d.toISOString().replace("T", " ").slice(0, 19) + " UTC";
   },
 
-  ago(ts, now) {
-    const s = Math.max(0, now - ts);
-    if (s < 60) return s + " s ago";
-    if (s < 3600) return Math.floor(s / 60) + " min ago";
-    return Math.floor(s / 3600) + " h ago";
-  },
-
   short(uid) { return uid && uid.length > 16 ? uid.slice(0, 8) + "…" + uid.slice(-6) : uid; },
 
   pill(state) { return BR.el("span", { class: "pill " + state, text: state }); },
