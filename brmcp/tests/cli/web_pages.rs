@@ -51,6 +51,48 @@ fn seed_history(bridge_dir: &std::path::Path, bot: &str) {
     }
 }
 
+/// A ledger whose callers (not the devnet's) hold balances and paid for a fortune on
+/// each of the last [`HISTORY_DAYS`] days, all completed.
+fn seed_ledger(serve_dir: &std::path::Path) {
+    use brmcp::server::{CallRequest, Charge, Ledger, MATOMS_PER_ATOM};
+    use brmcp_adapters::wire::UnixTime;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        .cast_signed();
+    let start = UnixTime(now - (HISTORY_DAYS + 1) * brmcp::bridge::DAY_SECS);
+    let ledger = Ledger::open(serve_dir, start).expect("ledger").ledger;
+    let callers: Vec<brmcp_adapters::PeerId> = (1..=3u8)
+        .map(|n| {
+            use sha2::Digest;
+            brmcp_adapters::PeerId::from_bytes(sha2::Sha256::digest([n]).into())
+        })
+        .collect();
+    for (i, caller) in callers.iter().enumerate() {
+        let atoms = 100_000 * (u64::try_from(i).expect("few") + 1);
+        ledger
+            .manual_credit(caller, atoms * MATOMS_PER_ATOM, "prepaid", start)
+            .expect("credit");
+    }
+    for day in 1..=HISTORY_DAYS {
+        let calls = 1 + day % 3;
+        for n in 0..calls {
+            let at = UnixTime(now - day * brmcp::bridge::DAY_SECS + n);
+            let request = CallRequest {
+                caller: callers[usize::try_from(n).expect("few")],
+                tool: "fortune",
+                price_atoms: 10_000,
+                keyed: None,
+            };
+            let Charge::Run(call) = ledger.charge(&request, at).expect("charge") else {
+                panic!("the seeded callers can pay");
+            };
+            ledger.complete(call, "{}", at).expect("complete");
+        }
+    }
+}
+
 /// The single line a `ui` command prints.
 fn login_url(args: &[&str]) -> String {
     let out = brmcp(args).output().expect("ui command");
@@ -189,6 +231,7 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     let alice_dir = dir.path().join("alice");
     let alice_arg = alice_dir.to_str().expect("utf-8").to_owned();
     let ui_listen = format!("127.0.0.1:{}", free_port());
+    seed_ledger(&alice_dir);
     let serve = spawn(
         &mut procs,
         brmcp(&["serve", "--datadir", &alice_arg, "--ui-listen", &ui_listen]),
@@ -294,6 +337,12 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     browser.wait_text("#earned-24h", "10,000").await;
     browser.wait_text("#journal", "fortune").await;
     browser.wait_text("#revenue-chart", "fortune").await;
+    browser.wait_text("#balances", "atoms").await;
+    // The history's days and today's, each a bar.
+    let bars = browser
+        .count("#revenue-chart rect[data-series='fortune']")
+        .await;
+    assert_eq!(bars, usize::try_from(HISTORY_DAYS).expect("days") + 1);
     save("serve-ui.png", &browser.screenshot().await);
     browser.close().await;
     let _ = agent.cancel().await;
