@@ -198,3 +198,144 @@ fn set(answer: &mut Response, name: header::HeaderName, value: &str) {
         answer.headers_mut().insert(name, value);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: PageAssets = PageAssets {
+        html: "<p>page</p>",
+        script: "page();",
+        login_command: "brmcp x ui",
+    };
+    const SECRET: &str = "s3cret-of-the-user";
+
+    fn parts(method: &str, path: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut request = axum::http::Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    fn status(front: Front<'_>) -> StatusCode {
+        match front {
+            Front::Answered(r) => r.status(),
+            Front::Api(_) => StatusCode::IM_USED,
+        }
+    }
+
+    /// Logs in and returns the cookie header and the CSRF token.
+    fn login(sessions: &UiSessions) -> (String, String) {
+        let p = parts("POST", "/ui/login", &[]);
+        let body = serde_json::json!({ "secret": SECRET }).to_string();
+        let Front::Answered(r) = front(&PAGE, sessions, Some(SECRET), false, &p, body.as_bytes())
+        else {
+            panic!("login is answered");
+        };
+        assert_eq!(r.status(), StatusCode::OK);
+        let cookie = r.headers()[header::SET_COOKIE].to_str().unwrap();
+        let pair = cookie.split(';').next().unwrap().to_owned();
+        let id = pair.split_once('=').unwrap().1;
+        let csrf = sessions.check(Some(&pair), Instant::now()).unwrap();
+        assert!(!id.is_empty());
+        (pair, csrf)
+    }
+
+    #[test]
+    fn an_agent_token_opens_no_route_not_even_the_login() {
+        let sessions = UiSessions::default();
+        let (cookie, csrf) = login(&sessions);
+        for (method, path) in [
+            ("GET", "/ui/"),
+            ("GET", "/ui/login"),
+            ("POST", "/ui/login"),
+            ("GET", "/ui/api/state"),
+            ("POST", "/ui/api/settings"),
+        ] {
+            // Even with the user's cookie beside it.
+            let p = parts(method, path, &[("cookie", &cookie), (CSRF_HEADER, &csrf)]);
+            let body = serde_json::json!({ "secret": SECRET }).to_string();
+            let answered = front(&PAGE, &sessions, Some(SECRET), true, &p, body.as_bytes());
+            assert_eq!(status(answered), StatusCode::FORBIDDEN, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn changes_need_the_session_and_its_csrf_token_reads_the_session_only() {
+        let sessions = UiSessions::default();
+        let (cookie, csrf) = login(&sessions);
+        let (_, other_csrf) = login(&sessions);
+        let ask = |method: &str, headers: &[(&str, &str)]| {
+            let p = parts(method, "/ui/api/settings", headers);
+            status(front(&PAGE, &sessions, Some(SECRET), false, &p, b"{}"))
+        };
+        assert_eq!(ask("POST", &[]), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            ask("POST", &[(CSRF_HEADER, &csrf)]),
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(ask("POST", &[("cookie", &cookie)]), StatusCode::FORBIDDEN);
+        assert_eq!(
+            ask("POST", &[("cookie", &cookie), (CSRF_HEADER, &other_csrf)]),
+            StatusCode::FORBIDDEN,
+            "another session's token"
+        );
+        assert_eq!(
+            ask("POST", &[("cookie", &cookie), (CSRF_HEADER, &csrf)]),
+            StatusCode::IM_USED
+        );
+        assert_eq!(ask("GET", &[("cookie", &cookie)]), StatusCode::IM_USED);
+        assert_eq!(ask("GET", &[]), StatusCode::UNAUTHORIZED);
+    }
+
+    #[test]
+    fn no_secret_made_logs_no_one_in_and_every_answer_is_uncached() {
+        let sessions = UiSessions::default();
+        let p = parts("POST", "/ui/login", &[]);
+        for (secret, body) in [
+            (None, serde_json::json!({ "secret": "" }).to_string()),
+            (None, serde_json::json!({ "secret": SECRET }).to_string()),
+            (
+                Some(SECRET),
+                serde_json::json!({ "secret": "wrong" }).to_string(),
+            ),
+            (Some(SECRET), "not json".to_owned()),
+        ] {
+            let Front::Answered(r) = front(&PAGE, &sessions, secret, false, &p, body.as_bytes())
+            else {
+                panic!("answered");
+            };
+            assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{body}");
+            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
+            assert!(r.headers().get(header::SET_COOKIE).is_none());
+        }
+        for path in ["/ui/login", "/ui/ui.js", "/ui/ui.css"] {
+            let p = parts("GET", path, &[]);
+            let Front::Answered(r) = front(&PAGE, &sessions, Some(SECRET), false, &p, b"") else {
+                panic!("answered");
+            };
+            assert_eq!(r.status(), StatusCode::OK, "{path}");
+            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
+        }
+    }
+
+    #[test]
+    fn logging_out_ends_the_session() {
+        let sessions = UiSessions::default();
+        let (cookie, _) = login(&sessions);
+        let p = parts("POST", "/ui/logout", &[("cookie", &cookie)]);
+        let Front::Answered(r) = front(&PAGE, &sessions, Some(SECRET), false, &p, b"") else {
+            panic!("answered");
+        };
+        assert!(
+            r.headers()[header::SET_COOKIE]
+                .to_str()
+                .unwrap()
+                .contains("Max-Age=0")
+        );
+        let p = parts("GET", "/ui/", &[("cookie", &cookie)]);
+        let answered = front(&PAGE, &sessions, Some(SECRET), false, &p, b"");
+        assert_eq!(status(answered), StatusCode::UNAUTHORIZED);
+    }
+}
