@@ -41,10 +41,15 @@ pub(super) async fn answer(
     body: &[u8],
 ) -> Response {
     match (method.as_str(), path) {
-        ("GET", "/state") => match state(inner) {
-            Ok(value) => json_answer(StatusCode::OK, &value),
-            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e),
-        },
+        ("GET", "/state") => {
+            // SQLite reads, off the runtime's threads.
+            let inner = inner.clone();
+            match tokio::task::spawn_blocking(move || state(&inner)).await {
+                Ok(Ok(value)) => json_answer(StatusCode::OK, &value),
+                Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, &e),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            }
+        }
         ("POST", "/settings") => edit_settings(inner, body).await,
         ("POST", rest) => {
             let decided = rest

@@ -183,10 +183,15 @@ async fn answer(page: Arc<Page>, request: Request) -> Response {
         &body,
     ) {
         Front::Answered(response) => response,
-        Front::Api("/state") if parts.method == axum::http::Method::GET => match page.state() {
-            Ok(value) => json_answer(StatusCode::OK, &value),
-            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e),
-        },
+        Front::Api("/state") if parts.method == axum::http::Method::GET => {
+            // SQLite reads, off the runtime's threads.
+            let page = page.clone();
+            match tokio::task::spawn_blocking(move || page.state()).await {
+                Ok(Ok(value)) => json_answer(StatusCode::OK, &value),
+                Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, &e),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            }
+        }
         Front::Api(_) => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
