@@ -260,7 +260,7 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     let secret = bridge_url.rsplit_once('#').expect("fragment").1.to_owned();
     refusals(&listen, &ui_listen, &secret, &token).await;
 
-    let browser = Browser::start(&mut procs).await;
+    let browser = Browser::start().await;
     browser.open(&bridge_url).await;
     browser.wait_text("#pending", "No payment is waiting").await;
 

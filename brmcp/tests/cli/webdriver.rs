@@ -1,13 +1,14 @@
 //! A small WebDriver client over reqwest, driving Debian's `chromium` headless through
 //! its `chromedriver`: enough to open a page, wait for text, click and screenshot.
 
-use std::process::{Command, Stdio};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::processes::{Procs, free_port};
+use super::processes::free_port;
 
 /// How long an element may take to show what a test waits for: the pages poll every
 /// 1.5 to 2 s; generous for a loaded machine.
@@ -20,6 +21,20 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 pub(super) struct Browser {
     http: reqwest::Client,
     base: String,
+    _driver: Driver,
+}
+
+/// chromedriver in a process group of its own, with the browsers it starts: the whole
+/// group is killed when the test ends, however it ends (a failed test has no chance
+/// to end its session, and a killed driver leaves its browser running).
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.0.wait();
+    }
 }
 
 fn which(name: &str) -> Option<String> {
@@ -32,23 +47,26 @@ fn which(name: &str) -> Option<String> {
 }
 
 impl Browser {
-    /// Starts chromedriver (killed with `procs`) and a headless Chromium session.
+    /// Starts chromedriver and a headless Chromium session, both killed when the
+    /// browser is dropped.
     ///
     /// # Panics
     /// When Chromium or its driver is not installed: run scripts/test-deps.
-    pub(super) async fn start(procs: &mut Procs) -> Self {
+    pub(super) async fn start() -> Self {
         let driver = which("chromedriver")
             .expect("chromedriver not found: run scripts/test-deps (Debian's chromium-driver)");
         let chromium = which("chromium")
             .expect("chromium not found: run scripts/test-deps (Debian's chromium)");
         let port = free_port();
-        let child = Command::new(driver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn chromedriver");
-        procs.0.push(child);
+        let driver = Driver(
+            Command::new(driver)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("spawn chromedriver"),
+        );
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -90,6 +108,7 @@ impl Browser {
         Self {
             base: format!("{base}/session/{id}"),
             http,
+            _driver: driver,
         }
     }
 
