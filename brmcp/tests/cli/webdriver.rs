@@ -218,10 +218,10 @@ impl Browser {
                 }
                 last = v;
             }
-            if tokio::time::Instant::now() >= deadline {
-                std::fs::write("/tmp/ui-shots/fail.png", self.screenshot().await).ok();
-                panic!("no {css} to click: {last}");
-            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {css} to click: {last}"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
