@@ -407,6 +407,24 @@ impl BotLink {
         Ok(())
     }
 
+    /// The link's state as the user's page shows it: `"up"`, `"connecting"`, `"down"`
+    /// with the last attempt's error while it is remembered, or `"idle"` (no session
+    /// yet, none failing).
+    pub(crate) fn state(&self) -> (&'static str, Option<String>) {
+        if self.live().is_some() {
+            return ("up", None);
+        }
+        match self.connecting.try_lock() {
+            Err(_) => ("connecting", None),
+            Ok(last) => match &*last {
+                Some((at, error)) if at.elapsed() < self.retry_after => {
+                    ("down", Some(error.to_string()))
+                }
+                _ => ("idle", None),
+            },
+        }
+    }
+
     /// Forgets `conn` if it is still the current session (after a transport failure).
     pub(crate) fn reset(&self, conn: &Arc<Conn>) {
         let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);

@@ -46,7 +46,7 @@
 //! polling although the bridge paid; the payments never exceed the caps and each buys
 //! exactly one run.
 
-mod approval;
+pub(crate) mod approval;
 mod attach;
 mod directory;
 mod http;
@@ -58,6 +58,7 @@ mod session_store;
 mod settings;
 mod spend;
 mod stdio;
+pub(crate) mod ui;
 mod watch;
 
 use std::collections::HashMap;

@@ -105,6 +105,10 @@ enum BridgeAction {
     /// with its approval secret, which no agent holds).
     #[command(subcommand)]
     Approvals(ApprovalsAction),
+    /// Print the URL that opens the running bridge's page in a browser (payments
+    /// waiting, bots, mode and caps, the spend log): it logs in with the approval
+    /// secret, which no agent holds; keep the URL to yourself.
+    Ui,
     /// Show the running bridge's state: its clientrpc connection, sessions, router
     /// counters and spend totals (exit status 3 when it is not running).
     Status {
@@ -346,6 +350,12 @@ pub(super) fn run(mut args: BridgeArgs) -> Result<ExitCode, CliError> {
             super::runtime()?.block_on(approvals::command(&args.datadir, addr, &secret, action))
         }
         Some(BridgeAction::Spend { json, action }) => spend::run(&args.datadir, json, action),
+        Some(BridgeAction::Ui) => {
+            let secret = approval_secret(&args.datadir)?;
+            let addr = running_addr(&args.datadir)?;
+            println!("http://{addr}{}/login#{secret}", crate::bridge::ui::UI_PATH);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -22,4 +22,6 @@ mod readme;
 mod remote_refusals;
 mod shared_bridge;
 mod upstream;
+mod web_pages;
+mod webdriver;
 mod wire;

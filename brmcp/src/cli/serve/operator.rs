@@ -61,6 +61,10 @@ pub(super) enum ServeAction {
         #[arg(long)]
         json: bool,
     },
+    /// Print the URL that opens the running server's operator page (started with
+    /// --ui-listen) in a browser: it logs in with the operator secret; keep it to
+    /// yourself.
+    Ui,
     /// Show the most recent paid calls.
     Journal {
         /// Only this caller's calls.
@@ -78,6 +82,10 @@ pub(super) enum ServeAction {
 pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
     if let ServeAction::Status { json } = action {
         return crate::cli::status::show(datadir, "serve", json);
+    }
+    if let ServeAction::Ui = action {
+        println!("{}", super::ui::login_url(datadir)?);
+        return Ok(ExitCode::SUCCESS);
     }
     // A mistyped directory must not get a fresh, empty ledger that seems to work.
     let create = matches!(action, ServeAction::Credit { create: true, .. });
@@ -142,7 +150,7 @@ pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, C
         ServeAction::Journal { uid, limit, json } => {
             print_journal(&ledger.journal(uid.as_ref(), limit)?, json);
         }
-        ServeAction::Status { .. } => {}
+        ServeAction::Status { .. } | ServeAction::Ui => {}
     }
     Ok(ExitCode::SUCCESS)
 }
