@@ -10,7 +10,6 @@
 use rmcp::model::{CallToolResult, ErrorCode, ErrorData};
 
 mod money;
-pub mod quote;
 
 pub use money::{
     ATOMS_PER_DCR, MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired,

@@ -5,10 +5,8 @@
 //! which replay every file of the committed corpus `fuzz/corpus/<target>/` through the
 //! same function. Each harness panics only when a property fails.
 
-mod bridge_quote;
 mod router_ops;
 
-pub use bridge_quote::bridge_quote;
 pub use router_ops::router_ops;
 
 /// Every file of `fuzz/corpus/<target>/`, sorted; the corpus must not be empty.

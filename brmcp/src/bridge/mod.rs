@@ -24,7 +24,7 @@
 //! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10); a
 //!   transport retry and the reissue after payment reuse it, so the bot runs and charges
 //!   one logical call at most once. What is paid is decided by the quote rules
-//!   ([`brmcp_adapters::protocol::quote`]): never for a free, unlisted or unpriced tool, never more than the
+//!   ([`quote`]): never for a free, unlisted or unpriced tool, never more than the
 //!   listed price or the quoted shortfall, at most one payment per call, caps on top.
 //!   A refused payment appends `<name>: payment not made: <reason>` to the bot's
 //!   `payment_required` result; a refused quote's reason names the bot, the tool and
@@ -54,6 +54,7 @@ mod link;
 mod policy;
 mod presence;
 mod proxy;
+pub mod quote;
 mod session_store;
 mod settings;
 mod spend;

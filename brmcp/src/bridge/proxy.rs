@@ -28,8 +28,8 @@ use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn, Silence};
+use super::quote::{Decision, Paid, decide};
 use super::settings::{Caller, Mode};
-use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
 use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
