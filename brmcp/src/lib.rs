@@ -5,9 +5,9 @@
 //! directory of providers, a harness itself) and `cli` (the `brmcp` command).
 
 pub use brmcp_adapters as adapters;
-pub use brmcp_adapters::secure_fs;
 #[cfg(feature = "host")]
 pub use brmcp_clientrpc as clientrpc;
+pub use brmcp_fs as secure_fs;
 
 #[cfg(feature = "bridge")]
 pub mod bridge;
