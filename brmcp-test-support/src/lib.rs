@@ -2,7 +2,7 @@
 //! dependency of a library.
 //!
 //! - [`corpus`]: the committed fuzz corpus, replayed by each crate's harness tests.
-//! - [`call`], [`text`] (feature `rmcp`): a tool call's params and its result's text.
+//! - `call`, `text` (feature `rmcp`): a tool call's params and its result's text.
 //! - `go_router` (feature `go-router`): a test double of the Go implementation's router
 //!   and go-sdk sessions.
 //! - `clientrpc_fake` (feature `clientrpc-fake`): a fault-injecting fake of brclient's

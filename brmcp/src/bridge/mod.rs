@@ -84,20 +84,20 @@ pub use http::{
 pub use link::{LinkError, Silence};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use presence::{
-    BRIDGE_LOCK_FILE, ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge,
-    running_bridge,
+    ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge, running_bridge,
 };
 pub use settings::{
     AgentEntry, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
-    DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MAX_AGENTS, MAX_BOT_NAME_LEN, MIN_TOKEN_LEN,
-    Mode, NamedBot, RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
+    DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MIN_TOKEN_LEN, Mode, NamedBot,
+    RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };
 pub use spend::{
     DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError,
     SpendLog, SpendStatus, TipOutcomeEvent,
 };
 pub use stdio::serve_stdio;
-pub use watch::{Reload, SETTINGS_POLL};
+pub use watch::Reload;
+use watch::SETTINGS_POLL;
 
 use link::BotLink;
 use policy::Policy;

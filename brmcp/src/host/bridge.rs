@@ -191,7 +191,7 @@ async fn settle_late_tip(bridge: Bridge, event: TipProgressEvent) -> Result<(), 
 }
 
 /// The streams that feed `bridge` from a client: PMs through the journal of `datadir`
-/// to `router` (the bridge's), and every tip outcome to [`settle_late_tip`]. Make the
+/// to `router` (the bridge's), and every tip outcome to `settle_late_tip`. Make the
 /// bridge (and its [`TipPayer`]) before the host connects: the client redelivers
 /// unacknowledged outcomes at once.
 ///

@@ -17,7 +17,7 @@ use super::journal::{self, JournalHandler, PmJournal, PmJournalError};
 /// The streams that feed a role from a client through the journal of `datadir`: PMs
 /// recorded, then acknowledged, then handed to `deliver` in order (also those a crash
 /// left recorded and not handed on), and the directory bound to the client's identity
-/// at every connect ([`client_guard`]). The role adds its own streams (tips, tip
+/// at every connect (`client_guard`). The role adds its own streams (tips, tip
 /// outcomes, key exchanges) to the result.
 ///
 /// # Errors
