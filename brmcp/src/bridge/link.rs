@@ -17,8 +17,8 @@ mod tap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use super::quote::Listed;
 use brmcp_adapters::protocol::ToolPrice;
-use brmcp_adapters::protocol::quote::Listed;
 use brmcp_adapters::wire::SessionId;
 use brmcp_adapters::{BrTransport, PeerId, Router, SessionWatch};
 use rmcp::ServiceExt;

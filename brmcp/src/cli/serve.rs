@@ -7,7 +7,7 @@
 mod host;
 mod operator;
 mod ui;
-pub(crate) use host::{connect, harness_streams, host_from, start_serving};
+pub(crate) use host::{connect, host_from, start_serving};
 use operator::{ServeAction, operate};
 
 use std::path::{Path, PathBuf};
@@ -333,9 +333,9 @@ mod tests {
 
     use super::*;
 
-    use crate::cli::directory::HostPayer;
     use crate::cli::testing::until;
-    use crate::journal::PmJournal;
+    use crate::host::journal::PmJournal;
+    use crate::host::{HostPayer, harness_streams};
     use crate::server::CallState;
     use crate::server::{Ledger, MATOMS_PER_ATOM};
     use brmcp_devnet::{Devnet, NodeInfo};

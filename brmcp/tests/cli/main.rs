@@ -10,10 +10,10 @@ mod devnet_directory;
 mod directory;
 mod directory_exits;
 mod doctor;
-/// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
-#[path = "../../../brmcp-clientrpc/tests/clientrpc/common/mod.rs"]
-mod fake;
 mod files;
+
+/// The fault-injecting clientrpc fake the clientrpc host's tests use too.
+use brmcp_test_support::clientrpc_fake as fake;
 mod held_approvals;
 mod operator;
 mod ops_status;

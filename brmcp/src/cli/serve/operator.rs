@@ -11,7 +11,8 @@ use serde_json::json;
 
 use super::now;
 use crate::cli::CliError;
-use crate::cli::table::{Table, matoms_as_atoms, print_json, rfc3339};
+use crate::cli::table::{Table, print_json, rfc3339};
+use crate::server::matoms_as_atoms;
 use crate::server::{
     Balance, CallId, FILE_NAME as LEDGER_FILE, JournalEntry, Ledger, MATOMS_PER_ATOM,
     atoms_to_matoms,
