@@ -73,7 +73,6 @@ pub mod protocol;
 mod recovery;
 mod resume;
 mod router;
-pub mod secure_fs;
 mod session;
 mod stats;
 mod transport;

@@ -10,10 +10,9 @@
 use rmcp::model::{CallToolResult, ErrorCode, ErrorData};
 
 mod money;
-pub mod quote;
 
 pub use money::{
-    ATOMS_PER_DCR, MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired,
+    ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired,
     PaymentRequiredError, PriceMetaError, TIP_RAIL, ToolPrice,
 };
 

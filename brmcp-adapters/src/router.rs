@@ -84,6 +84,8 @@ struct Inner {
     inbound: QueueTx,
     ctl_tx: mpsc::UnboundedSender<Ctl>,
     counters: Arc<Counters>,
+    /// The driver's peers refused, shared for [`Router::refused`].
+    refused: Refused,
     accept_rx: Mutex<mpsc::Receiver<BrTransport<RoleServer>>>,
     outlet: Arc<Outlet>,
     next_id: Arc<AtomicU64>,
@@ -127,6 +129,7 @@ impl Router {
         let (reply_tx, reply_rx) = mpsc::channel(REPLY_QUEUE);
         let next_id = Arc::new(AtomicU64::new(1));
         let epoch = Instant::now();
+        let refused = Refused::default();
         tokio::spawn(reply_writer(outlet.clone(), reply_rx));
         let driver = Driver {
             next_idle_check: None,
@@ -142,7 +145,7 @@ impl Router {
             next_id: next_id.clone(),
             epoch,
             config: config.clone(),
-            refused: VecDeque::new(),
+            refused: refused.clone(),
         };
         tokio::spawn(driver.run(pm_rx, ctl_rx));
         Self {
@@ -150,6 +153,7 @@ impl Router {
                 inbound,
                 ctl_tx,
                 counters,
+                refused,
                 accept_rx: Mutex::new(accept_rx),
                 outlet,
                 next_id,
@@ -304,6 +308,18 @@ impl Router {
         self.inner.counters.snapshot()
     }
 
+    /// The last peers (at most 64) whose parts the authorizer refused, oldest first:
+    /// callers who tried and are not allowed, for an operator's page.
+    pub fn refused(&self) -> Vec<PeerId> {
+        self.inner
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .copied()
+            .collect()
+    }
+
     /// Closes every session and stops the router task.
     pub fn close(&self) {
         let _ = self.inner.ctl_tx.send(Ctl::Shutdown);
@@ -396,8 +412,12 @@ struct Driver {
     next_id: Arc<AtomicU64>,
     epoch: Instant,
     /// The last [`REFUSED_LOGGED`] peers refused, newest last.
-    refused: VecDeque<PeerId>,
+    refused: Refused,
 }
+
+/// The last [`REFUSED_LOGGED`] peers refused, newest last; the driver writes it, the
+/// router's handle reads it.
+type Refused = Arc<std::sync::Mutex<VecDeque<PeerId>>>;
 
 type PeerKey = [u8; 32];
 
@@ -618,14 +638,18 @@ impl Driver {
         let dialed = session.is_some_and(|e| !e.inbound);
         if !dialed && !self.config.authorizer.allow(&peer) {
             Counters::bump(&self.counters.dropped_disallowed);
-            if self.refused.contains(&peer) {
+            let mut refused = self
+                .refused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if refused.contains(&peer) {
                 tracing::debug!(%peer, "part from a peer not allowed");
             } else {
                 tracing::info!(%peer, "refused a caller that is not allowed");
-                if self.refused.len() == REFUSED_LOGGED {
-                    self.refused.pop_front();
+                if refused.len() == REFUSED_LOGGED {
+                    refused.pop_front();
                 }
-                self.refused.push_back(peer);
+                refused.push_back(peer);
             }
             return;
         }

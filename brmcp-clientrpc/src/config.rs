@@ -26,10 +26,10 @@ pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Interval between websocket pings: 30 s, the server's own interval.
-pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
+const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A ping unanswered this long drops the connection: 10 s, the server's own timeout.
-pub const DEFAULT_PONG_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_PONG_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bound on TCP connect, TLS handshake and websocket upgrade together: 30 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,10 +47,10 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// payment. A tip still unsettled by then is reported as
 /// [`TipOutcome::Unconfirmed`](super::TipOutcome::Unconfirmed): brclient retries it for
 /// up to 72 h.
-pub const DEFAULT_TIP_TIMEOUT: Duration = Duration::from_secs(180);
+const DEFAULT_TIP_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Default `maxAttempts` of a tip (invoice requests): 3, as bisonbotkit's `PayTip`.
-pub const DEFAULT_TIP_MAX_ATTEMPTS: i32 = 3;
+const DEFAULT_TIP_MAX_ATTEMPTS: i32 = 3;
 
 /// Largest websocket message accepted from the server: 128 MiB.
 ///
@@ -60,7 +60,7 @@ pub const DEFAULT_TIP_MAX_ATTEMPTS: i32 = 3;
 /// the connection at every redelivery and wedge the stream for good, so the limit
 /// covers the largest PM any relay routes; the consumer then refuses (and
 /// acknowledges) what it does not want.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 << 20;
+const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 << 20;
 
 /// How long an item must have been received before an acknowledgement covers it:
 /// 500 ms.

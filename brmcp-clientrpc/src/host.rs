@@ -41,7 +41,7 @@ use run::{Handler, consume, supervise};
 
 /// TipProgress events kept for [`ClientRpcHost::subscribe_tip_progress`] receivers
 /// that fall behind; older ones are skipped for them (they see a lag error).
-pub const TIP_PROGRESS_BROADCAST: usize = 64;
+const TIP_PROGRESS_BROADCAST: usize = 64;
 
 /// How a tip ended, as far as the TipProgress stream told within the tip timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -50,15 +50,13 @@ mod tls;
 
 pub use config::{
     ACK_FLUSH_WAIT, BasicAuth, BotConfig, ClientRpcConfig, DEFAULT_ACK_SETTLE,
-    DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_TIP_MAX_ATTEMPTS, DEFAULT_TIP_TIMEOUT, DEFAULT_URL, KNOWN_KEYS, MAX_IN_FLIGHT,
-    PemSource,
+    DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_URL, KNOWN_KEYS, MAX_IN_FLIGHT, PemSource,
 };
 pub use error::ClientRpcError;
 pub use host::{
-    ClientRpcHost, HostStatus, KxHandler, PmHandler, Streams, TIP_PROGRESS_BROADCAST, TipHandler,
-    TipOutcome, TipResultHandler,
+    ClientRpcHost, HostStatus, KxHandler, PmHandler, Streams, TipHandler, TipOutcome,
+    TipResultHandler,
 };
 pub use items::{BadUid, KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
 pub use streams::{MAX_QUEUED_PER_STREAM, StreamKind};

@@ -105,7 +105,7 @@ pub(crate) fn ensure(dir: &Path, mode: CertMode) -> Result<NodeCerts, DevnetErro
     let paths = CertPaths::new(dir, mode);
     if !paths.all_exist() {
         if let Some(parent) = paths.server_cert.parent() {
-            brmcp_adapters::secure_fs::create_dir(parent)?;
+            brmcp_fs::create_dir(parent)?;
         }
         match mode {
             CertMode::Brclient => write_brclient(&paths)?,
@@ -268,7 +268,7 @@ fn write_brclientd(paths: &CertPaths) -> Result<(), DevnetError> {
 /// Writes a file of the node's directory: atomically, the owner's only (certificates
 /// too: one mode for the whole directory), never through a link.
 pub(crate) fn write_file(path: &Path, data: &[u8]) -> Result<(), DevnetError> {
-    brmcp_adapters::secure_fs::write_atomic(path, data)?;
+    brmcp_fs::write_atomic(path, data)?;
     Ok(())
 }
 

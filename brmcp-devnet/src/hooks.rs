@@ -37,7 +37,7 @@ impl Devnet {
             return Err(DevnetError::InvalidNick(spec.nick));
         }
         let dir = self.dir.join(&spec.nick);
-        brmcp_adapters::secure_fs::create_dir(&dir)?;
+        brmcp_fs::create_dir(&dir)?;
         let saved = super::persist::NodeState::load(&dir)?;
         let uid = match (spec.uid, &saved) {
             (Some(uid), _) => uid,

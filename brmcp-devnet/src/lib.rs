@@ -438,7 +438,7 @@ impl Devnet {
         specs: Vec<NodeSpec>,
         config: DevnetConfig,
     ) -> Result<Self, DevnetError> {
-        brmcp_adapters::secure_fs::create_dir(dir.as_ref())?;
+        brmcp_fs::create_dir(dir.as_ref())?;
         // Absolute: the `.conf` files name their certificates by path, and serve or the
         // bridge may run from another folder than devnet did.
         let dir = std::path::absolute(dir.as_ref())?;

@@ -50,7 +50,7 @@ impl NodeState {
     /// The file cannot be read, or is not a node state (named in the error).
     pub(crate) fn load(dir: &Path) -> Result<Option<Self>, DevnetError> {
         let path = dir.join(STATE_FILE);
-        brmcp_adapters::secure_fs::refuse_symlink(&path)?;
+        brmcp_fs::refuse_symlink(&path)?;
         let text = match std::fs::read(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -70,7 +70,7 @@ impl NodeState {
     pub(crate) fn save(&self, dir: &Path) -> Result<(), DevnetError> {
         let mut text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         text.push(b'\n');
-        brmcp_adapters::secure_fs::write_atomic(&dir.join(STATE_FILE), &text)?;
+        brmcp_fs::write_atomic(&dir.join(STATE_FILE), &text)?;
         Ok(())
     }
 

@@ -569,32 +569,7 @@ pub fn assembler_ops(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::path::PathBuf;
-    use std::vec::Vec;
-
-    /// Every file of `fuzz/corpus/<target>/`; the corpus must not be empty.
-    fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus")
-            .join(target);
-        let mut files: Vec<_> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|entry| entry.map(|e| e.path()))
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        files.sort();
-        let out: Vec<_> = files
-            .into_iter()
-            .filter(|p| p.is_file())
-            .map(|p| {
-                let data = fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                (p, data)
-            })
-            .collect();
-        assert!(!out.is_empty(), "empty corpus {}", dir.display());
-        out
-    }
+    use brmcp_test_support::corpus;
 
     fn replay(target: &str, harness: fn(&[u8])) {
         for (path, data) in corpus(target) {

@@ -1,13 +1,14 @@
 //! MCP over Bison Relay: the serving harness, the client bridge and the command line.
 //!
 //! Features (all on by default): `server` (the serving harness), `bridge` (the client
-//! bridge), `host` (the clientrpc glue: the inbound PM journal), `directory` (the
+//! bridge), `host` (a running Bison Relay client bound to the library: the inbound PM journal,
+//! each role's streams, the bridge's and the directory's payers), `directory` (the
 //! directory of providers, a harness itself) and `cli` (the `brmcp` command).
 
 pub use brmcp_adapters as adapters;
-pub use brmcp_adapters::secure_fs;
 #[cfg(feature = "host")]
 pub use brmcp_clientrpc as clientrpc;
+pub use brmcp_fs as secure_fs;
 
 #[cfg(feature = "bridge")]
 pub mod bridge;
@@ -19,8 +20,10 @@ pub mod directory;
 mod early_progress;
 #[cfg(any(feature = "server", feature = "bridge"))]
 mod file_watch;
+#[cfg(all(any(fuzzing, test), feature = "bridge"))]
+pub mod fuzzing;
 #[cfg(feature = "host")]
-pub mod journal;
+pub mod host;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(all(feature = "server", feature = "host"))]

@@ -67,6 +67,9 @@ pub struct Snapshot {
     /// The last remote address a bridge's `allowed_ips` refused.
     #[serde(default)]
     pub refused_address: Option<RefusedAddress>,
+    /// Where a server's operator page listens, when it does.
+    #[serde(default)]
+    pub ui: Option<String>,
 }
 
 /// A remote address refused, and when.
@@ -168,6 +171,7 @@ impl Snapshot {
             upstreams: Vec::new(),
             spend: None,
             refused_address: None,
+            ui: None,
         }
     }
 }

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| brmcp_adapters::fuzzing::bridge_quote(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| brmcp::fuzzing::bridge_quote(data));

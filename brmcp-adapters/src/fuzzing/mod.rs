@@ -5,32 +5,10 @@
 //! which replay every file of the committed corpus `fuzz/corpus/<target>/` through the
 //! same function. Each harness panics only when a property fails.
 
-mod bridge_quote;
 mod router_ops;
 
-pub use bridge_quote::bridge_quote;
 pub use router_ops::router_ops;
 
-/// Every file of `fuzz/corpus/<target>/`, sorted; the corpus must not be empty.
+/// The committed corpus, shared with the other crates' harness tests.
 #[cfg(test)]
-fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    files.sort();
-    let out: Vec<_> = files
-        .into_iter()
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let data = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            (p, data)
-        })
-        .collect();
-    assert!(!out.is_empty(), "empty corpus {}", dir.display());
-    out
-}
+use brmcp_test_support::corpus;

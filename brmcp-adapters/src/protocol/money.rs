@@ -19,6 +19,10 @@ pub const MAX_AMOUNT_ATOMS: u64 = i64::MAX as u64;
 /// Atoms in one DCR: Bison Relay's tip call takes DCR, everything else here counts atoms.
 pub const ATOMS_PER_DCR: u64 = 100_000_000;
 
+/// Milliatoms in one atom: Bison Relay reports tips in milliatoms; prices, quotes and
+/// payments are whole atoms.
+pub const MATOMS_PER_ATOM: u64 = 1000;
+
 /// The `error` value that marks a `payment_required` body.
 pub const PAYMENT_REQUIRED: &str = "payment_required";
 

@@ -1,7 +1,7 @@
 //! The Bison Relay clientrpc host against a scripted clientrpc server: config, TLS,
 //! streams, requests, tips, key exchanges and liveness. One test binary.
 
-mod common;
+use brmcp_test_support::clientrpc_fake as common;
 mod config;
 mod faults;
 mod kx;

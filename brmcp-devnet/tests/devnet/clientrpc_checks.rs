@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{QUIET, WAIT, start, start_specs};
-use brmcp::journal::{JournalHandler, PmJournal};
+use brmcp::host::journal::{JournalHandler, PmJournal};
 use brmcp_adapters::{BoxError, PeerId};
 use brmcp_clientrpc::{
     BotConfig, ClientRpcConfig, ClientRpcError, ClientRpcHost, Streams, TipOutcome,

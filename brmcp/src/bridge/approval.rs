@@ -38,7 +38,7 @@ pub enum ApprovalSecretError {
         source: io::Error,
     },
     /// The file holds something other than a secret brmcp made.
-    #[error("{0}: not an approval secret brmcp made; remove it and a new one is made")]
+    #[error("{0}: not a secret brmcp made; remove it and a new one is made")]
     Malformed(PathBuf),
     /// Others than the owner may read the file, so it may be known.
     #[error("{0}: readable by others than its owner; remove it and a new one is made")]
@@ -50,7 +50,13 @@ pub enum ApprovalSecretError {
 /// # Errors
 /// [`ApprovalSecretError`]; a symbolic link at the file is refused.
 pub fn approval_secret(data_dir: &Path) -> Result<String, ApprovalSecretError> {
-    let path = data_dir.join(APPROVAL_SECRET_FILE);
+    secret_in(data_dir, APPROVAL_SECRET_FILE)
+}
+
+/// The secret of the file `name` in `data_dir` (made first when there is none), kept
+/// as the approval secret is: the operator page's secret of `serve` too.
+pub(crate) fn secret_in(data_dir: &Path, name: &str) -> Result<String, ApprovalSecretError> {
+    let path = data_dir.join(name);
     if let Some(secret) = read_secret(&path)? {
         return Ok(secret);
     }
@@ -63,7 +69,7 @@ pub fn approval_secret(data_dir: &Path) -> Result<String, ApprovalSecretError> {
     // when a file is there, so of two processes making one at once, one secret wins
     // and neither reads a half-written file.
     let tmp = data_dir.join(format!(
-        ".{APPROVAL_SECRET_FILE}.{}.tmp",
+        ".{name}.{}.tmp",
         random_hex::<8>().map_err(|e| io(io::Error::other(e.to_string())))?
     ));
     if !secure_fs::write_new(&tmp, format!("{fresh}\n").as_bytes()).map_err(io)? {
@@ -85,7 +91,15 @@ pub fn approval_secret(data_dir: &Path) -> Result<String, ApprovalSecretError> {
 /// # Errors
 /// As [`approval_secret`].
 pub fn existing_approval_secret(data_dir: &Path) -> Result<Option<String>, ApprovalSecretError> {
-    read_secret(&data_dir.join(APPROVAL_SECRET_FILE))
+    existing_secret_in(data_dir, APPROVAL_SECRET_FILE)
+}
+
+/// The secret of the file `name` in `data_dir` if one was made.
+pub(crate) fn existing_secret_in(
+    data_dir: &Path,
+    name: &str,
+) -> Result<Option<String>, ApprovalSecretError> {
+    read_secret(&data_dir.join(name))
 }
 
 fn read_secret(path: &Path) -> Result<Option<String>, ApprovalSecretError> {

@@ -15,7 +15,8 @@
 //!    the scheme is refused: 401 with `WWW-Authenticate: Bearer` (waived only by
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
 //!    `/payments` (deciding payments) takes the user's approval secret instead: an
-//!    agent's token gets 403, anything else 401 (see [`super::approval`]);
+//!    agent's token gets 403, anything else 401 (see [`super::approval`]); `/ui`,
+//!    the user's page, takes a login with that secret (see [`super::ui`]);
 //! 6. the path must name an allowed bot, one of the agent's own bots if it has any
 //!    (403 otherwise), (the name resolved per request, so a rename
 //!    applies at once), or be `/mcp/directory` (the first configured directory's
@@ -31,8 +32,8 @@
 //! `DELETE` of a session answers 204, as the MCP specification allows (rmcp says 202,
 //! on which the Python SDK warns).
 
-mod access;
-mod listener;
+pub(crate) mod access;
+pub(crate) mod listener;
 mod payments;
 mod refusal;
 mod remote;
@@ -171,6 +172,8 @@ pub(crate) struct HttpState {
     owner: Mutex<Option<Arc<Ownership>>>,
     /// The last remote address `allowed_ips` refused.
     refusals: Refusals,
+    /// The user's page's sessions.
+    pub(crate) ui: super::ui::UiState,
 }
 
 impl HttpState {
@@ -183,6 +186,7 @@ impl HttpState {
             sessions: Sessions::default(),
             owner: Mutex::new(None),
             refusals: Refusals::default(),
+            ui: super::ui::UiState::default(),
         }
     }
 
@@ -378,6 +382,11 @@ async fn gate(
     let now = inner.config.clock.now();
     if !peer_allowed(&settings, &inner.http.refusals, peer, now) {
         return form.unauthorized(request.headers());
+    }
+    if super::ui::is_ui_path(request.uri().path()) {
+        // The user's page: its own login; an agent's token opens nothing there.
+        let agent = authorized(&settings, request.headers());
+        return super::ui::handle(inner, request, agent).await;
     }
     if let Some(rest) = request.uri().path().strip_prefix(PAYMENTS_PATH) {
         // Deciding payments is the user's: an agent's token is known but not enough.
@@ -634,9 +643,10 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
         .local_addr()
         .map_err(|source| BridgeError::Bind { addr, source })?;
     let stop = CancellationToken::new();
+    let answering = inner.clone();
     let task = tokio::spawn(listener::run(
         listener,
-        inner.clone(),
+        move |local, peer, request| gate(answering.clone(), local, peer, request),
         config.http_limits,
         stop.clone(),
     ));

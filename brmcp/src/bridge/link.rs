@@ -17,8 +17,8 @@ mod tap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use super::quote::Listed;
 use brmcp_adapters::protocol::ToolPrice;
-use brmcp_adapters::protocol::quote::Listed;
 use brmcp_adapters::wire::SessionId;
 use brmcp_adapters::{BrTransport, PeerId, Router, SessionWatch};
 use rmcp::ServiceExt;
@@ -406,6 +406,24 @@ impl BotLink {
             .map_err(|e| LinkError::Failed(format!("list tools: {e}")))?;
         self.hub.set_tools(tools);
         Ok(())
+    }
+
+    /// The link's state as the user's page shows it: `"up"`, `"connecting"`, `"down"`
+    /// with the last attempt's error while it is remembered, or `"idle"` (no session
+    /// yet, none failing).
+    pub(crate) fn state(&self) -> (&'static str, Option<String>) {
+        if self.live().is_some() {
+            return ("up", None);
+        }
+        match self.connecting.try_lock() {
+            Err(_) => ("connecting", None),
+            Ok(last) => match &*last {
+                Some((at, error)) if at.elapsed() < self.retry_after => {
+                    ("down", Some(error.to_string()))
+                }
+                _ => ("idle", None),
+            },
+        }
     }
 
     /// Forgets `conn` if it is still the current session (after a transport failure).

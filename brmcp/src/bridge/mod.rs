@@ -24,7 +24,7 @@
 //! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10); a
 //!   transport retry and the reissue after payment reuse it, so the bot runs and charges
 //!   one logical call at most once. What is paid is decided by the quote rules
-//!   ([`brmcp_adapters::protocol::quote`]): never for a free, unlisted or unpriced tool, never more than the
+//!   ([`quote`]): never for a free, unlisted or unpriced tool, never more than the
 //!   listed price or the quoted shortfall, at most one payment per call, caps on top.
 //!   A refused payment appends `<name>: payment not made: <reason>` to the bot's
 //!   `payment_required` result; a refused quote's reason names the bot, the tool and
@@ -46,7 +46,7 @@
 //! polling although the bridge paid; the payments never exceed the caps and each buys
 //! exactly one run.
 
-mod approval;
+pub(crate) mod approval;
 mod attach;
 mod directory;
 mod http;
@@ -54,10 +54,12 @@ mod link;
 mod policy;
 mod presence;
 mod proxy;
+pub mod quote;
 mod session_store;
 mod settings;
 mod spend;
 mod stdio;
+pub(crate) mod ui;
 mod watch;
 
 use std::collections::HashMap;
@@ -83,21 +85,21 @@ pub use http::{
 pub use link::{LinkError, Silence};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use presence::{
-    BRIDGE_LOCK_FILE, ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge,
-    running_bridge,
+    ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge, running_bridge,
 };
 pub use proxy::input_required::INPUT_HOLD;
 pub use settings::{
     AgentEntry, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
-    DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MAX_AGENTS, MAX_BOT_NAME_LEN, MIN_TOKEN_LEN,
-    Mode, NamedBot, RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
+    DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MIN_TOKEN_LEN, Mode, NamedBot,
+    RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };
 pub use spend::{
     DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError,
     SpendLog, SpendStatus, TipOutcomeEvent,
 };
 pub use stdio::serve_stdio;
-pub use watch::{Reload, SETTINGS_POLL};
+pub use watch::Reload;
+use watch::SETTINGS_POLL;
 
 use link::BotLink;
 use policy::Policy;

@@ -2,7 +2,7 @@
 //! spend log.
 //!
 //! [`Policy::settle`] runs, for one amount the quote rules allowed
-//! ([`quote::decide`](brmcp_adapters::protocol::quote::decide)):
+//! ([`quote::decide`](super::quote::decide)):
 //! 1. the per-call cap (0: never pay);
 //! 2. a first look at the daily cap, so the user is not asked for a payment that
 //!    cannot be made;

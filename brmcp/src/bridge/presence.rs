@@ -20,7 +20,7 @@ use super::lock;
 use crate::secure_fs;
 
 /// The lock file the bridge of a data directory holds.
-pub const BRIDGE_LOCK_FILE: &str = "bridge.lock";
+const BRIDGE_LOCK_FILE: &str = "bridge.lock";
 
 /// The running bridge's listener address, as JSON `{"addr": .., "pid": ..}`.
 pub const ENDPOINT_FILE: &str = "bridge.endpoint";

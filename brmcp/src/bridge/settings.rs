@@ -22,7 +22,7 @@
 mod agents;
 mod ips;
 
-pub use agents::{AgentEntry, Caller, DEFAULT_AGENT, MAX_AGENTS, token_hash};
+pub use agents::{AgentEntry, Caller, DEFAULT_AGENT, token_hash};
 pub(crate) use agents::{agent_of, same_digest};
 pub use ips::IpRange;
 
@@ -47,7 +47,7 @@ pub const DEFAULT_TIP_WAIT_SECS: u64 = 180;
 pub const MIN_TOKEN_LEN: usize = 32;
 
 /// Longest bot name, in bytes: enough for a label, short enough for a log line.
-pub const MAX_BOT_NAME_LEN: usize = 64;
+const MAX_BOT_NAME_LEN: usize = 64;
 
 /// How payments are decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

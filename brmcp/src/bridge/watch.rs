@@ -16,7 +16,7 @@ use super::{Bridge, BridgeError, Inner, SETTINGS_FILE, Settings, SettingsError, 
 /// How often a running bridge looks at `mcpclient.json` for edits: 1 s. Reading one
 /// small file a second costs nothing, needs no file-watch dependency, sees edits from
 /// any tool (even across renames), and a rotated token stops working within a second.
-pub const SETTINGS_POLL: Duration = Duration::from_secs(1);
+pub(super) const SETTINGS_POLL: Duration = Duration::from_secs(1);
 
 /// What [`Bridge::reload`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

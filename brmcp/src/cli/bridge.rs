@@ -6,33 +6,30 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{PeerId, Router, RouterConfig};
-use brmcp_clientrpc::{ClientRpcHost, Streams};
+use brmcp_clientrpc::ClientRpcHost;
 use clap::{Args, Subcommand};
-use tokio::sync::Notify;
 
 use super::CliError;
 use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Ownership, SETTINGS_FILE, Settings, approval_secret,
     running_bridge,
 };
-use crate::journal::{self, JournalHandler, PmJournal};
+use crate::host::{TipPayer, bridge_streams};
 use crate::server::{Clock, SystemClock};
 use crate::status::{ConnectionWatch, Publisher, RefusedAddress, Snapshot, SpendTotals};
 
 mod approvals;
 mod bots;
-mod payer;
 mod spend;
 mod stdio;
+#[cfg(test)]
+mod tip_outcomes;
 mod token;
 
-pub(crate) use payer::TipPayer;
-use payer::settle_late_tip;
 use stdio::Served;
 
 /// The clientrpc connection file of a bridge data directory (bisonbotkit format).
@@ -105,6 +102,10 @@ enum BridgeAction {
     /// with its approval secret, which no agent holds).
     #[command(subcommand)]
     Approvals(ApprovalsAction),
+    /// Print the URL that opens the running bridge's page in a browser (payments
+    /// waiting, bots, mode and caps, the spend log): it logs in with the approval
+    /// secret, which no agent holds; keep the URL to yourself.
+    Ui,
     /// Show the running bridge's state: its clientrpc connection, sessions, router
     /// counters and spend totals (exit status 3 when it is not running).
     Status {
@@ -346,6 +347,12 @@ pub(super) fn run(mut args: BridgeArgs) -> Result<ExitCode, CliError> {
             super::runtime()?.block_on(approvals::command(&args.datadir, addr, &secret, action))
         }
         Some(BridgeAction::Spend { json, action }) => spend::run(&args.datadir, json, action),
+        Some(BridgeAction::Ui) => {
+            let secret = approval_secret(&args.datadir)?;
+            let addr = running_addr(&args.datadir)?;
+            println!("http://{addr}{}/login#{secret}", crate::bridge::ui::UI_PATH);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -441,21 +448,7 @@ pub(crate) async fn start_bridge_hosts(
     config.allowed_hosts = allow_hosts.to_vec();
     // Before connecting: the stream redelivers unacknowledged outcomes at once.
     let bridge = Bridge::new(config, router.clone(), TipPayer::new(host.clone()))?;
-    let journal = Arc::new(PmJournal::open(datadir)?);
-    let wake = Arc::new(Notify::new());
-    tokio::spawn(journal::forward(
-        journal.clone(),
-        wake.clone(),
-        move |from, body| {
-            let router = router.clone();
-            async move { router.handle_pm(from, body).await.map_err(Into::into) }
-        },
-    ));
-    let settler = bridge.clone();
-    let streams = Streams::new()
-        .pms(JournalHandler::new(journal.clone(), wake))
-        .tip_results(move |event| settle_late_tip(settler.clone(), event))
-        .identity(super::client_guard(journal));
+    let streams = bridge_streams(datadir, router, &bridge)?;
     super::serve::connect(&host, streams).await?;
     Ok((bridge, host))
 }

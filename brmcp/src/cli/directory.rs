@@ -4,17 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use brmcp_adapters::{BoxError, PeerId};
-use brmcp_clientrpc::KxCompleted;
-use brmcp_clientrpc::{ACK_FLUSH_WAIT, ClientRpcError, ClientRpcHost, Streams, TipOutcome};
+use brmcp_adapters::PeerId;
+use brmcp_clientrpc::{ACK_FLUSH_WAIT, ClientRpcHost};
 use clap::Args;
 
 use super::CliError;
-use super::serve::{connect, harness_streams, host_from, write_rpc_template};
-use crate::directory::{
-    Directory, IntroduceFuture, Introducer, POLICY_FILE, PayError, PayFuture, Payer, Policy,
-    STOP_BLOCKING_WAIT,
-};
+use super::serve::{connect, host_from, write_rpc_template};
+use crate::directory::{Directory, POLICY_FILE, Policy, STOP_BLOCKING_WAIT};
+use crate::host::{HostIntroducer, HostPayer, harness_streams, with_kx};
 use crate::server::AutoReply;
 
 /// The clientrpc connection file of a directory's data directory (bisonbotkit format).
@@ -42,55 +39,6 @@ pub(super) fn run(args: DirectoryArgs) -> Result<ExitCode, CliError> {
     // Dropping the runtime would wait for every blocking task, however long.
     runtime.shutdown_timeout(STOP_BLOCKING_WAIT);
     served
-}
-
-/// Tips through the Bison Relay client, telling a refused or failed tip (nothing paid)
-/// from one whose outcome is unknown.
-pub(super) struct HostPayer(pub(super) ClientRpcHost);
-
-impl Payer for HostPayer {
-    fn pay(&self, payee: PeerId, atoms: u64) -> PayFuture<'_> {
-        Box::pin(async move {
-            match self.0.tip(payee, atoms).await {
-                Ok(TipOutcome::Paid { .. }) => Ok(()),
-                Ok(TipOutcome::Failed { error, .. }) => {
-                    Err(PayError::Failed(format!("tip failed: {error}").into()))
-                }
-                Err(
-                    e @ (ClientRpcError::Rpc { .. }
-                    | ClientRpcError::Config(_)
-                    | ClientRpcError::NoTipProgress),
-                ) => Err(PayError::Failed(format!("tip: {e}").into())),
-                Ok(_) | Err(_) => Err(PayError::Unconfirmed),
-            }
-        })
-    }
-}
-
-/// Key exchanges through a peer directory: clientrpc's `MediateKX`, the peer mediating
-/// toward the provider (it knows both sides).
-pub(super) struct HostIntroducer(pub(super) ClientRpcHost);
-
-impl Introducer for HostIntroducer {
-    fn introduce(&self, mediator: PeerId, target: PeerId) -> IntroduceFuture<'_> {
-        Box::pin(async move {
-            self.0
-                .mediate_kx(mediator, target)
-                .await
-                .map_err(|e| format!("mediate kx: {e}").into())
-        })
-    }
-}
-
-/// Adds the KX stream to `streams`: every completed exchange goes to
-/// [`Directory::notify_kx`] (a lead awaiting it gets its one invite) before it is
-/// acknowledged, so an exchange a crash interrupted is offered again at restart.
-pub(super) fn with_kx(streams: Streams, directory: &Directory) -> Streams {
-    let directory = directory.clone();
-    streams.kx(move |kx: KxCompleted| {
-        let directory = directory.clone();
-        async move { directory.notify_kx(kx.uid).await.map_err(BoxError::from) }
-    })
 }
 
 /// A directory serving on a Bison Relay client.

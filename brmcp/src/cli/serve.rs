@@ -6,7 +6,8 @@
 
 mod host;
 mod operator;
-pub(crate) use host::{connect, harness_streams, host_from, start_serving};
+mod ui;
+pub(crate) use host::{connect, host_from, start_serving};
 use operator::{ServeAction, operate};
 
 use std::path::{Path, PathBuf};
@@ -54,13 +55,22 @@ pub(super) struct ServeArgs {
     /// The clientrpc connection file (default: <datadir>/brmcp-serve.conf).
     #[arg(long, value_name = "FILE")]
     rpc_config: Option<PathBuf>,
+    /// Serve the operator's page (calls, revenue, callers, upstreams) on this address,
+    /// loopback unless --ui-allow-remote; `brmcp serve --datadir DIR ui` prints its
+    /// login URL. Off without it.
+    #[arg(long, value_name = "ADDR")]
+    ui_listen: Option<std::net::SocketAddr>,
+    /// Allow a non-loopback --ui-listen address (the page still takes the operator
+    /// secret).
+    #[arg(long, requires = "ui_listen")]
+    ui_allow_remote: bool,
     #[command(subcommand)]
     action: Option<ServeAction>,
 }
 
 pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     match args.action {
-        None => super::runtime()?.block_on(serve(&args.datadir, args.rpc_config)),
+        None => super::runtime()?.block_on(serve(&args.datadir, args.rpc_config.clone(), &args)),
         Some(action) => operate(&args.datadir, action),
     }
 }
@@ -146,7 +156,11 @@ fn first_run(datadir: &Path, rpc_config: &Path) -> Result<(ServeConfig, bool), C
     Ok((config, wrote))
 }
 
-async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, CliError> {
+async fn serve(
+    datadir: &Path,
+    rpc_config: Option<PathBuf>,
+    args: &ServeArgs,
+) -> Result<ExitCode, CliError> {
     let rpc_config = rpc_config.unwrap_or_else(|| datadir.join(RPC_CONFIG));
     let (config, wrote) = first_run(datadir, &rpc_config)?;
     if wrote {
@@ -159,7 +173,14 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
     let host = host_from(&rpc_config)?;
     let (harness, upstreams) = start_serving(datadir, &config, &host).await?;
     let upstreams = Arc::new(upstreams);
-    let publisher = publish_status(datadir, &harness, &host, &upstreams);
+    let page = match args.ui_listen {
+        Some(listen) => {
+            Some(ui::start(datadir, listen, args.ui_allow_remote, &harness, &upstreams).await?)
+        }
+        None => None,
+    };
+    let page_addr = page.as_ref().map(|p| p.addr);
+    let publisher = publish_status(datadir, &harness, &host, &upstreams, page_addr);
     let hangup = Arc::new(Notify::new());
     let _watch = follow_config(
         &harness,
@@ -188,8 +209,17 @@ async fn serve(datadir: &Path, rpc_config: Option<PathBuf>) -> Result<ExitCode, 
         datadir.join(SERVE_CONFIG).display(),
         datadir.display()
     );
+    if let Some(addr) = page_addr {
+        eprintln!(
+            "operator page on http://{addr}/ui: `brmcp serve --datadir {} ui` prints its login URL",
+            datadir.display()
+        );
+    }
     super::wait_for_interrupt().await;
     eprintln!("stopping");
+    if let Some(page) = &page {
+        page.stop();
+    }
     harness.close();
     publisher.stop().await;
     // The publisher held the other handle; a snapshot still being written may too, and
@@ -210,6 +240,7 @@ fn publish_status(
     harness: &Harness,
     host: &ClientRpcHost,
     upstreams: &Arc<Upstreams>,
+    page: Option<std::net::SocketAddr>,
 ) -> Publisher {
     let (harness, host, upstreams) = (harness.clone(), host.clone(), upstreams.clone());
     let started_at = now().secs();
@@ -238,6 +269,7 @@ fn publish_status(
                 .ok()
         });
         snapshot.upstreams = upstreams.status();
+        snapshot.ui = page.map(|a| a.to_string());
         snapshot
     })
 }
@@ -301,9 +333,9 @@ mod tests {
 
     use super::*;
 
-    use crate::cli::directory::HostPayer;
     use crate::cli::testing::until;
-    use crate::journal::PmJournal;
+    use crate::host::journal::PmJournal;
+    use crate::host::{HostPayer, harness_streams};
     use crate::server::CallState;
     use crate::server::{Ledger, MATOMS_PER_ATOM};
     use brmcp_devnet::{Devnet, NodeInfo};

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use super::CliError;
-use super::table::{Table, matoms_as_atoms, print_json, rfc3339};
+use super::table::{Table, print_json, rfc3339};
+use crate::server::matoms_as_atoms;
 use crate::server::{Clock, SystemClock};
 use crate::status::{Liveness, STALE_AFTER_SECS, STATUS_FILE, Snapshot};
 

@@ -5,9 +5,6 @@ use std::fmt;
 
 use serde_json::Value;
 
-/// Milliatoms in an atom, as the ledger counts them.
-const MATOMS_PER_ATOM: u64 = crate::server::MATOMS_PER_ATOM;
-
 /// Seconds in a day: unix time has no leap seconds.
 const SECS_PER_DAY: i64 = 86_400;
 
@@ -106,15 +103,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     )
 }
 
-/// Milliatoms as atoms with the milliatom remainder: `5000` is `5.000`, `1` is `0.001`.
-pub(crate) fn matoms_as_atoms(matoms: u64) -> String {
-    format!(
-        "{}.{:03}",
-        matoms / MATOMS_PER_ATOM,
-        matoms % MATOMS_PER_ATOM
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,14 +154,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn atoms_keep_the_milliatom_remainder() {
-        assert_eq!(matoms_as_atoms(0), "0.000");
-        assert_eq!(matoms_as_atoms(1), "0.001");
-        assert_eq!(matoms_as_atoms(5_000), "5.000");
-        assert_eq!(matoms_as_atoms(10_000_250), "10000.250");
     }
 
     #[test]

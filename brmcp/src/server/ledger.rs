@@ -53,7 +53,7 @@ pub use records::{
 use retention::WAL_SIZE_LIMIT;
 pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
 use retention::{prune_journal, reclaim, release_expired};
-pub use totals::{LedgerTotals, TOTALS_WINDOW_SECS};
+pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
 
 /// The ledger's file name inside the data directory.
 pub const FILE_NAME: &str = "brmcp.sqlite";

@@ -83,12 +83,14 @@ pub use harness::{
     max_message_bytes,
 };
 pub use ledger::{
-    APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, FILE_NAME, INTERRUPTED,
-    JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals, MAX_JOURNAL_ROWS_PER_CALLER,
-    MAX_OUTCOME_BYTES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION, TOTALS_WINDOW_SECS,
-    TipRecord, VACUUM_FREE_PAGES,
+    APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, DailyRevenue, FILE_NAME,
+    INTERRUPTED, JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals,
+    MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION,
+    TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES,
 };
-pub use money::{ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms};
+pub use money::{
+    ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms, matoms_as_atoms,
+};
 pub use rate_limit::{DEFAULT_CALLS_PER_MINUTE, RATE_LIMITED, RateLimiter};
 pub use reload::{CONFIG_POLL, ConfigWatch, Reconfigured, follow_config};
 /// The JSON-schema crate tool input types derive `JsonSchema` from (rmcp's): with

@@ -4,11 +4,8 @@
 //! remainder below one atom must not be lost; prices and everything on the wire are in
 //! whole atoms.
 
-pub use brmcp_adapters::protocol::ATOMS_PER_DCR;
 use brmcp_adapters::protocol::PaymentRequired;
-
-/// Milliatoms in one atom. Bison Relay tips are counted in milliatoms.
-pub const MATOMS_PER_ATOM: u64 = 1000;
+pub use brmcp_adapters::protocol::{ATOMS_PER_DCR, MATOMS_PER_ATOM};
 
 /// The most milliatoms one balance, tip or price may hold.
 ///
@@ -22,6 +19,15 @@ pub const fn atoms_to_matoms(atoms: u64) -> Option<u64> {
         Some(matoms) if matoms <= MAX_MATOMS => Some(matoms),
         _ => None,
     }
+}
+
+/// Milliatoms as atoms with the milliatom remainder: `5000` is `5.000`, `1` is `0.001`.
+pub fn matoms_as_atoms(matoms: u64) -> String {
+    format!(
+        "{}.{:03}",
+        matoms / MATOMS_PER_ATOM,
+        matoms % MATOMS_PER_ATOM
+    )
 }
 
 /// Why a call was refused for money: the numbers of the `payment_required` result.
@@ -69,6 +75,14 @@ impl Shortfall {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn atoms_keep_the_milliatom_remainder() {
+        assert_eq!(matoms_as_atoms(0), "0.000");
+        assert_eq!(matoms_as_atoms(1), "0.001");
+        assert_eq!(matoms_as_atoms(5_000), "5.000");
+        assert_eq!(matoms_as_atoms(10_000_250), "10000.250");
+    }
 
     #[test]
     fn payment_required_bytes_match_wire_md() {

@@ -4,8 +4,7 @@
 //! session limit the bridge reports the bot unavailable quickly and recovers once a place
 //! frees up.
 
-#[path = "../../../brmcp-adapters/tests/sessions/common/go_router.rs"]
-pub(crate) mod go_router;
+pub(crate) use brmcp_test_support::go_router;
 
 use std::time::Duration;
 

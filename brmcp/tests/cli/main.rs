@@ -10,10 +10,10 @@ mod devnet_directory;
 mod directory;
 mod directory_exits;
 mod doctor;
-/// The fault-injecting clientrpc fake of the clientrpc host's tests, shared.
-#[path = "../../../brmcp-clientrpc/tests/clientrpc/common/mod.rs"]
-mod fake;
 mod files;
+
+/// The fault-injecting clientrpc fake the clientrpc host's tests use too.
+use brmcp_test_support::clientrpc_fake as fake;
 mod held_approvals;
 mod operator;
 mod ops_status;
@@ -22,4 +22,6 @@ mod readme;
 mod remote_refusals;
 mod shared_bridge;
 mod upstream;
+mod web_pages;
+mod webdriver;
 mod wire;

@@ -4,6 +4,7 @@
 //! spend log and one set of caps; `approvals` finds whichever bridge runs and decides
 //! with the approval secret, which the agents' token cannot.
 
+use brmcp::adapters::protocol::result_text as text_of;
 use std::path::Path;
 use std::time::Duration;
 
@@ -58,15 +59,6 @@ fn echo() -> CallToolRequestParams {
             .cloned()
             .unwrap_or_default(),
     )
-}
-
-fn text_of(result: &rmcp::model::CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn set(bridge_dir: &str, key: &str, value: serde_json::Value) {

@@ -68,3 +68,52 @@ fn totals_sum_balances_and_count_the_window() {
         (0, 0, 0, 1)
     );
 }
+
+#[test]
+fn daily_revenue_counts_calls_and_completed_prices_per_day_and_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path(), NOW).unwrap().ledger;
+    ledger
+        .manual_credit(&ALICE, 10_000 * MATOMS_PER_ATOM, "t", NOW)
+        .unwrap();
+    let day = 24 * 60 * 60;
+    let at = |days_ago: i64, secs: i64| UnixTime(NOW.0 - days_ago * day + secs);
+    let charge_tool = |tool: &str, price_atoms: u64, when: UnixTime| {
+        let request = CallRequest {
+            caller: ALICE,
+            tool,
+            price_atoms,
+            keyed: None,
+        };
+        match ledger.charge(&request, when).unwrap() {
+            Charge::Run(call) => call,
+            other => panic!("expected Run, got {other:?}"),
+        }
+    };
+    // Out of a 3-day window (NOW is a day's first second): not counted.
+    let old = charge_tool("fortune", 1000, at(3, 0));
+    ledger.complete(old, "{}", at(3, 1)).unwrap();
+    // Two days ago: two fortunes, one refunded (a call, but no revenue).
+    let a = charge_tool("fortune", 10, at(2, 5));
+    ledger.complete(a, "{}", at(2, 6)).unwrap();
+    let b = charge_tool("fortune", 10, at(2, 7));
+    ledger.refund(b, "handler error", None, at(2, 8)).unwrap();
+    // Today: a fortune and a weather call, the latter still running.
+    let c = charge_tool("fortune", 30, at(0, 10));
+    ledger.complete(c, "{}", at(0, 11)).unwrap();
+    let _running = charge_tool("weather", 50, at(0, 12));
+
+    let rows = ledger.daily_revenue(at(0, 100), 3).unwrap();
+    let got: Vec<(i64, &str, u64, u64)> = rows
+        .iter()
+        .map(|r| (r.day, r.tool.as_str(), r.calls, r.earned_atoms))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (NOW.0 - 2 * day, "fortune", 2, 10),
+            (NOW.0, "fortune", 1, 30),
+            (NOW.0, "weather", 1, 0),
+        ]
+    );
+}

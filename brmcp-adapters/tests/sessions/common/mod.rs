@@ -1,8 +1,10 @@
 //! Shared rmcp handlers and helpers for the adapter's integration tests.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-pub mod go_router;
 pub mod raw;
+
+pub use brmcp_test_support::go_router;
+pub use brmcp_test_support::{call, text};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,8 +14,7 @@ use brmcp_adapters::{PeerId, Router};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProtocolVersion,
-    RequestMetaObject, ServerCapabilities, ServerConfig,
+    ProgressNotificationParam, ProtocolVersion, RequestMetaObject, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::{
@@ -191,21 +192,4 @@ pub async fn connect(router: &Router, server: PeerId, lifecycle: Lifecycle) -> C
             .await
             .expect("discover"),
     }
-}
-
-/// `tools/call` params for `name` with JSON arguments.
-pub fn call(name: &'static str, args: serde_json::Value) -> CallToolRequestParams {
-    let serde_json::Value::Object(args) = args else {
-        panic!("arguments must be an object")
-    };
-    CallToolRequestParams::new(name).with_arguments(args)
-}
-
-/// The concatenated text content of a tool result.
-pub fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect()
 }

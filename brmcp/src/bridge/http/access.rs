@@ -14,7 +14,7 @@ use crate::bridge::settings::{Caller, agent_of, same_digest};
 use crate::bridge::{Config, Settings, existing_approval_secret};
 
 /// Host names always accepted: the loopback names.
-const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+pub(crate) const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// The accepted hosts: the loopback names, the configured names, the listen address
 /// and the local address the connection reached (`local`, which for a wildcard bind
@@ -54,7 +54,7 @@ fn split_host(value: &str) -> (&str, Option<&str>) {
     }
 }
 
-pub(super) fn host_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
+pub(crate) fn host_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
         return false;
     };
@@ -64,7 +64,7 @@ pub(super) fn host_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
 
 /// An absent `Origin` passes (agents are not browsers); a present one must be
 /// `http://` or `https://` an allowed host (any port, as browsers send the page's).
-pub(super) fn origin_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
+pub(crate) fn origin_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::ORIGIN) else {
         return true;
     };

@@ -22,8 +22,8 @@ use super::{
     forwarded_meta,
 };
 use crate::bridge::policy::{Ask, Refusal};
+use crate::bridge::quote::{Decision, Paid, decide};
 use crate::bridge::settings::{Mode, Settings};
-use brmcp_adapters::protocol::quote::{Decision, Paid, decide};
 use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
 
 /// The state of one agent `tools/call` across its sends, reissues and (for an agent

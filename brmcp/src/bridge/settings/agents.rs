@@ -15,7 +15,7 @@ pub const DEFAULT_AGENT: &str = "default";
 
 /// Most agents one file may list: each request compares its token with every hash,
 /// so the list stays short.
-pub const MAX_AGENTS: usize = 64;
+const MAX_AGENTS: usize = 64;
 
 /// One agent of [`Settings::agents`](super::Settings::agents).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

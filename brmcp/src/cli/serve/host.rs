@@ -1,24 +1,20 @@
-//! Wiring the harness to a Bison Relay client: the clientrpc connection, and the
-//! streams that feed it PMs (through the PM journal) and tips (through the ledger).
+//! Wiring the harness to a Bison Relay client: the clientrpc connection, the harness
+//! on it (its streams are `host::harness_streams`), and the registrant.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_adapters::{BoxError, PeerId, RouterConfig};
-use brmcp_clientrpc::ReceivedTip;
-use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams, TipHandler};
+use brmcp_adapters::{PeerId, RouterConfig};
+use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
 use serde_json::json;
-use tokio::sync::Notify;
 
 use super::with_tools;
 use crate::cli::CliError;
-use crate::cli::directory::HostPayer;
-use crate::cli::table::matoms_as_atoms;
 use crate::directory::{Registrant, RegistrantBlock, RegistrantConfig, StatusOut};
-use crate::journal::{self, JournalHandler, PmJournal};
+use crate::host::{HostPayer, harness_streams};
 use crate::server::upstream::Upstreams;
-use crate::server::{AutoReply, Harness, Ledger, ServeConfig, Tip};
+use crate::server::{AutoReply, Harness, ServeConfig};
 
 /// Connects to the clientrpc endpoint a bisonbotkit config names.
 pub(crate) fn host_from(rpc_config: &Path) -> Result<ClientRpcHost, CliError> {
@@ -36,45 +32,6 @@ pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<()
             host.config().url
         ))
     })
-}
-
-/// Records each tip in the ledger (which credits it once, whatever the redeliveries)
-/// before the host acknowledges it.
-struct ServeTips {
-    harness: Harness,
-    ledger: Arc<Ledger>,
-}
-
-impl TipHandler for ServeTips {
-    async fn handle_tip(&self, tip: ReceivedTip) -> Result<(), BoxError> {
-        let Ok(matoms) = u64::try_from(tip.amount_matoms) else {
-            // brclient reports settled amounts, never negative ones: nothing to credit.
-            tracing::error!(seq = tip.sequence_id, from = %tip.uid, matoms = tip.amount_matoms, "tip with a negative amount not credited");
-            return Ok(());
-        };
-        let outcome = self
-            .harness
-            .record_tip(Tip {
-                seq: tip.sequence_id,
-                caller: tip.uid,
-                matoms,
-            })
-            .await?;
-        tracing::info!(
-            seq = tip.sequence_id,
-            caller = %tip.uid,
-            atoms = %matoms_as_atoms(matoms),
-            outcome = ?outcome,
-            "tip received"
-        );
-        Ok(())
-    }
-
-    async fn cleared(&self, up_to: u64) -> Result<(), BoxError> {
-        let ledger = self.ledger.clone();
-        tokio::task::spawn_blocking(move || ledger.clear_tips(up_to)).await??;
-        Ok(())
-    }
 }
 
 /// How long a caller's session of the example tools stays idle before it is parked
@@ -182,30 +139,4 @@ fn registrant(
         },
     ));
     Registrant::new(config).map_err(CliError)
-}
-
-/// The streams that feed `harness` from a client: PMs through the data directory's PM
-/// journal (record, then ack), tips through the ledger (credit, then ack), and the data
-/// directory bound to the client's identity at every connect.
-pub(crate) fn harness_streams(datadir: &Path, harness: &Harness) -> Result<Streams, CliError> {
-    let journal = Arc::new(PmJournal::open(datadir)?);
-    let wake = Arc::new(Notify::new());
-    let forwarder = harness.clone();
-    tokio::spawn(journal::forward(
-        journal.clone(),
-        wake.clone(),
-        move |from, body| {
-            let harness = forwarder.clone();
-            async move { harness.handle_pm(from, body).await.map_err(Into::into) }
-        },
-    ));
-    let tips = ServeTips {
-        harness: harness.clone(),
-        // The harness opened (and owns) it; this handle only marks cleared tips.
-        ledger: Arc::new(Ledger::attach(datadir)?),
-    };
-    Ok(Streams::new()
-        .pms(JournalHandler::new(journal.clone(), wake))
-        .tips(tips)
-        .identity(crate::cli::client_guard(journal)))
 }

@@ -11,7 +11,8 @@ use serde_json::json;
 
 use super::now;
 use crate::cli::CliError;
-use crate::cli::table::{Table, matoms_as_atoms, print_json, rfc3339};
+use crate::cli::table::{Table, print_json, rfc3339};
+use crate::server::matoms_as_atoms;
 use crate::server::{
     Balance, CallId, FILE_NAME as LEDGER_FILE, JournalEntry, Ledger, MATOMS_PER_ATOM,
     atoms_to_matoms,
@@ -61,6 +62,10 @@ pub(super) enum ServeAction {
         #[arg(long)]
         json: bool,
     },
+    /// Print the URL that opens the running server's operator page (started with
+    /// --ui-listen) in a browser: it logs in with the operator secret; keep it to
+    /// yourself.
+    Ui,
     /// Show the most recent paid calls.
     Journal {
         /// Only this caller's calls.
@@ -78,6 +83,10 @@ pub(super) enum ServeAction {
 pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, CliError> {
     if let ServeAction::Status { json } = action {
         return crate::cli::status::show(datadir, "serve", json);
+    }
+    if let ServeAction::Ui = action {
+        println!("{}", super::ui::login_url(datadir)?);
+        return Ok(ExitCode::SUCCESS);
     }
     // A mistyped directory must not get a fresh, empty ledger that seems to work.
     let create = matches!(action, ServeAction::Credit { create: true, .. });
@@ -142,7 +151,7 @@ pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, C
         ServeAction::Journal { uid, limit, json } => {
             print_journal(&ledger.journal(uid.as_ref(), limit)?, json);
         }
-        ServeAction::Status { .. } => {}
+        ServeAction::Status { .. } | ServeAction::Ui => {}
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -62,4 +62,53 @@ impl Ledger {
             pending: n(pending),
         })
     }
+
+    /// Calls started and atoms earned (completed calls' prices) per UTC day and tool,
+    /// over the `days` days up to `now` (today included), oldest first: the operator
+    /// page's chart.
+    ///
+    /// # Errors
+    ///
+    /// A SQLite failure.
+    pub fn daily_revenue(
+        &self,
+        now: UnixTime,
+        days: i64,
+    ) -> Result<Vec<DailyRevenue>, LedgerError> {
+        let today = now.secs().div_euclid(DAY_SECS);
+        let since = (today - days.max(1) + 1) * DAY_SECS;
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT started_at / ?2 AS day, tool, COUNT(*), \
+               COALESCE(SUM(price_atoms) FILTER (WHERE state = 'completed'), 0) \
+             FROM calls WHERE started_at >= ?1 GROUP BY day, tool ORDER BY day, tool",
+        )?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        let rows = stmt.query_map(params![since, DAY_SECS], |r| {
+            Ok(DailyRevenue {
+                day: r.get::<_, i64>(0)? * DAY_SECS,
+                tool: r.get(1)?,
+                calls: n(r.get(2)?),
+                earned_atoms: n(r.get(3)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Seconds of a UTC day, the unit of [`Ledger::daily_revenue`].
+const DAY_SECS: i64 = 24 * 60 * 60;
+
+/// One day's calls and earnings of one tool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct DailyRevenue {
+    /// The day's first second (UTC), unix seconds.
+    pub day: i64,
+    /// The tool.
+    pub tool: String,
+    /// Calls started that day.
+    pub calls: u64,
+    /// Atoms charged for those of them that completed.
+    pub earned_atoms: u64,
 }

@@ -19,17 +19,18 @@ use std::time::Duration;
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::{Bridge, Config, Mode, Settings};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CompleteRequestParams, CompleteResult, CompletionInfo,
-};
+use rmcp::model::{CompleteRequestParams, CompleteResult, CompletionInfo};
 use rmcp::service::RunningService;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
-use serde_json::Value;
 
 // The bridge test binary and the stdio fixture example include this module; each
 // uses a part of it.
 #[allow(unused_imports)]
 pub use bot::{BotState, FORTUNE_PRICE, fixed_tools, serve_test_bot};
+#[allow(unused_imports)]
+pub use brmcp::adapters::protocol::result_text as text;
+#[allow(unused_imports)]
+pub use brmcp_test_support::call;
 #[allow(unused_imports)]
 pub use http::{INITIALIZE, http, initialize, post_on_session};
 #[allow(unused_imports)]
@@ -135,24 +136,6 @@ pub async fn connect<H: ClientHandler>(bridge: &Bridge, bot: PeerId, handler: H)
 
 pub async fn agent(env: &Env) -> Agent {
     agent_with(env, ()).await
-}
-
-/// `tools/call` params.
-pub fn call(name: &'static str, args: Value) -> CallToolRequestParams {
-    let Value::Object(args) = args else {
-        panic!("arguments must be an object")
-    };
-    CallToolRequestParams::new(name).with_arguments(args)
-}
-
-/// The concatenated text content of a result, one item per line.
-pub fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Waits until `cond` holds, polling every 10 ms, up to `limit`.

@@ -11,6 +11,7 @@ mod files;
 mod pipeline;
 mod restart;
 
+use brmcp::adapters::protocol::result_text as text_of;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -292,15 +293,6 @@ pub async fn raw(session: &Session, tool: &'static str, args: Value) -> CallTool
         params = params.with_arguments(args);
     }
     session.call_tool(params).await.unwrap()
-}
-
-fn text_of(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Calls `tool` and returns its JSON text (a tool error panics).

@@ -191,14 +191,7 @@ pub async fn call_err(client: &Client, name: &'static str) -> ServiceError {
         .expect_err("a JSON-RPC error")
 }
 
-/// The concatenated text content of a result.
-pub fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect()
-}
+pub use brmcp_test_support::text;
 
 /// Whether the result is a tool error.
 pub fn is_error(result: &CallToolResult) -> bool {

@@ -1,7 +1,7 @@
 //! A client's reading of a bot's answers and the payment it decides on them.
 
-use crate::protocol::quote::{Decision, Listed, Paid, decide};
-use crate::protocol::{MAX_AMOUNT_ATOMS, PaymentRequired, ToolPrice};
+use crate::bridge::quote::{Decision, Listed, Paid, decide};
+use brmcp_adapters::protocol::{MAX_AMOUNT_ATOMS, PaymentRequired, ToolPrice};
 use rmcp::model::{CallToolResult, ListToolsResult};
 
 /// Separates the input's pieces: the called tool's name, the bot's `tools/list`

@@ -1,4 +1,4 @@
-//! A minimal fake clientrpc server for the clientrpc host's tests, and certificates in
+//! A minimal fake clientrpc server for the tests of the clientrpc host and the command, and certificates in
 //! the shapes brclient and brclientd generate.
 //!
 //! The fake speaks the wire as brclient's `clientrpc` server does (see
@@ -31,10 +31,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
-// Two test binaries include this module and each uses a part of it.
-#[allow(unused_imports)]
 pub use certs::Certs;
-#[allow(unused_imports)]
 pub use server::{Call, FIRST_SEQ, Fake, FakeOptions, Recorded, Reply, default_reply};
 
 /// The settle time of the hosts under test: short, and long enough for a held item

@@ -11,7 +11,9 @@
 //!
 //! SQLite opens its files itself: [`prepare_sqlite`] before the open and
 //! [`seal_sqlite`] after it check the database and its `-wal`, `-shm` and `-journal`
-//! files the same way.
+//! files the same way (feature `sqlite`).
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::fs;
 use std::io::{self, Write};
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 mod sqlite;
 
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{
     SqliteAccess, SqliteIdentity, SqliteKind, StampError, StampedOpen, open_sqlite,
     open_stamped_sqlite,

@@ -1,7 +1,7 @@
 //! What a client pays for one `payment_required` answer: a pure function of the
 //! tool's listing, the bot's quote and what the call already paid. The client bridge
-//! decides every payment with [`decide`]; it lives here, beside the quote's reading, so
-//! that it is fuzzed without the application around it.
+//! decides every payment with [`decide`]; it is a module of its own, apart from the
+//! proxy that acts on it, so that it is fuzzed without the application around it.
 //!
 //! The rules, each a refusal when broken (the agent reads the bot, the tool and the
 //! numbers):
@@ -23,7 +23,7 @@
 //! a fresh `tools/list`: a price changed since the bridge listed the tools is then
 //! paid if the fresh listing agrees with the quote.
 
-use super::{PaymentRequired, PaymentRequiredError, PriceMetaError, ToolPrice};
+use brmcp_adapters::protocol::{PaymentRequired, PaymentRequiredError, PriceMetaError, ToolPrice};
 
 /// A tool as the bridge last listed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

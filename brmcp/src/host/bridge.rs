@@ -1,18 +1,22 @@
-//! Paying bots with tips through the client, and settling the spend log from the
-//! client's tip outcomes, whenever they arrive.
+//! The bridge on a client: paying bots with tips through the client, the streams that
+//! feed the bridge's router its PMs, and the spend log settled from the client's tip
+//! outcomes, whenever they arrive.
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use brmcp_adapters::{BoxError, PeerId};
-use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, TipProgressEvent};
+use brmcp_adapters::protocol::MATOMS_PER_ATOM;
+use brmcp_adapters::{BoxError, PeerId, Router};
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipProgressEvent};
 use tokio::sync::broadcast;
 
+use super::feed::journal_streams;
+use super::journal::PmJournalError;
 use crate::bridge::{
     Bridge, Payer, PaymentFailed, PaymentUnconfirmed, Resolution, TipOutcomeEvent,
 };
-use crate::server::MATOMS_PER_ATOM;
 
 /// Terminal outcomes a [`TipPayer`] remembers having claimed: a tip's outcome is
 /// claimed within the tip wait, so the last 1024 cover every payment in flight.
@@ -34,7 +38,7 @@ struct OutcomeStream {
 /// saw after sending, whose id is above the stream position recorded when the payment
 /// was made and that no other payment claimed. With none, the payment stays
 /// unconfirmed, and the spend log's rule settles it later from the late outcomes.
-pub(crate) struct TipPayer {
+pub struct TipPayer {
     host: ClientRpcHost,
     stream: Arc<OutcomeStream>,
 }
@@ -42,7 +46,7 @@ pub(crate) struct TipPayer {
 impl TipPayer {
     /// A payer on `host`, following its TipProgress stream from now on: make it before
     /// the host connects, so replayed outcomes raise its position too.
-    pub(crate) fn new(host: ClientRpcHost) -> Self {
+    pub fn new(host: ClientRpcHost) -> Self {
         let stream = Arc::new(OutcomeStream::default());
         let mut events = host.subscribe_tip_progress();
         let weak = Arc::downgrade(&stream);
@@ -163,10 +167,7 @@ impl Payer for TipPayer {
 /// a tip sent before the payment settles nothing. The host acknowledges the outcome
 /// only after this returns `Ok`, so an outcome is never lost between its
 /// acknowledgement and its record; on `Err` it is offered again.
-pub(super) async fn settle_late_tip(
-    bridge: Bridge,
-    event: TipProgressEvent,
-) -> Result<(), BoxError> {
+async fn settle_late_tip(bridge: Bridge, event: TipProgressEvent) -> Result<(), BoxError> {
     let Some(outcome) = late_outcome(&event) else {
         return Ok(());
     };
@@ -187,6 +188,26 @@ pub(super) async fn settle_late_tip(
         }
     }
     Ok(())
+}
+
+/// The streams that feed `bridge` from a client: PMs through the journal of `datadir`
+/// to `router` (the bridge's), and every tip outcome to `settle_late_tip`. Make the
+/// bridge (and its [`TipPayer`]) before the host connects: the client redelivers
+/// unacknowledged outcomes at once.
+///
+/// # Errors
+/// [`PmJournalError`] when the journal cannot be opened.
+pub fn bridge_streams(
+    datadir: &Path,
+    router: Router,
+    bridge: &Bridge,
+) -> Result<Streams, PmJournalError> {
+    let streams = journal_streams(datadir, move |from, body| {
+        let router = router.clone();
+        async move { router.handle_pm(from, body).await.map_err(Into::into) }
+    })?;
+    let settler = bridge.clone();
+    Ok(streams.tip_results(move |event| settle_late_tip(settler.clone(), event)))
 }
 
 /// A terminal TipProgress event as a spend-log outcome; `None` for an amount the
@@ -213,20 +234,7 @@ fn late_outcome(event: &TipProgressEvent) -> Option<TipOutcomeEvent<'_>> {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-    use std::time::Duration;
-
-    use rmcp::model::CallToolRequestParams;
-    use rmcp::service::{RoleClient, RunningService};
-
     use super::*;
-    use crate::bridge::SpendEntry;
-    use crate::server::Harness;
-    use brmcp_devnet::{Devnet, NodeInfo};
-    use std::net::SocketAddr;
-
-    use crate::bridge::SpendStatus;
-    use crate::cli::bridge::start_bridge;
 
     fn terminal(id: u64, bot: PeerId, matoms: i64, completed: bool) -> TipProgressEvent {
         serde_json::from_value(serde_json::json!({
@@ -270,169 +278,5 @@ mod tests {
         let next = claim_outcome(&mut second, &claimed, bot, 5000, 100).unwrap();
         assert_eq!((next.sequence_id, next.completed), (130, false));
         assert_eq!(claim_outcome(&mut rx, &claimed, bot, 5000, 100), None);
-    }
-
-    /// A devnet with the example bot on alice and the CLI's bridge on bob, tipping
-    /// through bob's clientrpc, and an agent connected to the bridge. The bridge waits
-    /// 1 s for a tip; the devnet retries a failed tip attempt after 2 s.
-    struct Net {
-        dir: tempfile::TempDir,
-        devnet: Devnet,
-        alice: NodeInfo,
-        bob: NodeInfo,
-        harness: Harness,
-        bridge: Bridge,
-        host_b: ClientRpcHost,
-        agent: RunningService<RoleClient, ()>,
-    }
-
-    async fn net() -> Net {
-        let dir = tempfile::tempdir().unwrap();
-        let devnet = Devnet::start(dir.path().join("devnet"), &["alice", "bob"])
-            .await
-            .unwrap();
-        let [alice, bob] = <[NodeInfo; 2]>::try_from(devnet.nodes()).unwrap();
-        let config = crate::cli::testing::allowing(&alice, &bob);
-        let host_a = crate::cli::serve::host_from(&alice.config_path).unwrap();
-        let (harness, _upstreams) = crate::cli::serve::start_serving(&alice.dir, &config, &host_a)
-            .await
-            .unwrap();
-        let (bridge, host_b, agent) =
-            crate::cli::testing::autopay_bridge(&dir.path().join("bridge"), &bob, &alice, Some(1))
-                .await;
-        Net {
-            dir,
-            devnet,
-            alice,
-            bob,
-            harness,
-            bridge,
-            host_b,
-            agent,
-        }
-    }
-
-    async fn fortune(net: &Net) -> String {
-        let r = net
-            .agent
-            .call_tool(CallToolRequestParams::new("fortune"))
-            .await
-            .unwrap();
-        brmcp_adapters::protocol::result_texts(&r)
-            .last()
-            .unwrap_or_default()
-            .to_owned()
-    }
-
-    /// The spend log once its only entry is no longer pending.
-    async fn settled(bridge: &Bridge) -> (SpendEntry, u64) {
-        for _ in 0..200 {
-            let (entries, today) = bridge.spend_log().unwrap();
-            if let [entry] = entries.as_slice()
-                && entry.status != SpendStatus::Pending
-            {
-                return (entry.clone(), today);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the payment stayed pending: {:?}", bridge.spend_log());
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_tip_paid_after_the_wait_is_recorded_paid() {
-        let net = net().await;
-        // The first attempt fails; the retry 2 s later succeeds.
-        net.devnet.set_can_invoice(net.alice.id, false).unwrap();
-        assert_eq!(
-            fortune(&net).await,
-            "brmcp-bridge: payment not made: tip not confirmed within 1s"
-        );
-        let (entries, today) = net.bridge.spend_log().unwrap();
-        assert_eq!(entries[0].status, SpendStatus::Pending);
-        assert_eq!(today, 10_000, "a pending tip counts");
-        net.devnet.set_can_invoice(net.alice.id, true).unwrap();
-
-        let (entry, today) = settled(&net.bridge).await;
-        assert_eq!(entry.status, SpendStatus::Paid);
-        assert_eq!(today, 10_000);
-        // The bot was credited, so the next call runs on that credit: no new payment.
-        for _ in 0..200 {
-            let bob = PeerId::from_bytes(net.bob.uid);
-            if net.harness.balance_matoms(bob).await.unwrap() > 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let text = fortune(&net).await;
-        assert!(!text.starts_with("brmcp-bridge"), "{text}");
-        assert_eq!(net.bridge.spend_log().unwrap().0.len(), 1);
-        net.devnet.shutdown().await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_tip_failing_after_the_wait_frees_the_budget() {
-        let net = net().await;
-        net.devnet.set_can_invoice(net.alice.id, false).unwrap();
-        assert_eq!(
-            fortune(&net).await,
-            "brmcp-bridge: payment not made: tip not confirmed within 1s"
-        );
-        // Three attempts, 2 s apart, all refused: the terminal event fails it.
-        let (entry, today) = settled(&net.bridge).await;
-        assert_eq!(entry.status, SpendStatus::Failed);
-        assert_eq!(
-            entry.err.as_deref(),
-            Some("unable to generate payment invoice")
-        );
-        assert_eq!(today, 0, "a failed tip no longer counts");
-        net.devnet.shutdown().await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_tip_paid_while_the_bridge_was_stopped_is_recorded_at_its_next_start() {
-        let net = net().await;
-        net.devnet.set_can_invoice(net.alice.id, false).unwrap();
-        let alice_before = net.devnet.balance(&net.alice.uid);
-        assert_eq!(
-            fortune(&net).await,
-            "brmcp-bridge: payment not made: tip not confirmed within 1s"
-        );
-        // The bridge stops before any retry of the tip can succeed.
-        net.bridge.close().await;
-        net.host_b.close();
-        net.devnet.set_can_invoice(net.alice.id, true).unwrap();
-        for _ in 0..200 {
-            if net.devnet.balance(&net.alice.uid) > alice_before {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(
-            net.devnet.balance(&net.alice.uid) > alice_before,
-            "the client's retry paid the tip"
-        );
-        let (entries, _) = net.bridge.spend_log().unwrap();
-        assert_eq!(
-            entries[0].status,
-            SpendStatus::Pending,
-            "nobody was listening"
-        );
-
-        // Started again on the same directory, the bridge gets the outcome the client
-        // kept for it and settles the payment.
-        let listen = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
-        let (bridge, host) = start_bridge(
-            &net.dir.path().join("bridge"),
-            &net.bob.config_path,
-            listen,
-            false,
-        )
-        .await
-        .unwrap();
-        let (entry, today) = settled(&bridge).await;
-        assert_eq!(entry.status, SpendStatus::Paid);
-        assert_eq!(today, 10_000);
-        host.close();
-        net.devnet.shutdown().await;
     }
 }
