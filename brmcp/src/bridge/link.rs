@@ -131,7 +131,8 @@ pub(crate) struct BotLink {
     pub(crate) closed: CancellationToken,
     /// The session being opened or resumed, to tell why it is not answered.
     dialing: Mutex<Option<SessionWatch>>,
-    /// Calls of agents asked through `input_required`, held for their retries.
+    /// Requests (`tools/call`, `prompts/get`, `resources/read`) of agents asked through
+    /// `input_required`, held for their retries.
     pub(crate) held: Arc<HeldCalls<Held>>,
 }
 

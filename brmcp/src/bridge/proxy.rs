@@ -1,13 +1,16 @@
 //! The agent-facing MCP server of one bot: every request forwarded to the bot's link,
-//! every answer returned as the bot gave it, and the paid-call loop around `tools/call`.
+//! every answer returned as the bot gave it, and the paid-call loop around `tools/call`;
+//! for agents asked through `input_required`, the requests held for their input.
 
 #![allow(deprecated)] // sampling, roots, logging and resources/subscribe are SEP-2577-deprecated
 
 pub(crate) mod ask;
 mod call;
+mod held;
 pub(crate) mod input_required;
+mod read;
 
-pub(crate) use call::Held;
+pub(crate) use held::Held;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -28,7 +31,7 @@ use rmcp::{ServerHandler, ServiceError};
 use serde_json::Value;
 
 use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
-use input_required::{Asks, InputAsk, MAX_ASKS_PER_CALL};
+use input_required::{Asks, InputAsk, MAX_ASKS_PER_CALL, Subject};
 
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn, Silence, Tracked};
@@ -539,11 +542,12 @@ impl ServerHandler for ProxyServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        let subject = Subject::Prompt(request.name.clone());
+        let state = request.request_state.clone();
+        let responses = request.input_responses.clone();
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
         match self
-            .forward(
-                ClientRequest::GetPromptRequest(GetPromptRequest::new(request)),
-                &context,
-            )
+            .read(request, subject, state.as_deref(), responses, &context)
             .await?
         {
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
@@ -592,11 +596,12 @@ impl ServerHandler for ProxyServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        let subject = Subject::Resource(request.uri.clone());
+        let state = request.request_state.clone();
+        let responses = request.input_responses.clone();
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
         match self
-            .forward(
-                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request)),
-                &context,
-            )
+            .read(request, subject, state.as_deref(), responses, &context)
             .await?
         {
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),

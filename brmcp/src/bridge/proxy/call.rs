@@ -13,12 +13,13 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::Value;
 
+use super::held::{BotWait, Held};
 use super::input_required::{
-    self, APPROVAL_INPUT, Asks, approval_request, asks_by_input_required, can_ask_approval,
+    self, APPROVAL_INPUT, Asks, Subject, approval_request, asks_by_input_required, can_ask_approval,
 };
 use super::{
-    Attempts, BotInput, Failure, ProxyServer, Waiting, ask, caller, cancel_at_bot, complete,
-    expect, forwarded_meta,
+    Attempts, BotInput, Failure, ProxyServer, Waiting, ask, caller, complete, expect,
+    forwarded_meta,
 };
 use crate::bridge::policy::{Ask, Refusal};
 use crate::bridge::quote::{Decision, Paid, decide};
@@ -41,18 +42,25 @@ struct CallState {
 }
 
 /// A call held for its agent's input (see [`input_required`]).
-pub(crate) struct Held {
+pub(crate) struct HeldCall {
     call: CallState,
     wait: Suspended,
 }
 
+impl HeldCall {
+    /// The bot's requests the call waits on, if it waits on the bot.
+    pub(super) fn into_bot_wait(self) -> Option<BotWait> {
+        match self.wait {
+            Suspended::Bot(wait) => Some(wait),
+            Suspended::Paying(_) | Suspended::Approval { .. } => None,
+        }
+    }
+}
+
 /// What a held call waits on.
 enum Suspended {
-    /// The bot's answer, once the agent answers the bot's requests (by key).
-    Bot {
-        waiting: Waiting,
-        asked: Vec<(String, tokio::sync::oneshot::Sender<Value>)>,
-    },
+    /// The bot's answer, once the agent answers the bot's requests.
+    Bot(BotWait),
     /// A payment settling, its approval answered; the retry that waited for it was
     /// given up.
     Paying(Settling),
@@ -100,11 +108,15 @@ impl ProxyServer {
         params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let subject = Subject::Tool(params.name.to_string());
         if let Some(state) = params.request_state.as_deref()
-            && let Some(held) = self.link.held.take(state, caller(ctx).name(), &params.name)
+            && let Some(held) = self.link.held.take(state, caller(ctx).name(), &subject)
         {
+            let Held::Call(held) = held else {
+                return Err(ErrorData::internal_error("held request changed", None));
+            };
             let responses = params.input_responses.unwrap_or_default();
-            return self.resume(held, state, &responses, ctx).await;
+            return self.resume(*held, state, &responses, ctx).await;
         }
         let key = crate::bridge::random_hex::<16>()
             .map_err(|e| ErrorData::internal_error(format!("call key: {e}"), None))?;
@@ -131,23 +143,15 @@ impl ProxyServer {
     /// Resumes a held call with the agent's `responses`.
     async fn resume(
         &self,
-        held: Held,
+        held: HeldCall,
         state: &str,
         responses: &InputResponses,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Held { call, wait } = held;
+        let HeldCall { call, wait } = held;
         match wait {
-            Suspended::Bot { mut waiting, asked } => {
-                // Marked for the retry before the bot hears its answer, so what the
-                // bot asks next reaches this request.
-                waiting.tracked.retarget(&ctx.peer, &ctx.id);
-                for (key, answer) in asked {
-                    // An unanswered request gets an error at the bot.
-                    if let Some(response) = responses.get(&key) {
-                        let _ = answer.send(response.clone());
-                    }
-                }
+            Suspended::Bot(wait) => {
+                let waiting = wait.answer(responses, ctx);
                 self.run(call, Some(Resume::Bot(waiting)), ctx).await
             }
             Suspended::Approval { answer, settling } => {
@@ -213,7 +217,7 @@ impl ProxyServer {
                     let result = match answer {
                         Ok(result) => result,
                         Err(Failure::Input(input)) => {
-                            return self.hold_for_bot(call, *input, ctx);
+                            return self.hold_call_for_bot(call, *input, ctx);
                         }
                         Err(e) => return Err(e.into()),
                     };
@@ -409,12 +413,16 @@ impl ProxyServer {
             .saturating_add(Duration::from_secs(settings.tip_wait_secs))
             .saturating_add(self.bridge.config.input_hold);
         let agent = caller(ctx);
-        let tool = call.tool.clone();
-        let held = Held {
+        let subject = Subject::Tool(call.tool.clone());
+        let held = Held::Call(Box::new(HeldCall {
             call,
             wait: Suspended::Approval { answer, settling },
-        };
-        match self.link.held.hold(agent.name(), &tool, held, hold, drop) {
+        }));
+        match self
+            .link
+            .held
+            .hold(agent.name(), &subject, held, hold, drop)
+        {
             Ok(state) => {
                 let mut requests = InputRequests::new();
                 requests.insert(APPROVAL_INPUT.into(), request);
@@ -424,13 +432,16 @@ impl ProxyServer {
             }
             Err((e, held)) => {
                 tracing::info!(bot = %self.link.bot, error = %e, "approval not asked of the agent");
-                let Held { call, wait } = held;
+                let Held::Call(held) = held else {
+                    return Err(ErrorData::internal_error("held request changed", None));
+                };
+                let HeldCall { call, wait } = *held;
                 let Suspended::Approval {
                     answer,
                     mut settling,
                 } = wait
                 else {
-                    return Err(ErrorData::internal_error("held call changed", None));
+                    return Err(ErrorData::internal_error("held request changed", None));
                 };
                 // Left to the other channels.
                 drop(answer);
@@ -449,72 +460,38 @@ impl ProxyServer {
         state: &str,
         ctx: &RequestContext<RoleServer>,
     ) {
-        let tool = call.tool.clone();
-        let held = Held {
+        let subject = Subject::Tool(call.tool.clone());
+        let held = Held::Call(Box::new(HeldCall {
             call,
             wait: Suspended::Paying(settling),
-        };
+        }));
         let hold = self.bridge.config.input_hold;
         let agent = caller(ctx);
         if let Err((e, _)) = self
             .link
             .held
-            .hold_as(state, agent.name(), &tool, held, hold, drop)
+            .hold_as(state, agent.name(), &subject, held, hold, drop)
         {
             tracing::info!(bot = %self.link.bot, error = %e, "call not held again");
         }
     }
 
-    /// Holds a call the bot asked the client something in, and answers the agent with
-    /// `input_required` carrying the bot's requests. Held past the configured hold
-    /// ([`INPUT_HOLD`](input_required::INPUT_HOLD)), the call is cancelled at the bot.
-    fn hold_for_bot(
+    /// Holds a call the bot asked the client something in (see
+    /// [`hold_for_bot`](Self::hold_for_bot)), and answers the agent with
+    /// `input_required` carrying the bot's requests.
+    fn hold_call_for_bot(
         &self,
         call: CallState,
         input: BotInput,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let BotInput { waiting, asks } = input;
-        let mut requests = InputRequests::new();
-        let mut asked = Vec::with_capacity(asks.len());
-        for (n, ask) in asks.into_iter().enumerate() {
-            let key = format!("bot/{n}");
-            requests.insert(key.clone(), ask.request);
-            asked.push((key, ask.answer));
-        }
-        let agent = caller(ctx);
-        let tool = call.tool.clone();
-        let held = Held {
+        let (wait, requests) = BotWait::new(input);
+        let subject = Subject::Tool(call.tool.clone());
+        let held = Held::Call(Box::new(HeldCall {
             call,
-            wait: Suspended::Bot { waiting, asked },
-        };
-        let expire = |held: Held| {
-            if let Suspended::Bot { waiting, .. } = held.wait {
-                cancel_at_bot(&waiting.conn, waiting.id, "no input from the agent in time");
-            }
-        };
-        match self.link.held.hold(
-            agent.name(),
-            &tool,
-            held,
-            self.bridge.config.input_hold,
-            expire,
-        ) {
-            Ok(state) => Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
-                Some(requests),
-                Some(state),
-            ))),
-            // The bot's requests get their errors (their answer channels dropped);
-            // the call is not held and fails like a call the agent gave up on.
-            Err((e, held)) => {
-                if let Suspended::Bot { waiting, .. } = held.wait {
-                    cancel_at_bot(&waiting.conn, waiting.id, "the agent cannot be asked");
-                }
-                Err(ErrorData::internal_error(
-                    format!("bot {} asked for input: {e}", self.link.bot),
-                    None,
-                ))
-            }
-        }
+            wait: Suspended::Bot(wait),
+        }));
+        let asked = self.hold_for_bot(&subject, held, requests, ctx)?;
+        Ok(CallToolResponse::InputRequired(asked))
     }
 }

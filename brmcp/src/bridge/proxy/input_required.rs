@@ -1,13 +1,15 @@
-//! Asking agents on protocol 2026-07-28, which forbids server-to-client requests: a call
-//! that needs the agent's input (the approval of a payment, or a bot's elicitation,
-//! sampling or roots request) is held, and the agent's `tools/call` is answered with
+//! Asking agents on protocol 2026-07-28, which forbids server-to-client requests: a
+//! request that needs the agent's input (the approval of a payment, or a bot's
+//! elicitation, sampling or roots request made during the agent's `tools/call`,
+//! `prompts/get` or `resources/read`) is held, and the agent's request is answered with
 //! `input_required`; the agent's retry with its answers and the `requestState` resumes
-//! the held call.
+//! the held request.
 //!
-//! The state is a random handle into the link's own table of held calls ([`HeldCalls`]),
-//! taken at most once, and only by the agent it was given to for the tool it was given
-//! for: a forged, replayed, expired or foreign state finds nothing, and its retry is a
-//! new call (forwarded as it came, so a bot's own `requestState` still reaches the bot).
+//! The state is a random handle into the link's own table of held requests
+//! ([`HeldCalls`]), taken at most once, and only by the agent it was given to for the
+//! tool, prompt or resource it was given for ([`Subject`]): a forged, replayed, expired
+//! or foreign state finds nothing, and its retry is a new request (forwarded as it came,
+//! so a bot's own `requestState` still reaches the bot).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -158,9 +160,20 @@ pub(crate) enum HoldError {
     Taken,
 }
 
+/// What a held request was for: its state serves only a retry of the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Subject {
+    /// A `tools/call` of the named tool.
+    Tool(String),
+    /// A `prompts/get` of the named prompt.
+    Prompt(String),
+    /// A `resources/read` of the URI.
+    Resource(String),
+}
+
 struct Entry<T> {
     agent: String,
-    tool: String,
+    subject: Subject,
     /// Which holding of the state this is: a call held again under its state is not
     /// expired by the earlier holding's timer.
     generation: u64,
@@ -183,12 +196,12 @@ impl<T> Default for HeldCalls<T> {
 }
 
 impl<T: Send + 'static> HeldCalls<T> {
-    /// Holds `held`, a call of `tool` by `agent`, for `hold`; returns its state. Past
+    /// Holds `held`, a request about `subject` by `agent`, for `hold`; returns its state. Past
     /// `hold`, unless taken, `expire` gets it. `held` comes back if it cannot be held.
     pub(crate) fn hold(
         self: &Arc<Self>,
         agent: &str,
-        tool: &str,
+        subject: &Subject,
         held: T,
         hold: Duration,
         expire: impl FnOnce(T) + Send + 'static,
@@ -196,7 +209,7 @@ impl<T: Send + 'static> HeldCalls<T> {
         let Ok(state) = crate::bridge::random_hex::<STATE_BYTES>() else {
             return Err((HoldError::Entropy, held));
         };
-        self.hold_as(&state, agent, tool, held, hold, expire)?;
+        self.hold_as(&state, agent, subject, held, hold, expire)?;
         Ok(state)
     }
 
@@ -206,7 +219,7 @@ impl<T: Send + 'static> HeldCalls<T> {
         self: &Arc<Self>,
         state: &str,
         agent: &str,
-        tool: &str,
+        subject: &Subject,
         held: T,
         hold: Duration,
         expire: impl FnOnce(T) + Send + 'static,
@@ -224,7 +237,7 @@ impl<T: Send + 'static> HeldCalls<T> {
                 state.to_owned(),
                 Entry {
                     agent: agent.to_owned(),
-                    tool: tool.to_owned(),
+                    subject: subject.clone(),
                     generation,
                     held,
                 },
@@ -246,13 +259,13 @@ impl<T: Send + 'static> HeldCalls<T> {
         Ok(())
     }
 
-    /// The call held under `state` for `agent` and `tool`, taken out (a state serves
-    /// once); `None` for any other state.
-    pub(crate) fn take(&self, state: &str, agent: &str, tool: &str) -> Option<T> {
+    /// The request held under `state` for `agent` and `subject`, taken out (a state
+    /// serves once); `None` for any other state.
+    pub(crate) fn take(&self, state: &str, agent: &str, subject: &Subject) -> Option<T> {
         let mut calls = lock(&self.calls);
         let ours = calls
             .get(state)
-            .is_some_and(|e| e.agent == agent && e.tool == tool);
+            .is_some_and(|e| e.agent == agent && e.subject == *subject);
         if !ours {
             return None;
         }
@@ -274,26 +287,44 @@ mod tests {
         Arc::new(HeldCalls::default())
     }
 
+    fn tool(name: &str) -> Subject {
+        Subject::Tool(name.into())
+    }
+
     #[tokio::test]
     async fn a_state_serves_once_and_only_its_agent_and_tool() {
         let calls = table();
         let state = calls
-            .hold("alice", "fortune", 7, INPUT_HOLD, |_| {})
+            .hold("alice", &tool("fortune"), 7, INPUT_HOLD, |_| {})
             .unwrap();
         assert_eq!(state.len(), STATE_BYTES * 2);
         assert_eq!(
-            calls.take(&state, "mallory", "fortune"),
+            calls.take(&state, "mallory", &tool("fortune")),
             None,
             "another agent"
         );
-        assert_eq!(calls.take(&state, "alice", "quote"), None, "another tool");
         assert_eq!(
-            calls.take("0123456789abcdef", "alice", "fortune"),
+            calls.take(&state, "alice", &tool("quote")),
+            None,
+            "another tool"
+        );
+        let prompt = Subject::Prompt("fortune".into());
+        assert_eq!(
+            calls.take(&state, "alice", &prompt),
+            None,
+            "a prompt of its name"
+        );
+        assert_eq!(
+            calls.take("0123456789abcdef", "alice", &tool("fortune")),
             None,
             "forged"
         );
-        assert_eq!(calls.take(&state, "alice", "fortune"), Some(7));
-        assert_eq!(calls.take(&state, "alice", "fortune"), None, "replayed");
+        assert_eq!(calls.take(&state, "alice", &tool("fortune")), Some(7));
+        assert_eq!(
+            calls.take(&state, "alice", &tool("fortune")),
+            None,
+            "replayed"
+        );
     }
 
     #[tokio::test]
@@ -301,14 +332,16 @@ mod tests {
         let calls = table();
         for i in 0..MAX_HELD_PER_AGENT {
             calls
-                .hold("alice", "t", i as u32, INPUT_HOLD, |_| {})
+                .hold("alice", &tool("t"), i as u32, INPUT_HOLD, |_| {})
                 .unwrap();
         }
-        let Err((e, back)) = calls.hold("alice", "t", 99, INPUT_HOLD, |_| {}) else {
+        let Err((e, back)) = calls.hold("alice", &tool("t"), 99, INPUT_HOLD, |_| {}) else {
             panic!("held past the bound");
         };
         assert_eq!((e, back), (HoldError::Full, 99));
-        calls.hold("bob", "t", 1, INPUT_HOLD, |_| {}).unwrap();
+        calls
+            .hold("bob", &tool("t"), 1, INPUT_HOLD, |_| {})
+            .unwrap();
         assert_eq!(calls.len(), MAX_HELD_PER_AGENT + 1);
     }
 
@@ -317,12 +350,18 @@ mod tests {
         let calls = table();
         let (tx, rx) = oneshot::channel();
         let state = calls
-            .hold("alice", "t", 5, Duration::from_secs(60), move |held| {
-                let _ = tx.send(held);
-            })
+            .hold(
+                "alice",
+                &tool("t"),
+                5,
+                Duration::from_secs(60),
+                move |held| {
+                    let _ = tx.send(held);
+                },
+            )
             .unwrap();
         assert_eq!(rx.await.unwrap(), 5);
-        assert_eq!(calls.take(&state, "alice", "t"), None);
+        assert_eq!(calls.take(&state, "alice", &tool("t")), None);
         assert_eq!(calls.len(), 0);
     }
 
@@ -330,20 +369,27 @@ mod tests {
     async fn a_call_held_again_keeps_its_state_and_its_own_expiry() {
         let calls = table();
         let state = calls
-            .hold("alice", "t", 1, Duration::from_secs(60), |_| {})
+            .hold("alice", &tool("t"), 1, Duration::from_secs(60), |_| {})
             .unwrap();
-        assert_eq!(calls.take(&state, "alice", "t"), Some(1));
+        assert_eq!(calls.take(&state, "alice", &tool("t")), Some(1));
         tokio::time::sleep(Duration::from_secs(30)).await;
         calls
-            .hold_as(&state, "alice", "t", 2, Duration::from_secs(60), |_| {})
+            .hold_as(
+                &state,
+                "alice",
+                &tool("t"),
+                2,
+                Duration::from_secs(60),
+                |_| {},
+            )
             .unwrap();
-        let Err((e, _)) = calls.hold_as(&state, "alice", "t", 3, INPUT_HOLD, |_| {}) else {
+        let Err((e, _)) = calls.hold_as(&state, "alice", &tool("t"), 3, INPUT_HOLD, |_| {}) else {
             panic!("replaced a held call");
         };
         assert_eq!(e, HoldError::Taken);
         // Past the first holding's end, within the second's.
         tokio::time::sleep(Duration::from_secs(45)).await;
-        assert_eq!(calls.take(&state, "alice", "t"), Some(2));
+        assert_eq!(calls.take(&state, "alice", &tool("t")), Some(2));
     }
 
     #[test]

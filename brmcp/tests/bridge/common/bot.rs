@@ -50,8 +50,12 @@ pub struct BotState {
     pub extra_tools: Mutex<Vec<Tool>>,
     /// Drop the next N answers to `tools/call` after running the call (a lost reply).
     pub lose_replies: AtomicUsize,
-    /// The errors the `elicit` tool's requests to the client got.
+    /// The errors the bot's elicitations (the `elicit` tool's, the `ask` prompt's and
+    /// the `test://ask` resource's) got.
     pub elicit_errors: Mutex<Vec<String>>,
+    /// Every `prompts/get` (`prompt:NAME`) and `resources/read` (`resource:URI`)
+    /// received.
+    pub reads: Mutex<Vec<String>>,
 }
 
 impl BotState {
@@ -70,6 +74,16 @@ impl BotState {
             .get(tool)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// How many times the bot received the read `what` (see [`reads`](Self::reads)).
+    pub fn reads_of(&self, what: &str) -> usize {
+        self.reads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| *r == what)
+            .count()
     }
 
     pub fn calls_of(&self, tool: &str) -> Vec<Option<String>> {
@@ -195,6 +209,33 @@ impl TestBot {
         }
     }
 
+    /// Asks the client for a name by elicitation, `message`: the user's action and
+    /// content, or the error (kept in `elicit_errors`).
+    async fn ask_name(
+        &self,
+        message: String,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let params: ElicitRequestParams = serde_json::from_value(json!({
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+        }))
+        .expect("elicitation params");
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match ctx.peer.send_request(request).await {
+            Ok(ClientResult::ElicitResult(r)) => Ok(format!(
+                "{} {}",
+                serde_json::to_value(&r.action).unwrap_or_default(),
+                r.content.unwrap_or_default()
+            )),
+            Ok(other) => Ok(format!("unexpected {other:?}")),
+            Err(e) => {
+                self.state.elicit_errors.lock().unwrap().push(e.to_string());
+                Err(e.to_string())
+            }
+        }
+    }
+
     async fn run(
         &self,
         name: &str,
@@ -293,21 +334,12 @@ impl TestBot {
                 let times = args.get("times").and_then(Value::as_u64).unwrap_or(1);
                 let mut said = Vec::new();
                 for n in 1..=times {
-                    let params: ElicitRequestParams = serde_json::from_value(json!({
-                        "message": format!("your name? ({n} of {times})"),
-                        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
-                    }))
-                    .expect("elicitation params");
-                    let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-                    match ctx.peer.send_request(request).await {
-                        Ok(ClientResult::ElicitResult(r)) => said.push(format!(
-                            "{} {}",
-                            serde_json::to_value(&r.action).unwrap_or_default(),
-                            r.content.unwrap_or_default()
-                        )),
-                        Ok(other) => said.push(format!("unexpected {other:?}")),
+                    match self
+                        .ask_name(format!("your name? ({n} of {times})"), ctx)
+                        .await
+                    {
+                        Ok(answer) => said.push(answer),
                         Err(e) => {
-                            self.state.elicit_errors.lock().unwrap().push(e.to_string());
                             return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                                 "no elicitation: {e}"
                             ))]));
@@ -476,8 +508,23 @@ impl ServerHandler for TestBot {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        self.state
+            .reads
+            .lock()
+            .unwrap()
+            .push(format!("resource:{}", request.uri));
+        // Unlisted: read only by the tests of a bot's requests during a read.
+        if request.uri == "test://ask" {
+            let text = match self.ask_name("whose resource?".into(), &context).await {
+                Ok(answer) => format!("user said: {answer}"),
+                Err(e) => format!("no elicitation: {e}"),
+            };
+            return Ok(
+                ReadResourceResult::new(vec![ResourceContents::text(text, request.uri)]).into(),
+            );
+        }
         if request.uri != "test://hello" && !request.uri.starts_with("test://items/") {
             return Err(ErrorData::resource_not_found("no such resource", None));
         }
@@ -502,8 +549,23 @@ impl ServerHandler for TestBot {
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        self.state
+            .reads
+            .lock()
+            .unwrap()
+            .push(format!("prompt:{}", request.name));
+        // Unlisted: got only by the tests of a bot's requests during a read.
+        if request.name == "ask" {
+            let text = match self.ask_name("whom to greet?".into(), &context).await {
+                Ok(answer) => format!("user said: {answer}"),
+                Err(e) => format!("no elicitation: {e}"),
+            };
+            return Ok(
+                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)]).into(),
+            );
+        }
         let name = request
             .arguments
             .as_ref()
