@@ -19,6 +19,8 @@ pub mod directory;
 mod early_progress;
 #[cfg(any(feature = "server", feature = "bridge"))]
 mod file_watch;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 #[cfg(feature = "host")]
 pub mod journal;
 #[cfg(feature = "server")]

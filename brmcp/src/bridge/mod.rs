@@ -48,7 +48,7 @@
 
 mod approval;
 mod attach;
-mod directory;
+pub(crate) mod directory;
 mod http;
 mod link;
 mod policy;
