@@ -107,10 +107,17 @@ async fn run_frames(data: &[u8]) {
         let ended: Vec<_> = before.difference(&after).copied().copied().collect();
         assert!(ended.len() <= 1, "one frame ended calls {ended:?}");
         if let Some(&call) = ended.first() {
-            assert_eq!(id, Some(call), "call {call} ended by a frame with id {id:?}");
+            assert_eq!(
+                id,
+                Some(call),
+                "call {call} ended by a frame with id {id:?}"
+            );
             let value = value.as_ref().expect("a decoded frame");
             let want = match value.get("error").filter(|e| !e.is_null()) {
-                Some(error) => Err(error.get("code").map_or(Some(0), Value::as_i64).expect("a code")),
+                Some(error) => Err(error
+                    .get("code")
+                    .map_or(Some(0), Value::as_i64)
+                    .expect("a code")),
                 None => Ok(value
                     .get("result")
                     .filter(|r| !r.is_null())
@@ -132,7 +139,10 @@ async fn run_frames(data: &[u8]) {
 
         let mut delivered = 0;
         for (method, (kind, queue)) in &mut queues {
-            assert!(queue.rx.len() <= MAX_QUEUED_PER_STREAM, "{method} over its bound");
+            assert!(
+                queue.rx.len() <= MAX_QUEUED_PER_STREAM,
+                "{method} over its bound"
+            );
             while let Ok((params, _at)) = queue.rx.try_recv() {
                 delivered += 1;
                 let value = value.as_ref().expect("an item from a decoded frame");

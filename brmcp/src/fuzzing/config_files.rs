@@ -41,17 +41,31 @@ fn serve(data: &[u8]) {
     let several = config.upstreams.len() > 1;
     let mut names = BTreeSet::new();
     for upstream in &config.upstreams {
-        assert!((1..=MAX_NAME_LEN).contains(&upstream.name.len()), "{upstream:?}");
-        assert!(names.insert(&upstream.name), "two upstreams {:?}", upstream.name);
+        assert!(
+            (1..=MAX_NAME_LEN).contains(&upstream.name.len()),
+            "{upstream:?}"
+        );
+        assert!(
+            names.insert(&upstream.name),
+            "two upstreams {:?}",
+            upstream.name
+        );
         let prefix = if several {
             format!("{}_", upstream.name)
         } else {
             String::new()
         };
         assert_eq!(upstream.prefix, prefix);
-        assert!(upstream.default_price_atoms.is_none_or(|p| p <= MAX_PRICE_ATOMS));
+        assert!(
+            upstream
+                .default_price_atoms
+                .is_none_or(|p| p <= MAX_PRICE_ATOMS)
+        );
         for price in upstream.tools.values() {
-            assert!(matches!(price, ToolPrice::Off | ToolPrice::Atoms(0..=MAX_PRICE_ATOMS)));
+            assert!(matches!(
+                price,
+                ToolPrice::Off | ToolPrice::Atoms(0..=MAX_PRICE_ATOMS)
+            ));
         }
     }
     #[cfg(feature = "directory")]
@@ -65,15 +79,21 @@ fn bridge(data: &[u8]) {
     let settings = match Settings::parse(path, data) {
         Ok(settings) => settings,
         Err(e) => {
-            assert!(e.to_string().contains("mcpclient.json"), "unnamed file: {e}");
+            assert!(
+                e.to_string().contains("mcpclient.json"),
+                "unnamed file: {e}"
+            );
             return;
         }
     };
-    let normalized = settings.clone().normalized().expect("accepted settings normalize");
+    let normalized = settings
+        .clone()
+        .normalized()
+        .expect("accepted settings normalize");
     assert_eq!(normalized, settings, "accepted settings are not normalized");
     let saved = serde_json::to_vec_pretty(&settings).expect("settings serialize");
-    let again = Settings::parse(path, &saved)
-        .unwrap_or_else(|e| panic!("saved settings refused: {e}"));
+    let again =
+        Settings::parse(path, &saved).unwrap_or_else(|e| panic!("saved settings refused: {e}"));
     assert_eq!(again, settings, "saved settings read back otherwise");
 }
 

@@ -102,7 +102,10 @@ fn snapshot(data: &[u8]) {
     {
         let payload = base64_decode(&signed.payload);
         let sig = signer.sign(&payload);
-        assert_eq!(sig.sig, signed.sig, "a signature of another payload verified");
+        assert_eq!(
+            sig.sig, signed.sig,
+            "a signature of another payload verified"
+        );
         roundtrip(&signer, &snapshot);
     }
     // The same bytes as a payload signed with the trusted key: only the payload's

@@ -85,7 +85,11 @@ pub fn upstream_lines(data: &[u8]) {
             );
             received.push(value);
         }
-        assert_eq!(fault.get().is_some(), cut, "the fault is set iff a line was cut");
+        assert_eq!(
+            fault.get().is_some(),
+            cut,
+            "the fault is set iff a line was cut"
+        );
         received
     });
     assert_eq!(received, want, "the client did not receive the whole lines");

@@ -92,7 +92,11 @@ impl Listeners {
         let missed = {
             let mut listeners = self.lock();
             for listener in listeners.values_mut() {
-                if listener.peer.as_ref().is_some_and(Peer::is_transport_closed) {
+                if listener
+                    .peer
+                    .as_ref()
+                    .is_some_and(Peer::is_transport_closed)
+                {
                     listener.peer = None;
                 }
             }
@@ -139,7 +143,11 @@ impl Listeners {
     fn missed(&self, caller: PeerId, what: Changed) {
         let mut listeners = self.lock();
         if let Some(listener) = listeners.get_mut(&caller) {
-            if listener.peer.as_ref().is_some_and(Peer::is_transport_closed) {
+            if listener
+                .peer
+                .as_ref()
+                .is_some_and(Peer::is_transport_closed)
+            {
                 listener.peer = None;
             }
             listener.miss(what);

@@ -190,7 +190,11 @@ async fn a_change_while_parked_is_announced_on_revival() {
     );
     dynamic.replace("up", vec![priced(&runs, &up)]);
     tokio::time::sleep(PARK_AFTER * 3).await;
-    assert_eq!(changes.0.load(Ordering::SeqCst), 0, "a parked session was told");
+    assert_eq!(
+        changes.0.load(Ordering::SeqCst),
+        0,
+        "a parked session was told"
+    );
 
     // Its next message revives it, and the change it missed is announced.
     let r = client
@@ -198,8 +202,14 @@ async fn a_change_while_parked_is_announced_on_revival() {
         .await
         .unwrap();
     assert!(!is_error(&r), "{r:?}");
-    assert!(env.router.stats().sessions_resumed >= 1, "the session was not parked");
-    support::until("the missed change", || changes.0.load(Ordering::SeqCst) >= 1).await;
+    assert!(
+        env.router.stats().sessions_resumed >= 1,
+        "the session was not parked"
+    );
+    support::until("the missed change", || {
+        changes.0.load(Ordering::SeqCst) >= 1
+    })
+    .await;
     assert_eq!(names(&client).await, ["echo", "priced"]);
 
     // Parked again with nothing missed: a revival announces nothing.
