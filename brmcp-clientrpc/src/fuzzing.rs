@@ -23,9 +23,12 @@ const MAX_FRAMES: usize = 256;
 /// Calls waiting for their response when the frames arrive.
 const CALLS: usize = 3;
 
-/// The first JSON value of a frame, as an independent reader sees it.
+/// The first JSON value of a frame, as an independent reader sees it. Invalid UTF-8
+/// is read as U+FFFD: the connection skips the fields it does not know without
+/// checking their text, so such a frame still counts there.
 fn first_value(frame: &[u8]) -> Option<Value> {
-    serde_json::Deserializer::from_slice(frame)
+    let text = String::from_utf8_lossy(frame);
+    serde_json::Deserializer::from_str(&text)
         .into_iter::<Value>()
         .next()
         .and_then(Result::ok)
