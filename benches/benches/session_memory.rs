@@ -13,9 +13,10 @@
 //! writer task; dialed without an rmcp service on top), the handler, and the rest, the
 //! rmcp service of each end. Target: at most 32 KiB per idle session, both ends.
 //!
-//! Measured twice: with the server's sessions running, and parked
-//! (`RouterConfig::server_park_after`: an idle session's service and handler dropped,
-//! revived by its next message).
+//! Measured twice: with the server's sessions running (`RouterConfig::server()` alone),
+//! and parked (`RouterConfig::server_park_after`: an idle session's service and handler
+//! dropped, revived by its next message), which the serving harness does by default
+//! (`brmcp::server::DEFAULT_PARK_AFTER`, 30 s; 200 ms here so the run is short).
 //!
 //! Run: `cargo bench -p brmcp-benches --bench session_memory`.
 

@@ -179,17 +179,7 @@ impl Conn {
     /// Takes over `ws` and starts its reader and writer tasks.
     pub(crate) fn spawn(ws: Ws, number: u64, config: &ClientRpcConfig) -> Arc<Self> {
         let (sink, stream) = ws.split();
-        let (out, out_rx) = mpsc::unbounded_channel();
-        let conn = Arc::new(Self {
-            number,
-            out,
-            state: Mutex::new(State::default()),
-            permits: Arc::new(Semaphore::new(config.in_flight())),
-            closed: watch::channel(false).0,
-            next_id: AtomicU64::new(1),
-            next_suffix: AtomicU64::new(1),
-            pongs: AtomicU64::new(0),
-        });
+        let (conn, out_rx) = Self::detached(number, config.in_flight());
         tokio::spawn(read_loop(
             conn.clone(),
             stream,
@@ -198,6 +188,38 @@ impl Conn {
         ));
         tokio::spawn(write_loop(conn.clone(), sink, out_rx));
         conn
+    }
+
+    /// A connection with no socket and no tasks: what it would send comes out of the
+    /// receiver, what it receives goes in through [`dispatch`](Self::dispatch).
+    pub(crate) fn detached(
+        number: u64,
+        in_flight: usize,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<Message>) {
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Self {
+            number,
+            out,
+            state: Mutex::new(State::default()),
+            permits: Arc::new(Semaphore::new(in_flight)),
+            closed: watch::channel(false).0,
+            next_id: AtomicU64::new(1),
+            next_suffix: AtomicU64::new(1),
+            pongs: AtomicU64::new(0),
+        });
+        (conn, out_rx)
+    }
+
+    /// The request ids still waiting for a response and the open streams' suffixed
+    /// methods, each sorted.
+    #[cfg(any(fuzzing, test))]
+    pub(crate) fn registered(&self) -> (Vec<u64>, Vec<String>) {
+        let state = lock(&self.state);
+        let mut pending: Vec<u64> = state.pending.keys().copied().collect();
+        let mut streams: Vec<String> = state.streams.keys().cloned().collect();
+        pending.sort_unstable();
+        streams.sort_unstable();
+        (pending, streams)
     }
 
     /// Which connection of the host this is (1 for the first).
@@ -339,7 +361,7 @@ impl Conn {
     }
 
     /// Handles one message from the server.
-    fn dispatch(&self, data: &[u8]) {
+    pub(crate) fn dispatch(&self, data: &[u8]) {
         // The server's messages are one JSON value and a newline; only the first value
         // counts, as on the server side.
         let incoming = match serde_json::Deserializer::from_slice(data)

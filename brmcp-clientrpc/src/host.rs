@@ -33,7 +33,7 @@ use brmcp_adapters::PmSender;
 use brmcp_adapters::protocol::ATOMS_PER_DCR;
 
 mod handlers;
-mod run;
+pub(crate) mod run;
 
 use handlers::{DynKx, DynPm, DynResult, DynTip, IdentityCheck};
 pub use handlers::{KxHandler, PmHandler, Streams, TipHandler, TipResultHandler};

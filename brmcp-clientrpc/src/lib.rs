@@ -42,6 +42,8 @@
 mod config;
 mod conn;
 mod error;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 mod host;
 mod items;
 pub mod proto;

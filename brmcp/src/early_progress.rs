@@ -53,6 +53,13 @@ impl EarlyProgress {
         self.queues.remove(token).unwrap_or_default()
     }
 
+    /// The tokens kept, and the most notifications kept for one of them.
+    #[cfg(any(fuzzing, test))]
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let most = self.queues.values().map(VecDeque::len).max().unwrap_or(0);
+        (self.queues.len().max(self.order.len()), most)
+    }
+
     /// Nothing kept.
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {

@@ -20,7 +20,7 @@ pub mod directory;
 mod early_progress;
 #[cfg(any(feature = "server", feature = "bridge"))]
 mod file_watch;
-#[cfg(all(any(fuzzing, test), feature = "bridge"))]
+#[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 #[cfg(feature = "host")]
 pub mod host;

@@ -236,7 +236,8 @@ impl Handler {
 }
 
 /// One decoded stream item.
-enum Item {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Item {
     Pm(ReceivedPm),
     Tip(ReceivedTip),
     Progress(TipProgressEvent),
@@ -246,7 +247,7 @@ enum Item {
 impl Item {
     /// Decodes one item, ignoring fields a newer server adds; an item whose user id is
     /// not 32 bytes is refused.
-    fn decode(kind: StreamKind, params: &Value) -> Result<Self, serde_json::Error> {
+    pub(crate) fn decode(kind: StreamKind, params: &Value) -> Result<Self, serde_json::Error> {
         Ok(match kind {
             StreamKind::Pm => Self::Pm(ReceivedPm::deserialize(params)?),
             StreamKind::TipReceived => Self::Tip(ReceivedTip::deserialize(params)?),
@@ -255,7 +256,7 @@ impl Item {
         })
     }
 
-    const fn sequence_id(&self) -> u64 {
+    pub(crate) const fn sequence_id(&self) -> u64 {
         match self {
             Self::Pm(pm) => pm.sequence_id,
             Self::Tip(tip) => tip.sequence_id,

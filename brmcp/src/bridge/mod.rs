@@ -48,7 +48,7 @@
 
 pub(crate) mod approval;
 mod attach;
-mod directory;
+pub(crate) mod directory;
 mod http;
 mod link;
 mod policy;

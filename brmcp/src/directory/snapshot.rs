@@ -179,6 +179,14 @@ impl Signer {
         Ok(Self { key })
     }
 
+    /// A signer of the key from `seed`: deterministic, for the fuzz harness.
+    #[cfg(any(fuzzing, test))]
+    pub(crate) fn from_seed(seed: [u8; 32]) -> Self {
+        Self {
+            key: SigningKey::from_bytes(&seed),
+        }
+    }
+
     /// The public key as 64 hex characters (`policy.pubKey`).
     pub fn public_hex(&self) -> String {
         hex::encode(self.key.verifying_key().as_bytes())

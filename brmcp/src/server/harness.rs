@@ -34,7 +34,7 @@ mod call;
 mod fit;
 mod interrupted;
 mod session;
-pub use builder::HarnessBuilder;
+pub use builder::{DEFAULT_PARK_AFTER, HarnessBuilder};
 pub use call::ANSWER_TOO_LARGE;
 pub use fit::{ANSWER_WRAPPER_BYTES, max_answer_bytes, max_message_bytes};
 pub use interrupted::INTERRUPTED_NOTICE;

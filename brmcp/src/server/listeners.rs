@@ -44,23 +44,114 @@ impl Changed {
     }
 }
 
-/// The sessions to tell.
+/// A caller to tell.
 #[derive(Default)]
-pub(crate) struct Listeners(Mutex<HashMap<PeerId, Peer<RoleServer>>>);
+struct Listener {
+    /// Its latest session; `None` once that could not be told (parked or closed),
+    /// so a parked session's service is not kept alive by this registry.
+    peer: Option<Peer<RoleServer>>,
+    /// The tools changed while it could not be told.
+    missed_tools: bool,
+    /// The catalog changed while it could not be told (what it offers).
+    missed_catalog: Option<(bool, bool)>,
+}
+
+impl Listener {
+    /// Marks `what` as missed.
+    fn miss(&mut self, what: Changed) {
+        match what {
+            Changed::Tools => self.missed_tools = true,
+            Changed::Catalog(offers) => self.missed_catalog = Some(offers),
+        }
+    }
+
+    /// The changes it missed, forgotten here.
+    fn take_missed(&mut self) -> Vec<Changed> {
+        let tools = std::mem::take(&mut self.missed_tools).then_some(Changed::Tools);
+        let catalog = self.missed_catalog.take().map(Changed::Catalog);
+        tools.into_iter().chain(catalog).collect()
+    }
+}
+
+/// The sessions to tell, by caller. A caller whose session could not be told (a
+/// parked session has no service) keeps its entry without the session and is told
+/// what it missed when it listens again: a revived session replays `initialized`,
+/// and a new session initializes, so either listens.
+#[derive(Default)]
+pub(crate) struct Listeners(Mutex<HashMap<PeerId, Listener>>);
 
 impl Listeners {
-    /// Keeps `peer`, `caller`'s latest session, to be told.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PeerId, Listener>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `peer`, `caller`'s latest session, to be told; tells it at once what the
+    /// caller missed while it had no session to tell. Sessions of other callers that
+    /// have ended (or were parked) are let go.
     pub(crate) fn listen(&self, caller: PeerId, peer: &Peer<RoleServer>) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(caller, peer.clone());
+        let missed = {
+            let mut listeners = self.lock();
+            for listener in listeners.values_mut() {
+                if listener
+                    .peer
+                    .as_ref()
+                    .is_some_and(Peer::is_transport_closed)
+                {
+                    listener.peer = None;
+                }
+            }
+            let listener = listeners.entry(caller).or_default();
+            listener.peer = Some(peer.clone());
+            listener.take_missed()
+        };
+        if !missed.is_empty() {
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                for what in missed {
+                    if let Err(e) = what.notify(&peer).await {
+                        tracing::debug!(%caller, error = %e, "missed list_changed not sent");
+                    }
+                }
+            });
+        }
     }
 
     /// Tells every listener of each change `changes` signals, as `what`, until the
     /// listeners are gone (the harness with them).
     pub(crate) fn notify_on(self: &Arc<Self>, changes: watch::Receiver<u64>, what: Changed) {
         tokio::spawn(notify_changes(changes, Arc::downgrade(self), what));
+    }
+
+    /// The sessions to tell of `what` now; the callers without one have missed it.
+    fn to_tell(&self, what: Changed) -> Vec<(PeerId, Peer<RoleServer>)> {
+        let mut listeners = self.lock();
+        let mut out = Vec::new();
+        for (caller, listener) in listeners.iter_mut() {
+            match &listener.peer {
+                Some(peer) if !peer.is_transport_closed() => out.push((*caller, peer.clone())),
+                _ => {
+                    listener.peer = None;
+                    listener.miss(what);
+                }
+            }
+        }
+        out
+    }
+
+    /// `caller`'s session could not be told `what`: it is told when it listens again;
+    /// an ended session is let go.
+    fn missed(&self, caller: PeerId, what: Changed) {
+        let mut listeners = self.lock();
+        if let Some(listener) = listeners.get_mut(&caller) {
+            if listener
+                .peer
+                .as_ref()
+                .is_some_and(Peer::is_transport_closed)
+            {
+                listener.peer = None;
+            }
+            listener.miss(what);
+        }
     }
 }
 
@@ -73,23 +164,13 @@ async fn notify_changes(
         let Some(listeners) = listeners.upgrade() else {
             return;
         };
-        let peers: Vec<(PeerId, Peer<RoleServer>)> = listeners
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(caller, peer)| (*caller, peer.clone()))
-            .collect();
-        for (caller, peer) in peers {
+        for (caller, peer) in listeners.to_tell(what) {
             if let Err(e) = what.notify(&peer).await {
                 tracing::debug!(%caller, error = %e, "list_changed not sent");
-                listeners
-                    .0
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&caller);
+                listeners.missed(caller, what);
             }
         }
+        drop(listeners);
         // Changes meanwhile are marked on the watch: the next round tells them at once.
         tokio::time::sleep(LIST_CHANGED_INTERVAL).await;
     }

@@ -155,3 +155,70 @@ async fn run_time_tools_are_listed_billed_announced_and_removed() {
     assert!(unknown.to_string().contains("unknown tool"), "{unknown}");
     let _ = client.cancel().await;
 }
+
+/// Short, so the session parks within a second; the shipped delay is longer.
+const PARK_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_while_parked_is_announced_on_revival() {
+    let probe = Arc::new(support::Probe::default());
+    let dynamic = DynamicTools::new();
+    let (b, clock, dir) = builder();
+    let mut config = RouterConfig::server();
+    config.server_park_after = Some(PARK_AFTER);
+    let env = env(
+        b.router_config(config)
+            .tool(support::echo(&probe))
+            .dynamic_tools(dynamic.clone()),
+        clock,
+        dir,
+    );
+    let router = env.fabric.router(uid(ALICE), RouterConfig::client());
+    let changes = Changes::default();
+    let client = changes
+        .clone()
+        .serve(router.dial(uid(SERVER)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(names(&client).await, ["echo"]);
+
+    // Parked: no service runs to tell it of a change, so it is not told yet.
+    tokio::time::sleep(PARK_AFTER * 3).await;
+    let (runs, up) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(true)),
+    );
+    dynamic.replace("up", vec![priced(&runs, &up)]);
+    tokio::time::sleep(PARK_AFTER * 3).await;
+    assert_eq!(
+        changes.0.load(Ordering::SeqCst),
+        0,
+        "a parked session was told"
+    );
+
+    // Its next message revives it, and the change it missed is announced.
+    let r = client
+        .call_tool(params("echo", json!({"text": "hi"}), None))
+        .await
+        .unwrap();
+    assert!(!is_error(&r), "{r:?}");
+    assert!(
+        env.router.stats().sessions_resumed >= 1,
+        "the session was not parked"
+    );
+    support::until("the missed change", || {
+        changes.0.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    assert_eq!(names(&client).await, ["echo", "priced"]);
+
+    // Parked again with nothing missed: a revival announces nothing.
+    tokio::time::sleep(PARK_AFTER * 3).await;
+    let r = client
+        .call_tool(params("echo", json!({"text": "again"}), None))
+        .await
+        .unwrap();
+    assert!(!is_error(&r), "{r:?}");
+    tokio::time::sleep(PARK_AFTER).await;
+    assert_eq!(changes.0.load(Ordering::SeqCst), 1);
+}

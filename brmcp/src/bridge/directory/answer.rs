@@ -348,8 +348,10 @@ pub(crate) fn introduce(
     } else {
         format!("the directory did not suggest a key exchange with bot {uid}")
     };
+    // Quoted, as every other word of the directory: a line break in the note must not
+    // pass for the bridge's own text.
     if !answer.note.is_empty() {
-        text.push_str(&format!(": {}", answer.note));
+        text.push_str(&format!(": {:?}", answer.note));
     }
     Ok((text, json))
 }

@@ -18,7 +18,7 @@
 //! the user's caps and approval mode. Answers are untrusted: bounded, their uids
 //! checked (`answer.rs`), rendered as text showing uids and prices, with the JSON.
 
-mod answer;
+pub(crate) mod answer;
 mod tools;
 
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_adapters::{PeerId, RouterConfig};
+use brmcp_adapters::PeerId;
 use brmcp_clientrpc::{BotConfig, ClientRpcConfig, ClientRpcHost, Streams};
 use serde_json::json;
 
@@ -34,12 +34,6 @@ pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<()
     })
 }
 
-/// How long a caller's session of the example tools stays idle before it is parked
-/// (`RouterConfig::server_park_after`): longer than the pause between an agent's calls
-/// in one task, so those never wait for a revival, and far shorter than the idle expiry,
-/// so thousands of idle callers cost a few KiB each instead of a service each.
-pub(crate) const PARK_IDLE_AFTER: Duration = Duration::from_secs(30);
-
 /// Starts the harness on `host` and feeds it the host's PMs (through the PM journal)
 /// and tips (through the ledger), the data directory bound to the client; with
 /// upstreams in `config`, starts supervising them (their tools are served as they come
@@ -60,14 +54,10 @@ pub(crate) async fn start_serving(
         .auto_reply(AutoReply::new(
             "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
         ));
+    // Idle callers' sessions are parked (the harness's default, `DEFAULT_PARK_AFTER`),
+    // upstream tools included: a list change a parked session missed is told on its
+    // revival.
     let (mut builder, upstreams) = with_tools(builder, datadir, config);
-    if config.upstreams.is_empty() {
-        // The example tools never change and push nothing outside a call, so an idle
-        // caller's session can give its rmcp service back until its next message.
-        let mut router_config = RouterConfig::server();
-        router_config.server_park_after = Some(PARK_IDLE_AFTER);
-        builder = builder.router_config(router_config);
-    }
     let block = RegistrantBlock::from_config(config, &datadir.join(super::SERVE_CONFIG))?;
     let registrant = match &block {
         None => None,

@@ -24,6 +24,21 @@ use crate::server::rate_limit::RateLimiter;
 use crate::server::tools::ToolSpec;
 use crate::server::{Clock, SystemClock};
 
+/// How long a caller's session stays idle before the harness parks it
+/// (`RouterConfig::server_park_after`), by default: longer than the pause between an
+/// agent's calls in one task, so those never wait for a revival, and far shorter than
+/// the idle expiry, so thousands of idle callers cost a few KiB each instead of an
+/// rmcp service each. A harness session keeps no state of its own (balances, call keys
+/// and rate limits live in the harness), and a list change it missed while parked is
+/// told on its revival, so parking is safe for every harness.
+pub const DEFAULT_PARK_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `config` with idle sessions parked after [`DEFAULT_PARK_AFTER`].
+fn parking(mut config: RouterConfig) -> RouterConfig {
+    config.server_park_after = Some(DEFAULT_PARK_AFTER);
+    config
+}
+
 /// Builds a [`Harness`].
 #[must_use]
 pub struct HarnessBuilder {
@@ -70,7 +85,7 @@ impl HarnessBuilder {
             auto_reply: None,
             tip_hook: None,
             clock: Arc::new(SystemClock),
-            router_config: RouterConfig::server(),
+            router_config: parking(RouterConfig::server()),
             info: Implementation::new("brmcp", env!("CARGO_PKG_VERSION")),
             instructions: None,
         }
@@ -167,8 +182,9 @@ impl HarnessBuilder {
         self
     }
 
-    /// The router's settings (default [`RouterConfig::server`]); its authorizer is
-    /// replaced by the harness's allow gate.
+    /// The router's settings (default [`RouterConfig::server`] with idle sessions parked
+    /// after [`DEFAULT_PARK_AFTER`]); its authorizer is replaced by the harness's allow
+    /// gate.
     pub fn router_config(mut self, config: RouterConfig) -> Self {
         self.router_config = config;
         self

@@ -119,17 +119,7 @@ pub(crate) fn spawn(how: &Spawn<'_>) -> Result<(ChildTransport, Option<u32>, Fau
         return Err(format!("cannot start {command:?}: no stdin or stdout"));
     };
     let pid = child.id();
-    let fault = Fault::default();
-    let stdout = LineCap {
-        inner: stdout,
-        max: how.max_line,
-        run: 0,
-        ended: false,
-        fault: fault.clone(),
-    };
-    // rmcp's own bound (which drops a long line and waits on) never comes first.
-    let transport =
-        AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(how.max_line + 1);
+    let (transport, fault) = line_transport(stdout, stdin, how.max_line);
     let child = ChildTransport {
         child: Some(child),
         transport,
@@ -137,10 +127,34 @@ pub(crate) fn spawn(how: &Spawn<'_>) -> Result<(ChildTransport, Option<u32>, Fau
     Ok((child, pid, fault))
 }
 
+/// An upstream's stdout and stdin as its MCP client's transport: JSON-RPC lines read
+/// through a [`LineCap`] of `max_line` bytes, and the fault it sets when it cuts.
+pub(crate) fn line_transport<R, W>(
+    stdout: R,
+    stdin: W,
+    max_line: usize,
+) -> (AsyncRwTransport<RoleClient, LineCap<R>, W>, Fault)
+where
+    R: AsyncRead + Send + Unpin,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let fault = Fault::default();
+    let stdout = LineCap {
+        inner: stdout,
+        max: max_line,
+        run: 0,
+        ended: false,
+        fault: fault.clone(),
+    };
+    // rmcp's own bound (which drops a long line and waits on) never comes first.
+    let transport = AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(max_line + 1);
+    (transport, fault)
+}
+
 /// The upstream's stdout, ended (as at end of file) at the first line longer than
 /// `max` bytes: that message could not reach a caller, and waiting for the rest of it
 /// would hold memory without bound. The connection then closes and its calls fail.
-struct LineCap<R> {
+pub(crate) struct LineCap<R> {
     inner: R,
     max: usize,
     /// Bytes of the current line so far.

@@ -362,9 +362,9 @@ impl ClientHandler for Handler {
 }
 
 /// An upstream transport with progress taken off in arrival order.
-struct Tap<T> {
-    inner: T,
-    routes: Arc<Routes>,
+pub(crate) struct Tap<T> {
+    pub(crate) inner: T,
+    pub(crate) routes: Arc<Routes>,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {

@@ -18,13 +18,13 @@
 //!   [`Catalog`](crate::server::Catalog) ([`Upstreams::catalog`]).
 
 mod catalog;
-mod child;
-mod client;
+pub(crate) mod child;
+pub(crate) mod client;
 mod config;
 mod limits;
 mod listing;
 mod mirror;
-mod progress;
+pub(crate) mod progress;
 mod supervisor;
 
 pub(crate) use config::parse_upstreams;
