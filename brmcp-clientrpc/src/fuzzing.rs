@@ -213,28 +213,7 @@ pub fn stream_items(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    /// Every file of `fuzz/corpus/<target>/`, sorted; the corpus must not be empty.
-    fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus")
-            .join(target);
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|entry| entry.map(|e| e.path()))
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        files.sort();
-        let out: Vec<_> = files
-            .into_iter()
-            .filter(|p| p.is_file())
-            .map(|p| {
-                let data = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                (p, data)
-            })
-            .collect();
-        assert!(!out.is_empty(), "empty corpus {}", dir.display());
-        out
-    }
+    use brmcp_test_support::corpus;
 
     #[test]
     fn frames_corpus_passes() {

@@ -158,12 +158,17 @@ fn same_file(file: &std::fs::File, path: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// A client identity no other test uses: the lock files are per identity.
+    fn random_peer() -> PeerId {
+        let mut me = [0u8; 32];
+        getrandom::fill(&mut me).unwrap();
+        PeerId::from_bytes(me)
+    }
+
     #[test]
     fn a_second_consumer_of_one_client_is_refused() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut me = [0u8; 32];
-        getrandom::fill(&mut me).unwrap();
-        let me = PeerId::from_bytes(me);
+        let me = random_peer();
         let first = client_guard(Arc::new(PmJournal::open(a.path()).unwrap()));
         first(me).unwrap();
         // Reconnecting is fine.
@@ -183,9 +188,7 @@ mod tests {
     #[test]
     fn a_waiter_takes_the_client_when_the_holder_goes_and_its_file_is_removed() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut me = [0u8; 32];
-        getrandom::fill(&mut me).unwrap();
-        let me = PeerId::from_bytes(me);
+        let me = random_peer();
         let first = client_guard(Arc::new(PmJournal::open(a.path()).unwrap()));
         first(me).unwrap();
         let second = client_guard(Arc::new(PmJournal::open(b.path()).unwrap()));

@@ -4,17 +4,9 @@
 
 use std::time::Duration;
 
-use crate::common::{FORTUNE_PRICE, agent, autopay, call, env};
+use crate::common::{FORTUNE_PRICE, agent, autopay, call, env, last_text};
 use brmcp::bridge::Mode;
 use serde_json::json;
-
-fn last_text(r: &rmcp::model::CallToolResult) -> String {
-    r.content
-        .last()
-        .and_then(|c| c.as_text())
-        .map(|t| t.text.clone())
-        .unwrap_or_default()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_deny_and_timeout() {

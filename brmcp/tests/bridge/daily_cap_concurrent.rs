@@ -1,21 +1,13 @@
 //! The daily cap is reserved atomically before paying: 20 concurrent paid calls against
 //! a cap of 5 make exactly 5 payments, and the other 15 are refused by the cap.
 
-use crate::common::{agent, autopay, call, env};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use crate::common::{agent, autopay, call, env, last_text};
+use rmcp::model::CallToolRequestParams;
 use serde_json::json;
 
 fn quote() -> CallToolRequestParams {
     // `quote` costs `n` atoms.
     call("quote", json!({"n": 1}))
-}
-
-fn last_text(r: &CallToolResult) -> String {
-    r.content
-        .last()
-        .and_then(ContentBlock::as_text)
-        .map(|t| t.text.clone())
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    Agent, Env, FORTUNE_PRICE, agent_with, autopay, call, env, env_with, eventually, text,
+    Agent, Env, FORTUNE_PRICE, agent_with, autopay, call, env, env_with, eventually, last_text,
+    text,
 };
 use brmcp::bridge::Mode;
 use rmcp::model::{
@@ -149,14 +150,6 @@ async fn approval_env() -> Env {
         s
     })
     .await
-}
-
-fn last_text(r: &rmcp::model::CallToolResult) -> String {
-    r.content
-        .last()
-        .and_then(|c| c.as_text())
-        .map(|t| t.text.clone())
-        .unwrap_or_default()
 }
 
 /// The keys the bot saw `fortune` called with: every one the same, and how many.

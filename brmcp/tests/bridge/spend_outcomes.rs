@@ -3,7 +3,7 @@
 //! stays `pending` and counts; a late tip event resolves it (`resolve_spend`), freeing
 //! the budget when it failed.
 
-use crate::common::{Env, FORTUNE_PRICE, PayMode, agent, autopay, call, env};
+use crate::common::{Env, FORTUNE_PRICE, PayMode, agent, autopay, call, env, last_text};
 use brmcp::adapters::PeerId;
 use brmcp::bridge::{Resolution, SpendStatus, TipOutcomeEvent};
 use serde_json::json;
@@ -18,14 +18,6 @@ fn late(env: &Env, id: u64, bot: PeerId, atoms: u64, outcome: Result<(), &str>) 
             outcome,
         })
         .unwrap()
-}
-
-fn last_text(r: &rmcp::model::CallToolResult) -> String {
-    r.content
-        .last()
-        .and_then(|c| c.as_text())
-        .map(|t| t.text.clone())
-        .unwrap_or_default()
 }
 
 #[tokio::test]

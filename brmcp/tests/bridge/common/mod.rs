@@ -31,6 +31,15 @@ pub use bot::{BotState, FORTUNE_PRICE, fixed_tools, serve_test_bot};
 pub use brmcp::adapters::protocol::result_text as text;
 #[allow(unused_imports)]
 pub use brmcp_test_support::call;
+
+/// The text of a tool result's last content block: where the bridge puts its own words.
+pub fn last_text(r: &rmcp::model::CallToolResult) -> String {
+    r.content
+        .last()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
 #[allow(unused_imports)]
 pub use http::{INITIALIZE, http, initialize, post_on_session};
 #[allow(unused_imports)]
