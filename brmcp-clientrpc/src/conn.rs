@@ -362,8 +362,12 @@ impl Conn {
 
     /// Handles one message from the server.
     pub(crate) fn dispatch(&self, data: &[u8]) {
-        // The server's messages are one JSON value and a newline; only the first value
+        // The server's messages are one JSON object and a newline; only the first value
         // counts, as on the server side.
+        if !crate::proto::starts_object(data) {
+            tracing::debug!(conn = self.number, "message not an object");
+            return;
+        }
         let incoming = match serde_json::Deserializer::from_slice(data)
             .into_iter::<Incoming>()
             .next()

@@ -185,8 +185,32 @@ pub(crate) struct Incoming {
     pub(crate) params: Option<Value>,
     #[serde(default)]
     pub(crate) result: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_only")]
     pub(crate) error: Option<ErrorObject>,
+}
+
+/// Whether `data` holds a JSON object first (after whitespace): derived `Deserialize`
+/// also reads an array positionally into a struct's fields, so `[1]` would pass for a
+/// response with id 1; the server sends only objects.
+pub(crate) fn starts_object(data: &[u8]) -> bool {
+    data.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        == Some(&b'{')
+}
+
+/// An object (or `null`) only, for the same reason as [`starts_object`].
+fn object_only<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    match Value::deserialize(deserializer)? {
+        Value::Null => Ok(None),
+        value @ Value::Object(_) => T::deserialize(value)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        _ => Err(serde::de::Error::custom("not an object")),
+    }
 }
 
 #[cfg(test)]
