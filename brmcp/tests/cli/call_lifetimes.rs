@@ -39,7 +39,7 @@ const RUN_SECS: u64 = 8;
 
 /// The bound the agent must hear the outcome within after serve is back: the silence
 /// probe (10 s), a re-initialize, the call again (8 s), with room for a loaded
-/// machine. Far under the 600 s request timeout the issue saw.
+/// machine. Far under the 600 s request timeout an agent waited before the probe.
 const AFTER_RESTART: Duration = Duration::from_secs(60);
 
 fn installed(relative: &str) -> PathBuf {
