@@ -20,15 +20,20 @@
 //! left out of the file while empty.
 
 mod agents;
+mod bots;
+mod error;
 mod ips;
 
 pub use agents::{AgentEntry, Caller, DEFAULT_AGENT, token_hash};
 pub(crate) use agents::{agent_of, same_digest};
+use bots::check_name;
+pub use bots::{BotChange, NamedBot, RESERVED_BOT_NAMES};
+pub use error::SettingsError;
 pub use ips::IpRange;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use brmcp_adapters::PeerId;
 use serde::{Deserialize, Serialize};
@@ -191,136 +196,6 @@ fn key_of(e: &SettingsError) -> String {
     }
 }
 
-/// A bot with the name the user gave it, if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NamedBot {
-    /// The bot's uid.
-    pub uid: PeerId,
-    /// The user's name for it.
-    pub name: Option<String>,
-}
-
-/// Names a bot may not have: `directory` is the path of the directory endpoints
-/// (`/mcp/directory`), which would hide a bot's `/mcp/<name>`.
-pub const RESERVED_BOT_NAMES: [&str; 1] = ["directory"];
-
-/// What [`Settings::with_named_bot`] changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BotChange {
-    /// The bot was allowed before.
-    pub was_allowed: bool,
-    /// The bot had this very name before: nothing changed.
-    pub was_named: bool,
-    /// The bot's name before, when it had another.
-    pub renamed_from: Option<String>,
-    /// The bot the name was before, when another (it stays allowed, unnamed).
-    pub moved_from: Option<PeerId>,
-}
-
-/// Why settings were refused or could not be read or written.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SettingsError {
-    /// A bot entry is not a 64-hex uid.
-    #[error("allowed bot {0:?} is not a 64-hex uid")]
-    InvalidBot(String),
-    /// A bot name is empty, too long, or has characters other than letters, digits,
-    /// `.`, `_` and `-`.
-    #[error("bot name {0:?} is not 1 to 64 letters, digits, '.', '_' or '-'")]
-    InvalidName(String),
-    /// A named bot is not in `allowed_bots`.
-    #[error("bot name {name:?} names {uid}, which is not an allowed bot")]
-    NameNotAllowed {
-        /// The name.
-        name: String,
-        /// The uid it names.
-        uid: String,
-    },
-    /// No bot has this name or uid.
-    #[error("no bot named {0:?}")]
-    UnknownBot(String),
-    /// The name is taken by another bot.
-    #[error("bot name {0:?} is already used for another bot")]
-    NameTaken(String),
-    /// The name is another bot's.
-    #[error("bot name {name:?} is bot {uid}'s")]
-    NameHeld {
-        /// The name.
-        name: String,
-        /// The bot that has it.
-        uid: PeerId,
-    },
-    /// The bot has another name.
-    #[error("bot {uid} is named {name:?}")]
-    BotNamed {
-        /// The bot.
-        uid: PeerId,
-        /// Its name.
-        name: String,
-    },
-    /// The name is one of [`RESERVED_BOT_NAMES`].
-    #[error("bot name {0:?} is reserved (it is the path of the directory endpoints)")]
-    ReservedName(String),
-    /// The token is shorter than [`MIN_TOKEN_LEN`].
-    #[error(
-        "the token is shorter than {MIN_TOKEN_LEN} characters (delete it and a new one is made)"
-    )]
-    TokenTooShort,
-    /// An agent of `agents` is malformed or repeats another.
-    #[error("agent {0}")]
-    Agent(String),
-    /// An entry of `allowed_ips` is not a canonical address or range.
-    #[error("{reason}")]
-    AllowedIp {
-        /// Its index in the list.
-        index: usize,
-        /// Why.
-        reason: String,
-    },
-    /// The settings could not be encoded.
-    #[error("the settings do not encode: {0}")]
-    Parse(#[source] serde_json::Error),
-    /// The file is not JSON.
-    #[error("{}: not valid JSON: {source}", .path.display())]
-    Syntax {
-        /// The file.
-        path: PathBuf,
-        /// Where and why.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A key of the file was refused.
-    #[error("{}: {key}: {reason}", .path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// The key (`top level` for the file as a whole).
-        key: String,
-        /// Why.
-        reason: String,
-    },
-    /// A directory entry has a bad uid or name, or repeats another's.
-    #[error(
-        "directory {0:?}: not a 64-hex uid with a unique name of 1 to 64 letters, digits, '.', '_' or '-'"
-    )]
-    Directory(String),
-    /// The file holds other settings than the ones in use (an edit not applied
-    /// yet, or refused), or they changed meanwhile: writing would lose that edit.
-    #[error("{}: changed on disk (not applied yet, or refused); retry", .0.display())]
-    ChangedOnDisk(PathBuf),
-    /// Reading or writing the file failed.
-    #[error("settings file {}: {source}", .path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
 impl Settings {
     /// Defaults applied, uids checked and lowercased, names checked.
     ///
@@ -426,122 +301,6 @@ impl Settings {
         self.allowed_bots.contains(&uid)
     }
 
-    /// The allowed bots with their names.
-    pub fn bots(&self) -> Vec<NamedBot> {
-        self.allowed_bots
-            .iter()
-            .filter_map(|uid| uid.parse::<PeerId>().ok())
-            .map(|uid| {
-                let text = uid.to_string();
-                let name = self
-                    .bot_names
-                    .iter()
-                    .find(|(_, u)| **u == text)
-                    .map(|(n, _)| n.clone());
-                NamedBot { uid, name }
-            })
-            .collect()
-    }
-
-    /// How the user knows `bot`: `"alice" (<uid>)` when they named it, else its uid.
-    /// Every question, progress message and error about a bot shows it so.
-    pub fn bot_label(&self, bot: &PeerId) -> String {
-        let uid = bot.to_string();
-        match self.bot_names.iter().find(|(_, u)| **u == uid) {
-            Some((name, _)) => format!("{name:?} ({uid})"),
-            None => uid,
-        }
-    }
-
-    /// The bot a name or a uid designates.
-    pub fn resolve(&self, name_or_uid: &str) -> Option<PeerId> {
-        if let Some(uid) = self.bot_names.get(name_or_uid) {
-            return uid.parse().ok();
-        }
-        let uid: PeerId = name_or_uid.parse().ok()?;
-        self.allows(&uid).then_some(uid)
-    }
-
-    /// Adds (or renames) a named bot and allows it.
-    ///
-    /// # Errors
-    /// [`SettingsError::InvalidName`], [`SettingsError::NameTaken`].
-    pub fn with_bot(self, name: &str, uid: PeerId) -> Result<Self, SettingsError> {
-        let text = uid.to_string();
-        if self.bot_names.get(name).is_some_and(|u| *u != text) {
-            return Err(SettingsError::NameTaken(name.to_owned()));
-        }
-        self.with_named_bot(name, uid, true).map(|(s, _)| s)
-    }
-
-    /// Allows `uid` under `name`, saying what changed. Without `replace`, a name that
-    /// is another bot's ([`SettingsError::NameHeld`]) or a bot that has another name
-    /// ([`SettingsError::BotNamed`]) is refused; with it, the name moves (its old bot
-    /// stays allowed, unnamed) and the bot is renamed.
-    ///
-    /// # Errors
-    /// [`SettingsError::InvalidName`], [`SettingsError::ReservedName`],
-    /// [`SettingsError::NameHeld`], [`SettingsError::BotNamed`].
-    pub fn with_named_bot(
-        mut self,
-        name: &str,
-        uid: PeerId,
-        replace: bool,
-    ) -> Result<(Self, BotChange), SettingsError> {
-        check_name(name)?;
-        if RESERVED_BOT_NAMES.contains(&name) {
-            return Err(SettingsError::ReservedName(name.to_owned()));
-        }
-        let text = uid.to_string();
-        let moved_from = self
-            .bot_names
-            .get(name)
-            .filter(|u| **u != text)
-            .and_then(|u| u.parse::<PeerId>().ok());
-        let renamed_from = self
-            .bot_names
-            .iter()
-            .find(|(n, u)| **u == text && n.as_str() != name)
-            .map(|(n, _)| n.clone());
-        if !replace {
-            if let Some(holder) = moved_from {
-                return Err(SettingsError::NameHeld {
-                    name: name.to_owned(),
-                    uid: holder,
-                });
-            }
-            if let Some(old) = renamed_from {
-                return Err(SettingsError::BotNamed { uid, name: old });
-            }
-        }
-        let change = BotChange {
-            was_allowed: self.allowed_bots.contains(&text),
-            was_named: self.bot_names.get(name) == Some(&text),
-            renamed_from,
-            moved_from,
-        };
-        self.bot_names.retain(|_, u| *u != text);
-        self.bot_names.insert(name.to_owned(), text.clone());
-        if !change.was_allowed {
-            self.allowed_bots.push(text);
-        }
-        Ok((self, change))
-    }
-
-    /// Removes a bot (by name or uid) from the allowed bots and the names.
-    ///
-    /// # Errors
-    /// [`SettingsError::UnknownBot`].
-    pub fn without_bot(mut self, name_or_uid: &str) -> Result<Self, SettingsError> {
-        let uid = self
-            .resolve(name_or_uid)
-            .ok_or_else(|| SettingsError::UnknownBot(name_or_uid.to_owned()))?
-            .to_string();
-        self.allowed_bots.retain(|u| *u != uid);
-        self.bot_names.retain(|_, u| *u != uid);
-        Ok(self)
-    }
-
     /// Reads `path`; a missing file gives the defaults.
     ///
     /// # Errors
@@ -604,21 +363,6 @@ impl Settings {
 fn parse_uid(text: &str) -> Result<PeerId, SettingsError> {
     text.parse()
         .map_err(|_| SettingsError::InvalidBot(text.to_owned()))
-}
-
-fn check_name(name: &str) -> Result<(), SettingsError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_BOT_NAME_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        // A name that is itself a uid would shadow that uid.
-        && name.parse::<PeerId>().is_err();
-    if ok {
-        Ok(())
-    } else {
-        Err(SettingsError::InvalidName(name.to_owned()))
-    }
 }
 
 #[cfg(test)]

@@ -219,15 +219,32 @@ async fn decline_and_cancel_pay_nothing() {
     assert_eq!(env.bridge.spend_log().unwrap().0.len(), 0);
 }
 
-/// The first round of a `fortune` call by hand: its `input_required`.
-async fn first_round(agent: &Agent<User>) -> InputRequiredResult {
-    match agent
-        .call_tool_once(call("fortune", json!({})))
-        .await
-        .unwrap()
-    {
+/// The first round of a call of `tool` by hand: its `input_required`.
+async fn asked_by(agent: &Agent<User>, tool: &'static str) -> InputRequiredResult {
+    match agent.call_tool_once(call(tool, json!({}))).await.unwrap() {
         CallToolResponse::InputRequired(r) => r,
         other => panic!("not asked: {other:?}"),
+    }
+}
+
+/// The first round of a `fortune` call by hand: its `input_required`.
+async fn first_round(agent: &Agent<User>) -> InputRequiredResult {
+    asked_by(agent, "fortune").await
+}
+
+/// Waits for the bot's request to get its error past the hold, unanswered.
+async fn bot_request_expires(env: &Env) {
+    let errored = || !env.bot.elicit_errors.lock().unwrap().is_empty();
+    assert!(eventually(Duration::from_secs(5), errored).await);
+    let errors = env.bot.elicit_errors.lock().unwrap().clone();
+    assert!(errors[0].contains("did not answer"), "{errors:?}");
+}
+
+/// A user whose client declares no elicitation.
+fn undeclared() -> User {
+    User {
+        declares: false,
+        ..User::answering(ElicitationAction::Accept)
     }
 }
 
@@ -363,14 +380,7 @@ async fn a_bots_elicitation_reaches_the_agent_and_its_answer_the_bot() {
     assert_eq!(env.bot.executions("elicit"), 1);
 
     // An agent that declared no elicitation is not asked: the bot hears so.
-    let plain = agent_2026(
-        &env,
-        User {
-            declares: false,
-            ..User::answering(ElicitationAction::Accept)
-        },
-    )
-    .await;
+    let plain = agent_2026(&env, undeclared()).await;
     let r = plain.call_tool(call("elicit", json!({}))).await.unwrap();
     assert!(text(&r).starts_with("no elicitation:"), "{}", text(&r));
     agent.cancel().await.unwrap();
@@ -381,26 +391,9 @@ async fn a_bots_elicitation_reaches_the_agent_and_its_answer_the_bot() {
 async fn a_bots_elicitation_state_is_not_replayable() {
     let env = env(autopay).await;
     let agent = agent_2026(&env, User::answering(ElicitationAction::Accept)).await;
-    let first = agent
-        .call_tool_once(call("elicit", json!({})))
-        .await
-        .unwrap();
-    let CallToolResponse::InputRequired(asked) = first else {
-        panic!("not asked: {first:?}");
-    };
+    let asked = asked_by(&agent, "elicit").await;
     let state = asked.request_state.clone().unwrap();
-    let (key, _) = asked
-        .input_requests
-        .as_ref()
-        .unwrap()
-        .iter()
-        .next()
-        .unwrap();
-    let mut responses = InputResponses::new();
-    responses.insert(
-        key.clone(),
-        json!({"action": "accept", "content": {"name": "bo"}}),
-    );
+    let responses = answer_bot(&asked, "bo");
     let answer = |state: &str, responses: InputResponses| {
         call("elicit", json!({}))
             .with_request_state(state)
@@ -435,30 +428,13 @@ async fn an_unanswered_bot_request_expires_with_an_error_at_the_bot() {
     })
     .await;
     let agent = agent_2026(&env, User::answering(ElicitationAction::Accept)).await;
-    let first = agent
-        .call_tool_once(call("elicit", json!({})))
-        .await
-        .unwrap();
-    let CallToolResponse::InputRequired(asked) = first else {
-        panic!("not asked: {first:?}");
-    };
+    let asked = asked_by(&agent, "elicit").await;
     assert!(env.bot.elicit_errors.lock().unwrap().is_empty());
     // No retry: past the hold the bot's request gets its error.
-    let errored = || !env.bot.elicit_errors.lock().unwrap().is_empty();
-    assert!(eventually(Duration::from_secs(5), errored).await);
-    let errors = env.bot.elicit_errors.lock().unwrap().clone();
-    assert!(errors[0].contains("did not answer"), "{errors:?}");
+    bot_request_expires(&env).await;
 
     // The expired state's retry is a new call, which the bot asks again.
-    let (key, _) = asked
-        .input_requests
-        .as_ref()
-        .unwrap()
-        .iter()
-        .next()
-        .unwrap();
-    let mut responses = InputResponses::new();
-    responses.insert(key.clone(), json!({"action": "accept"}));
+    let responses = answer_bot(&asked, "late");
     let late = call("elicit", json!({}))
         .with_request_state(asked.request_state.unwrap())
         .with_input_responses(responses);
@@ -617,14 +593,7 @@ async fn a_decline_in_a_prompt_or_resource_reaches_the_bot() {
     assert_eq!(env.bot.reads_of("resource:test://ask"), 1);
 
     // An agent that declared no elicitation is not asked: the bot hears so.
-    let plain = agent_2026(
-        &env,
-        User {
-            declares: false,
-            ..User::answering(ElicitationAction::Accept)
-        },
-    )
-    .await;
+    let plain = agent_2026(&env, undeclared()).await;
     let prompt = plain
         .get_prompt(GetPromptRequestParams::new("ask"))
         .await
@@ -787,10 +756,7 @@ async fn an_unanswered_read_expires_with_an_error_at_the_bot() {
         panic!("not asked: {first:?}");
     };
     // No retry: past the hold the bot's request gets its error.
-    let errored = || !env.bot.elicit_errors.lock().unwrap().is_empty();
-    assert!(eventually(Duration::from_secs(5), errored).await);
-    let errors = env.bot.elicit_errors.lock().unwrap().clone();
-    assert!(errors[0].contains("did not answer"), "{errors:?}");
+    bot_request_expires(&env).await;
 
     // The expired state's retry is a new read, which the bot asks again.
     let mut late = ReadResourceRequestParams::new("test://ask");

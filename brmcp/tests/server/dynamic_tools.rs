@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::uid;
+use brmcp::adapters::{Router, RouterConfig};
 use brmcp::server::{DynamicTools, Price, ToolSpec};
 use rmcp::model::{JsonObject, Tool};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
@@ -61,6 +61,20 @@ async fn names(client: &RunningService<RoleClient, Changes>) -> Vec<String> {
     tools.iter().map(|t| t.name.to_string()).collect()
 }
 
+/// ALICE's session to the server, which lists the fixed `echo` alone, its count of
+/// list changes, and ALICE's router (kept for the test's length).
+async fn connect(env: &support::Env) -> (Changes, RunningService<RoleClient, Changes>, Router) {
+    let router = env.fabric.router(uid(ALICE), RouterConfig::client());
+    let changes = Changes::default();
+    let client = changes
+        .clone()
+        .serve(router.dial(uid(SERVER)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(names(&client).await, ["echo"]);
+    (changes, client, router)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_time_tools_are_listed_billed_announced_and_removed() {
     let probe = Arc::new(support::Probe::default());
@@ -71,14 +85,7 @@ async fn run_time_tools_are_listed_billed_announced_and_removed() {
         clock,
         dir,
     );
-    let router = env.fabric.router(uid(ALICE), RouterConfig::client());
-    let changes = Changes::default();
-    let client = changes
-        .clone()
-        .serve(router.dial(uid(SERVER)).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(names(&client).await, ["echo"]);
+    let (changes, client, _router) = connect(&env).await;
 
     let (runs, up) = (
         Arc::new(AtomicUsize::new(0)),
@@ -173,14 +180,7 @@ async fn a_change_while_parked_is_announced_on_revival() {
         clock,
         dir,
     );
-    let router = env.fabric.router(uid(ALICE), RouterConfig::client());
-    let changes = Changes::default();
-    let client = changes
-        .clone()
-        .serve(router.dial(uid(SERVER)).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(names(&client).await, ["echo"]);
+    let (changes, client, _router) = connect(&env).await;
 
     // Parked: no service runs to tell it of a change, so it is not told yet.
     tokio::time::sleep(PARK_AFTER * 3).await;

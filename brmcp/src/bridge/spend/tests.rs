@@ -1,0 +1,261 @@
+//! The spend log against concurrent, late, replayed and hand-made outcomes.
+
+use super::*;
+
+fn bot(n: u8) -> PeerId {
+    PeerId::from_bytes([n; 32])
+}
+
+#[test]
+fn an_agent_is_held_to_its_own_cap_and_to_the_global_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let reserve = |agent: &str, cap: Option<u64>, atoms: u64| {
+        log.reserve_as(t0, agent, cap, &bot(1), "t", atoms, 1000, 0)
+            .unwrap()
+    };
+    assert!(reserve("a", Some(500), 400).is_ok());
+    assert_eq!(
+        reserve("a", Some(500), 200),
+        Err(OverCap::Agent(OverDailyCap { spent: 400 }))
+    );
+    assert!(
+        reserve("b", Some(500), 500).is_ok(),
+        "b's own budget is free"
+    );
+    assert_eq!(
+        reserve("c", Some(500), 200),
+        Err(OverCap::Daily(OverDailyCap { spent: 900 })),
+        "the global cap binds the sum"
+    );
+    let agents: Vec<_> = log
+        .entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.agent)
+        .collect();
+    assert_eq!(agents, ["a", "b"]);
+    assert_eq!(log.spent_today_by(t0, "a").unwrap(), 400);
+}
+
+#[test]
+fn reserve_respects_the_rolling_window_and_failures_free_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SpendLog::open(dir.path(), UnixTime(1_000_000)).unwrap();
+    let t0 = UnixTime(1_000_000);
+    let a = log
+        .reserve(t0, &bot(1), "t", 600, 1000, 0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        log.reserve(t0, &bot(1), "t", 500, 1000, 0).unwrap(),
+        Err(OverDailyCap { spent: 600 })
+    );
+    assert!(log.settle(a, Err("no route")).unwrap());
+    assert!(!log.settle(a, Ok(())).unwrap(), "settled once");
+    let b = log
+        .reserve(t0, &bot(1), "t", 1000, 1000, 0)
+        .unwrap()
+        .unwrap();
+    assert!(log.settle(b, Ok(())).unwrap());
+    assert_eq!(log.spent_today(t0).unwrap(), 1000);
+    // 24 h later the paid row has left the window.
+    let t1 = UnixTime(t0.0 + DAY_SECS);
+    assert_eq!(log.spent_today(t1).unwrap(), 0);
+    assert!(
+        log.reserve(t1, &bot(1), "t", 1000, 1000, 0)
+            .unwrap()
+            .is_ok()
+    );
+    assert_eq!(
+        log.reserve(t1, &bot(1), "t", 1, 0, 0).unwrap(),
+        Err(OverDailyCap { spent: 1000 }),
+        "a cap of 0 never pays"
+    );
+}
+
+fn outcome(id: u64, bot: PeerId, atoms: u64, outcome: Result<(), &str>) -> TipOutcomeEvent<'_> {
+    TipOutcomeEvent {
+        id,
+        bot,
+        atoms,
+        outcome,
+    }
+}
+
+#[test]
+fn an_outcome_settles_the_oldest_unconfirmed_row_it_can_belong_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = UnixTime(5_000_000);
+    let log = SpendLog::open(dir.path(), t).unwrap();
+    let first = log.reserve(t, &bot(1), "t", 5, 100, 10).unwrap().unwrap();
+    let second = log.reserve(t, &bot(1), "t", 5, 100, 20).unwrap().unwrap();
+    assert!(log.unconfirm(first).unwrap());
+    assert!(log.unconfirm(second).unwrap());
+    for other in [
+        outcome(31, bot(2), 5, Ok(())),
+        outcome(32, bot(1), 6, Ok(())),
+        outcome(10, bot(1), 5, Ok(())),
+    ] {
+        assert_eq!(log.resolve_outcome(&other).unwrap(), Resolution::NotOurs);
+    }
+    // Outcomes carry no time: however late, they land.
+    assert_eq!(
+        log.resolve_outcome(&outcome(40, bot(1), 5, Err("expired")))
+            .unwrap(),
+        Resolution::Settled(first)
+    );
+    assert_eq!(
+        log.resolve_outcome(&outcome(40, bot(1), 5, Err("expired")))
+            .unwrap(),
+        Resolution::Replay,
+        "a replay settles nothing"
+    );
+    let entries = log.entries().unwrap();
+    assert_eq!(entries[0].status, SpendStatus::Failed);
+    assert_eq!(entries[0].err.as_deref(), Some("expired"));
+    assert_eq!(entries[0].outcome, Some(40));
+    assert_eq!(entries[1].status, SpendStatus::Pending);
+    assert_eq!(log.spent_today(t).unwrap(), 5);
+    drop(log);
+    // Reopened: a bridge starting on the log takes what was left pending as
+    // unconfirmed; a new payment's position is never below what was recorded.
+    let log = SpendLog::open(dir.path(), t).unwrap();
+    log.unconfirm_left_pending().unwrap();
+    let third = log.reserve(t, &bot(1), "t", 5, 100, 0).unwrap().unwrap();
+    assert_eq!(log.entries().unwrap()[2].tip_pos, 40);
+    log.unconfirm(third).unwrap();
+    assert_eq!(
+        log.resolve_outcome(&outcome(25, bot(1), 5, Ok(())))
+            .unwrap(),
+        Resolution::Settled(second),
+        "older than the third payment's position: only the second's"
+    );
+    assert_eq!(
+        log.resolve_outcome(&outcome(35, bot(1), 5, Ok(())))
+            .unwrap(),
+        Resolution::NotOurs
+    );
+    assert_eq!(
+        log.resolve_outcome(&outcome(41, bot(1), 5, Ok(())))
+            .unwrap(),
+        Resolution::Settled(third)
+    );
+}
+
+#[test]
+fn an_outcome_recorded_in_flight_settles_once_whoever_records_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = UnixTime(6_000_000);
+    let log = SpendLog::open(dir.path(), t).unwrap();
+    // The stream records first; the payer's settlement by the same outcome agrees.
+    let x = log.reserve(t, &bot(1), "t", 5, 100, 10).unwrap().unwrap();
+    assert_eq!(
+        log.resolve_outcome(&outcome(15, bot(1), 5, Ok(())))
+            .unwrap(),
+        Resolution::Settled(x),
+        "in flight, still settled"
+    );
+    assert!(!log.settle_with(x, Ok(()), Some(15)).unwrap());
+    // The payer records first; the stream's record of it is a replay.
+    let y = log.reserve(t, &bot(1), "t", 5, 100, 0).unwrap().unwrap();
+    assert_eq!(log.entries().unwrap()[1].tip_pos, 15);
+    assert!(log.settle_with(y, Err("no route"), Some(25)).unwrap());
+    assert_eq!(
+        log.resolve_outcome(&outcome(25, bot(1), 5, Err("no route")))
+            .unwrap(),
+        Resolution::Replay
+    );
+    let entries = log.entries().unwrap();
+    assert_eq!(
+        (entries[0].status, entries[0].outcome),
+        (SpendStatus::Paid, Some(15))
+    );
+    assert_eq!(
+        (entries[1].status, entries[1].outcome),
+        (SpendStatus::Failed, Some(25))
+    );
+    assert_eq!(log.spent_today(t).unwrap(), 5, "counted once");
+    // Two in flight, paired the other way round by the payers: each outcome
+    // settles one row, and the totals agree.
+    let a = log.reserve(t, &bot(1), "t", 5, 100, 30).unwrap().unwrap();
+    let b = log.reserve(t, &bot(1), "t", 5, 100, 30).unwrap().unwrap();
+    assert_eq!(
+        log.resolve_outcome(&outcome(31, bot(1), 5, Ok(())))
+            .unwrap(),
+        Resolution::Settled(a)
+    );
+    assert!(!log.settle_with(b, Ok(()), Some(31)).unwrap());
+    assert_eq!(log.spent_today(t).unwrap(), 15, "b still pending");
+    assert_eq!(
+        log.resolve_outcome(&outcome(32, bot(1), 5, Err("expired")))
+            .unwrap(),
+        Resolution::Settled(b)
+    );
+    assert!(!log.settle_with(a, Err("expired"), Some(32)).unwrap());
+    assert_eq!(log.spent_today(t).unwrap(), 10);
+    // Recorded in flight, then a crash before the payer settled: reopened, the
+    // payment is settled, not left pending.
+    let c = log.reserve(t, &bot(1), "t", 5, 100, 40).unwrap().unwrap();
+    assert_eq!(
+        log.resolve_outcome(&outcome(41, bot(1), 5, Ok(())))
+            .unwrap(),
+        Resolution::Settled(c)
+    );
+    drop(log);
+    let log = SpendLog::open(dir.path(), t).unwrap();
+    assert_eq!(log.unconfirm_left_pending().unwrap(), 0);
+    assert_eq!(log.entries().unwrap()[4].status, SpendStatus::Paid);
+    assert_eq!(log.spent_today(t).unwrap(), 15);
+    assert_eq!(
+        log.resolve_outcome(&outcome(41, bot(1), 5, Ok(())))
+            .unwrap(),
+        Resolution::Replay
+    );
+}
+
+#[test]
+fn pending_rows_count_whatever_their_age_until_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = UnixTime(7_000_000);
+    let log = SpendLog::open(dir.path(), t).unwrap();
+    let id = log.reserve(t, &bot(1), "t", 600, 1000, 0).unwrap().unwrap();
+    log.unconfirm(id).unwrap();
+    let much_later = UnixTime(t.0 + KEEP_SECS + 1);
+    assert_eq!(log.spent_today(much_later).unwrap(), 600);
+    assert_eq!(
+        log.reserve(much_later, &bot(1), "t", 500, 1000, 0).unwrap(),
+        Err(OverDailyCap { spent: 600 })
+    );
+    drop(log);
+    let log = SpendLog::open(dir.path(), much_later).unwrap();
+    assert_eq!(
+        log.entries().unwrap().len(),
+        1,
+        "never pruned while pending"
+    );
+    assert!(log.resolve_by_user(id, false).unwrap());
+    assert!(!log.resolve_by_user(id, true).unwrap(), "resolved once");
+    assert_eq!(log.spent_today(much_later).unwrap(), 0);
+    assert_eq!(
+        log.entries().unwrap()[0].err.as_deref(),
+        Some("marked failed by the user")
+    );
+}
+
+#[test]
+fn open_prunes_old_settled_rows_but_keeps_pending_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = UnixTime(10_000_000);
+    let log = SpendLog::open(dir.path(), t).unwrap();
+    let paid = log.reserve(t, &bot(1), "t", 1, 10, 0).unwrap().unwrap();
+    log.settle(paid, Ok(())).unwrap();
+    log.reserve(t, &bot(1), "t", 2, 10, 0).unwrap().unwrap();
+    drop(log);
+    let later = UnixTime(t.0 + KEEP_SECS + 1);
+    let log = SpendLog::open(dir.path(), later).unwrap();
+    let entries = log.entries().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].atoms, 2);
+}
