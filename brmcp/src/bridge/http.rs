@@ -608,8 +608,10 @@ pub(crate) async fn reconcile(
     if !state.owned {
         return Ok(());
     }
-    let restart = new.enabled && state.listener.is_some() && old.token != new.token;
-    if (!new.enabled || restart)
+    // Every request is checked against the settings of its moment, so a new token needs
+    // no new listener: the one running keeps the connections it has queued. Only a
+    // remote address left without a token must stop.
+    if (!new.enabled || !may_listen(&inner.config, new))
         && let Some(listener) = state.listener.take()
     {
         shutdown(inner, listener).await;
@@ -620,10 +622,16 @@ pub(crate) async fn reconcile(
     Ok(())
 }
 
+/// Whether the configured address may be listened on under `settings`: a loopback one
+/// always, a remote one only when allowed and guarded by a token.
+fn may_listen(config: &super::Config, settings: &Settings) -> bool {
+    config.listen.ip().is_loopback() || (config.allow_remote && !settings.token.is_empty())
+}
+
 async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
     let config = &inner.config;
     let addr = config.listen;
-    if !addr.ip().is_loopback() && (!config.allow_remote || inner.settings().token.is_empty()) {
+    if !may_listen(config, &inner.settings()) {
         return Err(BridgeError::RemoteRefused(addr));
     }
     let listener = match tokio::net::TcpListener::bind(addr).await {

@@ -1,12 +1,12 @@
-//! Settings apply live: the owned listener starts on enable, restarts on a token change
-//! (the old token's streams are severed and the old token refused), and stops on
-//! disable; a de-listed bot's sessions close; a non-loopback bind is refused unless
+//! Settings apply live: the owned listener starts on enable, keeps running through a
+//! token change (the old token's streams are severed and the old token refused, while a
+//! connection opened before it is still answered), and stops on disable; a de-listed bot's sessions close; a non-loopback bind is refused unless
 //! asked for, and never without a token.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::common::{autopay, env, env_with, initialize, post_on_session};
+use crate::common::{INITIALIZE, autopay, env, env_with, http_on, initialize, post_on_session};
 use brmcp::bridge::BridgeError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -74,7 +74,9 @@ async fn listener_follows_the_settings() {
     let session = session.expect("a legacy session id");
     let mut old_stream = open_stream(addr, &bot, &on.token, &session).await;
 
-    // Rotate the token: the listener restarts, the old stream is severed.
+    // Rotate the token: the old stream is severed; the listener runs on, so a
+    // connection opened before the change is answered after it.
+    let early = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut rotated = on.clone();
     rotated.token = "fresh-token-fresh-token-fresh-token".into();
     env.bridge.apply_settings(rotated).await.unwrap();
@@ -82,7 +84,22 @@ async fn listener_follows_the_settings() {
         ends_within(&mut old_stream, Duration::from_secs(5)).await,
         "the old token's stream stayed open"
     );
-    let addr = env.bridge.listen_addr().expect("restarted");
+    assert_eq!(
+        env.bridge.listen_addr(),
+        Some(addr),
+        "the listener kept its address"
+    );
+    let headers = [
+        (
+            "Authorization",
+            "Bearer fresh-token-fresh-token-fresh-token",
+        ),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let (status, _, body) =
+        http_on(early, "POST", &format!("/mcp/{bot}"), &headers, INITIALIZE).await;
+    assert_eq!(status, 200, "the early connection was dropped: {body}");
     let (status, _) = initialize(addr, &bot, &on.token).await;
     assert_eq!(status, 401, "the old token is refused");
     let (status, _) = initialize(addr, &bot, "fresh-token-fresh-token-fresh-token").await;

@@ -2,31 +2,6 @@
 
 use std::time::Duration;
 
-/// How long a connection may be refused: a token change restarts the listener, and a
-/// test that saw the new settings may knock in the moment between the two listeners.
-const RELISTEN: Duration = Duration::from_secs(5);
-
-/// A connection to `addr`, retried while it is refused for up to [`RELISTEN`].
-async fn connect(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
-    let deadline = tokio::time::Instant::now() + RELISTEN;
-    loop {
-        match tokio::net::TcpStream::connect(addr).await {
-            Ok(stream) => return stream,
-            // Refused while the listener restarts, or reset by the old one closing with
-            // the connection still in its queue.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
-                ) && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => panic!("connect {addr}: {e}"),
-        }
-    }
-}
-
 /// A raw HTTP/1.1 exchange with the bridge's listener: status, headers, body.
 pub async fn http(
     addr: std::net::SocketAddr,
@@ -35,8 +10,22 @@ pub async fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, Vec<(String, String)>, String) {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    http_on(stream, method, path, headers, body).await
+}
+
+/// As [`http`], on a connection already open.
+pub async fn http_on(
+    mut stream: tokio::net::TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let deadline = tokio::time::Instant::now() + RELISTEN;
+    let addr = stream.peer_addr().expect("peer address");
     let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         request.push_str(&format!("Host: 127.0.0.1:{}\r\n", addr.port()));
@@ -45,18 +34,9 @@ pub async fn http(
         request.push_str(&format!("{k}: {v}\r\n"));
     }
     request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    let raw = loop {
-        let mut stream = connect(addr).await;
-        stream.write_all(request.as_bytes()).await.expect("write");
-        let mut raw = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw)).await;
-        // Closed without a byte: the old listener, restarting, dropped the connection it
-        // had queued, unanswered; the requests these tests send may be sent again.
-        if !raw.is_empty() || tokio::time::Instant::now() >= deadline {
-            break raw;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw)).await;
     let raw = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let mut lines = head.lines();

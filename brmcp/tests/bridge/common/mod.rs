@@ -41,7 +41,7 @@ pub fn last_text(r: &rmcp::model::CallToolResult) -> String {
         .unwrap_or_default()
 }
 #[allow(unused_imports)]
-pub use http::{INITIALIZE, http, initialize, post_on_session};
+pub use http::{INITIALIZE, http, http_on, initialize, post_on_session};
 #[allow(unused_imports)]
 pub use payer::{PayMode, PayerState, TestPayer};
 
