@@ -59,7 +59,8 @@ pub(super) async fn supervise(
                     let _ = first.send(Ok(()));
                 }
                 let closing = tokio::select! {
-                    () = conn.closed() => false,
+                    // `close` also closes the connection itself, which may be seen first.
+                    () = conn.closed() => *shutdown.borrow(),
                     _ = shutdown.changed() => {
                         conn.close("host closed");
                         true
