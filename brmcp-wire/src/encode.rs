@@ -486,8 +486,8 @@ mod tests {
     #[test]
     fn chunks_split_evenly_with_a_short_tail() {
         let (sid, mid) = ids();
-        let payload: vec::Vec<u8> = (0..10u8).collect();
-        let parts: vec::Vec<_> = Chunks::new(sid, mid, 0, &payload, 4)
+        let payload: Vec<u8> = (0..10u8).collect();
+        let parts: Vec<_> = Chunks::new(sid, mid, 0, &payload, 4)
             .unwrap_or_else(|_| unreachable!())
             .collect();
         assert_eq!(parts.len(), 3);

@@ -209,7 +209,7 @@ mod grammar {
     use crate::envelope::{Header, Part};
     use crate::error::ParseError;
     use crate::id::{MessageId, SessionId};
-    use crate::words::{digit_run, word_at};
+    use crate::words::{digit_run, digit_run16, non_id_bytes, ten_digits, word_at};
 
     type Res<'a, T> = nom::IResult<&'a [u8], T, nom::error::Error<&'a [u8]>>;
 
@@ -356,9 +356,10 @@ mod grammar {
         }
     }
 
-    /// How much of the text the usual form reads at fixed places: to the furthest word
-    /// a 19-digit deadline after `seq=64/64,exp=-` is read from.
-    const USUAL_HEAD: usize = 96;
+    /// How much of the text the usual form reads at fixed places: to the end of the
+    /// second word of a deadline after `seq=64/64,exp=-`, at 67. Deadlines of more than
+    /// 16 digits are left to the cursor.
+    const USUAL_HEAD: usize = 88;
 
     /// Where the seq field's value starts in the usual form.
     const USUAL_SEQ: usize = 56;
@@ -376,21 +377,21 @@ mod grammar {
         const fn lit(bytes: &[u8; 8]) -> u64 {
             u64::from_le_bytes(*bytes)
         }
-        /// The top five bytes of a word: the literal after the last three bytes of an id.
-        const TOP5: u64 = !0 << 24;
         let head: &[u8; USUAL_HEAD] = text.first_chunk()?;
         // Starting with `-` and ending in a printable ASCII byte: nothing to trim.
         if !text.last().is_some_and(u8::is_ascii_graphic) {
             return None;
         }
         let w = |at: usize| word_at(head, at).unwrap_or(0);
+        /// The top five bytes of a word: the literal after the last three bytes of an id.
+        const TOP5: u64 = !0 << 24;
         let fixed = (w(0) ^ lit(b"--mcp[v="))
             | (w(6) ^ lit(b"v=1,sid="))
             | ((w(27) ^ lit(b"\0\0\0,mid=")) & TOP5)
             | ((w(48) ^ lit(b"\0\0\0,seq=")) & TOP5);
-        // Byte-wise and without early exit, so that it compiles to vector compares.
-        let hex = |id: &[u8]| id.iter().fold(true, |ok, &b| ok & crate::id::is_id_byte(b));
-        if fixed != 0 || !(hex(&head[14..30]) & hex(&head[35..51])) {
+        let hex =
+            non_id_bytes(w(14)) | non_id_bytes(w(22)) | non_id_bytes(w(35)) | non_id_bytes(w(43));
+        if fixed | hex != 0 {
             return None;
         }
         // `N/T,exp=`: one or two digits each, no leading zero; a one-part message's
@@ -402,7 +403,11 @@ mod grammar {
         };
         let negative = head[exp_at] == b'-';
         let digits = exp_at + usize::from(negative);
-        let (magnitude, n) = digit_run(head.get(digits..)?)?;
+        let (w0, w1) = (w(digits), w(digits + 8));
+        let (magnitude, n) = match ten_digits(w0, w1) {
+            Some(value) => (value, 10),
+            None => digit_run16(w0, w1)?,
+        };
         let close = digits + n;
         // The deadline's digits run to the `]--`, with no leading zero.
         if n == 0 || head.get(close..close + 3) != Some(b"]--") || (n > 1 && head[digits] == b'0') {
@@ -535,9 +540,15 @@ mod grammar {
                     &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=0000000000001000,seq=1/1,exp=0]--QQ=="[..],
                     &b"--mcp[v=1,sid=0,mid=ffffffffffffffffffffffffffffffff,seq=64/64,exp=-1]--QUJD"[..],
                     &b"--mcp[v=1,sid=aa,mid=bb,seq=2/3,exp=9223372036854775807]--AAAA"[..],
+                    // The usual form: two 16-hex ids and a text of 88 bytes or more.
+                    &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/1,exp=1767225600]--QUJDQUJDQUJD"[..],
+                    &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/1,exp=0]--QUJDQUJDQUJDQUJDQUJDQUJD"[..],
+                    &b"--mcp[v=1,sid=0123456789abcdef,mid=fedcba9876543210,seq=12/64,exp=-1767225600]--QUJDQUJD"[..],
+                    &b"--mcp[v=1,sid=ffffffffffffffff,mid=0000000000000000,seq=9/10,exp=999999999999999]--QQ=="[..],
+                    &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/2,exp=17672256001]--QUJD \n"[..],
                 ]),
                 edits in proptest::collection::vec((any::<u16>(), 0u8..3, prop::sample::select(
-                    b"-[]=,/+0123456789abf AZvsqexp".to_vec())), 0..3),
+                    b"-[]=,/+0123456789abf AZvsqexp\n\xc2\x85".to_vec())), 0..3),
             ) {
                 let mut text: Vec<u8> = seed.to_vec();
                 for (at, op, byte) in edits {
@@ -561,24 +572,51 @@ mod grammar {
                         prop_assert_eq!(general, Ok(fast));
                     }
                 }
+                // The usual form reads the text as given, untrimmed, in both modes.
+                for canonical in [false, true] {
+                    if let Some(fast) = usual(&text, canonical) {
+                        let general = super::super::general(&text, trimmed, canonical);
+                        prop_assert_eq!(general, Ok(fast));
+                    }
+                }
             }
         }
 
         #[test]
         fn usual_form_is_read_at_fixed_places() {
             let body = "QUJD".repeat(8);
+            let text = |seq: &str, exp: &str| {
+                std::format!(
+                    "--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq={seq},exp={exp}]--{body}"
+                )
+            };
             for (seq, exp) in [
                 ("1/1", "1767225600"),
-                ("64/64", "-9223372036854775808"),
+                ("64/64", "-999999999999999"),
                 ("9/10", "0"),
+                ("1/2", "17672256001"),
+                ("2/2", "-1767225600"),
             ] {
-                let text = std::format!(
-                    "--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq={seq},exp={exp}]--{body}"
-                );
+                let text = text(seq, exp);
                 let part = usual(text.as_bytes(), false);
                 assert!(part.is_some(), "{text}");
                 assert_eq!(part.map(|p| p.body), Some(body.as_bytes()));
+                assert_eq!(
+                    part.map(|p| std::format!("{}", p.exp())).as_deref(),
+                    Some(exp)
+                );
             }
+            // Deadlines of 16 digits or more, and short texts, are the cursor's.
+            for text in [
+                text("1/1", "1000000000000000"),
+                text("1/1", "-9223372036854775808"),
+            ] {
+                assert_eq!(usual(text.as_bytes(), false), None, "{text}");
+                assert!(encoder_form(text.as_bytes(), false).is_some(), "{text}");
+            }
+            let short =
+                "--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/1,exp=1767225600]--QQ==";
+            assert_eq!(usual(short.as_bytes(), false), None);
         }
 
         #[test]

@@ -44,22 +44,6 @@ pub(crate) const fn digit_bytes(w: u64) -> u64 {
     at_least(low, b'0') & !at_least(low, b'9' + 1) & !w
 }
 
-/// The high bit of each byte of `w` that equals `b`, exactly (no false positives).
-#[inline(always)]
-pub(crate) const fn bytes_equal(w: u64, b: u8) -> u64 {
-    let x = w ^ (ONES * b as u64);
-    // A byte is non-zero when its low seven bits carry into its high bit or it is set.
-    !(((x & !HIGH).wrapping_add(!HIGH)) | x) & HIGH
-}
-
-/// The high bits of a word's bytes (as the `*_bytes` checks give them) packed into the
-/// low 8 bits: bit `i` for byte `i`.
-#[inline(always)]
-pub(crate) const fn pack(flags: u64) -> u32 {
-    // Each flag lands in its own bit of the top byte; no two partial products overlap.
-    ((flags >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32
-}
-
 /// How many ASCII digits start the word `w` (0 to 8).
 #[inline(always)]
 pub(crate) const fn digits_in(w: u64) -> usize {
@@ -129,6 +113,38 @@ pub(crate) fn digit_run(bytes: &[u8]) -> Option<(u64, usize)> {
     Some((value, n))
 }
 
+/// The value and length of the run of ASCII digits that starts the sixteen bytes of
+/// the words `w0` then `w1`; `None` for a run of 16 (it may go on, which the caller
+/// reads otherwise). No loop and no overflow checks: sixteen digits fit in a `u64`.
+#[inline(always)]
+pub(crate) const fn digit_run16(w0: u64, w1: u64) -> Option<(u64, usize)> {
+    let k0 = digits_in(w0);
+    if k0 < 8 {
+        return Some((word_value(w0, k0), k0));
+    }
+    let k1 = digits_in(w1);
+    if k1 == 8 {
+        return None;
+    }
+    Some((word_value(w0, 8) * POW10[k1] + word_value(w1, k1), 8 + k1))
+}
+
+/// The value of a deadline of exactly ten digits followed by `]--` in the words `w0`
+/// and `w1` (every second from 2001 to 2286 has ten digits): eight digits, then two and
+/// the separator, checked without counting the run. `None` for any other shape.
+#[inline(always)]
+pub(crate) const fn ten_digits(w0: u64, w1: u64) -> Option<u64> {
+    /// The separator in bytes 2 to 4 of the second word.
+    const CLOSE: u64 = u64::from_le_bytes(*b"\0\0]--\0\0\0");
+    const CLOSE_MASK: u64 = 0xff_ffff << 16;
+    if digit_bytes(w0) != HIGH || digit_bytes(w1) & 0x8080 != 0x8080 || w1 & CLOSE_MASK != CLOSE {
+        return None;
+    }
+    let pair =
+        (w1 & 0xff).wrapping_sub(b'0' as u64) * 10 + ((w1 >> 8) & 0xff).wrapping_sub(b'0' as u64);
+    Some(word_value(w0, 8) * 100 + pair)
+}
+
 /// The eight decimal digits of `n` (below 10^8), leading zeros included, as ASCII in a
 /// little-endian word: the most significant digit is byte 0.
 ///
@@ -148,17 +164,14 @@ pub(crate) const fn eight_digits(n: u32) -> u64 {
     digits + ONES * b'0' as u64
 }
 
-/// How many digits [`eight_digits`] needs to show `n` (1 to 8): eight less its leading
-/// zeros, but at least one.
-#[inline(always)]
-pub(crate) const fn shown_digits(ascii: u64) -> usize {
-    let zeros = ((ascii ^ (ONES * b'0' as u64)).trailing_zeros() / 8) as usize;
-    if zeros >= 8 { 1 } else { 8 - zeros }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The flags of a `*_bytes` check as one bool per byte.
+    fn flags(f: u64) -> [bool; 8] {
+        f.to_le_bytes().map(|b| b & 0x80 != 0)
+    }
 
     #[test]
     fn word_check_matches_byte_check() {
@@ -169,16 +182,11 @@ mod tests {
                 let w64 = u64::from_le_bytes(w);
                 let want = w.iter().all(|&x| crate::id::is_id_byte(x));
                 assert_eq!(non_id_bytes(w64) == 0, want, "{w:?}");
-                let flags = pack(non_id_bytes(w64));
-                for (i, &x) in w.iter().enumerate() {
-                    assert_eq!(flags >> i & 1 == 1, !crate::id::is_id_byte(x), "{w:?} {i}");
-                }
-                let digits = pack(digit_bytes(w64));
-                let equal = pack(bytes_equal(w64, b']'));
-                for (i, &x) in w.iter().enumerate() {
-                    assert_eq!(digits >> i & 1 == 1, x.is_ascii_digit(), "{w:?} {i}");
-                    assert_eq!(equal >> i & 1 == 1, x == b']', "{w:?} {i}");
-                }
+                assert_eq!(
+                    flags(non_id_bytes(w64)),
+                    w.map(|x| !crate::id::is_id_byte(x))
+                );
+                assert_eq!(flags(digit_bytes(w64)), w.map(|x| x.is_ascii_digit()));
             }
         }
     }
@@ -201,14 +209,11 @@ mod tests {
             ] {
                 let w = u64::from_le_bytes([a, b, a, b, b, a, a, b]);
                 let bytes = w.to_le_bytes();
-                let eq = pack(bytes_equal(w, b']'));
-                let dig = pack(digit_bytes(w));
-                let hex = pack(non_id_bytes(w));
-                for (i, &x) in bytes.iter().enumerate() {
-                    assert_eq!(eq >> i & 1 == 1, x == b']', "{bytes:?}");
-                    assert_eq!(dig >> i & 1 == 1, x.is_ascii_digit(), "{bytes:?}");
-                    assert_eq!(hex >> i & 1 == 1, !crate::id::is_id_byte(x), "{bytes:?}");
-                }
+                assert_eq!(flags(digit_bytes(w)), bytes.map(|x| x.is_ascii_digit()));
+                assert_eq!(
+                    flags(non_id_bytes(w)),
+                    bytes.map(|x| !crate::id::is_id_byte(x))
+                );
             }
         }
     }
@@ -239,11 +244,48 @@ mod tests {
         }
     }
 
+    #[test]
+    fn sixteen_and_ten_digit_runs_match_the_byte_reader() {
+        let words = |s: &[u8]| {
+            let mut b = [b'x'; 16];
+            b[..s.len().min(16)].copy_from_slice(&s[..s.len().min(16)]);
+            (word_at(&b, 0).unwrap_or(0), word_at(&b, 8).unwrap_or(0))
+        };
+        for text in [
+            &b"1767225600]--QQ"[..],
+            b"0]--QQ==",
+            b"]--",
+            b"12345678]--",
+            b"123456789012345]--",
+            b"1234567890123456]",
+            b"176722560]--QQ",
+            b"17672256000]--",
+            b"1767225600]-",
+            b"1767225600]-x",
+            b"1767225600,--",
+            b"17672256x0]--",
+            b"x767225600]--",
+            b"0000000000]--",
+            b"9999999999]--",
+            b"1767225600]--\xff",
+            b"17672\xb5560]--",
+        ] {
+            let (w0, w1) = words(text);
+            let run = text.iter().take_while(|b| b.is_ascii_digit()).count();
+            let value = text[..run]
+                .iter()
+                .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'));
+            let want16 = (run < 16).then_some((value, run));
+            assert_eq!(digit_run16(w0, w1), want16, "{text:?}");
+            let want10 = (run == 10 && text[10..].starts_with(b"]--")).then_some(value);
+            assert_eq!(ten_digits(w0, w1), want10, "{text:?}");
+        }
+    }
+
     fn check_eight(n: u32) {
         let ascii = eight_digits(n);
         let want = std::format!("{n:08}");
         assert_eq!(&ascii.to_le_bytes(), want.as_bytes(), "{n}");
-        assert_eq!(shown_digits(ascii), std::format!("{n}").len(), "{n}");
     }
 
     #[test]
