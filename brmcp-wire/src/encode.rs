@@ -80,12 +80,6 @@ impl Deadline {
     #[allow(clippy::cast_possible_truncation)] // each below 10^8
     const fn new(exp: i64) -> Self {
         let m = exp.unsigned_abs();
-        // The length from the magnitude, not from the digits: the body's place depends
-        // on it, and the conversion is a long chain of multiplications.
-        let digits = match m.checked_ilog10() {
-            Some(log) => log as usize + 1,
-            None => 1,
-        };
         let (lead, full, full_count) = if m < EIGHT_DIGITS {
             (m, [0, 0], 0)
         } else if m < EIGHT_DIGITS * EIGHT_DIGITS {
@@ -99,13 +93,19 @@ impl Deadline {
             ];
             (high / EIGHT_DIGITS, full, 2)
         };
-        let lead_len = digits - 8 * full_count;
-        // A lead of one or two digits (a deadline of this century's seconds has two)
-        // from the pair table; longer ones converted eight at a time.
-        let lead = if lead < 100 {
-            PAIRS[lead as usize] as u64 >> (8 * (2 - lead_len))
+        // The lead's length from its value, not from its digits: the body's place depends
+        // on it, and the conversion is a long chain of multiplications. A lead of one or
+        // two digits (a deadline of this century's seconds has two) comes from the pair
+        // table; longer ones are converted eight at a time.
+        let (lead, lead_len) = if lead < 100 {
+            let len = if lead < 10 { 1 } else { 2 };
+            (PAIRS[lead as usize] as u64 >> (8 * (2 - len)), len)
         } else {
-            words::eight_digits(lead as u32) >> (8 * (8 - lead_len))
+            let len = match (lead as u32).checked_ilog10() {
+                Some(log) => log as usize + 1,
+                None => 1,
+            };
+            (words::eight_digits(lead as u32) >> (8 * (8 - len)), len)
         };
         Self {
             lead,
@@ -222,6 +222,7 @@ fn write_header(h: &Header, exp: &Deadline, win: &mut [u8; WINDOW]) -> usize {
 /// [`EncodeError::EmptyPayload`] for an empty chunk (receivers refuse empty bodies);
 /// [`EncodeError::BufferTooSmall`] with the exact size when `out` is shorter than
 /// [`Header::encoded_len`].
+#[inline]
 pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
     if chunk.is_empty() {
         return Err(EncodeError::EmptyPayload);
