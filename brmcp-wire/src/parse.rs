@@ -110,6 +110,20 @@ fn general<'a>(
     })
 }
 
+/// Whether each fast path that accepts `bytes` gives what the general parser gives, in
+/// both modes: the fuzz harness's check of the fast paths.
+#[cfg(any(fuzzing, test))]
+pub(crate) fn fast_paths_agree(bytes: &[u8]) -> bool {
+    let trimmed = grammar::trim_space(bytes);
+    [false, true].into_iter().all(|canonical| {
+        let general = general(bytes, trimmed, canonical);
+        let usual = grammar::usual(bytes, canonical).is_none_or(|p| general == Ok(p));
+        let cursor = (canonical && trimmed.len() != bytes.len())
+            || grammar::encoder_form(trimmed, canonical).is_none_or(|p| general == Ok(p));
+        usual && cursor
+    })
+}
+
 /// The header fields in the order the encoder writes them.
 const CANONICAL_ORDER: [Field; 5] = [
     Field::Version,
