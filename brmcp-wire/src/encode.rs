@@ -60,6 +60,7 @@ const AT_LIMIT: usize = 128;
 /// The bytes the header writer stores to: any offset, plus the widest store.
 const WINDOW: usize = AT_LIMIT + OVERRUN;
 
+// Masking offsets with `AT_LIMIT - 1` is exact only if every header ends below it.
 const _: () = assert!(HEADER_MAX <= AT_LIMIT);
 
 /// 10^8: the values [`words::eight_digits`] shows.

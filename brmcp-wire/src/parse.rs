@@ -370,9 +370,9 @@ mod grammar {
         }
     }
 
-    /// How much of the text the usual form reads at fixed places: to the end of the
-    /// second word of a deadline after `seq=64/64,exp=-`, at 67. Deadlines of more than
-    /// 16 digits are left to the cursor.
+    /// How much of the text the usual form reads: the deadline starts at 67 at the latest
+    /// (after `seq=64/64,exp=-`) and is read as two words, to 83, so 88 covers it with
+    /// room. Deadlines of 16 digits or more are left to the cursor.
     const USUAL_HEAD: usize = 88;
 
     /// Where the seq field's value starts in the usual form.
@@ -381,8 +381,9 @@ mod grammar {
     /// The encoder's form with both ids of 16 hex digits, the form of every id this crate
     /// draws (`SessionId::random`, `MessageId::random`), in a text of at least
     /// [`USUAL_HEAD`] bytes that needs no trimming: `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,
-    /// seq=` at fixed places, checked a word (the ids: a vector) at a time with one branch.
-    /// `None` for anything else, which the byte-wise cursor then reads.
+    /// seq=` at fixed places, checked a word at a time with one branch; then the numbers,
+    /// a one-part message's `1/1,exp=` as one word and a ten-digit deadline as a word and a
+    /// pair. `None` for anything else, which the byte-wise cursor then reads.
     ///
     /// Kept to few instructions: the decoder that follows runs at several per cycle, so
     /// every instruction here adds to the call's time.
