@@ -8,7 +8,8 @@ use crate::body;
 use crate::envelope::Header;
 use crate::error::EncodeError;
 use crate::id::{MessageId, SessionId};
-use crate::limits::{MAX_PARTS, MAX_PM_LEN};
+use crate::limits::{MAX_ID_LEN, MAX_PARTS, MAX_PM_LEN};
+use crate::words;
 
 const PREFIX: &[u8] = b"--mcp[v=1,sid=";
 const MID: &[u8] = b",mid=";
@@ -18,13 +19,11 @@ const SEPARATOR: &[u8] = b"]--";
 
 /// Decimal digits of `n`, with a `-` for negatives (i64 needs at most 20).
 const fn decimal_len(n: i64) -> usize {
-    let mut len = if n < 0 { 2 } else { 1 };
-    let mut m = n.unsigned_abs() / 10;
-    while m > 0 {
-        len += 1;
-        m /= 10;
+    let sign = if n < 0 { 1 } else { 0 };
+    match n.unsigned_abs().checked_ilog10() {
+        Some(log) => sign + 1 + log as usize,
+        None => 1,
     }
-    len
 }
 
 impl Header {
@@ -45,39 +44,177 @@ impl Header {
     }
 }
 
-/// A cursor over an output slice whose capacity was checked up front.
-struct Cursor<'a> {
-    out: &'a mut [u8],
-    at: usize,
+/// The longest header: two ids of [`MAX_ID_LEN`], two two-digit part numbers and a
+/// 20-character deadline.
+const HEADER_MAX: usize =
+    PREFIX.len() + 2 * MAX_ID_LEN + MID.len() + SEQ.len() + 2 + 1 + 2 + EXP.len() + 20 + 3;
+
+/// Bytes the header writer may store past the header's end: it writes whole ids and
+/// whole words, which later stores (or the body) overwrite.
+const OVERRUN: usize = MAX_ID_LEN;
+
+/// Every header offset is below this power of two, so masking an offset with
+/// `AT_LIMIT - 1` changes nothing and lets the compiler drop each store's bounds check.
+const AT_LIMIT: usize = 128;
+
+/// The bytes the header writer stores to: any offset, plus the widest store.
+const WINDOW: usize = AT_LIMIT + OVERRUN;
+
+// Masking offsets with `AT_LIMIT - 1` is exact only if every header ends below it.
+const _: () = assert!(HEADER_MAX <= AT_LIMIT);
+
+/// 10^8: the values [`words::eight_digits`] shows.
+const EIGHT_DIGITS: u64 = 100_000_000;
+
+/// A deadline as the words the header writer stores: a sign, a lead of 1 to 8 digits
+/// (no leading zero), then 0 to 2 words of eight digits.
+struct Deadline {
+    lead: u64,
+    lead_len: usize,
+    full: [u64; 2],
+    full_count: usize,
+    negative: bool,
 }
 
-impl Cursor<'_> {
-    fn put(&mut self, bytes: &[u8]) {
-        let end = self.at + bytes.len();
-        self.out[self.at..end].copy_from_slice(bytes);
-        self.at = end;
+impl Deadline {
+    #[inline(always)]
+    #[allow(clippy::cast_possible_truncation)] // each below 10^8
+    const fn new(exp: i64) -> Self {
+        let m = exp.unsigned_abs();
+        let (lead, full, full_count) = if m < EIGHT_DIGITS {
+            (m, [0, 0], 0)
+        } else if m < EIGHT_DIGITS * EIGHT_DIGITS {
+            let low = words::eight_digits((m % EIGHT_DIGITS) as u32);
+            (m / EIGHT_DIGITS, [low, 0], 1)
+        } else {
+            let high = m / EIGHT_DIGITS;
+            let full = [
+                words::eight_digits((high % EIGHT_DIGITS) as u32),
+                words::eight_digits((m % EIGHT_DIGITS) as u32),
+            ];
+            (high / EIGHT_DIGITS, full, 2)
+        };
+        // The lead's length from its value, not from its digits: the body's place depends
+        // on it, and the conversion is a long chain of multiplications. A lead of one or
+        // two digits (a deadline of this century's seconds has two) comes from the pair
+        // table; longer ones are converted eight at a time.
+        let (lead, lead_len) = if lead < 100 {
+            let len = if lead < 10 { 1 } else { 2 };
+            (PAIRS[lead as usize] as u64 >> (8 * (2 - len)), len)
+        } else {
+            let len = match (lead as u32).checked_ilog10() {
+                Some(log) => log as usize + 1,
+                None => 1,
+            };
+            (words::eight_digits(lead as u32) >> (8 * (8 - len)), len)
+        };
+        Self {
+            lead,
+            lead_len,
+            full,
+            full_count,
+            negative: exp < 0,
+        }
     }
 
-    fn put_decimal(&mut self, n: i64) {
-        if n < 0 {
-            self.put(b"-");
-        }
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut m = n.unsigned_abs();
-        loop {
-            i -= 1;
-            #[allow(clippy::cast_possible_truncation)] // a digit
-            {
-                digits[i] = b'0' + (m % 10) as u8;
-            }
-            m /= 10;
-            if m == 0 {
-                break;
-            }
-        }
-        self.put(&digits[i..]);
+    /// Characters written: the sign and the digits.
+    #[inline(always)]
+    const fn len(&self) -> usize {
+        self.negative as usize + self.lead_len + 8 * self.full_count
     }
+}
+
+/// The numbers 0 to 99 as two ASCII digits (a leading zero below 10), first digit in
+/// the low byte; then zeros up to [`AT_LIMIT`] entries, so a masked index is in range.
+const PAIRS: [u16; AT_LIMIT] = {
+    let mut t = [0u16; AT_LIMIT];
+    let mut n = 0;
+    while n < 100 {
+        t[n] = (b'0' + (n / 10) as u8) as u16 | ((b'0' + (n % 10) as u8) as u16) << 8;
+        n += 1;
+    }
+    t
+};
+
+/// Characters of a part number (at most [`MAX_PARTS`], two digits).
+#[inline(always)]
+const fn small_len(n: u16) -> usize {
+    if n < 10 { 1 } else { 2 }
+}
+
+/// A part number's characters in the low bytes of a word.
+#[inline(always)]
+const fn small_ascii(n: u16) -> u64 {
+    (PAIRS[n as usize & (AT_LIMIT - 1)] >> (8 * (2 - small_len(n)))) as u64
+}
+
+/// The header's length: everything but the ids and numbers is fixed.
+#[inline(always)]
+const fn header_len(h: &Header, exp: &Deadline) -> usize {
+    PREFIX.len()
+        + h.sid.len()
+        + MID.len()
+        + h.mid.len()
+        + SEQ.len()
+        + small_len(h.seq)
+        + 1
+        + small_len(h.total)
+        + EXP.len()
+        + exp.len()
+        + SEPARATOR.len()
+}
+
+/// Stores `bytes` at `*at` and moves `*at` on by `len`.
+#[inline(always)]
+fn put<const N: usize>(win: &mut [u8; WINDOW], at: &mut usize, bytes: &[u8; N], len: usize) {
+    let from = *at & (AT_LIMIT - 1);
+    if let Some(to) = win.get_mut(from..from + N) {
+        to.copy_from_slice(bytes);
+    }
+    *at += len;
+}
+
+/// Writes the header into the window; returns its length. Every store has a fixed
+/// width, so the header costs a few dozen instructions: ids as whole 32-byte arrays,
+/// numbers as words. Stores reach up to [`OVERRUN`] bytes past the header's end.
+#[inline(always)]
+fn write_header(h: &Header, exp: &Deadline, win: &mut [u8; WINDOW]) -> usize {
+    const fn lit(bytes: &[u8; 8]) -> [u8; 8] {
+        *bytes
+    }
+    let mut at = 0;
+    put(win, &mut at, b"--mcp[v=1,sid=\0\0", PREFIX.len());
+    put(win, &mut at, h.sid.padded(), h.sid.len());
+    put(win, &mut at, &lit(b",mid=\0\0\0"), MID.len());
+    put(win, &mut at, h.mid.padded(), h.mid.len());
+    // `,seq=N/T,exp=` in three words.
+    put(win, &mut at, &lit(b",seq=\0\0\0"), SEQ.len());
+    let slash = small_ascii(h.seq) | u64::from(b'/') << (8 * small_len(h.seq));
+    put(win, &mut at, &slash.to_le_bytes(), small_len(h.seq) + 1);
+    let total =
+        small_ascii(h.total) | u64::from_le_bytes(*b",exp=\0\0\0") << (8 * small_len(h.total));
+    put(
+        win,
+        &mut at,
+        &total.to_le_bytes(),
+        small_len(h.total) + EXP.len(),
+    );
+    put(win, &mut at, b"-", usize::from(exp.negative));
+    put(win, &mut at, &exp.lead.to_le_bytes(), exp.lead_len);
+    put(
+        win,
+        &mut at,
+        &exp.full[0].to_le_bytes(),
+        8 * usize::from(exp.full_count > 0),
+    );
+    put(
+        win,
+        &mut at,
+        &exp.full[1].to_le_bytes(),
+        8 * usize::from(exp.full_count > 1),
+    );
+    put(win, &mut at, &lit(b"]--\0\0\0\0\0"), SEPARATOR.len());
+    at
 }
 
 /// Writes one part (header and base64 of `chunk`) into `out`; returns the bytes written.
@@ -86,29 +223,31 @@ impl Cursor<'_> {
 /// [`EncodeError::EmptyPayload`] for an empty chunk (receivers refuse empty bodies);
 /// [`EncodeError::BufferTooSmall`] with the exact size when `out` is shorter than
 /// [`Header::encoded_len`].
+#[inline]
 pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
     if chunk.is_empty() {
         return Err(EncodeError::EmptyPayload);
     }
-    let required = header.encoded_len(chunk.len());
+    let exp = Deadline::new(header.exp);
+    let header_len = header_len(header, &exp);
+    let required = header_len + body::encoded_len(chunk.len());
     if out.len() < required {
         return Err(EncodeError::BufferTooSmall { required });
     }
-    let mut c = Cursor { out, at: 0 };
-    c.put(PREFIX);
-    c.put(header.sid.as_bytes());
-    c.put(MID);
-    c.put(header.mid.as_bytes());
-    c.put(SEQ);
-    c.put_decimal(i64::from(header.seq));
-    c.put(b"/");
-    c.put_decimal(i64::from(header.total));
-    c.put(EXP);
-    c.put_decimal(header.exp);
-    c.put(SEPARATOR);
-    let at = c.at;
-    let written = body::encode(chunk, &mut c.out[at..]);
-    Ok(at + written)
+    // The header's overrun lands in the body's place, which the body then fills; with
+    // less room than the window, the header is written aside and copied.
+    match out.first_chunk_mut::<WINDOW>() {
+        Some(win) if required - header_len >= OVERRUN => {
+            write_header(header, &exp, win);
+        }
+        _ => {
+            let mut aside = [0u8; WINDOW];
+            write_header(header, &exp, &mut aside);
+            out[..header_len].copy_from_slice(&aside[..header_len]);
+        }
+    }
+    let written = body::encode(chunk, &mut out[header_len..]);
+    Ok(header_len + written)
 }
 
 /// Splits a payload into the parts of one message: yields `(Header, chunk)` in order.
@@ -223,7 +362,9 @@ impl core::iter::FusedIterator for Chunks<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::vec;
+    use std::vec::Vec;
 
     fn ids() -> (SessionId, MessageId) {
         (
@@ -254,6 +395,55 @@ mod tests {
             assert_eq!(encode_part(&h, b"hello", &mut out), Ok(out.len()));
             let text = core::str::from_utf8(&out).unwrap_or_default();
             assert!(text.contains(&std::format!(",exp={exp}]--")), "{text}");
+        }
+    }
+
+    /// A random header (ids of any valid length, any valid seq, any deadline) and chunk.
+    fn header_and_chunk() -> impl Strategy<Value = (Header, Vec<u8>)> {
+        let id = "[0-9a-f]{1,32}";
+        (
+            id,
+            id,
+            1u16..=MAX_PARTS,
+            0u16..MAX_PARTS,
+            prop_oneof![
+                any::<i64>(),
+                Just(0),
+                Just(-1),
+                Just(i64::MIN),
+                Just(i64::MAX),
+                0i64..100_000_000_000_000_000,
+                -99_999_999_999i64..100_000_000_000,
+            ],
+            prop::collection::vec(any::<u8>(), 1..80),
+        )
+            .prop_map(|(sid, mid, total, seq, exp, chunk)| {
+                let sid = sid.parse().unwrap_or_else(|_| unreachable!());
+                let mid = mid.parse().unwrap_or_else(|_| unreachable!());
+                let seq = seq % total + 1;
+                let h = Header::new(sid, mid, seq, total, exp).unwrap_or_else(|_| unreachable!());
+                (h, chunk)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// The word-at-a-time writer gives the text of the plain formatting, in a buffer
+        /// of exactly the size and in a larger one, and stores nothing past the part.
+        #[test]
+        fn encoder_matches_plain_formatting((h, chunk) in header_and_chunk(), spare in 0usize..200) {
+            use base64::Engine as _;
+            let want = std::format!(
+                "--mcp[v=1,sid={},mid={},seq={}/{},exp={}]--{}",
+                h.sid(), h.mid(), h.seq(), h.total(), h.exp(),
+                base64::engine::general_purpose::STANDARD.encode(&chunk)
+            );
+            prop_assert_eq!(h.encoded_len(chunk.len()), want.len());
+            let mut out = vec![0xa5u8; want.len() + spare];
+            prop_assert_eq!(encode_part(&h, &chunk, &mut out), Ok(want.len()));
+            prop_assert_eq!(&out[..want.len()], want.as_bytes());
+            prop_assert!(out[want.len()..].iter().all(|&b| b == 0xa5), "stored past the part");
         }
     }
 
@@ -298,8 +488,8 @@ mod tests {
     #[test]
     fn chunks_split_evenly_with_a_short_tail() {
         let (sid, mid) = ids();
-        let payload: vec::Vec<u8> = (0..10u8).collect();
-        let parts: vec::Vec<_> = Chunks::new(sid, mid, 0, &payload, 4)
+        let payload: Vec<u8> = (0..10u8).collect();
+        let parts: Vec<_> = Chunks::new(sid, mid, 0, &payload, 4)
             .unwrap_or_else(|_| unreachable!())
             .collect();
         assert_eq!(parts.len(), 3);

@@ -32,7 +32,13 @@ use crate::{Chunks, encode_part};
 /// - Re-encoding the header and the decoded chunk with [`encode_part`] gives text that
 ///   both modes parse to the same header and the same bytes.
 /// - A canonical input re-encodes to itself, byte for byte.
+/// - The fast paths (the usual form read at fixed places, the encoder's form read by a
+///   cursor) agree with the general parser on whatever they accept.
 pub fn parse_part(data: &[u8]) {
+    assert!(
+        crate::parse::fast_paths_agree(data),
+        "a fast path disagrees with the general parser"
+    );
     let compat = parse_bytes(data);
     let canon = parse_with(data, Mode::Canonical);
     if let Ok(text) = core::str::from_utf8(data) {

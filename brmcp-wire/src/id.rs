@@ -104,6 +104,13 @@ macro_rules! id_type {
                 Self { len: bytes.len() as u8, buf }
             }
 
+            /// The identifier's bytes and zeros after them, to [`MAX_ID_LEN`]: the
+            /// encoder copies the whole array, a fixed-size store.
+            #[inline(always)]
+            pub(crate) const fn padded(&self) -> &[u8; MAX_ID_LEN] {
+                &self.buf
+            }
+
             /// 16 lowercase hex characters from 8 bytes of caller-supplied entropy.
             pub const fn from_entropy(entropy: [u8; 8]) -> Self {
                 let mut buf = [0u8; MAX_ID_LEN];

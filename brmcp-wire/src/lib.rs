@@ -91,6 +91,7 @@ pub mod limits;
 mod parse;
 mod reassembly;
 mod time;
+mod words;
 
 pub use body::decode_body;
 pub use encode::{Chunks, encode_part};

@@ -30,6 +30,7 @@ pub enum Mode {
 /// # Errors
 /// [`ParseError`] says why the text is not a part; [`ParseError::is_foreign`] separates
 /// ordinary chat from malformed envelopes.
+#[inline]
 pub fn parse(text: &str) -> Result<Part<'_>, ParseError> {
     parse_with(text.as_bytes(), Mode::Compatible)
 }
@@ -38,6 +39,7 @@ pub fn parse(text: &str) -> Result<Part<'_>, ParseError> {
 ///
 /// # Errors
 /// As [`parse`].
+#[inline]
 pub fn parse_bytes(bytes: &[u8]) -> Result<Part<'_>, ParseError> {
     parse_with(bytes, Mode::Compatible)
 }
@@ -46,6 +48,7 @@ pub fn parse_bytes(bytes: &[u8]) -> Result<Part<'_>, ParseError> {
 ///
 /// # Errors
 /// As [`parse`], plus the canonical-form refusals.
+#[inline]
 pub fn parse_canonical(text: &str) -> Result<Part<'_>, ParseError> {
     parse_with(text.as_bytes(), Mode::Canonical)
 }
@@ -54,16 +57,28 @@ pub fn parse_canonical(text: &str) -> Result<Part<'_>, ParseError> {
 ///
 /// # Errors
 /// As [`parse`].
+#[inline]
 pub fn parse_with(bytes: &[u8], mode: Mode) -> Result<Part<'_>, ParseError> {
     let canonical = mode == Mode::Canonical;
+    // Nearly every part is in the encoder's form with the ids this crate draws: read at
+    // fixed places, inlined into the caller, which gets the part in place.
+    if let Some(part) = grammar::usual(bytes, canonical) {
+        return Ok(part);
+    }
+    other(bytes, canonical)
+}
+
+/// Every text but the usual form: the encoder's form read by a cursor, then the general
+/// parser for anything else and every error. Out of line, so the inlined fast path stays
+/// small.
+#[inline(never)]
+fn other(bytes: &[u8], canonical: bool) -> Result<Part<'_>, ParseError> {
     // Text that starts with `-` and ends in a printable ASCII byte has nothing to trim
     // (every other White_Space character ends in a byte of 0x80 or above).
     let trimmed = match bytes {
         [b'-', .., last] if last.is_ascii_graphic() => bytes,
         _ => grammar::trim_space(bytes),
     };
-    // Nearly every part is in the encoder's form: read it in one straight pass, and leave
-    // anything else (and every error) to the general parser below.
     if (!canonical || trimmed.len() == bytes.len())
         && let Some(part) = grammar::encoder_form(trimmed, canonical)
     {
@@ -92,6 +107,20 @@ fn general<'a>(
         header,
         body,
         canonical,
+    })
+}
+
+/// Whether each fast path that accepts `bytes` gives what the general parser gives, in
+/// both modes: the fuzz harness's check of the fast paths.
+#[cfg(any(fuzzing, test))]
+pub(crate) fn fast_paths_agree(bytes: &[u8]) -> bool {
+    let trimmed = grammar::trim_space(bytes);
+    [false, true].into_iter().all(|canonical| {
+        let general = general(bytes, trimmed, canonical);
+        let usual = grammar::usual(bytes, canonical).is_none_or(|p| general == Ok(p));
+        let cursor = (canonical && trimmed.len() != bytes.len())
+            || grammar::encoder_form(trimmed, canonical).is_none_or(|p| general == Ok(p));
+        usual && cursor
     })
 }
 
@@ -194,6 +223,7 @@ mod grammar {
     use crate::envelope::{Header, Part};
     use crate::error::ParseError;
     use crate::id::{MessageId, SessionId};
+    use crate::words::{digit_run, digit_run16, non_id_bytes, ten_digits, word_at};
 
     type Res<'a, T> = nom::IResult<&'a [u8], T, nom::error::Error<&'a [u8]>>;
 
@@ -310,17 +340,9 @@ mod grammar {
     pub(super) fn encoder_form(text: &[u8], canonical: bool) -> Option<Part<'_>> {
         let mut c = Cursor { text, at: 0 };
         c.literal(b"--mcp[v=1,sid=")?;
-        let (sid, mid) = match ids16(text) {
-            Some(ids) => {
-                c.at = IDS16_END;
-                ids
-            }
-            None => {
-                let sid = SessionId::from_checked(c.id()?);
-                c.literal(b"mid=")?;
-                (sid, MessageId::from_checked(c.id()?))
-            }
-        };
+        let sid = SessionId::from_checked(c.id()?);
+        c.literal(b"mid=")?;
+        let mid = MessageId::from_checked(c.id()?);
         c.literal(b"seq=")?;
         let seq = c.small(b'/')?;
         let total = c.small(b',')?;
@@ -329,12 +351,7 @@ mod grammar {
         let magnitude = c.number(b']')?;
         c.literal(b"--")?;
         let body = text.get(c.at..).filter(|b| !b.is_empty())?;
-        let exp = if negative {
-            // "-0" is not the encoder's form.
-            0i64.checked_sub_unsigned(magnitude).filter(|&e| e != 0)?
-        } else {
-            i64::try_from(magnitude).ok()?
-        };
+        let exp = signed(negative, magnitude)?;
         let header = Header::new(sid, mid, seq, total, exp).ok()?;
         Some(Part {
             header,
@@ -343,126 +360,106 @@ mod grammar {
         })
     }
 
-    /// Where the ids end in `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,`, the form of every
-    /// id this crate draws (`SessionId::random`, `MessageId::random`).
-    const IDS16_END: usize = 52;
-
-    /// The two ids of the usual header, checked a word at a time at their fixed places
-    /// (the prefix before them is already checked); `None` for any other shape, which
-    /// the byte-wise scan then reads.
+    /// The deadline from its sign and magnitude, in the encoder's form: "-0" is not.
     #[inline(always)]
-    fn ids16(text: &[u8]) -> Option<(SessionId, MessageId)> {
-        let head: &[u8; IDS16_END] = text.get(..IDS16_END)?.try_into().ok()?;
-        let word = |at: usize| word_at(head, at).unwrap_or(0);
-        let hex = [word(14), word(22), word(35), word(43)]
-            .into_iter()
-            .fold(true, |ok, w| ok & all_id_bytes(w));
-        (hex && head[30..35] == *b",mid=" && head[51] == b',').then(|| {
-            (
-                SessionId::from_checked(&head[14..30]),
-                MessageId::from_checked(&head[35..51]),
-            )
+    fn signed(negative: bool, magnitude: u64) -> Option<i64> {
+        if negative {
+            0i64.checked_sub_unsigned(magnitude).filter(|&e| e != 0)
+        } else {
+            i64::try_from(magnitude).ok()
+        }
+    }
+
+    /// How much of the text the usual form reads: the deadline starts at 67 at the latest
+    /// (after `seq=64/64,exp=-`) and is read as two words, to 83, so 88 covers it with
+    /// room. Deadlines of 16 digits or more are left to the cursor.
+    const USUAL_HEAD: usize = 88;
+
+    /// Where the seq field's value starts in the usual form.
+    const USUAL_SEQ: usize = 56;
+
+    /// The encoder's form with both ids of 16 hex digits, the form of every id this crate
+    /// draws (`SessionId::random`, `MessageId::random`), in a text of at least
+    /// [`USUAL_HEAD`] bytes that needs no trimming: `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,
+    /// seq=` at fixed places, checked a word at a time with one branch; then the numbers,
+    /// a one-part message's `1/1,exp=` as one word and a ten-digit deadline as a word and a
+    /// pair. `None` for anything else, which the byte-wise cursor then reads.
+    ///
+    /// Kept to few instructions: the decoder that follows runs at several per cycle, so
+    /// every instruction here adds to the call's time.
+    #[inline(always)]
+    pub(super) fn usual(text: &[u8], canonical: bool) -> Option<Part<'_>> {
+        const fn lit(bytes: &[u8; 8]) -> u64 {
+            u64::from_le_bytes(*bytes)
+        }
+        let head: &[u8; USUAL_HEAD] = text.first_chunk()?;
+        // Starting with `-` and ending in a printable ASCII byte: nothing to trim.
+        if !text.last().is_some_and(u8::is_ascii_graphic) {
+            return None;
+        }
+        let w = |at: usize| word_at(head, at).unwrap_or(0);
+        /// The top five bytes of a word: the literal after the last three bytes of an id.
+        const TOP5: u64 = !0 << 24;
+        let fixed = (w(0) ^ lit(b"--mcp[v="))
+            | (w(6) ^ lit(b"v=1,sid="))
+            | ((w(27) ^ lit(b"\0\0\0,mid=")) & TOP5)
+            | ((w(48) ^ lit(b"\0\0\0,seq=")) & TOP5);
+        let hex =
+            non_id_bytes(w(14)) | non_id_bytes(w(22)) | non_id_bytes(w(35)) | non_id_bytes(w(43));
+        if fixed | hex != 0 {
+            return None;
+        }
+        // `N/T,exp=`: one or two digits each, no leading zero; a one-part message's
+        // `1/1,exp=` is one word.
+        let (seq, total, exp_at) = if w(USUAL_SEQ) == lit(b"1/1,exp=") {
+            (1, 1, USUAL_SEQ + 8)
+        } else {
+            seq_total(head)?
+        };
+        let negative = head[exp_at] == b'-';
+        let digits = exp_at + usize::from(negative);
+        let (w0, w1) = (w(digits), w(digits + 8));
+        let (magnitude, n) = match ten_digits(w0, w1) {
+            Some(value) => (value, 10),
+            None => digit_run16(w0, w1)?,
+        };
+        let close = digits + n;
+        // The deadline's digits run to the `]--`, with no leading zero.
+        if n == 0 || head.get(close..close + 3) != Some(b"]--") || (n > 1 && head[digits] == b'0') {
+            return None;
+        }
+        let header = Header::new(
+            SessionId::from_checked(&head[14..30]),
+            MessageId::from_checked(&head[35..51]),
+            seq,
+            total,
+            signed(negative, magnitude)?,
+        )
+        .ok()?;
+        Some(Part {
+            header,
+            body: text.get(close + 3..)?,
+            canonical,
         })
     }
 
-    /// The 8 bytes at `at` as a little-endian word, if there are 8.
+    /// `N/T,exp=` at [`USUAL_SEQ`]: the part number, the part count and where the
+    /// deadline starts.
     #[inline(always)]
-    fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
-        let w: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
-        Some(u64::from_le_bytes(w))
-    }
-
-    /// The value and length of the run of ASCII digits that starts `bytes`, read eight
-    /// at a time; `None` when a word cannot be read (too near the end) or the run is
-    /// longer than 19 digits. The caller reads those byte by byte.
-    ///
-    /// The first two words are loaded and converted independently of each other, so a
-    /// deadline's ten digits cost one conversion's latency, not two in a row.
-    #[inline(always)]
-    fn digit_run(bytes: &[u8]) -> Option<(u64, usize)> {
-        let w0 = word_at(bytes, 0)?;
-        let k0 = digits_in(w0);
-        let v0 = word_value(w0, k0);
-        if k0 < 8 {
-            return Some((v0, k0));
-        }
-        let w1 = word_at(bytes, 8)?;
-        let k1 = digits_in(w1);
-        let mut value = v0 * POW10[k1] + word_value(w1, k1);
-        let mut n = 8 + k1;
-        if k1 == 8 {
-            // More than 16 digits: the rest a word at a time, in a row.
-            loop {
-                let w = word_at(bytes, n)?;
-                let k = digits_in(w);
-                value = value.checked_mul(POW10[k])?.checked_add(word_value(w, k))?;
-                n += k;
-                if n > 19 {
-                    return None;
-                }
-                if k < 8 {
-                    break;
-                }
-            }
-        }
-        Some((value, n))
-    }
-
-    /// Powers of ten up to the eighth.
-    const POW10: [u64; 9] = [
-        1,
-        10,
-        100,
-        1_000,
-        10_000,
-        100_000,
-        1_000_000,
-        10_000_000,
-        100_000_000,
-    ];
-
-    /// How many ASCII digits start the little-endian word `w` (0 to 8).
-    #[inline(always)]
-    const fn digits_in(w: u64) -> usize {
-        const ONES: u64 = u64::from_ne_bytes([1; 8]);
-        const HIGH: u64 = ONES * 0x80;
-        // Non-digit bytes: a high bit set, or outside b'0'..=b'9' (see `all_id_bytes`).
-        let low = w & !HIGH;
-        let digit = low.wrapping_add(ONES * (0x80 - b'0' as u64))
-            & !low.wrapping_add(ONES * (0x80 - (b'9' + 1) as u64))
-            & !w
-            & HIGH;
-        ((digit ^ HIGH).trailing_zeros() / 8) as usize
-    }
-
-    /// The value of the first `k` (at most 8) bytes of `w`, all ASCII digits.
-    #[inline(always)]
-    const fn word_value(w: u64, k: usize) -> u64 {
-        const ONES: u64 = u64::from_ne_bytes([1; 8]);
-        if k == 0 {
-            return 0;
-        }
-        // The k digits to the top of the word (the first digit stays most significant),
-        // zero digits below them; then pairs, quads, octets.
-        let d = w.wrapping_sub(ONES * b'0' as u64) << (8 * (8 - k));
-        let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
-        let d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff;
-        (d.wrapping_mul(10_000) + (d >> 32)) & 0xffff_ffff
-    }
-
-    /// Whether all eight bytes of `w` are lowercase hex digits ([`crate::id::is_id_byte`]),
-    /// with no branch per byte.
-    const fn all_id_bytes(w: u64) -> bool {
-        const ONES: u64 = u64::from_ne_bytes([1; 8]);
-        const HIGH: u64 = ONES * 0x80;
-        // With every byte below 0x80, `byte + (0x80 - n)` carries into no other byte and
-        // has its high bit set exactly when `byte >= n`.
-        const fn at_least(w: u64, n: u8) -> u64 {
-            w.wrapping_add(ONES * (0x80 - n as u64)) & HIGH
-        }
-        let digit = at_least(w, b'0') & !at_least(w, b'9' + 1);
-        let lower = at_least(w, b'a') & !at_least(w, b'f' + 1);
-        w & HIGH == 0 && digit | lower == HIGH
+    fn seq_total(head: &[u8; USUAL_HEAD]) -> Option<(u16, u16, usize)> {
+        let digit = |at: usize| head.get(at).map_or(10, |b| b.wrapping_sub(b'0'));
+        let small = |at: usize, end: u8| {
+            let (first, second) = (digit(at), digit(at + 1));
+            let (value, next) = if second <= 9 {
+                (u16::from(first) * 10 + u16::from(second), at + 2)
+            } else {
+                (u16::from(first), at + 1)
+            };
+            ((1..=9).contains(&first) && head.get(next) == Some(&end)).then_some((value, next + 1))
+        };
+        let (seq, at) = small(USUAL_SEQ, b'/')?;
+        let (total, at) = small(at, b',')?;
+        (head.get(at..at + 4) == Some(b"exp=")).then_some((seq, total, at + 4))
     }
 
     /// A decimal integer as Go's `strconv.ParseInt(s, 10, 64)`: an optional sign, one or
@@ -558,9 +555,15 @@ mod grammar {
                     &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=0000000000001000,seq=1/1,exp=0]--QQ=="[..],
                     &b"--mcp[v=1,sid=0,mid=ffffffffffffffffffffffffffffffff,seq=64/64,exp=-1]--QUJD"[..],
                     &b"--mcp[v=1,sid=aa,mid=bb,seq=2/3,exp=9223372036854775807]--AAAA"[..],
+                    // The usual form: two 16-hex ids and a text of 88 bytes or more.
+                    &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/1,exp=1767225600]--QUJDQUJDQUJD"[..],
+                    &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/1,exp=0]--QUJDQUJDQUJDQUJDQUJDQUJD"[..],
+                    &b"--mcp[v=1,sid=0123456789abcdef,mid=fedcba9876543210,seq=12/64,exp=-1767225600]--QUJDQUJD"[..],
+                    &b"--mcp[v=1,sid=ffffffffffffffff,mid=0000000000000000,seq=9/10,exp=999999999999999]--QQ=="[..],
+                    &b"--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/2,exp=17672256001]--QUJD \n"[..],
                 ]),
                 edits in proptest::collection::vec((any::<u16>(), 0u8..3, prop::sample::select(
-                    b"-[]=,/+0123456789abf AZvsqexp".to_vec())), 0..3),
+                    b"-[]=,/+0123456789abf AZvsqexp\n\xc2\x85".to_vec())), 0..3),
             ) {
                 let mut text: Vec<u8> = seed.to_vec();
                 for (at, op, byte) in edits {
@@ -584,45 +587,51 @@ mod grammar {
                         prop_assert_eq!(general, Ok(fast));
                     }
                 }
-            }
-        }
-
-        #[test]
-        fn word_check_matches_byte_check() {
-            for b in 0..=255u8 {
-                for at in 0..8 {
-                    let mut w = *b"0123abcd";
-                    w[at] = b;
-                    let want = w.iter().all(|&x| crate::id::is_id_byte(x));
-                    assert_eq!(all_id_bytes(u64::from_le_bytes(w)), want, "{w:?}");
+                // The usual form reads the text as given, untrimmed, in both modes.
+                for canonical in [false, true] {
+                    if let Some(fast) = usual(&text, canonical) {
+                        let general = super::super::general(&text, trimmed, canonical);
+                        prop_assert_eq!(general, Ok(fast));
+                    }
                 }
             }
         }
 
         #[test]
-        fn digit_runs_read_by_words() {
-            let run = |s: &str| digit_run(s.as_bytes());
-            assert_eq!(run("1767225600]--QQ=="), Some((1_767_225_600, 10)));
-            assert_eq!(run("0]--QQ==xx"), Some((0, 1)));
-            assert_eq!(run("12345678,exp=0]--QQ=="), Some((12_345_678, 8)));
-            assert_eq!(run("12345678,e"), None, "no second word");
-            assert_eq!(run("]--QQ==xxx"), Some((0, 0)));
-            assert_eq!(
-                run("9223372036854775807]--QQ=="),
-                Some((i64::MAX as u64, 19))
-            );
-            assert_eq!(
-                run("9999999999999999999]--QQ=="),
-                Some((9_999_999_999_999_999_999, 19))
-            );
-            assert_eq!(run("12345678901234567890]--QQ=="), None, "20 digits");
-            assert_eq!(run("1]--"), None, "fewer than 8 bytes");
-            assert_eq!(run("1\u{e9}234567"), Some((1, 1)));
-            for n in 0..=u16::MAX {
-                let text = std::format!("{n},exp=0]--");
-                let want = (u64::from(n), text.find(',').unwrap_or(0));
-                assert_eq!(run(&text), Some(want), "{text}");
+        fn usual_form_is_read_at_fixed_places() {
+            let body = "QUJD".repeat(8);
+            let text = |seq: &str, exp: &str| {
+                std::format!(
+                    "--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq={seq},exp={exp}]--{body}"
+                )
+            };
+            for (seq, exp) in [
+                ("1/1", "1767225600"),
+                ("64/64", "-999999999999999"),
+                ("9/10", "0"),
+                ("1/2", "17672256001"),
+                ("2/2", "-1767225600"),
+            ] {
+                let text = text(seq, exp);
+                let part = usual(text.as_bytes(), false);
+                assert!(part.is_some(), "{text}");
+                assert_eq!(part.map(|p| p.body), Some(body.as_bytes()));
+                assert_eq!(
+                    part.map(|p| std::format!("{}", p.exp())).as_deref(),
+                    Some(exp)
+                );
             }
+            // Deadlines of 16 digits or more, and short texts, are the cursor's.
+            for text in [
+                text("1/1", "1000000000000000"),
+                text("1/1", "-9223372036854775808"),
+            ] {
+                assert_eq!(usual(text.as_bytes(), false), None, "{text}");
+                assert!(encoder_form(text.as_bytes(), false).is_some(), "{text}");
+            }
+            let short =
+                "--mcp[v=1,sid=a1b2c3d4e5f60718,mid=1032547698badcfe,seq=1/1,exp=1767225600]--QQ==";
+            assert_eq!(usual(short.as_bytes(), false), None);
         }
 
         #[test]
