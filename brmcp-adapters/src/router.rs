@@ -26,7 +26,7 @@
 //! message revives it through the resume path.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -40,6 +40,7 @@ use rmcp::service::{RoleClient, RoleServer, Service};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
+use crate::client::ClientSlot;
 use crate::clock::sleep_until_opt;
 use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
 use crate::error::AdapterError;
@@ -53,6 +54,7 @@ use crate::stats::{Counters, RouterStats};
 use crate::transport::{BrTransport, Waits};
 use crate::{Acceptor, Ctl};
 
+mod client_park;
 mod sessions;
 
 /// Completed message ids remembered per session, to drop duplicates of them.
@@ -325,6 +327,11 @@ impl Router {
         let _ = self.inner.ctl_tx.send(Ctl::Shutdown);
     }
 
+    /// The driver's command queue, for a [`Client`](crate::Client).
+    pub(crate) fn ctl(&self) -> mpsc::UnboundedSender<Ctl> {
+        self.inner.ctl_tx.clone()
+    }
+
     #[cfg(feature = "test-util")]
     pub(crate) fn downgrade(&self) -> WeakRouter {
         WeakRouter {
@@ -368,6 +375,10 @@ enum Inbox {
     /// We serve, and the session is parked: no service runs; its next message revives
     /// it (see [`RouterConfig::server_park_after`]).
     Parked,
+    /// We dialed, and the [`Client`](crate::Client) holding the session parked it (see
+    /// [`RouterConfig::client_park_after`]): a lease or the server's next message
+    /// revives it.
+    ClientParked,
 }
 
 struct Entry {
@@ -377,6 +388,9 @@ struct Entry {
     inbound: bool,
     idle: Option<Duration>,
     recent: VecDeque<MessageId>,
+    /// On a dialed session held by a [`Client`](crate::Client): the client, which parks
+    /// and revives its service.
+    slot: Option<Weak<dyn ClientSlot>>,
 }
 
 /// Why the driver closes a session.
@@ -483,7 +497,9 @@ impl Driver {
             let mut next: Option<Instant> = None;
             let mut idle = Vec::new();
             let mut park = Vec::new();
+            let mut park_clients = Vec::new();
             let park_after = self.config.server_park_after;
+            let client_park_after = self.config.client_park_after;
             for (key, entry) in &self.sessions {
                 // A session with a request in progress is busy, not idle. A timeout too
                 // large to add means never.
@@ -508,6 +524,22 @@ impl Driver {
                         next = Some(next.map_or(due, |n| n.min(due)));
                     }
                 }
+                // A client session parks on the same terms, and not while its
+                // service has messages still to take from its inbox.
+                if let Some(after) = client_park_after
+                    && entry.slot.is_some()
+                    && let Inbox::Client(inbox) = &entry.inbox
+                {
+                    let taken = inbox.is_empty();
+                    let park_base = if taken { park_base } else { now };
+                    if let Some(due) = park_base.checked_add(after) {
+                        if !busy && !writing && taken && due <= now + PARK_SCAN_GAP {
+                            park_clients.push((*key, after));
+                        } else {
+                            next = Some(next.map_or(due, |n| n.min(due)));
+                        }
+                    }
+                }
                 let Some(due) = entry.idle.and_then(|timeout| base.checked_add(timeout)) else {
                     continue;
                 };
@@ -522,6 +554,15 @@ impl Driver {
             }
             for key in park {
                 self.park(key);
+            }
+            for (key, after) in park_clients {
+                // A lease held: looked at again a park delay later (its end counts
+                // as activity).
+                if !self.park_client(key)
+                    && let Some(due) = now.checked_add(after)
+                {
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
             }
             self.next_idle_check = next;
         }
@@ -554,6 +595,7 @@ impl Driver {
                     inbound: false,
                     idle,
                     recent: VecDeque::new(),
+                    slot: None,
                 };
                 if let Some(old) = self.sessions.insert(key, entry) {
                     // A 64-bit random sid collided with a live session: keep the new one.
@@ -569,6 +611,9 @@ impl Driver {
                     self.close(key, CloseReason::Transport);
                 }
             }
+            Ctl::Parkable { peer, sid, id, slot } => self.parkable((peer, sid), id, slot),
+            Ctl::Revive { peer, sid, done } => self.revive_for_lease((peer, sid), done),
+            Ctl::Unslot { peer, sid, slot } => self.unslot((peer, sid), &slot),
             Ctl::Acceptor(acceptor) => self.acceptor = Some(acceptor),
             Ctl::Shutdown => {}
         }

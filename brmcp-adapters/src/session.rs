@@ -109,9 +109,15 @@ pub(crate) struct SessionShared {
     /// Requests not answered yet: the peer's (server role) or ours (client role). A
     /// session with a call in progress is not idle.
     unanswered: Mutex<HashSet<RequestId>>,
+    /// On a dialed session: the server's requests to us not answered yet (their ids are
+    /// the server's, so they are kept apart from ours). A session serving one (an
+    /// elicitation waiting for its user) is not idle.
+    serving: Mutex<HashSet<RequestId>>,
     /// Bytes of serialized messages queued for the writer and not yet sent.
     queued: AtomicUsize,
-    /// On a session a peer opened: what it takes to resume it after it is forgotten.
+    /// On a session a peer opened: what it takes to resume it after it is forgotten. On a
+    /// dialed one: our `initialize` as sent, for recovering the session in a later
+    /// service of it (see `client`).
     resume: Mutex<Resume>,
     /// Messages queued for sending.
     outbox: Mutex<OutQueue>,
@@ -142,6 +148,7 @@ impl SessionShared {
             send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
+            serving: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
             resume: Mutex::new(Resume::default()),
             outbox: Mutex::new(OutQueue::default()),
@@ -164,6 +171,7 @@ impl SessionShared {
             send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
+            serving: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
             resume: Mutex::new(crate::lock(&self.resume).clone()),
             outbox: Mutex::new(OutQueue::default()),
@@ -216,6 +224,16 @@ impl SessionShared {
         self.unanswered().remove(id);
     }
 
+    /// On a dialed session: the server's request `id` reached our service.
+    pub(crate) fn serving_started(&self, id: RequestId) {
+        crate::lock(&self.serving).insert(id);
+    }
+
+    /// On a dialed session: our service answered the server's request `id`.
+    pub(crate) fn serving_ended(&self, id: &RequestId) {
+        crate::lock(&self.serving).remove(id);
+    }
+
     /// Tracks a client message crossing the session, in either role: a request starts,
     /// a cancellation ends the request it names (the server sends no answer to it).
     pub(crate) fn track_client_message(&self, message: &ClientJsonRpcMessage) {
@@ -241,6 +259,18 @@ impl SessionShared {
         resume.negotiated = None;
     }
 
+    /// On a dialed session: keeps our `initialize` as sent, so a later service of the
+    /// session can still recover it (see `recovery`), if it is small enough.
+    pub(crate) fn record_sent_initialize(&self, payload: &Arc<Vec<u8>>) {
+        crate::lock(&self.resume).initialize =
+            (payload.len() <= MAX_RESUME_RECORD_BYTES).then(|| payload.clone());
+    }
+
+    /// On a dialed session: our `initialize` as sent, if kept.
+    pub(crate) fn sent_initialize(&self) -> Option<Arc<Vec<u8>>> {
+        crate::lock(&self.resume).initialize.clone()
+    }
+
     /// Keeps the protocol version the server answered `initialize` with.
     pub(crate) fn record_negotiated(&self, version: &rmcp::model::ProtocolVersion) {
         if let Ok(version) = serde_json::to_value(version) {
@@ -256,7 +286,7 @@ impl SessionShared {
 
     /// Whether a request is still in progress on the session.
     pub(crate) fn is_busy(&self) -> bool {
-        !self.unanswered().is_empty()
+        !self.unanswered().is_empty() || !crate::lock(&self.serving).is_empty()
     }
 
     /// Whether bytes are still queued for (or being sent by) the writer.

@@ -73,6 +73,10 @@ counters! {
     sessions_expired,
     /// Expired or parked sessions re-created, already initialized, for a message on them.
     sessions_resumed,
+    /// Dialed sessions a `Client` holds parked while idle.
+    client_parked,
+    /// Parked dialed sessions revived, for a lease or a message from the server.
+    client_revived,
     /// Sessions closed because their inbound queue overflowed.
     sessions_overflowed,
     /// Sessions closed, for any reason.

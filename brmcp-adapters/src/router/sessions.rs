@@ -73,6 +73,21 @@ impl Driver {
             self.revive(key, payload);
             return;
         }
+        if matches!(entry.inbox, Inbox::ClientParked) {
+            match serde_json::from_slice::<ServerJsonRpcMessage>(payload) {
+                Ok(message) => {
+                    if self.revive_client(key, Some((message, payload.len()))) {
+                        Counters::bump(&self.counters.messages_delivered);
+                    }
+                }
+                Err(e) => {
+                    // Junk leaves the session parked.
+                    Counters::bump(&self.counters.dropped_json);
+                    tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+                }
+            }
+            return;
+        }
         let result = match &entry.inbox {
             Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
                 Ok(message) => {
@@ -88,7 +103,7 @@ impl Driver {
                 Ok(message) => deliver(tx, message, payload.len()),
                 Err(e) => Delivery::Invalid(e),
             },
-            Inbox::Parked => return,
+            Inbox::Parked | Inbox::ClientParked => return,
         };
         match result {
             Delivery::Queued => {
@@ -196,6 +211,7 @@ impl Driver {
                 inbound: true,
                 idle,
                 recent,
+                slot: None,
             },
         );
         self.inbound_per_peer.entry(peer).or_default().push(sid);
