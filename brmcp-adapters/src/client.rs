@@ -200,8 +200,8 @@ impl<H: ClientHandler + Clone> Client<H> {
             {
                 let mut state = crate::lock(&self.slot.state);
                 match &state.run {
-                    Run::Live { service, .. } => {
-                        if service.is_closed() {
+                    Run::Live { service, shared } => {
+                        if shared.is_closed() || service.is_closed() {
                             return Err(LeaseError::Closed);
                         }
                         let peer = service.peer().clone();

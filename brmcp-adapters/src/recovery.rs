@@ -172,7 +172,8 @@ impl ClientState {
         else {
             return;
         };
-        let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let initialized =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         self.initialized = serde_json::to_vec(&initialized).ok().map(Arc::new);
         self.init = Some((request.id, init));
     }

@@ -26,8 +26,8 @@
 //! message revives it through the resume path.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use brmcp_wire::{
@@ -344,7 +344,7 @@ impl Router {
 #[cfg(feature = "test-util")]
 #[derive(Clone)]
 pub(crate) struct WeakRouter {
-    inner: std::sync::Weak<Inner>,
+    inner: Weak<Inner>,
 }
 
 #[cfg(feature = "test-util")]
@@ -611,7 +611,12 @@ impl Driver {
                     self.close(key, CloseReason::Transport);
                 }
             }
-            Ctl::Parkable { peer, sid, id, slot } => self.parkable((peer, sid), id, slot),
+            Ctl::Parkable {
+                peer,
+                sid,
+                id,
+                slot,
+            } => self.parkable((peer, sid), id, slot),
             Ctl::Revive { peer, sid, done } => self.revive_for_lease((peer, sid), done),
             Ctl::Unslot { peer, sid, slot } => self.unslot((peer, sid), &slot),
             Ctl::Acceptor(acceptor) => self.acceptor = Some(acceptor),

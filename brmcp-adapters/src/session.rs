@@ -310,6 +310,11 @@ impl SessionShared {
         true
     }
 
+    /// Whether the session is closed (or, on a parked session, this state retired).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Marks the session closed; `true` the first time.
     pub(crate) fn mark_closed(&self) -> bool {
         !self.closed.swap(true, Ordering::AcqRel)

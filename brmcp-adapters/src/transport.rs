@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brmcp_wire::{MessageId, SessionId, UnixTime};
-use rmcp::model::{
-    ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
-};
+use rmcp::model::{ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
 use rmcp::service::{RoleClient, RoleServer, RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, oneshot};
