@@ -430,3 +430,42 @@ async fn an_earlier_services_answer_does_not_complete_a_later_request() {
     let (answer, ()) = tokio::join!(call, forged);
     assert_eq!(text(&answer.expect("answered")), "slept 5");
 }
+
+/// A server restarted while the session was parked has forgotten it: the revived
+/// service, which sent no `initialize` of its own, still re-establishes the session
+/// with the first service's handshake, and the call is answered.
+#[tokio::test(start_paused = true)]
+async fn a_revived_client_recovers_a_session_the_server_lost() {
+    use brmcp_adapters::mem::{Fabric, uid};
+
+    let fabric = Fabric::new(38);
+    let server_id = uid(1);
+    let first = fabric.router(server_id, RouterConfig::server());
+    serve(&first);
+    let client_router = fabric.router(uid(2), RouterConfig::client());
+    let client = client_router
+        .connect(server_id, Watcher::default())
+        .await
+        .expect("connect");
+    tokio::time::sleep(PARK_AFTER * 2).await;
+    assert!(client.is_parked());
+
+    fabric.set_online(&server_id, false);
+    drop(first);
+    tokio::time::sleep(SETTLE).await;
+    let second = fabric.router(server_id, RouterConfig::server());
+    let probe = serve(&second);
+
+    let lease = client.lease().await.expect("lease");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(60),
+        lease.call_tool(call("echo", json!({"text": "again"}))),
+    )
+    .await
+    .expect("the call hung")
+    .expect("the call on the recovered session");
+    assert_eq!(text(&answer), "again");
+    assert_eq!(probe.calls.load(SeqCst), 1);
+    let stats = second.stats();
+    assert_eq!(stats.sessions_accepted, 1, "initialized again: {stats:?}");
+}
