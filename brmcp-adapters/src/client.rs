@@ -50,9 +50,9 @@ pub enum ConnectError {
     /// The session could not be opened (the router stopped, no entropy).
     #[error("dial: {0}")]
     Dial(#[from] AdapterError),
-    /// The MCP handshake failed.
+    /// The MCP handshake failed (boxed: rmcp's error holds a whole message).
     #[error("handshake: {0}")]
-    Handshake(#[from] ClientInitializeError),
+    Handshake(#[from] Box<ClientInitializeError>),
 }
 
 /// Why [`Client::lease`] failed.
@@ -160,7 +160,11 @@ impl Router {
     ) -> Result<Client<H>, ConnectError> {
         let transport = self.dial(peer)?;
         let shared = transport.shared().clone();
-        let service = handler.clone().serve(Generation::new(transport, 0)).await?;
+        let service = handler
+            .clone()
+            .serve(Generation::new(transport, 0))
+            .await
+            .map_err(Box::new)?;
         let info = service.peer_info().map(|info| (*info).clone());
         let slot = Arc::new(Slot {
             peer,
