@@ -22,7 +22,7 @@
 //!
 //! ```no_run
 //! use brmcp_adapters::{PeerId, PmSender, Router, RouterConfig};
-//! use rmcp::{ServerHandler, ServiceExt};
+//! use rmcp::ServerHandler;
 //!
 //! /// The host: here it would hand the PM to brclient.
 //! struct Host;
@@ -47,8 +47,9 @@
 //!
 //! async fn call(server: PeerId) -> Result<(), Box<dyn std::error::Error>> {
 //!     let router = Router::new(Host, RouterConfig::client());
-//!     let client = ().serve(router.dial(server)?).await?;
-//!     let tools = client.list_all_tools().await?;
+//!     // Parked while idle (no rmcp service held), revived by the next lease.
+//!     let client = router.connect(server, ()).await?;
+//!     let tools = client.lease().await?.list_all_tools().await?;
 //!     println!("{} tools", tools.len());
 //!     Ok(())
 //! }
