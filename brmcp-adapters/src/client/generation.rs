@@ -27,34 +27,49 @@ pub(crate) const GENERATION_SPAN: i64 = 1 << 32;
 /// revival a second that is 68 years.
 pub(crate) const MAX_GENERATION: u64 = (i64::MAX / GENERATION_SPAN) as u64;
 
-/// A dialed session's transport for its service of generation `base / 2^32`.
+/// A dialed session's transport for its service of one generation.
 pub(crate) struct Generation {
     pub(crate) inner: BrTransport<RoleClient>,
-    /// `generation · 2^32`.
-    base: i64,
+    shift: Shift,
 }
 
 impl Generation {
     /// The transport of generation `generation` (at most [`MAX_GENERATION`]).
     pub(crate) fn new(inner: BrTransport<RoleClient>, generation: u64) -> Self {
-        let generation = i64::try_from(generation.min(MAX_GENERATION)).unwrap_or(0);
         Self {
             inner,
+            shift: Shift::new(generation),
+        }
+    }
+}
+
+/// One generation's move of ids: `base = generation · 2^32`.
+#[derive(Debug, Clone, Copy)]
+struct Shift {
+    base: i64,
+}
+
+impl Shift {
+    fn new(generation: u64) -> Self {
+        let generation = i64::try_from(generation.min(MAX_GENERATION)).unwrap_or(0);
+        Self {
             base: generation.saturating_mul(GENERATION_SPAN),
         }
     }
 
     /// A number of the service to the wire's.
-    fn out(&self, n: &mut NumberOrString) {
+    fn out(self, n: &mut NumberOrString) {
         if let NumberOrString::Number(n) = n {
             *n = n.saturating_add(self.base);
         }
     }
 
     /// A wire number back to the service's; `false` if it is not this generation's.
-    fn back(&self, n: &mut NumberOrString) -> bool {
+    fn back(self, n: &mut NumberOrString) -> bool {
         match n {
-            NumberOrString::Number(v) if (self.base..self.base + GENERATION_SPAN).contains(v) => {
+            NumberOrString::Number(v)
+                if (self.base..self.base.saturating_add(GENERATION_SPAN)).contains(v) =>
+            {
                 *v -= self.base;
                 true
             }
@@ -65,7 +80,10 @@ impl Generation {
         }
     }
 
-    fn shift_out(&self, item: &mut TxJsonRpcMessage<RoleClient>) {
+    fn shift_out(self, item: &mut TxJsonRpcMessage<RoleClient>) {
+        if self.base == 0 {
+            return;
+        }
         match item {
             JsonRpcMessage::Request(r) => {
                 self.out(&mut r.id);
@@ -88,7 +106,10 @@ impl Generation {
     }
 
     /// `false` for an answer or progress of an earlier generation.
-    fn shift_back(&self, message: &mut ServerJsonRpcMessage) -> bool {
+    fn shift_back(self, message: &mut ServerJsonRpcMessage) -> bool {
+        if self.base == 0 {
+            return true;
+        }
         match message {
             JsonRpcMessage::Response(r) => self.back(&mut r.id),
             JsonRpcMessage::Error(e) => e.id.as_mut().is_none_or(|id| self.back(id)),
@@ -111,16 +132,14 @@ impl Transport<RoleClient> for Generation {
         &mut self,
         mut item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        if self.base != 0 {
-            self.shift_out(&mut item);
-        }
+        self.shift.shift_out(&mut item);
         Transport::<RoleClient>::send(&mut self.inner, item)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             let mut message = Transport::<RoleClient>::receive(&mut self.inner).await?;
-            if self.base == 0 || self.shift_back(&mut message) {
+            if self.shift.shift_back(&mut message) {
                 return Some(message);
             }
             tracing::debug!(
@@ -133,5 +152,84 @@ impl Transport<RoleClient> for Generation {
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         Transport::<RoleClient>::close(&mut self.inner).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn out(shift: Shift, message: Value) -> Value {
+        let mut item: TxJsonRpcMessage<RoleClient> = serde_json::from_value(message).unwrap();
+        shift.shift_out(&mut item);
+        serde_json::to_value(&item).unwrap()
+    }
+
+    fn back(shift: Shift, message: Value) -> Option<Value> {
+        let mut item: ServerJsonRpcMessage = serde_json::from_value(message).unwrap();
+        shift
+            .shift_back(&mut item)
+            .then(|| serde_json::to_value(&item).unwrap())
+    }
+
+    #[test]
+    fn each_generation_sends_and_takes_its_own_range_only() {
+        let second = Shift::new(2);
+        let base = 2 * GENERATION_SPAN;
+        let request = out(
+            second,
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": "t", "_meta": {"progressToken": 4}}}),
+        );
+        assert_eq!(request["id"], base + 3);
+        assert_eq!(request["params"]["_meta"]["progressToken"], base + 4);
+        let cancel = out(
+            second,
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": 3}}),
+        );
+        assert_eq!(cancel["params"]["requestId"], base + 3);
+        // An answer to the server's request keeps the server's id.
+        let answer = out(second, json!({"jsonrpc": "2.0", "id": 3, "result": {}}));
+        assert_eq!(answer["id"], 3);
+
+        let ok = |id: Value| json!({"jsonrpc": "2.0", "id": id, "result": {}});
+        assert_eq!(back(second, ok(json!(base + 3))).unwrap()["id"], 3);
+        // The same number from the generation before, or the one after: not ours.
+        assert!(back(second, ok(json!(3))).is_none());
+        assert!(back(second, ok(json!(base - 1))).is_none());
+        assert!(back(second, ok(json!(base + GENERATION_SPAN))).is_none());
+        assert!(back(second, ok(json!("brmcp-x"))).is_none());
+        let error =
+            |id: Value| json!({"jsonrpc": "2.0", "id": id, "error": {"code": -1, "message": "m"}});
+        assert!(back(second, error(json!(3))).is_none());
+        assert_eq!(back(second, error(json!(base))).unwrap()["id"], 0);
+        let progress = |token: i64| {
+            json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                   "params": {"progressToken": token, "progress": 1}})
+        };
+        assert!(back(second, progress(4)).is_none());
+        let mine = back(second, progress(base + 4)).unwrap();
+        assert_eq!(mine["params"]["progressToken"], 4);
+        // The server's own requests and other notifications pass untouched.
+        let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+        assert_eq!(back(second, ping.clone()).unwrap()["id"], 3);
+
+        // The first generation moves nothing and drops nothing.
+        let first = Shift::new(0);
+        assert_eq!(
+            out(first, json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}))["id"],
+            3
+        );
+        assert_eq!(back(first, ok(json!("brmcp-x"))).unwrap()["id"], "brmcp-x");
+
+        // The last generation still fits.
+        let last = Shift::new(u64::MAX);
+        let top = out(last, json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}));
+        let top_id = MAX_GENERATION as i64 * GENERATION_SPAN + 7;
+        assert_eq!(top["id"], top_id);
+        assert_eq!(back(last, ok(json!(top_id))).unwrap()["id"], 7);
+        assert!(back(last, ok(json!(i64::MAX))).is_none());
     }
 }
