@@ -106,13 +106,12 @@ pub(crate) struct SessionShared {
     /// The host's error for the last send that failed, until one succeeds.
     send_error: Mutex<Option<String>>,
     closed: AtomicBool,
-    /// Requests not answered yet: the peer's (server role) or ours (client role). A
-    /// session with a call in progress is not idle.
-    unanswered: Mutex<HashSet<RequestId>>,
-    /// On a dialed session: the server's requests to us not answered yet (their ids are
-    /// the server's, so they are kept apart from ours). A session serving one (an
-    /// elicitation waiting for its user) is not idle.
-    serving: Mutex<HashSet<RequestId>>,
+    /// Requests not answered yet: the peer's (server role) or ours (client role), and
+    /// on a dialed session the server's to us too, tagged `true` (their ids are the
+    /// server's, so they are kept apart from ours; one set, so an idle session pays
+    /// for one). A session with a call in progress, or serving one (an elicitation
+    /// waiting for its user), is not idle.
+    unanswered: Mutex<HashSet<(bool, RequestId)>>,
     /// Bytes of serialized messages queued for the writer and not yet sent.
     queued: AtomicUsize,
     /// On a session a peer opened: what it takes to resume it after it is forgotten. On a
@@ -148,7 +147,6 @@ impl SessionShared {
             send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
-            serving: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
             resume: Mutex::new(Resume::default()),
             outbox: Mutex::new(OutQueue::default()),
@@ -171,7 +169,6 @@ impl SessionShared {
             send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
-            serving: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
             resume: Mutex::new(crate::lock(&self.resume).clone()),
             outbox: Mutex::new(OutQueue::default()),
@@ -210,28 +207,28 @@ impl SessionShared {
         self.epoch + Duration::from_millis(self.last_active.load(Ordering::Relaxed))
     }
 
-    fn unanswered(&self) -> MutexGuard<'_, HashSet<RequestId>> {
+    fn unanswered(&self) -> MutexGuard<'_, HashSet<(bool, RequestId)>> {
         crate::lock(&self.unanswered)
     }
 
     /// A request is in progress (the peer's, or one we sent).
     pub(crate) fn request_started(&self, id: RequestId) {
-        self.unanswered().insert(id);
+        self.unanswered().insert((false, id));
     }
 
     /// A request was answered, failed or cancelled.
     pub(crate) fn request_ended(&self, id: &RequestId) {
-        self.unanswered().remove(id);
+        self.unanswered().remove(&(false, id.clone()));
     }
 
     /// On a dialed session: the server's request `id` reached our service.
     pub(crate) fn serving_started(&self, id: RequestId) {
-        crate::lock(&self.serving).insert(id);
+        self.unanswered().insert((true, id));
     }
 
     /// On a dialed session: our service answered the server's request `id`.
     pub(crate) fn serving_ended(&self, id: &RequestId) {
-        crate::lock(&self.serving).remove(id);
+        self.unanswered().remove(&(true, id.clone()));
     }
 
     /// Tracks a client message crossing the session, in either role: a request starts,
@@ -286,7 +283,7 @@ impl SessionShared {
 
     /// Whether a request is still in progress on the session.
     pub(crate) fn is_busy(&self) -> bool {
-        !self.unanswered().is_empty() || !crate::lock(&self.serving).is_empty()
+        !self.unanswered().is_empty()
     }
 
     /// Whether bytes are still queued for (or being sent by) the writer.
