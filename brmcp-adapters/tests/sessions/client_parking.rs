@@ -469,3 +469,39 @@ async fn a_revived_client_recovers_a_session_the_server_lost() {
     let stats = second.stats();
     assert_eq!(stats.sessions_accepted, 1, "initialized again: {stats:?}");
 }
+
+/// Against the Go implementation's sessions (its router's double): the Go server
+/// expires the session while our end is parked; the revived service's first call is
+/// refused on the fresh session the Go router opens, and is recovered with the first
+/// service's handshake.
+#[tokio::test(start_paused = true)]
+async fn a_revived_client_recovers_after_go_idle_expiry() {
+    use crate::common::go_router::{GoProbe, GoRouter};
+    use brmcp_adapters::mem::uid;
+
+    let go = GoRouter::new(uid(1), PARK_AFTER * 2, 8);
+    let probe = go.probe();
+    let router = go.link(uid(2), RouterConfig::client());
+    let client = router
+        .connect(go.id(), Watcher::default())
+        .await
+        .expect("connect");
+    tokio::time::sleep(PARK_AFTER * 4).await;
+    assert!(client.is_parked());
+    assert_eq!(GoProbe::get(&probe.expired), 1);
+
+    let lease = client.lease().await.expect("lease");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        lease.call_tool(call("echo", json!({"text": "after"}))),
+    )
+    .await
+    .expect("the call hung")
+    .expect("the call failed");
+    assert_eq!(text(&answer), "after");
+    assert_eq!(
+        GoProbe::get(&probe.refusals),
+        1,
+        "refused once, then recovered"
+    );
+}
