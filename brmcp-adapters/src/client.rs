@@ -20,10 +20,9 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, Weak};
 
 use brmcp_wire::SessionId;
-use rmcp::ClientHandler;
-use rmcp::ServiceExt;
 use rmcp::model::ServerPeerInfo;
 use rmcp::service::{ClientInitializeError, Peer, RoleClient, RunningService, serve_directly};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Ctl;
@@ -146,9 +145,9 @@ impl<H: ClientHandler + Clone> std::fmt::Debug for Lease<H> {
 
 impl Router {
     /// Opens a client session to `peer` (as [`dial`](Self::dial)) and runs the MCP
-    /// handshake with `handler` serving the server's requests and notifications. The
-    /// session parks when idle and revives on use; `handler` is cloned for each
-    /// service, so it keeps no per-service state.
+    /// `initialize` handshake with `handler` serving the server's requests and
+    /// notifications. The session parks when idle and revives on use; `handler` is
+    /// cloned for each service, so it keeps no per-service state.
     ///
     /// # Errors
     /// [`ConnectError::Dial`] if the session cannot be opened,
@@ -158,11 +157,27 @@ impl Router {
         peer: PeerId,
         handler: H,
     ) -> Result<Client<H>, ConnectError> {
+        self.connect_with(peer, handler, ClientLifecycleMode::Initialize)
+            .await
+    }
+
+    /// As [`connect`](Self::connect), with the given lifecycle (the stateless
+    /// 2026-07-28 protocol's `server/discover`, say); a revived service goes on with the
+    /// one negotiated.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with<H: ClientHandler + Clone>(
+        &self,
+        peer: PeerId,
+        handler: H,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Client<H>, ConnectError> {
         let transport = self.dial(peer)?;
         let shared = transport.shared().clone();
         let service = handler
             .clone()
-            .serve(Generation::new(transport, 0))
+            .serve_with_lifecycle(Generation::new(transport, 0), lifecycle)
             .await
             .map_err(Box::new)?;
         let info = service.peer_info().map(|info| (*info).clone());

@@ -505,3 +505,41 @@ async fn a_revived_client_recovers_after_go_idle_expiry() {
         "refused once, then recovered"
     );
 }
+
+/// A client on the stateless 2026-07-28 lifecycle parks and revives the same way, and
+/// its revived service still sends the negotiated metadata with every request: a
+/// server that forgot the session meanwhile (idle expiry) serves the call from it
+/// alone.
+#[tokio::test(start_paused = true)]
+async fn a_stateless_client_parks_and_revives() {
+    use rmcp::ClientLifecycleMode;
+    use rmcp::model::ProtocolVersion;
+
+    let mut server = RouterConfig::server();
+    server.server_idle_timeout = Some(PARK_AFTER);
+    let pair = Pair::with_configs(39, Faults::none(), server, RouterConfig::client());
+    let probe = serve(&pair.server);
+    let client = pair
+        .client
+        .connect_with(
+            pair.server_id,
+            Watcher::default(),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover");
+    assert_eq!(echo(&client, "first").await, "first");
+    for round in 1..=2u64 {
+        tokio::time::sleep(PARK_AFTER * 3).await;
+        assert!(client.is_parked(), "round {round}");
+        assert_eq!(pair.server.stats().sessions_open, 0, "round {round}");
+        let sent = pair.fabric.stats().sent;
+        let said = format!("stateless {round}");
+        assert_eq!(echo(&client, &said).await, said);
+        assert_eq!(pair.fabric.stats().sent - sent, 2, "round {round}");
+        assert_eq!(pair.server.stats().sessions_accepted, 1 + round);
+    }
+    assert_eq!(probe.calls.load(SeqCst), 3);
+}
