@@ -8,8 +8,10 @@
 //! service goes), and brings it back with no traffic on the wire:
 //!
 //! - [`Client::lease`] on a parked session asks the router to revive it;
-//! - a message from the server on a parked session (a ping, a roots request, a list
-//!   change) revives it too, the message queued first.
+//! - a request or notification from the server on a parked session (a ping, a roots
+//!   request, a list change) revives it too, the message queued first. An answer does
+//!   not: no request of ours waits on a parked session, so it is late (or forged) and
+//!   dropped.
 //!
 //! Every revival happens on the router's task, so a session has one service at a time
 //! however many leases and messages race. A revived service skips the handshake

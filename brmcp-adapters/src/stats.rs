@@ -77,6 +77,9 @@ counters! {
     client_parked,
     /// Parked dialed sessions revived, for a lease or a message from the server.
     client_revived,
+    /// Answers that reached a parked dialed session, dropped without reviving it: no
+    /// request of ours waits there.
+    dropped_parked_answer,
     /// Sessions closed because their inbound queue overflowed.
     sessions_overflowed,
     /// Sessions closed, for any reason.

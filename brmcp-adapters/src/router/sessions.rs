@@ -75,6 +75,12 @@ impl Driver {
         }
         if matches!(entry.inbox, Inbox::ClientParked) {
             match serde_json::from_slice::<ServerJsonRpcMessage>(payload) {
+                // No request of ours waits on a parked session: an answer is late (or
+                // forged), and not worth a service.
+                Ok(JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
+                    Counters::bump(&self.counters.dropped_parked_answer);
+                    tracing::debug!(%peer, %sid, "an answer on a parked session dropped");
+                }
                 Ok(message) => {
                     if self.revive_client(key, Some((message, payload.len()))) {
                         Counters::bump(&self.counters.messages_delivered);

@@ -403,6 +403,19 @@ async fn an_earlier_services_answer_does_not_complete_a_later_request() {
     // The real late answer to id 1 arrives (and is dropped) before the session parks.
     tokio::time::sleep(PARK_AFTER * 3).await;
     assert!(client.is_parked());
+    // Answers reaching the parked session are dropped without a service.
+    for id in [1, 0] {
+        inject(
+            &pair,
+            client.sid(),
+            &json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+        );
+    }
+    tokio::time::sleep(SETTLE).await;
+    let stats = pair.client.stats();
+    assert!(client.is_parked(), "a late answer revived the session");
+    assert_eq!(stats.dropped_parked_answer, 2, "{stats:?}");
+    assert_eq!(stats.client_revived, 0, "{stats:?}");
 
     // The revived service numbers from 0 again: its second request is its id 1.
     let lease = client.lease().await.expect("lease");
