@@ -13,13 +13,15 @@
 //! writer task; dialed without an rmcp service on top), the handler, and the rest, the
 //! rmcp service of each end.
 //!
-//! Measured twice, each time with the router's default configuration for the role:
+//! Measured twice, with each role's default router configuration but for parking:
 //! with both ends running (parking off: `server_park_after` and `client_park_after`
 //! unset), and with both ends parked, as they are by default (the client's
 //! `Router::connect` session after `DEFAULT_CLIENT_PARK_AFTER`, the serving harness's
 //! sessions after `brmcp::server::DEFAULT_PARK_AFTER`, both 30 s; 200 ms here so the
 //! run is short): a parked end keeps its router entry and handshake record, and no rmcp
-//! service. Target: at most 24 KiB per idle pair, both ends.
+//! service. Target: at most 24 KiB per idle pair, both ends. Last measured (N=10,000):
+//! 2,909 bytes per pair parked (the server end 1,535, the client end 1,374), 69,743
+//! running.
 //!
 //! Run: `cargo bench -p brmcp-benches --bench session_memory`.
 
