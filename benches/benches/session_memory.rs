@@ -11,12 +11,17 @@
 //!
 //! Where the bytes go: the transport alone (router entry, session state, inbound queue,
 //! writer task; dialed without an rmcp service on top), the handler, and the rest, the
-//! rmcp service of each end. Target: at most 32 KiB per idle session, both ends.
+//! rmcp service of each end.
 //!
-//! Measured twice: with the server's sessions running (`RouterConfig::server()` alone),
-//! and parked (`RouterConfig::server_park_after`: an idle session's service and handler
-//! dropped, revived by its next message), which the serving harness does by default
-//! (`brmcp::server::DEFAULT_PARK_AFTER`, 30 s; 200 ms here so the run is short).
+//! Measured twice, with each role's default router configuration but for parking:
+//! with both ends running (parking off: `server_park_after` and `client_park_after`
+//! unset), and with both ends parked, as they are by default (the client's
+//! `Router::connect` session after `DEFAULT_CLIENT_PARK_AFTER`, the serving harness's
+//! sessions after `brmcp::server::DEFAULT_PARK_AFTER`, both 30 s; 200 ms here so the
+//! run is short): a parked end keeps its router entry and handshake record, and no rmcp
+//! service. Target: at most 24 KiB per idle pair, both ends. Last measured (N=10,000):
+//! 2,909 bytes per pair parked (the server end 1,535, the client end 1,374), 69,743
+//! running.
 //!
 //! Run: `cargo bench -p brmcp-benches --bench session_memory`.
 
@@ -24,13 +29,12 @@ use std::alloc::System;
 use std::time::Duration;
 
 use brmcp_adapters::mem::{Faults, Pair};
-use brmcp_adapters::{PeerId, RouterConfig};
-use rmcp::ServiceExt;
+use brmcp_adapters::{Client, PeerId, RouterConfig};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 mod common;
 
-use common::{BenchServer, Client};
+use common::BenchServer;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -38,8 +42,9 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 /// Sessions measured.
 const N: usize = 10_000;
 
-/// Idle time after which the server parks a session (`RouterConfig::server_park_after`),
-/// short so that every session measured is parked by the time it is counted.
+/// Idle time after which either end parks a session (`RouterConfig::server_park_after`,
+/// `RouterConfig::client_park_after`), short so that every session measured is parked
+/// by the time it is counted.
 const PARK_AFTER: Duration = Duration::from_millis(200);
 
 /// Sessions opened (and kept) before the baseline, so one-time setup is not counted.
@@ -64,9 +69,9 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
-async fn open(pair: &Pair) -> Client {
-    let transport = pair.client.dial(pair.server_id).expect("dial");
-    ().serve(transport)
+async fn open(pair: &Pair) -> Client<()> {
+    pair.client
+        .connect(pair.server_id, ())
         .await
         .expect("initialize over the fabric")
 }
@@ -79,7 +84,9 @@ async fn measure(park: bool) {
     let mut server = RouterConfig::server();
     server.max_sessions_per_peer = N + WARM_UP;
     server.server_park_after = park.then_some(PARK_AFTER);
-    let pair = Pair::with_configs(1, Faults::none(), server, RouterConfig::client());
+    let mut client = RouterConfig::client();
+    client.client_park_after = park.then_some(PARK_AFTER);
+    let pair = Pair::with_configs(1, Faults::none(), server, client);
     pair.server.serve(|_peer: &PeerId| BenchServer::new());
 
     let mut warm = Vec::with_capacity(WARM_UP);
@@ -119,9 +126,13 @@ async fn measure(park: bool) {
 
     let stats = pair.server.stats();
     assert_eq!(stats.sessions_open as usize, N + WARM_UP, "{stats:?}");
+    if park {
+        let parked = clients.iter().filter(|c| c.is_parked()).count();
+        assert_eq!(parked, N, "every client end parked");
+    }
 
     for client in clients.drain(..) {
-        let _ = client.cancel().await;
+        client.close().await;
     }
     settle().await;
     let heap_server_only = live_heap();
@@ -134,15 +145,16 @@ async fn measure(park: bool) {
     } else {
         "not parked"
     };
-    println!("server sessions {parked}:");
+    println!("both ends {parked}:");
     let server_side = per_session(heap_server_only - heap_before);
     println!("idle_session_memory: {both} bytes/session (N={N}, live heap, client + server ends)");
     println!("  server end: {server_side} bytes/session (live heap after the clients closed)");
     println!("  client end: {} bytes/session", both - server_side);
     if park {
         println!(
-            "  of the server end, nothing runs: the router entry, its state and resume record"
+            "  nothing runs at either end: each keeps its router entry, session state and handshake record"
         );
+        println!("  (the client end also its Client: the server's info from the handshake)");
     } else {
         println!(
             "  of the server end, the handler (BenchServer and its tool router): {handler_bytes} bytes"
@@ -169,7 +181,7 @@ async fn measure(park: bool) {
     }
 
     for client in warm {
-        let _ = client.cancel().await;
+        client.close().await;
     }
     pair.client.close();
     pair.server.close();

@@ -25,6 +25,14 @@ pub const DEFAULT_MAX_SESSIONS_PER_PEER: usize = 8;
 /// Default idle timeout of sessions a peer opened with us: 10 minutes, as the Go router.
 pub const DEFAULT_SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Default idle time after which a session we hold through a [`Client`](crate::Client)
+/// is parked: 30 seconds, as the serving harness parks its callers' sessions. An
+/// agent's calls come in bursts seconds apart, which this keeps on one running
+/// service; past it the session costs its entry and handshake record instead of an
+/// rmcp service (whose two channels alone hold about 23 KB), and reviving it sends
+/// nothing on the wire.
+pub const DEFAULT_CLIENT_PARK_AFTER: Duration = Duration::from_secs(30);
+
 /// Default lifetime stamped on outbound parts (`exp = now + ttl`): 10 minutes.
 ///
 /// Matches the reassembler's partial-message timeout, so a message is never kept longer
@@ -92,6 +100,13 @@ pub struct RouterConfig {
     /// handler cannot push notifications (a list change, a log line) until the peer's
     /// next message, so set it only for handlers that keep no per-session state.
     pub server_park_after: Option<Duration>,
+    /// Idle time after which a session we hold through a [`Client`](crate::Client) is
+    /// parked: its rmcp service is dropped, the router keeps its entry (same sid), and
+    /// the next lease or message from the server revives it with no traffic. Idle means
+    /// no lease held, no request of ours or the server's in progress and nothing left
+    /// to send. Sessions from [`Router::dial`](crate::Router::dial) are never parked.
+    /// `None`: never.
+    pub client_park_after: Option<Duration>,
     /// Raw payload bytes per part.
     pub chunk_len: usize,
     /// Lifetime stamped on outbound parts.
@@ -133,6 +148,7 @@ impl RouterConfig {
             server_idle_timeout: Some(DEFAULT_SERVER_IDLE_TIMEOUT),
             client_idle_timeout: None,
             server_park_after: None,
+            client_park_after: Some(DEFAULT_CLIENT_PARK_AFTER),
             chunk_len: DEFAULT_CHUNK_LEN,
             ttl: DEFAULT_TTL,
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
@@ -187,6 +203,7 @@ impl fmt::Debug for RouterConfig {
             .field("server_idle_timeout", &self.server_idle_timeout)
             .field("client_idle_timeout", &self.client_idle_timeout)
             .field("server_park_after", &self.server_park_after)
+            .field("client_park_after", &self.client_park_after)
             .field("chunk_len", &self.chunk_len)
             .field("ttl", &self.ttl)
             .field("request_timeout", &self.request_timeout)

@@ -77,6 +77,13 @@ impl<T> InboxTx<T> {
     }
 }
 
+impl<T> InboxTx<T> {
+    /// Whether the transport has taken every message queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tx.capacity() == self.tx.max_capacity()
+    }
+}
+
 impl<T> InboxRx<T> {
     /// The next message; `None` once the router dropped its end and the queue is empty.
     pub(crate) async fn recv(&mut self) -> Option<T> {

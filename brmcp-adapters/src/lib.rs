@@ -10,7 +10,8 @@
 //! ```
 //!
 //! - [`Router`]: one per Bison Relay identity; [`Router::accept`] / [`Router::serve`] for
-//!   the server role, [`Router::dial`] for the client role.
+//!   the server role, [`Router::connect`] (a [`Client`], parked while idle) or
+//!   [`Router::dial`] (a bare transport) for the client role.
 //! - [`BrTransport`]: one session as an [`rmcp::transport::Transport`] for
 //!   [`RoleClient`](rmcp::RoleClient) and [`RoleServer`](rmcp::RoleServer). Both
 //!   lifecycles rmcp speaks work: legacy `initialize` sessions and the stateless
@@ -21,7 +22,7 @@
 //!
 //! ```no_run
 //! use brmcp_adapters::{PeerId, PmSender, Router, RouterConfig};
-//! use rmcp::{ServerHandler, ServiceExt};
+//! use rmcp::ServerHandler;
 //!
 //! /// The host: here it would hand the PM to brclient.
 //! struct Host;
@@ -46,8 +47,9 @@
 //!
 //! async fn call(server: PeerId) -> Result<(), Box<dyn std::error::Error>> {
 //!     let router = Router::new(Host, RouterConfig::client());
-//!     let client = ().serve(router.dial(server)?).await?;
-//!     let tools = client.list_all_tools().await?;
+//!     // Parked while idle (no rmcp service held), revived by the next lease.
+//!     let client = router.connect(server, ()).await?;
+//!     let tools = client.lease().await?.list_all_tools().await?;
 //!     println!("{} tools", tools.len());
 //!     Ok(())
 //! }
@@ -57,6 +59,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings))))]
 
+mod client;
 mod clock;
 mod config;
 mod error;
@@ -78,12 +81,13 @@ mod stats;
 mod transport;
 
 pub use brmcp_wire as wire;
+pub use client::{Client, ConnectError, Lease, LeaseError};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use config::{
-    ASSEMBLER_SLOTS, DEFAULT_ACCEPT_BACKLOG, DEFAULT_INBOUND_QUEUE, DEFAULT_INBOX_CAPACITY,
-    DEFAULT_MAX_INBOUND_BYTES, DEFAULT_MAX_INBOX_BYTES, DEFAULT_MAX_OUTBOUND_BYTES,
-    DEFAULT_MAX_SESSIONS_PER_PEER, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_IDLE_TIMEOUT,
-    DEFAULT_TTL, RouterConfig,
+    ASSEMBLER_SLOTS, DEFAULT_ACCEPT_BACKLOG, DEFAULT_CLIENT_PARK_AFTER, DEFAULT_INBOUND_QUEUE,
+    DEFAULT_INBOX_CAPACITY, DEFAULT_MAX_INBOUND_BYTES, DEFAULT_MAX_INBOX_BYTES,
+    DEFAULT_MAX_OUTBOUND_BYTES, DEFAULT_MAX_SESSIONS_PER_PEER, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SERVER_IDLE_TIMEOUT, DEFAULT_TTL, RouterConfig,
 };
 pub use error::{AdapterError, BoxError};
 pub use host::{AllowAll, Authorizer, PmSender};
@@ -109,6 +113,25 @@ pub(crate) enum Ctl {
         peer: PeerId,
         sid: wire::SessionId,
         id: u64,
+    },
+    /// A dialed session held by a [`Client`]: the router may park it.
+    Parkable {
+        peer: PeerId,
+        sid: wire::SessionId,
+        id: u64,
+        slot: std::sync::Weak<dyn client::ClientSlot>,
+    },
+    /// Revive the parked session of a [`Client`]; `done` is dropped if it is gone.
+    Revive {
+        peer: PeerId,
+        sid: wire::SessionId,
+        done: tokio::sync::oneshot::Sender<()>,
+    },
+    /// A [`Client`] closed: its session goes, if it is still that client's.
+    Unslot {
+        peer: PeerId,
+        sid: wire::SessionId,
+        slot: std::sync::Weak<dyn client::ClientSlot>,
     },
     /// From now on, hand new sessions to this callback instead of the accept queue.
     Acceptor(Acceptor),

@@ -163,6 +163,21 @@ impl ClientState {
         }
     }
 
+    /// Seeds the handshake of a session an earlier service of ours initialized (a
+    /// revived parked session sends no `initialize`): `init` is that `initialize` as
+    /// sent, so a session the server loses can still be recovered.
+    pub(crate) fn seed_handshake(&mut self, init: Arc<Vec<u8>>) {
+        let Ok(JsonRpcMessage::Request(request)) =
+            serde_json::from_slice::<ClientJsonRpcMessage>(&init)
+        else {
+            return;
+        };
+        let initialized =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        self.initialized = serde_json::to_vec(&initialized).ok().map(Arc::new);
+        self.init = Some((request.id, init));
+    }
+
     /// When the silent server is next probed: while a request other than
     /// `initialize` waits on it and no recovery is under way.
     fn probe_due(&self) -> Option<Instant> {

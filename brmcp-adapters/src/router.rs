@@ -23,11 +23,14 @@
 //! The driver sleeps until the earlier of the reassembler's next deadline and the next
 //! possible idle expiry or parking. A parked server session
 //! ([`RouterConfig::server_park_after`]) keeps its entry but runs no service; its next
-//! message revives it through the resume path.
+//! message revives it through the resume path. A dialed session a
+//! [`Client`](crate::Client) holds parks likewise
+//! ([`RouterConfig::client_park_after`]); a lease or the server's next message revives
+//! it, always here on the driver (`client_park`).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use brmcp_wire::{
@@ -40,6 +43,7 @@ use rmcp::service::{RoleClient, RoleServer, Service};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
+use crate::client::ClientSlot;
 use crate::clock::sleep_until_opt;
 use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
 use crate::error::AdapterError;
@@ -53,7 +57,9 @@ use crate::stats::{Counters, RouterStats};
 use crate::transport::{BrTransport, Waits};
 use crate::{Acceptor, Ctl};
 
+mod client_park;
 mod sessions;
+mod timers;
 
 /// Completed message ids remembered per session, to drop duplicates of them.
 const RECENT_MIDS: usize = 64;
@@ -61,11 +67,6 @@ const RECENT_MIDS: usize = 64;
 /// Refused peers remembered, so each gets one info line, not one per part (a refused
 /// peer's flood must not flood the log).
 const REFUSED_LOGGED: usize = 64;
-
-/// How much early a session may be parked, so that one scan of the sessions parks every
-/// one due within it: 100 ms. Sessions opened one after another come due one after
-/// another; without it, each would cost a scan of all of them.
-const PARK_SCAN_GAP: Duration = Duration::from_millis(100);
 
 /// Router-level replies (errors for sessions that could not be opened) queued at most.
 const REPLY_QUEUE: usize = 64;
@@ -325,6 +326,11 @@ impl Router {
         let _ = self.inner.ctl_tx.send(Ctl::Shutdown);
     }
 
+    /// The driver's command queue, for a [`Client`](crate::Client).
+    pub(crate) fn ctl(&self) -> mpsc::UnboundedSender<Ctl> {
+        self.inner.ctl_tx.clone()
+    }
+
     #[cfg(feature = "test-util")]
     pub(crate) fn downgrade(&self) -> WeakRouter {
         WeakRouter {
@@ -337,7 +343,7 @@ impl Router {
 #[cfg(feature = "test-util")]
 #[derive(Clone)]
 pub(crate) struct WeakRouter {
-    inner: std::sync::Weak<Inner>,
+    inner: Weak<Inner>,
 }
 
 #[cfg(feature = "test-util")]
@@ -368,6 +374,10 @@ enum Inbox {
     /// We serve, and the session is parked: no service runs; its next message revives
     /// it (see [`RouterConfig::server_park_after`]).
     Parked,
+    /// We dialed, and the [`Client`](crate::Client) holding the session parked it (see
+    /// [`RouterConfig::client_park_after`]): a lease or the server's next message
+    /// revives it.
+    ClientParked,
 }
 
 struct Entry {
@@ -377,6 +387,9 @@ struct Entry {
     inbound: bool,
     idle: Option<Duration>,
     recent: VecDeque<MessageId>,
+    /// On a dialed session held by a [`Client`](crate::Client): the client, which parks
+    /// and revives its service.
+    slot: Option<Weak<dyn ClientSlot>>,
 }
 
 /// Why the driver closes a session.
@@ -460,79 +473,6 @@ impl Driver {
         }
     }
 
-    fn next_wake(&self, assembler: &Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) -> Option<Instant> {
-        let reassembly = assembler.next_deadline().and_then(|deadline| {
-            let secs = deadline.0.saturating_sub(self.config.clock.now().0).max(0);
-            Instant::now().checked_add(Duration::from_secs(secs.unsigned_abs()))
-        });
-        match (reassembly, self.next_idle_check) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn on_timer(&mut self, assembler: &mut Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) {
-        let expired = assembler.expire(self.config.clock.now());
-        self.counters
-            .partials_expired
-            .fetch_add(expired as u64, Relaxed);
-        self.update_buffered(assembler);
-
-        let now = Instant::now();
-        if self.next_idle_check.is_some_and(|at| at <= now) {
-            let mut next: Option<Instant> = None;
-            let mut idle = Vec::new();
-            let mut park = Vec::new();
-            let park_after = self.config.server_park_after;
-            for (key, entry) in &self.sessions {
-                // A session with a request in progress is busy, not idle. A timeout too
-                // large to add means never.
-                let busy = entry.shared.is_busy();
-                let base = if busy {
-                    now
-                } else {
-                    entry.shared.last_active()
-                };
-                // A session whose writer still has bytes to send (a stalled host) is
-                // not parked either: it is looked at again a park delay later.
-                let writing = entry.shared.has_outbound();
-                let park_base = if writing { now } else { base };
-                if let Some(after) = park_after
-                    && entry.inbound
-                    && !matches!(entry.inbox, Inbox::Parked)
-                    && let Some(due) = park_base.checked_add(after)
-                {
-                    if !busy && !writing && due <= now + PARK_SCAN_GAP {
-                        park.push(*key);
-                    } else {
-                        next = Some(next.map_or(due, |n| n.min(due)));
-                    }
-                }
-                let Some(due) = entry.idle.and_then(|timeout| base.checked_add(timeout)) else {
-                    continue;
-                };
-                if due <= now {
-                    idle.push(*key);
-                } else {
-                    next = Some(next.map_or(due, |n| n.min(due)));
-                }
-            }
-            for key in idle {
-                self.close(key, CloseReason::Idle);
-            }
-            for key in park {
-                self.park(key);
-            }
-            self.next_idle_check = next;
-        }
-    }
-
-    fn schedule_idle(&mut self, timeout: Option<Duration>) {
-        if let Some(due) = timeout.and_then(|t| Instant::now().checked_add(t)) {
-            self.next_idle_check = Some(self.next_idle_check.map_or(due, |n| n.min(due)));
-        }
-    }
-
     fn update_buffered(&self, assembler: &Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) {
         let stats = assembler.stats();
         self.counters
@@ -554,6 +494,7 @@ impl Driver {
                     inbound: false,
                     idle,
                     recent: VecDeque::new(),
+                    slot: None,
                 };
                 if let Some(old) = self.sessions.insert(key, entry) {
                     // A 64-bit random sid collided with a live session: keep the new one.
@@ -569,6 +510,14 @@ impl Driver {
                     self.close(key, CloseReason::Transport);
                 }
             }
+            Ctl::Parkable {
+                peer,
+                sid,
+                id,
+                slot,
+            } => self.parkable((peer, sid), id, slot),
+            Ctl::Revive { peer, sid, done } => self.revive_for_lease((peer, sid), done),
+            Ctl::Unslot { peer, sid, slot } => self.unslot((peer, sid), &slot),
             Ctl::Acceptor(acceptor) => self.acceptor = Some(acceptor),
             Ctl::Shutdown => {}
         }

@@ -106,12 +106,17 @@ pub(crate) struct SessionShared {
     /// The host's error for the last send that failed, until one succeeds.
     send_error: Mutex<Option<String>>,
     closed: AtomicBool,
-    /// Requests not answered yet: the peer's (server role) or ours (client role). A
-    /// session with a call in progress is not idle.
-    unanswered: Mutex<HashSet<RequestId>>,
+    /// Requests not answered yet: the peer's (server role) or ours (client role), and
+    /// on a dialed session the server's to us too, tagged `true` (their ids are the
+    /// server's, so they are kept apart from ours; one set, so an idle session pays
+    /// for one). A session with a call in progress, or serving one (an elicitation
+    /// waiting for its user), is not idle.
+    unanswered: Mutex<HashSet<(bool, RequestId)>>,
     /// Bytes of serialized messages queued for the writer and not yet sent.
     queued: AtomicUsize,
-    /// On a session a peer opened: what it takes to resume it after it is forgotten.
+    /// On a session a peer opened: what it takes to resume it after it is forgotten. On a
+    /// dialed one: our `initialize` as sent, for recovering the session in a later
+    /// service of it (see `client`).
     resume: Mutex<Resume>,
     /// Messages queued for sending.
     outbox: Mutex<OutQueue>,
@@ -202,18 +207,28 @@ impl SessionShared {
         self.epoch + Duration::from_millis(self.last_active.load(Ordering::Relaxed))
     }
 
-    fn unanswered(&self) -> MutexGuard<'_, HashSet<RequestId>> {
+    fn unanswered(&self) -> MutexGuard<'_, HashSet<(bool, RequestId)>> {
         crate::lock(&self.unanswered)
     }
 
     /// A request is in progress (the peer's, or one we sent).
     pub(crate) fn request_started(&self, id: RequestId) {
-        self.unanswered().insert(id);
+        self.unanswered().insert((false, id));
     }
 
     /// A request was answered, failed or cancelled.
     pub(crate) fn request_ended(&self, id: &RequestId) {
-        self.unanswered().remove(id);
+        self.unanswered().remove(&(false, id.clone()));
+    }
+
+    /// On a dialed session: the server's request `id` reached our service.
+    pub(crate) fn serving_started(&self, id: RequestId) {
+        self.unanswered().insert((true, id));
+    }
+
+    /// On a dialed session: our service answered the server's request `id`.
+    pub(crate) fn serving_ended(&self, id: &RequestId) {
+        self.unanswered().remove(&(true, id.clone()));
     }
 
     /// Tracks a client message crossing the session, in either role: a request starts,
@@ -239,6 +254,18 @@ impl SessionShared {
         resume.initialize =
             (payload.len() <= MAX_RESUME_RECORD_BYTES).then(|| Arc::new(payload.to_vec()));
         resume.negotiated = None;
+    }
+
+    /// On a dialed session: keeps our `initialize` as sent, so a later service of the
+    /// session can still recover it (see `recovery`), if it is small enough.
+    pub(crate) fn record_sent_initialize(&self, payload: &Arc<Vec<u8>>) {
+        crate::lock(&self.resume).initialize =
+            (payload.len() <= MAX_RESUME_RECORD_BYTES).then(|| payload.clone());
+    }
+
+    /// On a dialed session: our `initialize` as sent, if kept.
+    pub(crate) fn sent_initialize(&self) -> Option<Arc<Vec<u8>>> {
+        crate::lock(&self.resume).initialize.clone()
     }
 
     /// Keeps the protocol version the server answered `initialize` with.
@@ -278,6 +305,11 @@ impl SessionShared {
             return false;
         }
         true
+    }
+
+    /// Whether the session is closed (or, on a parked session, this state retired).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Marks the session closed; `true` the first time.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brmcp_wire::{MessageId, SessionId, UnixTime};
-use rmcp::model::{JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
 use rmcp::service::{RoleClient, RoleServer, RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, oneshot};
@@ -277,10 +277,16 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
             .and_then(|payload| {
                 let payload = Arc::new(payload);
                 self.session.track_client_message(&item);
+                if let Some(id) = answered_id(&item) {
+                    self.session.serving_ended(id);
+                }
                 let (mid, exp) = match &item {
                     // A request keeps its message id and deadline for a replay (see
                     // `ClientState`).
                     JsonRpcMessage::Request(request) => {
+                        if matches!(request.request, ClientRequest::InitializeRequest(_)) {
+                            self.session.record_sent_initialize(&payload);
+                        }
                         let mid =
                             MessageId::random().map_err(|e| AdapterError::Entropy(Box::new(e)))?;
                         let exp = self
@@ -332,6 +338,9 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                     if let Some(message) = deliver {
                         self.enqueue_quiet(sends);
                         self.answered(&message);
+                        if let JsonRpcMessage::Request(r) = &message {
+                            self.session.serving_started(r.id.clone());
+                        }
                         return Some(message);
                     }
                     sends
@@ -348,6 +357,19 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
 }
 
 impl BrTransport<RoleClient> {
+    /// The session's state, for the router's parking of it.
+    pub(crate) fn shared(&self) -> &Arc<SessionShared> {
+        &self.session
+    }
+
+    /// A later service of a session an earlier one initialized: recovery repeats that
+    /// `initialize` should the server lose the session.
+    pub(crate) fn seed_handshake(&mut self) {
+        if let Some(init) = self.session.sent_initialize() {
+            self.client.seed_handshake(init);
+        }
+    }
+
     /// A request of ours got its answer (or its local failure): no longer in progress.
     fn answered(&self, message: &ServerJsonRpcMessage) {
         if let Some(id) = answered_id(message) {

@@ -57,4 +57,5 @@ impl ServerHandler for BenchServer {
 }
 
 /// An rmcp client session.
+#[allow(dead_code)] // the session-memory bench holds a `brmcp_adapters::Client` instead
 pub(crate) type Client = RunningService<RoleClient, ()>;

@@ -73,6 +73,27 @@ impl Driver {
             self.revive(key, payload);
             return;
         }
+        if matches!(entry.inbox, Inbox::ClientParked) {
+            match serde_json::from_slice::<ServerJsonRpcMessage>(payload) {
+                // No request of ours waits on a parked session: an answer is late (or
+                // forged), and not worth a service.
+                Ok(JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
+                    Counters::bump(&self.counters.dropped_parked_answer);
+                    tracing::debug!(%peer, %sid, "an answer on a parked session dropped");
+                }
+                Ok(message) => {
+                    if self.revive_client(key, Some((message, payload.len()))) {
+                        Counters::bump(&self.counters.messages_delivered);
+                    }
+                }
+                Err(e) => {
+                    // Junk leaves the session parked.
+                    Counters::bump(&self.counters.dropped_json);
+                    tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+                }
+            }
+            return;
+        }
         let result = match &entry.inbox {
             Inbox::Server(tx) => match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
                 Ok(message) => {
@@ -88,7 +109,7 @@ impl Driver {
                 Ok(message) => deliver(tx, message, payload.len()),
                 Err(e) => Delivery::Invalid(e),
             },
-            Inbox::Parked => return,
+            Inbox::Parked | Inbox::ClientParked => return,
         };
         match result {
             Delivery::Queued => {
@@ -196,6 +217,7 @@ impl Driver {
                 inbound: true,
                 idle,
                 recent,
+                slot: None,
             },
         );
         self.inbound_per_peer.entry(peer).or_default().push(sid);

@@ -3,6 +3,7 @@
 
 mod cancel_reaches_handler;
 mod chat_and_malformed_ignored;
+mod client_parking;
 mod client_pending_not_idle;
 mod common;
 mod deadline_fixed_at_send;

@@ -1,0 +1,235 @@
+//! One service's share of a session's JSON-RPC ids.
+//!
+//! rmcp numbers a service's requests and progress tokens from 0, and a revived session
+//! gets a new service: its ids would repeat those of the services before it, and a late
+//! answer to an earlier service's timed-out request would complete a new one. So each
+//! service of a session (its generation) sends its numbers moved into a range of its
+//! own, `generation · 2^32` up, and answers and progress outside that range are
+//! dropped: they belong to an earlier service.
+
+use std::future::Future;
+
+use rmcp::model::{
+    ClientNotification, GetMeta, JsonRpcMessage, NumberOrString, ServerJsonRpcMessage,
+    ServerNotification,
+};
+use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+
+use crate::error::AdapterError;
+use crate::transport::BrTransport;
+
+/// Width of one generation's id range: rmcp draws ids from a 64-bit counter starting at
+/// 0, and no service sends anywhere near 2^32 requests.
+pub(crate) const GENERATION_SPAN: i64 = 1 << 32;
+
+/// Generations a session may have: as many as fit in the positive `i64` ids. At one
+/// revival a second that is 68 years.
+pub(crate) const MAX_GENERATION: u64 = (i64::MAX / GENERATION_SPAN) as u64;
+
+/// A dialed session's transport for its service of one generation.
+pub(crate) struct Generation {
+    pub(crate) inner: BrTransport<RoleClient>,
+    shift: Shift,
+}
+
+impl Generation {
+    /// The transport of generation `generation` (at most [`MAX_GENERATION`]).
+    pub(crate) fn new(inner: BrTransport<RoleClient>, generation: u64) -> Self {
+        Self {
+            inner,
+            shift: Shift::new(generation),
+        }
+    }
+}
+
+/// One generation's move of ids: `base = generation · 2^32`.
+#[derive(Debug, Clone, Copy)]
+struct Shift {
+    base: i64,
+}
+
+impl Shift {
+    fn new(generation: u64) -> Self {
+        let generation = i64::try_from(generation.min(MAX_GENERATION)).unwrap_or(0);
+        Self {
+            base: generation.saturating_mul(GENERATION_SPAN),
+        }
+    }
+
+    /// A number of the service to the wire's.
+    fn out(self, n: &mut NumberOrString) {
+        if let NumberOrString::Number(n) = n {
+            *n = n.saturating_add(self.base);
+        }
+    }
+
+    /// A wire number back to the service's; `false` if it is not this generation's.
+    fn back(self, n: &mut NumberOrString) -> bool {
+        match n {
+            NumberOrString::Number(v)
+                if (self.base..self.base.saturating_add(GENERATION_SPAN)).contains(v) =>
+            {
+                *v -= self.base;
+                true
+            }
+            NumberOrString::Number(_) => false,
+            // rmcp draws numbers only: a string is none of our ids. The first
+            // generation passes it on as an unshifted session would.
+            NumberOrString::String(_) => self.base == 0,
+        }
+    }
+
+    fn shift_out(self, item: &mut TxJsonRpcMessage<RoleClient>) {
+        if self.base == 0 {
+            return;
+        }
+        match item {
+            JsonRpcMessage::Request(r) => {
+                self.out(&mut r.id);
+                let meta = r.request.get_meta_mut();
+                if let Some(mut token) = meta.get_progress_token() {
+                    self.out(&mut token.0);
+                    meta.set_progress_token(token);
+                }
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &mut n.notification
+                    && let Some(id) = &mut c.params.request_id
+                {
+                    self.out(id);
+                }
+            }
+            // Answers to the server's requests carry the server's ids.
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
+        }
+    }
+
+    /// `false` for an answer or progress of an earlier generation.
+    fn shift_back(self, message: &mut ServerJsonRpcMessage) -> bool {
+        if self.base == 0 {
+            return true;
+        }
+        match message {
+            JsonRpcMessage::Response(r) => self.back(&mut r.id),
+            JsonRpcMessage::Error(e) => e.id.as_mut().is_none_or(|id| self.back(id)),
+            JsonRpcMessage::Notification(n) => match &mut n.notification {
+                ServerNotification::ProgressNotification(p) => {
+                    self.back(&mut p.params.progress_token.0)
+                }
+                _ => true,
+            },
+            // The server's requests carry its own ids.
+            JsonRpcMessage::Request(_) => true,
+        }
+    }
+}
+
+impl Transport<RoleClient> for Generation {
+    type Error = AdapterError;
+
+    fn send(
+        &mut self,
+        mut item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.shift.shift_out(&mut item);
+        Transport::<RoleClient>::send(&mut self.inner, item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let mut message = Transport::<RoleClient>::receive(&mut self.inner).await?;
+            if self.shift.shift_back(&mut message) {
+                return Some(message);
+            }
+            tracing::debug!(
+                peer = %self.inner.peer(),
+                sid = %self.inner.sid(),
+                "an earlier service's answer dropped"
+            );
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        Transport::<RoleClient>::close(&mut self.inner).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn out(shift: Shift, message: Value) -> Value {
+        let mut item: TxJsonRpcMessage<RoleClient> = serde_json::from_value(message).unwrap();
+        shift.shift_out(&mut item);
+        serde_json::to_value(&item).unwrap()
+    }
+
+    fn back(shift: Shift, message: Value) -> Option<Value> {
+        let mut item: ServerJsonRpcMessage = serde_json::from_value(message).unwrap();
+        shift
+            .shift_back(&mut item)
+            .then(|| serde_json::to_value(&item).unwrap())
+    }
+
+    #[test]
+    fn each_generation_sends_and_takes_its_own_range_only() {
+        let second = Shift::new(2);
+        let base = 2 * GENERATION_SPAN;
+        let request = out(
+            second,
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": "t", "_meta": {"progressToken": 4}}}),
+        );
+        assert_eq!(request["id"], base + 3);
+        assert_eq!(request["params"]["_meta"]["progressToken"], base + 4);
+        let cancel = out(
+            second,
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": 3}}),
+        );
+        assert_eq!(cancel["params"]["requestId"], base + 3);
+        // An answer to the server's request keeps the server's id.
+        let answer = out(second, json!({"jsonrpc": "2.0", "id": 3, "result": {}}));
+        assert_eq!(answer["id"], 3);
+
+        let ok = |id: Value| json!({"jsonrpc": "2.0", "id": id, "result": {}});
+        assert_eq!(back(second, ok(json!(base + 3))).unwrap()["id"], 3);
+        // The same number from the generation before, or the one after: not ours.
+        assert!(back(second, ok(json!(3))).is_none());
+        assert!(back(second, ok(json!(base - 1))).is_none());
+        assert!(back(second, ok(json!(base + GENERATION_SPAN))).is_none());
+        assert!(back(second, ok(json!("brmcp-x"))).is_none());
+        let error =
+            |id: Value| json!({"jsonrpc": "2.0", "id": id, "error": {"code": -1, "message": "m"}});
+        assert!(back(second, error(json!(3))).is_none());
+        assert_eq!(back(second, error(json!(base))).unwrap()["id"], 0);
+        let progress = |token: i64| {
+            json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                   "params": {"progressToken": token, "progress": 1}})
+        };
+        assert!(back(second, progress(4)).is_none());
+        let mine = back(second, progress(base + 4)).unwrap();
+        assert_eq!(mine["params"]["progressToken"], 4);
+        // The server's own requests and other notifications pass untouched.
+        let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+        assert_eq!(back(second, ping.clone()).unwrap()["id"], 3);
+
+        // The first generation moves nothing and drops nothing.
+        let first = Shift::new(0);
+        assert_eq!(
+            out(first, json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}))["id"],
+            3
+        );
+        assert_eq!(back(first, ok(json!("brmcp-x"))).unwrap()["id"], "brmcp-x");
+
+        // The last generation still fits.
+        let last = Shift::new(u64::MAX);
+        let top = out(last, json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}));
+        let top_id = MAX_GENERATION as i64 * GENERATION_SPAN + 7;
+        assert_eq!(top["id"], top_id);
+        assert_eq!(back(last, ok(json!(top_id))).unwrap()["id"], 7);
+        assert!(back(last, ok(json!(i64::MAX))).is_none());
+    }
+}

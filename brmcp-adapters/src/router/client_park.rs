@@ -1,0 +1,132 @@
+//! The driver's side of parking dialed sessions held by a [`Client`](crate::Client):
+//! parking an idle one, and reviving it for a lease or for the server's message. Every
+//! revival runs here, on the driver, so a session never gets two services.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Weak};
+
+use brmcp_wire::SessionId;
+use rmcp::model::ServerJsonRpcMessage;
+use tokio::sync::oneshot;
+
+use super::{CloseReason, Driver, Inbox};
+use crate::client::ClientSlot;
+use crate::inbox::inbox;
+use crate::peer::PeerId;
+use crate::stats::Counters;
+use crate::transport::{BrTransport, Waits};
+
+type Key = (PeerId, SessionId);
+
+impl Driver {
+    /// The dialed session `key` (if it is still the one with router-unique `id`) is held
+    /// by a client, which may park it.
+    pub(super) fn parkable(&mut self, key: Key, id: u64, slot: Weak<dyn ClientSlot>) {
+        let Some(entry) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        if entry.inbound || entry.shared.id != id {
+            return;
+        }
+        entry.slot = Some(slot);
+        self.schedule_idle(self.config.client_park_after);
+    }
+
+    /// A client closed: its session goes with it, if it is still that client's (a
+    /// parked one has no transport to close it).
+    pub(super) fn unslot(&mut self, key: Key, slot: &Weak<dyn ClientSlot>) {
+        let ours = self
+            .sessions
+            .get(&key)
+            .and_then(|entry| entry.slot.as_ref())
+            .is_some_and(|held| Weak::ptr_eq(held, slot));
+        if ours {
+            self.close(key, CloseReason::Transport);
+        }
+    }
+
+    /// Parks the client session `key` if its client holds no lease: its service goes
+    /// (after the session's state is swapped, so the dropped transport's close is
+    /// stale), its entry stays. `false` if it was left running.
+    pub(super) fn park_client(&mut self, key: Key) -> bool {
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let Some(entry) = self.sessions.get_mut(&key) else {
+            return true;
+        };
+        let Some(slot) = entry.slot.as_ref().and_then(Weak::upgrade) else {
+            // The client is gone; its close is on the way.
+            return true;
+        };
+        let Some(service) = slot.park() else {
+            return false;
+        };
+        let parked = Arc::new(entry.shared.parked(id));
+        std::mem::replace(&mut entry.shared, parked).mark_closed();
+        entry.inbox = Inbox::ClientParked;
+        drop(service);
+        Counters::bump(&self.counters.client_parked);
+        tracing::debug!(peer = %key.0, sid = %key.1, "client session parked");
+        true
+    }
+
+    /// A lease wants the client session `key` running: revived if parked. `done` is
+    /// told once it runs, dropped if the session is gone.
+    pub(super) fn revive_for_lease(&mut self, key: Key, done: oneshot::Sender<()>) {
+        let Some(entry) = self.sessions.get(&key) else {
+            return;
+        };
+        if matches!(entry.inbox, Inbox::ClientParked) && !self.revive_client(key, None) {
+            return;
+        }
+        let _ = done.send(());
+    }
+
+    /// Revives the parked client session `key`: a new inbox, holding `first` (the
+    /// server's message that revived it, with its size) if given, and a new transport
+    /// on the same state, handed to the client. `false` if the session is gone.
+    pub(super) fn revive_client(
+        &mut self,
+        key: Key,
+        first: Option<(ServerJsonRpcMessage, usize)>,
+    ) -> bool {
+        let Some(ctl) = self.ctl_weak.upgrade() else {
+            return false;
+        };
+        let Some(entry) = self.sessions.get(&key) else {
+            return false;
+        };
+        let Some(slot) = entry.slot.as_ref().and_then(Weak::upgrade) else {
+            self.close(key, CloseReason::Transport);
+            return false;
+        };
+        let shared = entry.shared.clone();
+        let (inbox_tx, inbox_rx) = inbox(self.config.inbox_capacity, self.config.max_inbox_bytes);
+        if let Some((message, len)) = first {
+            // An empty inbox takes one message of any size.
+            let _ = inbox_tx.try_send(message, len);
+        }
+        let transport = BrTransport::new(
+            shared.clone(),
+            inbox_rx,
+            ctl,
+            self.outlet.clone(),
+            Waits {
+                request_timeout: self.config.request_timeout,
+                silence_probe: self.config.silence_probe,
+            },
+            self.config.max_outbound_bytes,
+        );
+        if !slot.revive(transport) {
+            self.close(key, CloseReason::Transport);
+            return false;
+        }
+        if let Some(entry) = self.sessions.get_mut(&key) {
+            entry.inbox = Inbox::Client(inbox_tx);
+        }
+        shared.touch();
+        Counters::bump(&self.counters.client_revived);
+        tracing::debug!(peer = %key.0, sid = %key.1, "client session revived");
+        self.schedule_idle(self.config.client_park_after);
+        true
+    }
+}
