@@ -231,6 +231,17 @@ impl SessionShared {
         self.unanswered().remove(&(true, id.clone()));
     }
 
+    /// On a dialed session: the server cancelled request `id`, which nobody answers
+    /// (rmcp drops a cancelled handler's answer). On the legacy lifecycle it is the
+    /// server's own request; on 2026-07-28, which sends us no requests, our listen. The
+    /// server's is taken first, so ours with the same number stays in progress.
+    pub(crate) fn cancelled_by_server(&self, id: &RequestId) {
+        let mut unanswered = self.unanswered();
+        if !unanswered.remove(&(true, id.clone())) {
+            unanswered.remove(&(false, id.clone()));
+        }
+    }
+
     /// Tracks a client message crossing the session, in either role: a request starts,
     /// a cancellation ends the request it names (the server sends no answer to it).
     pub(crate) fn track_client_message(&self, message: &ClientJsonRpcMessage) {

@@ -73,12 +73,14 @@ counters! {
     sessions_expired,
     /// Expired or parked sessions re-created, already initialized, for a message on them.
     sessions_resumed,
-    /// Dialed sessions a `Client` holds parked while idle.
+    /// Times a dialed session a `Client` holds was parked while idle.
     client_parked,
-    /// Parked dialed sessions revived, for a lease or a message from the server.
+    /// Times a parked dialed session was revived, for a lease or a message from the
+    /// server.
     client_revived,
-    /// Answers that reached a parked dialed session, dropped without reviving it: no
-    /// request of ours waits there.
+    /// Answers, progress reports and cancellations that reached a parked dialed
+    /// session, dropped without reviving it: no request of ours or the server's is in
+    /// progress there.
     dropped_parked_answer,
     /// Sessions closed because their inbound queue overflowed.
     sessions_overflowed,

@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brmcp_wire::{MessageId, SessionId, UnixTime};
-use rmcp::model::{ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{
+    ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerNotification,
+    ServerResult,
+};
 use rmcp::service::{RoleClient, RoleServer, RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, oneshot};
@@ -338,8 +341,19 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                     if let Some(message) = deliver {
                         self.enqueue_quiet(sends);
                         self.answered(&message);
-                        if let JsonRpcMessage::Request(r) = &message {
-                            self.session.serving_started(r.id.clone());
+                        match &message {
+                            JsonRpcMessage::Request(r) => {
+                                self.session.serving_started(r.id.clone());
+                            }
+                            JsonRpcMessage::Notification(n) => {
+                                if let ServerNotification::CancelledNotification(c) =
+                                    &n.notification
+                                    && let Some(id) = &c.params.request_id
+                                {
+                                    self.session.cancelled_by_server(id);
+                                }
+                            }
+                            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
                         }
                         return Some(message);
                     }

@@ -11,7 +11,7 @@ use std::future::Future;
 
 use rmcp::model::{
     ClientNotification, GetMeta, JsonRpcMessage, NumberOrString, ServerJsonRpcMessage,
-    ServerNotification,
+    ServerNotification, ServerResult,
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -66,17 +66,32 @@ impl Shift {
 
     /// A wire number back to the service's; `false` if it is not this generation's.
     fn back(self, n: &mut NumberOrString) -> bool {
+        let range = self.base..self.base.saturating_add(GENERATION_SPAN);
         match n {
-            NumberOrString::Number(v)
-                if (self.base..self.base.saturating_add(GENERATION_SPAN)).contains(v) =>
-            {
+            NumberOrString::Number(v) if range.contains(v) => {
                 *v -= self.base;
                 true
             }
             NumberOrString::Number(_) => false,
-            // rmcp draws numbers only: a string is none of our ids. The first
-            // generation passes it on as an unshifted session would.
-            NumberOrString::String(_) => self.base == 0,
+            // rmcp takes "5" for its id 5, so a server that echoes ids as strings is
+            // answered too; any other string is none of our ids. The first generation
+            // passes it on as an unshifted session would.
+            NumberOrString::String(text) => match text.parse::<i64>() {
+                Ok(v) if range.contains(&v) => {
+                    *n = NumberOrString::Number(v - self.base);
+                    true
+                }
+                _ => self.base == 0,
+            },
+        }
+    }
+
+    /// `id` back to the service's if it is a number of this generation's; anything
+    /// else (an id the server drew) as it is.
+    fn back_if_ours(self, id: &mut NumberOrString) {
+        let mut moved = id.clone();
+        if matches!(moved, NumberOrString::Number(_)) && self.back(&mut moved) {
+            *id = moved;
         }
     }
 
@@ -111,14 +126,38 @@ impl Shift {
             return true;
         }
         match message {
-            JsonRpcMessage::Response(r) => self.back(&mut r.id),
-            JsonRpcMessage::Error(e) => e.id.as_mut().is_none_or(|id| self.back(id)),
-            JsonRpcMessage::Notification(n) => match &mut n.notification {
-                ServerNotification::ProgressNotification(p) => {
-                    self.back(&mut p.params.progress_token.0)
+            JsonRpcMessage::Response(r) => {
+                // A listen's result names its subscription by the listen's id.
+                if let ServerResult::SubscriptionsListenResult(listen) = &mut r.result
+                    && let Some(mut id) = listen.meta.subscription_id()
+                {
+                    self.back_if_ours(&mut id);
+                    listen.meta.set_subscription_id(id);
                 }
-                _ => true,
-            },
+                self.back(&mut r.id)
+            }
+            JsonRpcMessage::Error(e) => e.id.as_mut().is_none_or(|id| self.back(id)),
+            JsonRpcMessage::Notification(n) => {
+                // A notification of a subscription names it by our listen's id.
+                if let Some(mut id) = n.notification.get_meta().subscription_id() {
+                    self.back_if_ours(&mut id);
+                    n.notification.get_meta_mut().set_subscription_id(id);
+                }
+                match &mut n.notification {
+                    ServerNotification::ProgressNotification(p) => {
+                        self.back(&mut p.params.progress_token.0)
+                    }
+                    // The server's own request (legacy lifecycle) keeps its id; our
+                    // listen (2026-07-28) is moved back.
+                    ServerNotification::CancelledNotification(c) => {
+                        if let Some(id) = &mut c.params.request_id {
+                            self.back_if_ours(id);
+                        }
+                        true
+                    }
+                    _ => true,
+                }
+            }
             // The server's requests carry its own ids.
             JsonRpcMessage::Request(_) => true,
         }
@@ -215,6 +254,50 @@ mod tests {
         // The server's own requests and other notifications pass untouched.
         let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
         assert_eq!(back(second, ping.clone()).unwrap()["id"], 3);
+
+        // An id echoed as a numeric string is taken as the number (rmcp does so);
+        // another generation's, or any other string, is not ours.
+        assert_eq!(
+            back(second, ok(json!((base + 3).to_string()))).unwrap()["id"],
+            3
+        );
+        assert!(back(second, ok(json!("3"))).is_none());
+        assert!(back(second, ok(json!("-1"))).is_none());
+
+        // A subscription is named by our listen's id: on its notifications, on the
+        // listen's result and on the server's cancellation of it. The server's own
+        // request keeps its id when it cancels it.
+        let sub = "io.modelcontextprotocol/subscriptionId";
+        let changed = back(
+            second,
+            json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                   "params": {"_meta": {sub: base + 5}}}),
+        )
+        .unwrap();
+        assert_eq!(changed["params"]["_meta"][sub], 5);
+        let listened = back(
+            second,
+            json!({"jsonrpc": "2.0", "id": base + 5,
+                   "result": {"resultType": "complete", "_meta": {sub: base + 5}}}),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                listened["id"].clone(),
+                listened["result"]["_meta"][sub].clone()
+            ),
+            (json!(5), json!(5))
+        );
+        let cancel = |id: Value| {
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": id}})
+        };
+        let ours = back(second, cancel(json!(base + 5))).unwrap();
+        assert_eq!(ours["params"]["requestId"], 5);
+        let theirs = back(second, cancel(json!(5))).unwrap();
+        assert_eq!(theirs["params"]["requestId"], 5);
+        let named = back(second, cancel(json!("srv-1"))).unwrap();
+        assert_eq!(named["params"]["requestId"], "srv-1");
 
         // The first generation moves nothing and drops nothing.
         let first = Shift::new(0);

@@ -49,7 +49,6 @@ impl Driver {
     /// (after the session's state is swapped, so the dropped transport's close is
     /// stale), its entry stays. `false` if it was left running.
     pub(super) fn park_client(&mut self, key: Key) -> bool {
-        let id = self.next_id.fetch_add(1, Relaxed);
         let Some(entry) = self.sessions.get_mut(&key) else {
             return true;
         };
@@ -60,6 +59,7 @@ impl Driver {
         let Some(service) = slot.park() else {
             return false;
         };
+        let id = self.next_id.fetch_add(1, Relaxed);
         let parked = Arc::new(entry.shared.parked(id));
         std::mem::replace(&mut entry.shared, parked).mark_closed();
         entry.inbox = Inbox::ClientParked;

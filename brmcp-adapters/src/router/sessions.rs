@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use brmcp_wire::{MessageId, SessionId};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta, JsonRpcMessage, RequestId,
-    ServerJsonRpcMessage,
+    ServerJsonRpcMessage, ServerNotification,
 };
 
 use tokio::time::Instant;
@@ -75,11 +75,12 @@ impl Driver {
         }
         if matches!(entry.inbox, Inbox::ClientParked) {
             match serde_json::from_slice::<ServerJsonRpcMessage>(payload) {
-                // No request of ours waits on a parked session: an answer is late (or
-                // forged), and not worth a service.
-                Ok(JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
+                // No request of ours waits on a parked session, and it serves none of
+                // the server's: an answer, a progress report or a cancellation is late
+                // (or forged) and not worth a service.
+                Ok(message) if concerns_no_parked(&message) => {
                     Counters::bump(&self.counters.dropped_parked_answer);
-                    tracing::debug!(%peer, %sid, "an answer on a parked session dropped");
+                    tracing::debug!(%peer, %sid, "a message on a parked session dropped");
                 }
                 Ok(message) => {
                     if self.revive_client(key, Some((message, payload.len()))) {
@@ -383,6 +384,20 @@ impl Driver {
                 .reply_tx
                 .try_send((peer, sid, self.outlet.exp(), payload));
         }
+    }
+}
+
+/// Whether a server's message can only be about a request in progress, which a parked
+/// dialed session has none of: an answer, a progress report, a cancellation.
+fn concerns_no_parked(message: &ServerJsonRpcMessage) -> bool {
+    match message {
+        JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => true,
+        JsonRpcMessage::Notification(n) => matches!(
+            n.notification,
+            ServerNotification::ProgressNotification(_)
+                | ServerNotification::CancelledNotification(_)
+        ),
+        JsonRpcMessage::Request(_) => false,
     }
 }
 
