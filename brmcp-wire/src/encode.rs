@@ -246,8 +246,10 @@ pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usiz
             out[..header_len].copy_from_slice(&aside[..header_len]);
         }
     }
-    let written = body::encode(chunk, &mut out[header_len..]);
-    Ok(header_len + written)
+    if let Some(body) = out.get_mut(header_len..required) {
+        body::encode_exact(chunk, body);
+    }
+    Ok(required)
 }
 
 /// Splits a payload into the parts of one message: yields `(Header, chunk)` in order.
