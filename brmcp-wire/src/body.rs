@@ -109,7 +109,8 @@ pub fn decode_body(body: &[u8], mode: Mode, out: &mut [u8]) -> Result<usize, Bod
 #[inline]
 pub(crate) fn encode_exact(chunk: &[u8], out: &mut [u8]) {
     // Characters without padding: 4 per 3 bytes, then 2 or 3 for a tail of 1 or 2.
-    let unpadded = chunk.len() / 3 * 4 + [0, 2, 3][chunk.len() % 3];
+    let tail = chunk.len() % 3;
+    let unpadded = chunk.len() / 3 * 4 + tail + usize::from(tail != 0);
     if let Some(tail) = out.last_chunk_mut::<2>() {
         *tail = *b"==";
     }
