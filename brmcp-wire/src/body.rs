@@ -104,7 +104,8 @@ pub fn decode_body(body: &[u8], mode: Mode, out: &mut [u8]) -> Result<usize, Bod
 ///
 /// The engine gets exactly the unpadded text's place, so it writes nothing else, and
 /// the padding is stored beforehand as two `=` at the end, which the engine overwrites
-/// where the text reaches: this skips `encode_slice`'s second length computation, its
+/// where the text reaches. `internal_encode` is the engine's own step that
+/// `encode_slice` wraps; calling it skips the wrapper's second length computation, its
 /// size check and its padding loop, and yields the same bytes.
 #[inline]
 pub(crate) fn encode_exact(chunk: &[u8], out: &mut [u8]) {
