@@ -256,8 +256,9 @@ impl UsualTail {
         })
     }
 
-    /// Writes the usual header into the window; its length is
-    /// [`usual_header_len`]. Stores reach up to [`OVERRUN`] bytes past the header's end.
+    /// Writes the usual header into the window; its length is [`usual_header_len`].
+    /// Only the message id's store may reach past the header's end, by
+    /// [`USUAL_EXACT_MID`] less the id's length.
     #[inline(always)]
     fn write(&self, h: &Header, win: &mut [u8; WINDOW]) {
         let mut at = 0;
@@ -267,8 +268,10 @@ impl UsualTail {
         put(win, &mut at, h.mid.padded(), h.mid.len());
         put(win, &mut at, &self.seq.to_le_bytes(), 8);
         put(win, &mut at, &self.exp.to_le_bytes(), EXP.len() + 2);
-        put(win, &mut at, &self.low.to_le_bytes(), 8);
-        put(win, &mut at, b"]--\0\0\0\0\0", SEPARATOR.len());
+        put(win, &mut at, &self.low.to_le_bytes(), 3);
+        // The last five digits and the separator, ending at the header's end.
+        let last = self.low >> 24 | u64::from_le_bytes(*b"\0\0\0\0\0]--");
+        put(win, &mut at, &last.to_le_bytes(), 8);
     }
 }
 
@@ -291,6 +294,9 @@ pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usiz
     }
     if let Some(tail) = UsualTail::new(header) {
         let header_len = usual_header_len(header);
+        if header.mid.len() >= USUAL_EXACT_MID {
+            return write_body_first(header_len, chunk, out, |win| tail.write(header, win));
+        }
         return write_part(header_len, chunk, out, |win| tail.write(header, win));
     }
     let exp = Deadline::new(header.exp);
@@ -298,6 +304,38 @@ pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usiz
     write_part(header_len, chunk, out, |win| {
         write_header(header, &exp, win);
     })
+}
+
+/// The shortest message id with which the usual header's stores end within it: the
+/// id's 32-byte store then ends before the tail's end.
+const USUAL_EXACT_MID: usize = MAX_ID_LEN - UsualTail::LEN;
+
+/// Writes a part whose header `write` stores in a window, is `header_len` long and
+/// stores nothing past its end: the body first, so the engine's call waits on none
+/// of the header's work, then the header.
+#[inline(always)]
+fn write_body_first(
+    header_len: usize,
+    chunk: &[u8],
+    out: &mut [u8],
+    write: impl Fn(&mut [u8; WINDOW]),
+) -> Result<usize, EncodeError> {
+    let required = header_len + body::encoded_len(chunk.len());
+    if out.len() < required {
+        return Err(EncodeError::BufferTooSmall { required });
+    }
+    if let Some(body) = out.get_mut(header_len..required) {
+        body::encode_exact(chunk, body);
+    }
+    match out.first_chunk_mut::<WINDOW>() {
+        Some(win) => write(win),
+        None => {
+            let mut aside = [0u8; WINDOW];
+            write(&mut aside);
+            out[..header_len].copy_from_slice(&aside[..header_len]);
+        }
+    }
+    Ok(required)
 }
 
 /// Writes a part whose header `write` stores in a window and is `header_len` long.
