@@ -305,7 +305,11 @@ impl<H: ClientHandler + Clone> Slot<H> {
 impl<H: ClientHandler + Clone> ClientSlot for Slot<H> {
     fn park(&self) -> Option<Box<dyn Send>> {
         let mut state = crate::lock(&self.state);
-        if state.leases > 0 || !matches!(state.run, Run::Live { .. }) {
+        // Past the last id range the session stays running: a revival would have none.
+        if state.leases > 0
+            || !matches!(state.run, Run::Live { .. })
+            || state.generation >= MAX_GENERATION
+        {
             return None;
         }
         match std::mem::replace(&mut state.run, Run::Parked) {

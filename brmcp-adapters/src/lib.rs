@@ -66,6 +66,7 @@ mod error;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 mod host;
+mod id_range;
 mod inbound_queue;
 mod inbox;
 #[cfg(feature = "test-util")]
@@ -91,6 +92,7 @@ pub use config::{
 };
 pub use error::{AdapterError, BoxError};
 pub use host::{AllowAll, Authorizer, PmSender};
+pub use id_range::{ID_RANGE_SPAN, IdRange, MAX_ID_RANGE};
 pub use peer::{PeerId, PeerIdError};
 pub use protocol::{
     CALL_INTERRUPTED, REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS, is_session_lost,

@@ -20,7 +20,7 @@ use std::time::Duration;
 use super::quote::Listed;
 use brmcp_adapters::protocol::ToolPrice;
 use brmcp_adapters::wire::SessionId;
-use brmcp_adapters::{BrTransport, PeerId, Router, SessionWatch};
+use brmcp_adapters::{BrTransport, IdRange, PeerId, Router, SessionWatch};
 use rmcp::ServiceExt;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::lock;
 use super::proxy::Held;
 use super::proxy::input_required::HeldCalls;
-use super::session_store::{EPOCH_SPAN, MAX_EPOCH, Saved, SessionStore};
+use super::session_store::{MAX_EPOCH, Saved, SessionStore};
 use handler::LinkHandler;
 pub(crate) use hub::{AgentSession, Hub, Tracked};
 use tap::Tap;
@@ -274,7 +274,7 @@ impl BotLink {
         let serial = self.hub.next_serial();
         let service = self
             .handler()
-            .serve(self.tap(transport, serial, epoch_base(epoch)))
+            .serve(self.tap(transport, serial, IdRange::new(epoch)))
             .await
             .map_err(|e| LinkError::Failed(format!("connect to bot: {e}")))?;
         let info = service
@@ -333,7 +333,7 @@ impl BotLink {
         let serial = self.hub.next_serial();
         let service = serve_directly(
             self.handler(),
-            self.tap(transport, serial, epoch_base(saved.epoch)),
+            self.tap(transport, serial, IdRange::new(saved.epoch)),
             Some(info.clone()),
         );
         match list_all_tools_checked(service.peer()).await {
@@ -375,12 +375,12 @@ impl BotLink {
         }
     }
 
-    fn tap(&self, inner: BrTransport<RoleClient>, serial: u64, base: i64) -> Tap {
+    fn tap(&self, inner: BrTransport<RoleClient>, serial: u64, range: IdRange) -> Tap {
         Tap {
             inner,
             hub: self.hub.clone(),
             serial,
-            base,
+            range,
         }
     }
 
@@ -454,11 +454,6 @@ fn client_config(name: &str) -> ClientConfig {
         capabilities,
         Implementation::new(name, env!("CARGO_PKG_VERSION")),
     )
-}
-
-/// The first request id of `epoch`'s range on the wire.
-fn epoch_base(epoch: u64) -> i64 {
-    i64::try_from(epoch.min(MAX_EPOCH)).unwrap_or(0) * EPOCH_SPAN
 }
 
 /// Why a saved session was not resumed.

@@ -29,13 +29,10 @@ use serde::{Deserialize, Serialize};
 /// The directory, under the bridge's data directory, holding the saved sessions.
 pub(crate) const SESSIONS_DIR: &str = "sessions";
 
-/// Runs on one saved session before the bridge opens a fresh one: `2^20`. A run's ids
-/// are offset by `epoch · 2^32` (rmcp's ids are 32-bit), so with this bound every id
-/// stays below `2^52`, exact as a JSON number in every reader (JavaScript's included).
-pub(crate) const MAX_EPOCH: u64 = 1 << 20;
-
-/// Width of one run's id range: rmcp draws 32-bit request ids.
-pub(crate) const EPOCH_SPAN: i64 = 1 << 32;
+/// Runs on one saved session before the bridge opens a fresh one: one past the last
+/// [`IdRange`](brmcp_adapters::IdRange), as a run's ids are its epoch's range, so every
+/// id stays exact as a JSON number in every reader.
+pub(crate) const MAX_EPOCH: u64 = brmcp_adapters::MAX_ID_RANGE + 1;
 
 /// A bot's session as saved.
 #[derive(Debug, Clone, Serialize, Deserialize)]
