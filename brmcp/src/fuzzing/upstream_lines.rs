@@ -9,7 +9,7 @@ use rmcp::transport::Transport;
 use serde_json::Value;
 
 use crate::server::upstream::child::line_transport;
-use crate::server::upstream::client::Tap;
+use crate::server::upstream::client::{PROGRESS_METHOD, Tap};
 use crate::server::upstream::progress::{EARLY_PER_TOKEN, EARLY_TOKENS, Routes};
 
 /// Messages one input is read for at most: more than a short input can hold.
@@ -41,9 +41,16 @@ fn expected(stdout: &[u8], max: usize) -> (Vec<Value>, bool) {
     (out, false)
 }
 
+/// Progress, or a notification named so that did not read as progress.
 fn is_progress(message: &ServerJsonRpcMessage) -> bool {
-    matches!(message, JsonRpcMessage::Notification(n)
-        if matches!(n.notification, ServerNotification::ProgressNotification(_)))
+    let JsonRpcMessage::Notification(n) = message else {
+        return false;
+    };
+    match &n.notification {
+        ServerNotification::ProgressNotification(_) => true,
+        ServerNotification::CustomNotification(c) => c.method == PROGRESS_METHOD,
+        _ => false,
+    }
 }
 
 /// Reads an upstream's stdout as `brmcp serve` does: the line bound, rmcp's line

@@ -367,6 +367,9 @@ pub(crate) struct Tap<T> {
     pub(crate) routes: Arc<Routes>,
 }
 
+/// The method of a progress notification.
+pub(crate) const PROGRESS_METHOD: &str = "notifications/progress";
+
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
     type Error = T::Error;
 
@@ -380,11 +383,20 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             let message: ServerJsonRpcMessage = self.inner.receive().await?;
-            if let rmcp::model::JsonRpcMessage::Notification(n) = &message
-                && let ServerNotification::ProgressNotification(p) = &n.notification
-            {
-                self.routes.dispatch(p.params.clone());
-                continue;
+            if let rmcp::model::JsonRpcMessage::Notification(n) = &message {
+                match &n.notification {
+                    ServerNotification::ProgressNotification(p) => {
+                        self.routes.dispatch(p.params.clone());
+                        continue;
+                    }
+                    // Progress that did not read as progress (a duplicate or malformed
+                    // field) routes to no call; passed on, written back it would read
+                    // as progress under the upstream's own token.
+                    ServerNotification::CustomNotification(c) if c.method == PROGRESS_METHOD => {
+                        continue;
+                    }
+                    _ => {}
+                }
             }
             return Some(message);
         }
