@@ -1,6 +1,7 @@
-//! Two routines timed in alternating batches. On a shared machine the load changes
-//! between criterion's sequential measurements; alternating batches see the same load,
-//! so their ratio can be read even when absolute times drift.
+//! Two routines timed in alternating batches, each first in every other round. On a
+//! shared machine the load changes between criterion's sequential measurements;
+//! alternating batches see the same load, so their ratio can be read even when absolute
+//! times drift.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -29,9 +30,15 @@ pub(crate) fn paired<T, U>(mut a: impl FnMut() -> T, mut b: impl FnMut() -> U) -
         start.elapsed().as_secs_f64() * 1e9 / f64::from(BATCH)
     }
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let x = time(&mut a);
-        let y = time(&mut b);
+    for round in 0..ROUNDS {
+        // Each goes first every other round, so neither gains from its place.
+        let (x, y) = if round % 2 == 0 {
+            let x = time(&mut a);
+            (x, time(&mut b))
+        } else {
+            let y = time(&mut b);
+            (time(&mut a), y)
+        };
         ta.push(x);
         tb.push(y);
         ratio.push(y / x);

@@ -99,6 +99,27 @@ fn pair(seed: u64, client: RouterConfig) -> Pair {
     Pair::with_configs(seed, Faults::none(), RouterConfig::server(), client)
 }
 
+/// A client of `pair`'s server, with `watcher` as its handler.
+async fn connect(pair: &Pair, watcher: Watcher) -> Client<Watcher> {
+    pair.client
+        .connect(pair.server_id, watcher)
+        .await
+        .expect("connect")
+}
+
+/// A pair whose server is a [`Pusher`], a client connected to it with `watcher`, and
+/// the server's peer of that session, once the handshake settled.
+async fn pushed(seed: u64, watcher: Watcher) -> (Pair, Client<Watcher>, Peer<RoleServer>) {
+    let pair = pair(seed, RouterConfig::client());
+    let pusher = Pusher::default();
+    let factory = pusher.clone();
+    pair.server.serve(move |_: &PeerId| factory.clone());
+    let client = connect(&pair, watcher).await;
+    tokio::time::sleep(SETTLE).await;
+    let server = pusher.peer();
+    (pair, client, server)
+}
+
 async fn echo(client: &Client<Watcher>, said: &str) -> String {
     let lease = client.lease().await.expect("lease");
     let answer = tokio::time::timeout(
@@ -139,11 +160,7 @@ fn inject(pair: &Pair, sid: SessionId, message: &Value) {
 async fn an_idle_client_parks_and_comes_back_without_a_handshake() {
     let pair = pair(31, RouterConfig::client());
     serve(&pair.server);
-    let client = pair
-        .client
-        .connect(pair.server_id, Watcher::default())
-        .await
-        .expect("connect");
+    let client = connect(&pair, Watcher::default()).await;
     assert_eq!(echo(&client, "first").await, "first");
     assert!(!client.is_parked());
 
@@ -180,11 +197,7 @@ async fn an_idle_client_parks_and_comes_back_without_a_handshake() {
 async fn a_parked_client_is_closed_when_dropped() {
     let pair = pair(32, RouterConfig::client());
     serve(&pair.server);
-    let client = pair
-        .client
-        .connect(pair.server_id, Watcher::default())
-        .await
-        .expect("connect");
+    let client = connect(&pair, Watcher::default()).await;
     tokio::time::sleep(PARK_AFTER * 2).await;
     assert!(client.is_parked());
     drop(client);
@@ -198,11 +211,7 @@ async fn a_parked_client_is_closed_when_dropped() {
 async fn a_lease_or_a_request_in_progress_keeps_it_running() {
     let pair = pair(33, RouterConfig::client());
     let probe = serve(&pair.server);
-    let client = pair
-        .client
-        .connect(pair.server_id, Watcher::default())
-        .await
-        .expect("connect");
+    let client = connect(&pair, Watcher::default()).await;
 
     let lease = client.lease().await.expect("lease");
     tokio::time::sleep(PARK_AFTER * 4).await;
@@ -233,19 +242,9 @@ async fn a_lease_or_a_request_in_progress_keeps_it_running() {
 
 #[tokio::test(start_paused = true)]
 async fn the_servers_messages_revive_a_parked_client() {
-    let pair = pair(34, RouterConfig::client());
-    let pusher = Pusher::default();
-    let factory = pusher.clone();
-    pair.server.serve(move |_: &PeerId| factory.clone());
     let watcher = Watcher::default();
     let seen = watcher.seen.clone();
-    let client = pair
-        .client
-        .connect(pair.server_id, watcher)
-        .await
-        .expect("connect");
-    tokio::time::sleep(SETTLE).await;
-    let server = pusher.peer();
+    let (pair, client, server) = pushed(34, watcher).await;
 
     let park = || async {
         tokio::time::sleep(PARK_AFTER * 2).await;
@@ -299,20 +298,10 @@ async fn the_servers_messages_revive_a_parked_client() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_the_client_is_serving_keeps_it_running() {
-    let pair = pair(35, RouterConfig::client());
-    let pusher = Pusher::default();
-    let factory = pusher.clone();
-    pair.server.serve(move |_: &PeerId| factory.clone());
     let watcher = Watcher::default();
     *watcher.seen.ping_delay.lock().unwrap() = PARK_AFTER * 4;
     let seen = watcher.seen.clone();
-    let client = pair
-        .client
-        .connect(pair.server_id, watcher)
-        .await
-        .expect("connect");
-    tokio::time::sleep(SETTLE).await;
-    let server = pusher.peer();
+    let (_pair, client, server) = pushed(35, watcher).await;
     let ping = tokio::spawn(async move {
         server
             .send_request(ServerRequest::PingRequest(PingRequest::default()))
@@ -335,11 +324,7 @@ async fn a_request_the_server_cancels_does_not_keep_it_running() {
     serve(&pair.server);
     let watcher = Watcher::default();
     *watcher.seen.ping_delay.lock().unwrap() = PARK_AFTER * 10;
-    let client = pair
-        .client
-        .connect(pair.server_id, watcher)
-        .await
-        .expect("connect");
+    let client = connect(&pair, watcher).await;
     tokio::time::sleep(SETTLE).await;
     inject(
         &pair,
@@ -368,12 +353,7 @@ async fn a_flood_or_a_crowd_of_leases_revives_once() {
     serve(&pair.server);
     let watcher = Watcher::default();
     let seen = watcher.seen.clone();
-    let client = Arc::new(
-        pair.client
-            .connect(pair.server_id, watcher)
-            .await
-            .expect("connect"),
-    );
+    let client = Arc::new(connect(&pair, watcher).await);
 
     tokio::time::sleep(PARK_AFTER * 2).await;
     assert!(client.is_parked());
@@ -416,11 +396,7 @@ async fn an_earlier_services_answer_does_not_complete_a_later_request() {
     config.request_timeout = Some(Duration::from_secs(20));
     let pair = pair(37, config);
     serve(&pair.server);
-    let client = pair
-        .client
-        .connect(pair.server_id, Watcher::default())
-        .await
-        .expect("connect");
+    let client = connect(&pair, Watcher::default()).await;
     {
         // The handshake took id 0; this call is id 1, and times out.
         let lease = client.lease().await.expect("lease");

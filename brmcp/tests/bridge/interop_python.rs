@@ -386,8 +386,9 @@ async fn python_declines_through_input_required() {
     env.bridge.close().await;
 }
 
-/// A bot's own elicitation (two questions in one call) reaches the SDK on 2026-07-28 as
-/// `input_required`; its answers reach the bot's one call.
+/// A bot's own elicitation (two questions in one call, one in a prompt's and one in a
+/// resource's read) reaches the SDK on 2026-07-28 as `input_required`; its answers reach
+/// the bot's one request each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_answers_a_bots_elicitation_through_input_required() {
     let token = "py-b0t-el1cit-py-b0t-el1cit-py-b0t-el1cit";
@@ -413,5 +414,16 @@ async fn python_answers_a_bots_elicitation_through_input_required() {
         json!(["your name? (1 of 2)", "your name? (2 of 2)"])
     );
     assert_eq!(env.bot.calls_of("elicit").len(), 1, "one call to the bot");
+    // A prompt and a resource whose reads ask: each question reaches the SDK, each
+    // answer the bot's one request.
+    let said = r#"user said: "accept" {"name":"py"}"#;
+    let prompt = step(&steps, "prompt");
+    assert_eq!(prompt["text"], json!(said), "{prompt}");
+    assert_eq!(prompt["asked"], json!(["whom to greet?"]), "{prompt}");
+    let resource = step(&steps, "resource");
+    assert_eq!(resource["text"], json!(said), "{resource}");
+    assert_eq!(resource["asked"], json!(["whose resource?"]), "{resource}");
+    assert_eq!(env.bot.reads_of("prompt:ask"), 1, "one request to the bot");
+    assert_eq!(env.bot.reads_of("resource:test://ask"), 1);
     env.bridge.close().await;
 }

@@ -9,8 +9,10 @@
                                                 <mode> "legacy" (the default) asks by
                                                 a request, "auto" by input_required
     py_client.py bot-elicit <url> <token>       on 2026-07-28 ("auto"), calls the bot's
-                                                `elicit` tool (two questions), answering
-                                                through the elicitation callback
+                                                `elicit` tool (two questions), then gets
+                                                its prompt `ask` and reads its resource
+                                                `test://ask` (one question each),
+                                                answering through the elicitation callback
 
 <mode> is the SDK's: "auto" (2026-07-28 stateless, with fallback) or "legacy"
 (initialize handshake). Each step prints one JSON line {"step": ..., ...}; the Rust test
@@ -124,6 +126,13 @@ async def bot_elicit(url, token):
     ) as client:
         r = await client.call_tool("elicit", {"times": 2})
         emit("elicit", texts=texts(r), is_error=r.is_error, asked=asked)
+        # A prompt and a resource whose reads ask too.
+        del asked[:]
+        prompt = await client.get_prompt("ask")
+        emit("prompt", text=prompt.messages[0].content.text, asked=list(asked))
+        del asked[:]
+        resource = await client.read_resource("test://ask")
+        emit("resource", text=resource.contents[0].text, asked=list(asked))
     await http.aclose()
 
 
