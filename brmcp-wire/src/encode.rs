@@ -295,15 +295,44 @@ pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usiz
     if let Some(tail) = UsualTail::new(header) {
         let header_len = usual_header_len(header);
         if header.mid.len() >= USUAL_EXACT_MID {
-            return write_body_first(header_len, chunk, out, |win| tail.write(header, win));
+            return write_body_first(header_len, chunk, out, &Usual { tail, header });
         }
-        return write_part(header_len, chunk, out, |win| tail.write(header, win));
+        return write_part(header_len, chunk, out, &Usual { tail, header });
     }
     let exp = Deadline::new(header.exp);
     let header_len = header_len(header, &exp);
-    write_part(header_len, chunk, out, |win| {
-        write_header(header, &exp, win);
-    })
+    write_part(header_len, chunk, out, &General { exp, header })
+}
+
+/// A header writer: stores the header in a window.
+trait WriteHeader {
+    fn write(&self, win: &mut [u8; WINDOW]);
+}
+
+/// The usual header (see [`UsualTail`]).
+struct Usual<'a> {
+    tail: UsualTail,
+    header: &'a Header,
+}
+
+impl WriteHeader for Usual<'_> {
+    #[inline(always)]
+    fn write(&self, win: &mut [u8; WINDOW]) {
+        self.tail.write(self.header, win);
+    }
+}
+
+/// Any other header.
+struct General<'a> {
+    exp: Deadline,
+    header: &'a Header,
+}
+
+impl WriteHeader for General<'_> {
+    #[inline(always)]
+    fn write(&self, win: &mut [u8; WINDOW]) {
+        write_header(self.header, &self.exp, win);
+    }
 }
 
 /// The shortest message id with which the usual header's stores end within it: the
@@ -318,7 +347,7 @@ fn write_body_first(
     header_len: usize,
     chunk: &[u8],
     out: &mut [u8],
-    write: impl Fn(&mut [u8; WINDOW]),
+    header: &impl WriteHeader,
 ) -> Result<usize, EncodeError> {
     let required = header_len + body::encoded_len(chunk.len());
     if out.len() < required {
@@ -328,10 +357,10 @@ fn write_body_first(
         body::encode_exact(chunk, body);
     }
     match out.first_chunk_mut::<WINDOW>() {
-        Some(win) => write(win),
+        Some(win) => header.write(win),
         None => {
             let mut aside = [0u8; WINDOW];
-            write(&mut aside);
+            header.write(&mut aside);
             out[..header_len].copy_from_slice(&aside[..header_len]);
         }
     }
@@ -344,7 +373,7 @@ fn write_part(
     header_len: usize,
     chunk: &[u8],
     out: &mut [u8],
-    write: impl Fn(&mut [u8; WINDOW]),
+    header: &impl WriteHeader,
 ) -> Result<usize, EncodeError> {
     let body_len = body::encoded_len(chunk.len());
     let required = header_len + body_len;
@@ -354,10 +383,10 @@ fn write_part(
     // The header's overrun lands in the body's place, which the body then fills; with
     // less room than the window, the header is written aside and copied.
     match out.first_chunk_mut::<WINDOW>() {
-        Some(win) if body_len >= OVERRUN => write(win),
+        Some(win) if body_len >= OVERRUN => header.write(win),
         _ => {
             let mut aside = [0u8; WINDOW];
-            write(&mut aside);
+            header.write(&mut aside);
             out[..header_len].copy_from_slice(&aside[..header_len]);
         }
     }
