@@ -2,7 +2,8 @@
 //! revived with nothing on the wire: by a lease, or by the server's next message, which
 //! its handler still gets. A lease, a request of ours or a request of the server's in
 //! progress keeps it running; a flood revives it once; an answer meant for an earlier
-//! service of the session never completes a request of a later one.
+//! service of the session never completes a request of a later one; a revived service's
+//! subscription is fed.
 
 #![allow(deprecated)] // logging and roots: deprecated in MCP, still spoken.
 
@@ -15,9 +16,9 @@ use brmcp_adapters::wire::{Chunks, MessageId, SessionId, encode_part};
 use brmcp_adapters::{Client, Clock, DEFAULT_CLIENT_PARK_AFTER, LeaseError, PeerId, RouterConfig};
 use rmcp::model::{
     ClientResult, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, PingRequest,
-    Root, ServerCapabilities, ServerConfig, ServerRequest,
+    Root, ServerCapabilities, ServerConfig, ServerNotification, ServerRequest, SubscriptionFilter,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
@@ -574,4 +575,96 @@ async fn a_stateless_client_parks_and_revives() {
         assert_eq!(pair.server.stats().sessions_accepted, 1 + round);
     }
     assert_eq!(probe.calls.load(SeqCst), 3);
+}
+
+/// A server that accepts a subscription to tool list changes, tells one change on it at
+/// once, then holds it until the client cancels.
+#[derive(Debug, Clone, Default)]
+struct Lister {
+    listens: Arc<AtomicUsize>,
+}
+
+impl ServerHandler for Lister {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    fn accepted_subscription_filter(&self, _: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        self.listens.fetch_add(1, SeqCst);
+        let changed = ServerNotification::ToolListChangedNotification(Default::default());
+        if context.sink().send(changed).await.is_err() {
+            return Ok(());
+        }
+        context.cancelled().await;
+        Ok(())
+    }
+}
+
+/// A subscription opened by a revived service (2026-07-28's `subscriptions/listen`) is
+/// acknowledged and fed: the server's notifications name it by the id the service sent,
+/// moved into the service's range, and reach it moved back (without that, the listen
+/// waits for an acknowledgment that never matches). An open subscription keeps the
+/// session from parking.
+#[tokio::test(start_paused = true)]
+async fn a_revived_client_listens_to_the_server() {
+    use rmcp::ClientLifecycleMode;
+    use rmcp::model::ProtocolVersion;
+
+    let pair = pair(40, RouterConfig::client());
+    let lister = Lister::default();
+    let factory = lister.clone();
+    pair.server.serve(move |_: &PeerId| factory.clone());
+    let client = pair
+        .client
+        .connect_with(
+            pair.server_id,
+            Watcher::default(),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover");
+    let tools = SubscriptionFilter::builder().tools_list_changed().build();
+
+    for round in 0..3usize {
+        if round > 0 {
+            tokio::time::sleep(PARK_AFTER * 2).await;
+            assert!(client.is_parked(), "round {round}: not parked");
+        }
+        let lease = client.lease().await.expect("lease");
+        let mut subscription = tokio::time::timeout(SETTLE, lease.listen(tools.clone()))
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the listen hung"))
+            .unwrap_or_else(|e| panic!("round {round}: the listen failed: {e}"));
+        assert_eq!(subscription.acknowledged(), &tools, "round {round}");
+        let told = tokio::time::timeout(SETTLE, subscription.next())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the change never came"))
+            .expect("the subscription failed");
+        assert!(
+            matches!(
+                told,
+                Some(ServerNotification::ToolListChangedNotification(_))
+            ),
+            "round {round}: {told:?}"
+        );
+        // An open subscription is a request in progress: the session stays up.
+        drop(lease);
+        tokio::time::sleep(PARK_AFTER * 2).await;
+        assert!(!client.is_parked(), "round {round}: parked while listening");
+        subscription.cancel().await.expect("cancel");
+        assert_eq!(lister.listens.load(SeqCst), round + 1);
+    }
+    assert_eq!(pair.client.stats().client_revived, 2);
+    assert_eq!(pair.client.stats().dropped_parked_answer, 0);
 }
