@@ -410,32 +410,43 @@ mod grammar {
             return None;
         }
         // `N/T,exp=`: one or two digits each, no leading zero; a one-part message's
-        // `1/1,exp=` is one word.
+        // `1/1,exp=` is one word, and needs no range check.
         let (seq, total, exp_at) = if w(USUAL_SEQ) == lit(b"1/1,exp=") {
             (1, 1, USUAL_SEQ + 8)
         } else {
-            seq_total(head)?
+            let (seq, total, at) = seq_total(head)?;
+            if seq > total || total > crate::MAX_PARTS {
+                return None;
+            }
+            (seq, total, at)
         };
         let negative = head[exp_at] == b'-';
         let digits = exp_at + usize::from(negative);
         let (w0, w1) = (w(digits), w(digits + 8));
-        let (magnitude, n) = match ten_digits(w0, w1) {
-            Some(value) => (value, 10),
-            None => digit_run16(w0, w1)?,
+        // The deadline's digits run to the `]--`, which `ten_digits` checks itself.
+        let (magnitude, close) = match ten_digits(w0, w1) {
+            Some(value) => (value, digits + 10),
+            None => {
+                let (value, n) = digit_run16(w0, w1)?;
+                let close = digits + n;
+                if n == 0 || head.get(close..close + 3) != Some(b"]--") {
+                    return None;
+                }
+                (value, close)
+            }
         };
-        let close = digits + n;
-        // The deadline's digits run to the `]--`, with no leading zero.
-        if n == 0 || head.get(close..close + 3) != Some(b"]--") || (n > 1 && head[digits] == b'0') {
+        // No leading zero, but for the deadline `0` itself.
+        if close - digits > 1 && head[digits] == b'0' {
             return None;
         }
-        let header = Header::new(
-            SessionId::from_checked(&head[14..30]),
-            MessageId::from_checked(&head[35..51]),
+        // Every check of `Header::new` is made above.
+        let header = Header {
+            sid: SessionId::from_checked(&head[14..30]),
+            mid: MessageId::from_checked(&head[35..51]),
             seq,
             total,
-            signed(negative, magnitude)?,
-        )
-        .ok()?;
+            exp: signed(negative, magnitude)?,
+        };
         Some(Part {
             header,
             body: text.get(close + 3..)?,
