@@ -287,8 +287,33 @@ const fn usual_header_len(h: &Header) -> usize {
 /// [`EncodeError::EmptyPayload`] for an empty chunk (receivers refuse empty bodies);
 /// [`EncodeError::BufferTooSmall`] with the exact size when `out` is shorter than
 /// [`Header::encoded_len`].
-#[inline]
+#[inline(always)]
 pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
+    // Nearly every part: the usual header, a message id this crate draws (16
+    // characters), room for the header's window. Inlined into the caller, with no frame
+    // of its own; everything else (and every error) is out of line.
+    if !chunk.is_empty()
+        && header.mid.len() >= USUAL_EXACT_MID
+        && let Some(tail) = UsualTail::new(header)
+    {
+        let header_len = usual_header_len(header);
+        let required = header_len + body::encoded_len(chunk.len());
+        if out.len() >= required.max(WINDOW)
+            && let Some(body) = out.get_mut(header_len..required)
+        {
+            body::encode_exact(chunk, body);
+            if let Some(win) = out.first_chunk_mut::<WINDOW>() {
+                tail.write(header, win);
+                return Ok(required);
+            }
+        }
+    }
+    encode_other(header, chunk, out)
+}
+
+/// [`encode_part`] for every part its inlined path does not take.
+#[inline(never)]
+fn encode_other(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
     if chunk.is_empty() {
         return Err(EncodeError::EmptyPayload);
     }
