@@ -378,6 +378,9 @@ mod grammar {
     /// Where the seq field's value starts in the usual form.
     const USUAL_SEQ: usize = 56;
 
+    /// Where a one-part message's deadline starts in the usual form (after `1/1,exp=`).
+    const ONE_EXP: usize = USUAL_SEQ + 8;
+
     /// The encoder's form with both ids of 16 hex digits, the form of every id this crate
     /// draws (`SessionId::random`, `MessageId::random`), in a text of at least
     /// [`USUAL_HEAD`] bytes that needs no trimming: `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,
@@ -408,6 +411,26 @@ mod grammar {
             non_id_bytes(w(14)) | non_id_bytes(w(22)) | non_id_bytes(w(35)) | non_id_bytes(w(43));
         if fixed | hex != 0 {
             return None;
+        }
+        let sid = SessionId::from_checked(&head[14..30]);
+        let mid = MessageId::from_checked(&head[35..51]);
+        // Most of all: a one-part message with a ten-digit deadline, every place fixed.
+        if w(USUAL_SEQ) == lit(b"1/1,exp=")
+            && head[ONE_EXP] != b'0'
+            && let Some(exp) = ten_digits(w(ONE_EXP), w(ONE_EXP + 8))
+        {
+            let header = Header {
+                sid,
+                mid,
+                seq: 1,
+                total: 1,
+                exp: i64::try_from(exp).ok()?,
+            };
+            return Some(Part {
+                header,
+                body: text.get(ONE_EXP + 13..)?,
+                canonical,
+            });
         }
         // `N/T,exp=`: one or two digits each, no leading zero; a one-part message's
         // `1/1,exp=` is one word, and needs no range check.
@@ -441,8 +464,8 @@ mod grammar {
         }
         // Every check of `Header::new` is made above.
         let header = Header {
-            sid: SessionId::from_checked(&head[14..30]),
-            mid: MessageId::from_checked(&head[35..51]),
+            sid,
+            mid,
             seq,
             total,
             exp: signed(negative, magnitude)?,
