@@ -14,9 +14,11 @@ use std::time::Duration;
 use brmcp_adapters::mem::{Faults, Pair};
 use brmcp_adapters::wire::{Chunks, MessageId, SessionId, encode_part};
 use brmcp_adapters::{Client, Clock, DEFAULT_CLIENT_PARK_AFTER, LeaseError, PeerId, RouterConfig};
+use rmcp::ClientLifecycleMode;
 use rmcp::model::{
     ClientResult, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, PingRequest,
-    Root, ServerCapabilities, ServerConfig, ServerNotification, ServerRequest, SubscriptionFilter,
+    ProtocolVersion, Root, ServerCapabilities, ServerConfig, ServerNotification, ServerRequest,
+    SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, RoleServer, ServerHandler};
@@ -106,6 +108,20 @@ async fn connect(pair: &Pair, watcher: Watcher) -> Client<Watcher> {
         .connect(pair.server_id, watcher)
         .await
         .expect("connect")
+}
+
+/// A client of `pair`'s server on the stateless 2026-07-28 lifecycle.
+async fn discover(pair: &Pair) -> Client<Watcher> {
+    pair.client
+        .connect_with(
+            pair.server_id,
+            Watcher::default(),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover")
 }
 
 /// A pair whose server is a [`Pusher`], a client connected to it with `watcher`, and
@@ -545,24 +561,11 @@ async fn a_revived_client_recovers_after_go_idle_expiry() {
 /// alone.
 #[tokio::test(start_paused = true)]
 async fn a_stateless_client_parks_and_revives() {
-    use rmcp::ClientLifecycleMode;
-    use rmcp::model::ProtocolVersion;
-
     let mut server = RouterConfig::server();
     server.server_idle_timeout = Some(PARK_AFTER);
     let pair = Pair::with_configs(39, Faults::none(), server, RouterConfig::client());
     let probe = serve(&pair.server);
-    let client = pair
-        .client
-        .connect_with(
-            pair.server_id,
-            Watcher::default(),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("discover");
+    let client = discover(&pair).await;
     assert_eq!(echo(&client, "first").await, "first");
     for round in 1..=2u64 {
         tokio::time::sleep(PARK_AFTER * 3).await;
@@ -616,24 +619,11 @@ impl ServerHandler for Lister {
 /// session from parking.
 #[tokio::test(start_paused = true)]
 async fn a_revived_client_listens_to_the_server() {
-    use rmcp::ClientLifecycleMode;
-    use rmcp::model::ProtocolVersion;
-
     let pair = pair(40, RouterConfig::client());
     let lister = Lister::default();
     let factory = lister.clone();
     pair.server.serve(move |_: &PeerId| factory.clone());
-    let client = pair
-        .client
-        .connect_with(
-            pair.server_id,
-            Watcher::default(),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("discover");
+    let client = discover(&pair).await;
     let tools = SubscriptionFilter::builder().tools_list_changed().build();
 
     for round in 0..3usize {
