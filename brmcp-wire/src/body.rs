@@ -49,8 +49,9 @@ mod simd {
         LazyLock::new(|| Simd::standard(super::CANONICAL_CONFIG));
 }
 
-/// Decodes with the fastest engine this build has.
-#[inline]
+/// Decodes with the fastest engine this build has. Always inlined, so a caller that
+/// parsed the part in place hands the engine the body with no call of its own between.
+#[inline(always)]
 pub(crate) fn decode(body: &[u8], out: &mut [u8], canonical: bool) -> Result<usize, BodyError> {
     #[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
@@ -167,7 +168,7 @@ pub(crate) const fn is_body_space(b: u8) -> bool {
 /// the last is whole quads; small enough to live on any stack.
 const GATHER_LEN: usize = 1024;
 
-#[inline]
+#[inline(always)]
 pub(crate) fn decode_with<E: Engine>(
     engine: &E,
     body: &[u8],

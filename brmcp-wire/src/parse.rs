@@ -223,7 +223,7 @@ mod grammar {
     use crate::envelope::{Header, Part};
     use crate::error::ParseError;
     use crate::id::{MessageId, SessionId};
-    use crate::words::{digit_run, digit_run16, non_id_bytes, ten_digits, word_at};
+    use crate::words::{digit_run, digit_run16, ten_digits, word_at};
 
     type Res<'a, T> = nom::IResult<&'a [u8], T, nom::error::Error<&'a [u8]>>;
 
@@ -384,8 +384,9 @@ mod grammar {
     /// The encoder's form with both ids of 16 hex digits, the form of every id this crate
     /// draws (`SessionId::random`, `MessageId::random`), in a text of at least
     /// [`USUAL_HEAD`] bytes that needs no trimming: `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,
-    /// seq=` at fixed places, checked a word at a time with one branch; then the numbers,
-    /// a one-part message's `1/1,exp=` as one word and a ten-digit deadline as a word and a
+    /// seq=` at fixed places, the literals a word at a time and the 32 id digits in one
+    /// pass without a branch (which the compiler vectorizes); then the numbers, a
+    /// one-part message's `1/1,exp=` as one word and a ten-digit deadline as a word and a
     /// pair. `None` for anything else, which the byte-wise cursor then reads.
     ///
     /// Kept to few instructions: the decoder that follows runs at several per cycle, so
@@ -407,34 +408,49 @@ mod grammar {
             | (w(6) ^ lit(b"v=1,sid="))
             | ((w(27) ^ lit(b"\0\0\0,mid=")) & TOP5)
             | ((w(48) ^ lit(b"\0\0\0,seq=")) & TOP5);
-        let hex =
-            non_id_bytes(w(14)) | non_id_bytes(w(22)) | non_id_bytes(w(35)) | non_id_bytes(w(43));
-        if fixed | hex != 0 {
+        let (sid_bytes, mid_bytes): (&[u8; 16], &[u8; 16]) =
+            (head[14..30].try_into().ok()?, head[35..51].try_into().ok()?);
+        let not_hex = sid_bytes
+            .iter()
+            .zip(mid_bytes)
+            .fold(false, |bad, (&s, &m)| {
+                bad | !crate::id::is_id_byte(s) | !crate::id::is_id_byte(m)
+            });
+        if fixed != 0 || not_hex {
             return None;
         }
-        let sid = SessionId::from_checked(&head[14..30]);
-        let mid = MessageId::from_checked(&head[35..51]);
         // Most of all: a one-part message with a ten-digit deadline, every place fixed.
-        if w(USUAL_SEQ) == lit(b"1/1,exp=")
+        let (seq, total, exp, body_at) = if w(USUAL_SEQ) == lit(b"1/1,exp=")
             && head[ONE_EXP] != b'0'
             && let Some(exp) = ten_digits(w(ONE_EXP), w(ONE_EXP + 8))
         {
-            let header = Header {
-                sid,
-                mid,
-                seq: 1,
-                total: 1,
-                exp: i64::try_from(exp).ok()?,
-            };
-            return Some(Part {
-                header,
-                body: text.get(ONE_EXP + 13..)?,
-                canonical,
-            });
-        }
+            (1, 1, i64::try_from(exp).ok()?, ONE_EXP + 13)
+        } else {
+            numbers(head)?
+        };
+        // Built in one place, so the caller gets it in place (see `encoder_form`). Every
+        // check of `Header::new` is made above.
+        Some(Part {
+            header: Header {
+                sid: SessionId::from_checked(sid_bytes),
+                mid: MessageId::from_checked(mid_bytes),
+                seq,
+                total,
+                exp,
+            },
+            body: text.get(body_at..)?,
+            canonical,
+        })
+    }
+
+    /// The usual form's `N/T,exp=E]--` at [`USUAL_SEQ`] for any part and deadline: the
+    /// part number, the part count, the deadline and where the body starts.
+    #[inline(always)]
+    fn numbers(head: &[u8; USUAL_HEAD]) -> Option<(u16, u16, i64, usize)> {
+        let w = |at: usize| word_at(head, at).unwrap_or(0);
         // `N/T,exp=`: one or two digits each, no leading zero; a one-part message's
         // `1/1,exp=` is one word, and needs no range check.
-        let (seq, total, exp_at) = if w(USUAL_SEQ) == lit(b"1/1,exp=") {
+        let (seq, total, exp_at) = if w(USUAL_SEQ) == u64::from_le_bytes(*b"1/1,exp=") {
             (1, 1, USUAL_SEQ + 8)
         } else {
             let (seq, total, at) = seq_total(head)?;
@@ -462,19 +478,7 @@ mod grammar {
         if close - digits > 1 && head[digits] == b'0' {
             return None;
         }
-        // Every check of `Header::new` is made above.
-        let header = Header {
-            sid,
-            mid,
-            seq,
-            total,
-            exp: signed(negative, magnitude)?,
-        };
-        Some(Part {
-            header,
-            body: text.get(close + 3..)?,
-            canonical,
-        })
+        Some((seq, total, signed(negative, magnitude)?, close + 3))
     }
 
     /// `N/T,exp=` at [`USUAL_SEQ`]: the part number, the part count and where the

@@ -26,17 +26,6 @@ const fn at_least(w: u64, n: u8) -> u64 {
     w.wrapping_add(ONES * (0x80 - n as u64)) & HIGH
 }
 
-/// The high bit of each byte of `w` that is not a lowercase hex digit
-/// ([`crate::id::is_id_byte`]); zero when all eight are.
-#[inline(always)]
-pub(crate) const fn non_id_bytes(w: u64) -> u64 {
-    let low = w & !HIGH;
-    let digit = at_least(low, b'0') & !at_least(low, b'9' + 1);
-    let lower = at_least(low, b'a') & !at_least(low, b'f' + 1);
-    // A byte of 0x80 or above is never one, whatever its low seven bits say.
-    ((digit | lower) & !w) ^ HIGH
-}
-
 /// The high bit of each byte of `w` that is an ASCII digit.
 #[inline(always)]
 pub(crate) const fn digit_bytes(w: u64) -> u64 {
@@ -57,8 +46,14 @@ pub(crate) const fn word_value(w: u64, k: usize) -> u64 {
         return 0;
     }
     // The k digits to the top of the word (the first digit stays most significant),
-    // zero digits below them; then pairs, quads, octets.
-    let d = w.wrapping_sub(ONES * b'0' as u64) << (8 * (8 - k));
+    // zero digits below them.
+    octet_value(w.wrapping_sub(ONES * b'0' as u64) << (8 * (8 - k)))
+}
+
+/// The value of the eight decimal digits of `d`, given as digit values (0 to 9) with the
+/// most significant in byte 0: pairs, quads, then the octet.
+#[inline(always)]
+const fn octet_value(d: u64) -> u64 {
     let d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
     let d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff;
     (d.wrapping_mul(10_000) + (d >> 32)) & 0xffff_ffff
@@ -137,12 +132,20 @@ pub(crate) const fn ten_digits(w0: u64, w1: u64) -> Option<u64> {
     /// The separator in bytes 2 to 4 of the second word.
     const CLOSE: u64 = u64::from_le_bytes(*b"\0\0]--\0\0\0");
     const CLOSE_MASK: u64 = 0xff_ffff << 16;
-    if digit_bytes(w0) != HIGH || digit_bytes(w1) & 0x8080 != 0x8080 || w1 & CLOSE_MASK != CLOSE {
+    /// The pair's two bytes.
+    const PAIR: u64 = 0xffff;
+    // Digit values. The first byte that is no digit shows: below `0` it borrows and
+    // sets its high bit, above `9` adding 0x76 sets it (the bytes before it are digits,
+    // so nothing carries or borrows into it).
+    let d0 = w0.wrapping_sub(ONES * b'0' as u64);
+    let d1 = w1.wrapping_sub(PAIR & (ONES * b'0' as u64));
+    let no_digit = (d0 | d0.wrapping_add(ONES * 0x76)) & HIGH;
+    let no_digit1 = (d1 | d1.wrapping_add(PAIR & (ONES * 0x76))) & PAIR & HIGH;
+    if no_digit | no_digit1 != 0 || w1 & CLOSE_MASK != CLOSE {
         return None;
     }
-    let pair =
-        (w1 & 0xff).wrapping_sub(b'0' as u64) * 10 + ((w1 >> 8) & 0xff).wrapping_sub(b'0' as u64);
-    Some(word_value(w0, 8) * 100 + pair)
+    let pair = (d1 & 0xff) * 10 + ((d1 >> 8) & 0xff);
+    Some(octet_value(d0) * 100 + pair)
 }
 
 /// The eight decimal digits of `n` (below 10^8), leading zeros included, as ASCII in a
@@ -174,18 +177,12 @@ mod tests {
     }
 
     #[test]
-    fn word_check_matches_byte_check() {
+    fn digit_flags_match_the_byte_check() {
         for b in 0..=255u8 {
             for at in 0..8 {
                 let mut w = *b"0123abcd";
                 w[at] = b;
                 let w64 = u64::from_le_bytes(w);
-                let want = w.iter().all(|&x| crate::id::is_id_byte(x));
-                assert_eq!(non_id_bytes(w64) == 0, want, "{w:?}");
-                assert_eq!(
-                    flags(non_id_bytes(w64)),
-                    w.map(|x| !crate::id::is_id_byte(x))
-                );
                 assert_eq!(flags(digit_bytes(w64)), w.map(|x| x.is_ascii_digit()));
             }
         }
@@ -210,10 +207,6 @@ mod tests {
                 let w = u64::from_le_bytes([a, b, a, b, b, a, a, b]);
                 let bytes = w.to_le_bytes();
                 assert_eq!(flags(digit_bytes(w)), bytes.map(|x| x.is_ascii_digit()));
-                assert_eq!(
-                    flags(non_id_bytes(w)),
-                    bytes.map(|x| !crate::id::is_id_byte(x))
-                );
             }
         }
     }
@@ -279,6 +272,41 @@ mod tests {
             assert_eq!(digit_run16(w0, w1), want16, "{text:?}");
             let want10 = (run == 10 && text[10..].starts_with(b"]--")).then_some(value);
             assert_eq!(ten_digits(w0, w1), want10, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn ten_digits_refuse_every_other_byte_in_every_place() {
+        // The digit check works by borrows and carries between bytes: every byte value in
+        // every place of the digits and the separator, and two at once at the edges.
+        let reference = |b: &[u8; 16]| {
+            (b[..10].iter().all(u8::is_ascii_digit) && &b[10..13] == b"]--").then(|| {
+                b[..10]
+                    .iter()
+                    .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'))
+            })
+        };
+        let check = |b: &[u8; 16]| {
+            let (w0, w1) = (word_at(b, 0).unwrap_or(0), word_at(b, 8).unwrap_or(0));
+            assert_eq!(ten_digits(w0, w1), reference(b), "{b:?}");
+        };
+        for base in [
+            *b"1767225600]--QUJ",
+            *b"0000000000]--===",
+            *b"9999999999]--xyz",
+        ] {
+            for at in 0..16 {
+                for byte in 0..=255u8 {
+                    let mut b = base;
+                    b[at] = byte;
+                    check(&b);
+                    for other in [0, 7, 8, 9] {
+                        let mut c = b;
+                        c[other] = byte.wrapping_add(1);
+                        check(&c);
+                    }
+                }
+            }
         }
     }
 
