@@ -222,7 +222,7 @@ mod grammar {
 
     use crate::envelope::{Header, Part};
     use crate::error::ParseError;
-    use crate::id::{MessageId, SessionId};
+    use crate::id::{MessageId, SessionId, is_id_byte};
     use crate::words::{digit_run, digit_run16, ten_digits, word_at};
 
     type Res<'a, T> = nom::IResult<&'a [u8], T, nom::error::Error<&'a [u8]>>;
@@ -282,7 +282,7 @@ mod grammar {
 
         #[inline(always)]
         fn id(&mut self) -> Option<&'a [u8]> {
-            self.until(b',', crate::MAX_ID_LEN, crate::id::is_id_byte)
+            self.until(b',', crate::MAX_ID_LEN, is_id_byte)
         }
 
         /// A canonical number of one or two digits ended by `end`: a part number, as
@@ -413,9 +413,7 @@ mod grammar {
         let not_hex = sid_bytes
             .iter()
             .zip(mid_bytes)
-            .fold(false, |bad, (&s, &m)| {
-                bad | !crate::id::is_id_byte(s) | !crate::id::is_id_byte(m)
-            });
+            .fold(false, |bad, (&s, &m)| bad | !is_id_byte(s) | !is_id_byte(m));
         if fixed != 0 || not_hex {
             return None;
         }
