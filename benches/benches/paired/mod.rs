@@ -4,13 +4,17 @@
 //! times drift.
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Calls per batch: long enough to time, short enough to sample the load often.
 const BATCH: u32 = 64;
 
-/// Batches per side.
+/// Batches per side, at least.
 const ROUNDS: usize = 301;
+
+/// Time the batches take, at least: for short routines 301 rounds last a few
+/// milliseconds, which one spell of another process's load can cover almost entirely.
+const MIN_TIME: Duration = Duration::from_millis(150);
 
 /// Medians over the batches of `a`'s and `b`'s time per call (ns), and of the batch
 /// ratios b/a.
@@ -30,7 +34,9 @@ pub(crate) fn paired<T, U>(mut a: impl FnMut() -> T, mut b: impl FnMut() -> U) -
         start.elapsed().as_secs_f64() * 1e9 / f64::from(BATCH)
     }
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
+    let start = Instant::now();
+    let mut round = 0;
+    while round < ROUNDS || start.elapsed() < MIN_TIME {
         // Each goes first every other round, so neither gains from its place.
         let (x, y) = if round % 2 == 0 {
             let x = time(&mut a);
@@ -42,6 +48,7 @@ pub(crate) fn paired<T, U>(mut a: impl FnMut() -> T, mut b: impl FnMut() -> U) -
         ta.push(x);
         tb.push(y);
         ratio.push(y / x);
+        round += 1;
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
