@@ -291,22 +291,14 @@ const fn usual_header_len(h: &Header) -> usize {
 pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
     // Nearly every part: the usual header, a message id this crate draws (16
     // characters), room for the header's window. Inlined into the caller, with no frame
-    // of its own; everything else (and every error) is out of line.
+    // of its own; every other part, and an empty chunk, is written out of line.
     if !chunk.is_empty()
         && header.mid.len() >= USUAL_EXACT_MID
+        && out.len() >= WINDOW
         && let Some(tail) = UsualTail::new(header)
     {
         let header_len = usual_header_len(header);
-        let required = header_len + body::encoded_len(chunk.len());
-        if out.len() >= required.max(WINDOW)
-            && let Some(body) = out.get_mut(header_len..required)
-        {
-            body::encode_exact(chunk, body);
-            if let Some(win) = out.first_chunk_mut::<WINDOW>() {
-                tail.write(header, win);
-                return Ok(required);
-            }
-        }
+        return write_body_first(header_len, chunk, out, &Usual { tail, header });
     }
     encode_other(header, chunk, out)
 }

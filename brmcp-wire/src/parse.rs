@@ -381,6 +381,20 @@ mod grammar {
     /// Where a one-part message's deadline starts in the usual form (after `1/1,exp=`).
     const ONE_EXP: usize = USUAL_SEQ + 8;
 
+    /// Eight bytes of literal text as the little-endian word [`word_at`] reads.
+    const fn lit(bytes: &[u8; 8]) -> u64 {
+        u64::from_le_bytes(*bytes)
+    }
+
+    /// A one-part message's part numbers and the deadline's key, at [`USUAL_SEQ`].
+    const ONE_PART: u64 = lit(b"1/1,exp=");
+
+    /// The word of `head` at `at`; every word the usual form reads is inside the head.
+    #[inline(always)]
+    fn head_word(head: &[u8; USUAL_HEAD], at: usize) -> u64 {
+        word_at(head, at).unwrap_or(0)
+    }
+
     /// The encoder's form with both ids of 16 hex digits, the form of every id this crate
     /// draws (`SessionId::random`, `MessageId::random`), in a text of at least
     /// [`USUAL_HEAD`] bytes that needs no trimming: `--mcp[v=1,sid=<16 hex>,mid=<16 hex>,
@@ -393,15 +407,12 @@ mod grammar {
     /// every instruction here adds to the call's time.
     #[inline(always)]
     pub(super) fn usual(text: &[u8], canonical: bool) -> Option<Part<'_>> {
-        const fn lit(bytes: &[u8; 8]) -> u64 {
-            u64::from_le_bytes(*bytes)
-        }
         let head: &[u8; USUAL_HEAD] = text.first_chunk()?;
         // Starting with `-` and ending in a printable ASCII byte: nothing to trim.
         if !text.last().is_some_and(u8::is_ascii_graphic) {
             return None;
         }
-        let w = |at: usize| word_at(head, at).unwrap_or(0);
+        let w = |at: usize| head_word(head, at);
         /// The top five bytes of a word: the literal after the last three bytes of an id.
         const TOP5: u64 = !0 << 24;
         let fixed = (w(0) ^ lit(b"--mcp[v="))
@@ -418,7 +429,7 @@ mod grammar {
             return None;
         }
         // Most of all: a one-part message with a ten-digit deadline, every place fixed.
-        let (seq, total, exp, body_at) = if w(USUAL_SEQ) == lit(b"1/1,exp=")
+        let (seq, total, exp, body_at) = if w(USUAL_SEQ) == ONE_PART
             && head[ONE_EXP] != b'0'
             && let Some(exp) = ten_digits(w(ONE_EXP), w(ONE_EXP + 8))
         {
@@ -445,10 +456,10 @@ mod grammar {
     /// part number, the part count, the deadline and where the body starts.
     #[inline(always)]
     fn numbers(head: &[u8; USUAL_HEAD]) -> Option<(u16, u16, i64, usize)> {
-        let w = |at: usize| word_at(head, at).unwrap_or(0);
+        let w = |at: usize| head_word(head, at);
         // `N/T,exp=`: one or two digits each, no leading zero; a one-part message's
         // `1/1,exp=` is one word, and needs no range check.
-        let (seq, total, exp_at) = if w(USUAL_SEQ) == u64::from_le_bytes(*b"1/1,exp=") {
+        let (seq, total, exp_at) = if w(USUAL_SEQ) == ONE_PART {
             (1, 1, USUAL_SEQ + 8)
         } else {
             let (seq, total, at) = seq_total(head)?;
