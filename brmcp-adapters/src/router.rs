@@ -568,7 +568,10 @@ impl Driver {
 
     fn on_pm(&mut self, assembler: &mut Assembler<'_, PeerKey, ASSEMBLER_SLOTS>, pm: InboundPm) {
         Counters::bump(&self.counters.pms_received);
-        let part = match parse(&pm.body) {
+        // Borrowed, not moved out of the result: a move copies the whole part, a
+        // copy the decode then waits on.
+        let parsed = parse(&pm.body);
+        let part = match &parsed {
             Ok(part) => part,
             Err(e) if e.is_foreign() => {
                 Counters::bump(&self.counters.dropped_foreign);
@@ -627,8 +630,8 @@ impl Driver {
         let mid = *part.mid();
         let now = self.config.clock.now();
         // Refusals the header decides cost no decode.
-        let added = match assembler.check(peer.as_bytes(), &part, now) {
-            Ok(Verdict::Undecided) => assembler.add(*peer.as_bytes(), &part, now),
+        let added = match assembler.check(peer.as_bytes(), part, now) {
+            Ok(Verdict::Undecided) => assembler.add(*peer.as_bytes(), part, now),
             Ok(Verdict::Duplicate) => Ok(Accepted::Duplicate),
             Err(e) => Err(e),
         };
