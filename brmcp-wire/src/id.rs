@@ -104,19 +104,6 @@ macro_rules! id_type {
                 Self { len: bytes.len() as u8, buf }
             }
 
-            /// Builds an id from 16 bytes the caller has already checked. A fixed-size
-            /// assignment, which the compiler writes where the id is kept: the copy of
-            /// a run of any length in `from_checked` goes through a stack temporary
-            /// first, which costs a receiver that keeps the part.
-            #[inline(always)]
-            pub(crate) fn from_sixteen(bytes: &[u8; 16]) -> Self {
-                let mut buf = [0u8; MAX_ID_LEN];
-                if let Some((head, _)) = buf.split_first_chunk_mut::<16>() {
-                    *head = *bytes;
-                }
-                Self { len: 16, buf }
-            }
-
             /// The identifier's bytes and zeros after them, to [`MAX_ID_LEN`]: the
             /// encoder copies the whole array, a fixed-size store.
             #[inline(always)]

@@ -445,8 +445,8 @@ mod grammar {
         // check of `Header::new` is made above.
         Some(Part {
             header: Header {
-                sid: SessionId::from_sixteen(sid_bytes),
-                mid: MessageId::from_sixteen(mid_bytes),
+                sid: SessionId::from_checked(sid_bytes),
+                mid: MessageId::from_checked(mid_bytes),
                 seq,
                 total,
                 exp,
