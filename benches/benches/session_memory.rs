@@ -20,7 +20,7 @@
 //! sessions after `brmcp::server::DEFAULT_PARK_AFTER`, both 30 s; 200 ms here so the
 //! run is short): a parked end keeps its router entry and handshake record, and no rmcp
 //! service. Target: at most 24 KiB per idle pair, both ends. Last measured (N=10,000):
-//! 2,909 bytes per pair parked (the server end 1,535, the client end 1,374), 69,743
+//! 2,925 bytes per pair parked (the server end 1,551, the client end 1,374), 69,743
 //! running.
 //!
 //! Run: `cargo bench -p brmcp-benches --bench session_memory`.
