@@ -198,7 +198,7 @@ impl Router {
                 generation: 0,
             }),
         });
-        let weak: Weak<dyn ClientSlot> = Arc::downgrade(&slot) as Weak<dyn ClientSlot>;
+        let weak = slot.weak();
         // Gone with the router: the lease then says closed.
         let _ = slot.ctl.send(Ctl::Parkable {
             peer,
@@ -242,6 +242,7 @@ impl<H: ClientHandler + Clone> Client<H> {
                 .send(Ctl::Revive {
                     peer: self.slot.peer,
                     sid: self.slot.sid,
+                    slot: self.slot.weak(),
                     done,
                 })
                 .map_err(|_| LeaseError::Closed)?;
@@ -285,15 +286,20 @@ impl<H: ClientHandler + Clone> Drop for Client<H> {
 }
 
 impl<H: ClientHandler + Clone> Slot<H> {
+    /// How the router's entry names this client, to tell it from another client's
+    /// entry on the same sid.
+    fn weak(self: &Arc<Self>) -> Weak<dyn ClientSlot> {
+        Arc::downgrade(self) as Weak<dyn ClientSlot>
+    }
+
     /// Marks the client closed: its service (if one runs) is returned, for the caller to
     /// end; a parked session is closed by the router.
     fn shut(self: &Arc<Self>) -> Option<RunningService<RoleClient, H>> {
         let run = std::mem::replace(&mut crate::lock(&self.state).run, Run::Closed);
-        let weak: Weak<dyn ClientSlot> = Arc::downgrade(self) as Weak<dyn ClientSlot>;
         let _ = self.ctl.send(Ctl::Unslot {
             peer: self.peer,
             sid: self.sid,
-            slot: weak,
+            slot: self.weak(),
         });
         match run {
             Run::Live { service, .. } => Some(service),

@@ -123,10 +123,12 @@ pub(crate) enum Ctl {
         id: u64,
         slot: std::sync::Weak<dyn client::ClientSlot>,
     },
-    /// Revive the parked session of a [`Client`]; `done` is dropped if it is gone.
+    /// Revive the parked session of a [`Client`]; `done` is dropped if it is gone or
+    /// no longer that client's (another session took its sid).
     Revive {
         peer: PeerId,
         sid: wire::SessionId,
+        slot: std::sync::Weak<dyn client::ClientSlot>,
         done: tokio::sync::oneshot::Sender<()>,
     },
     /// A [`Client`] closed: its session goes, if it is still that client's.

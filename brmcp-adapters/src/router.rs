@@ -516,7 +516,12 @@ impl Driver {
                 id,
                 slot,
             } => self.parkable((peer, sid), id, slot),
-            Ctl::Revive { peer, sid, done } => self.revive_for_lease((peer, sid), done),
+            Ctl::Revive {
+                peer,
+                sid,
+                slot,
+                done,
+            } => self.revive_for_lease((peer, sid), &slot, done),
             Ctl::Unslot { peer, sid, slot } => self.unslot((peer, sid), &slot),
             Ctl::Acceptor(acceptor) => self.acceptor = Some(acceptor),
             Ctl::Shutdown => {}

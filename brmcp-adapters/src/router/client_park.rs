@@ -35,14 +35,18 @@ impl Driver {
     /// A client closed: its session goes with it, if it is still that client's (a
     /// parked one has no transport to close it).
     pub(super) fn unslot(&mut self, key: Key, slot: &Weak<dyn ClientSlot>) {
-        let ours = self
-            .sessions
-            .get(&key)
-            .and_then(|entry| entry.slot.as_ref())
-            .is_some_and(|held| Weak::ptr_eq(held, slot));
-        if ours {
+        if self.held_by(key, slot) {
             self.close(key, CloseReason::Transport);
         }
+    }
+
+    /// Whether the session `key` is the one `slot`'s client holds: a dial on the same
+    /// sid (a resumed sid, or a random one that collided) replaces the entry.
+    fn held_by(&self, key: Key, slot: &Weak<dyn ClientSlot>) -> bool {
+        self.sessions
+            .get(&key)
+            .and_then(|entry| entry.slot.as_ref())
+            .is_some_and(|held| Weak::ptr_eq(held, slot))
     }
 
     /// Parks the client session `key` if its client holds no lease: its service goes
@@ -69,9 +73,18 @@ impl Driver {
         true
     }
 
-    /// A lease wants the client session `key` running: revived if parked. `done` is
-    /// told once it runs, dropped if the session is gone.
-    pub(super) fn revive_for_lease(&mut self, key: Key, done: oneshot::Sender<()>) {
+    /// A lease of `slot`'s client wants the client session `key` running: revived if
+    /// parked. `done` is told once it runs, dropped if the session is gone or is no
+    /// longer that client's (its lease then ends closed rather than asking again).
+    pub(super) fn revive_for_lease(
+        &mut self,
+        key: Key,
+        slot: &Weak<dyn ClientSlot>,
+        done: oneshot::Sender<()>,
+    ) {
+        if !self.held_by(key, slot) {
+            return;
+        }
         let Some(entry) = self.sessions.get(&key) else {
             return;
         };

@@ -225,6 +225,34 @@ async fn a_parked_client_is_closed_when_dropped() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_client_whose_sid_another_dial_took_is_closed() {
+    let pair = pair(44, RouterConfig::client());
+    serve(&pair.server);
+    // Parked, then its sid dialed again (`dial_on` resumes a sid it is given): the new
+    // session's entry replaces the client's.
+    let parked = connect(&pair, Watcher::default()).await;
+    tokio::time::sleep(PARK_AFTER * 2).await;
+    assert!(parked.is_parked());
+    let _taken = pair.client.dial_on(pair.server_id, parked.sid()).unwrap();
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(parked.lease().await.err(), Some(LeaseError::Closed));
+    assert_eq!(pair.client.stats().client_revived, 0, "revived another's");
+
+    // Running, likewise.
+    let running = connect(&pair, Watcher::default()).await;
+    assert_eq!(echo(&running, "before").await, "before");
+    let _taken_too = pair.client.dial_on(pair.server_id, running.sid()).unwrap();
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(running.lease().await.err(), Some(LeaseError::Closed));
+
+    // Dropping the clients leaves the sessions that took their sids open.
+    let open = pair.client.stats().sessions_open;
+    drop((parked, running));
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(pair.client.stats().sessions_open, open);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_lease_or_a_request_in_progress_keeps_it_running() {
     let pair = pair(33, RouterConfig::client());
     let probe = serve(&pair.server);
