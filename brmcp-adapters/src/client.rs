@@ -214,8 +214,9 @@ impl<H: ClientHandler + Clone> Client<H> {
     /// The running session, revived first if it was parked (nothing is sent).
     ///
     /// # Errors
-    /// [`LeaseError::Closed`] once the session is closed (by us, by the router, or
-    /// for an inbound overflow); [`LeaseError::Parking`] if it parked again each time.
+    /// [`LeaseError::Closed`] once the session is closed (by us, by the router, for an
+    /// inbound overflow, or by a dial that took its sid); [`LeaseError::Parking`] if it
+    /// parked again each time.
     pub async fn lease(&self) -> Result<Lease<H>, LeaseError> {
         for _ in 0..MAX_REVIVE_ATTEMPTS {
             {
