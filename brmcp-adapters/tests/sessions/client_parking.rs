@@ -137,6 +137,16 @@ async fn pushed(seed: u64, watcher: Watcher) -> (Pair, Client<Watcher>, Peer<Rol
     (pair, client, server)
 }
 
+/// A pair serving the echo tools, and a client of it that has parked.
+async fn parked(seed: u64) -> (Pair, Client<Watcher>) {
+    let pair = pair(seed, RouterConfig::client());
+    serve(&pair.server);
+    let client = connect(&pair, Watcher::default()).await;
+    tokio::time::sleep(PARK_AFTER * 2).await;
+    assert!(client.is_parked());
+    (pair, client)
+}
+
 async fn echo(client: &Client<Watcher>, said: &str) -> String {
     let lease = client.lease().await.expect("lease");
     let answer = tokio::time::timeout(
@@ -212,11 +222,7 @@ async fn an_idle_client_parks_and_comes_back_without_a_handshake() {
 
 #[tokio::test(start_paused = true)]
 async fn a_parked_client_is_closed_when_dropped() {
-    let pair = pair(32, RouterConfig::client());
-    serve(&pair.server);
-    let client = connect(&pair, Watcher::default()).await;
-    tokio::time::sleep(PARK_AFTER * 2).await;
-    assert!(client.is_parked());
+    let (pair, client) = parked(32).await;
     drop(client);
     tokio::time::sleep(SETTLE).await;
     let stats = pair.client.stats();
@@ -226,13 +232,9 @@ async fn a_parked_client_is_closed_when_dropped() {
 
 #[tokio::test(start_paused = true)]
 async fn a_client_whose_sid_another_dial_took_is_closed() {
-    let pair = pair(44, RouterConfig::client());
-    serve(&pair.server);
     // Parked, then its sid dialed again (`dial_on` resumes a sid it is given): the new
     // session's entry replaces the client's.
-    let parked = connect(&pair, Watcher::default()).await;
-    tokio::time::sleep(PARK_AFTER * 2).await;
-    assert!(parked.is_parked());
+    let (pair, parked) = parked(44).await;
     let _taken = pair.client.dial_on(pair.server_id, parked.sid()).unwrap();
     tokio::time::sleep(SETTLE).await;
     assert_eq!(parked.lease().await.err(), Some(LeaseError::Closed));
