@@ -175,6 +175,11 @@ impl<R: ServiceRole> BrTransport<R> {
             exp,
             ack,
         } = send;
+        if self.session.is_closed() {
+            // Closed, or the state a park retired (a `Peer` cloned out of a lease can
+            // outlive its service by a message): nothing more leaves under it.
+            return Err(AdapterError::Closed);
+        }
         if !self
             .session
             .reserve_outbound(payload.len(), self.max_outbound)

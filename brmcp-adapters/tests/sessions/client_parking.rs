@@ -231,6 +231,31 @@ async fn a_parked_client_is_closed_when_dropped() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_peer_kept_past_its_lease_sends_nothing_once_parked() {
+    let pair = pair(45, RouterConfig::client());
+    let probe = serve(&pair.server);
+    let client = connect(&pair, Watcher::default()).await;
+    let kept = (*client.lease().await.unwrap()).clone();
+    tokio::time::sleep(PARK_AFTER * 2).await;
+    assert!(client.is_parked());
+
+    let sent = pair.fabric.stats().sent;
+    let late = tokio::time::timeout(
+        Duration::from_secs(5),
+        kept.call_tool(call("echo", json!({"text": "late"}))),
+    )
+    .await
+    .expect("the call hung");
+    assert!(late.is_err(), "{late:?}");
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(pair.fabric.stats().sent, sent, "a parked session sent");
+    assert_eq!(probe.calls.load(SeqCst), 0);
+    assert!(client.is_parked());
+    // The client itself goes on.
+    assert_eq!(echo(&client, "leased").await, "leased");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_client_whose_sid_another_dial_took_is_closed() {
     // Parked, then its sid dialed again (`dial_on` resumes a sid it is given): the new
     // session's entry replaces the client's.
