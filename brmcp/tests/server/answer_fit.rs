@@ -2,7 +2,8 @@
 //! message carries, less the JSON-RPC wrapper) reaches the caller at once as a tool
 //! error saying why, the call is refunded, and its key replays that refusal without a
 //! second run or charge. An answer at the bound is delivered and charged. The same for a
-//! free tool, a tool mirrored from a hostile upstream speaking raw JSON-RPC, and the
+//! free tool, a tool mirrored from a hostile upstream speaking raw JSON-RPC (whose answer
+//! with a repeated key, which no typed result reads, is refunded too), and the
 //! directory's priced tools (see `directory::answer_fit`).
 
 use std::sync::Arc;
@@ -189,13 +190,14 @@ async fn an_answer_at_the_bound_is_delivered_and_one_byte_more_is_refunded() {
 fn raw_upstream() -> ServeConfig {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server/raw_upstream.py");
     let config = json!({ "upstreams": [{
-        "name": "raw", "command": "python3", "args": [script], "tools": { "big": PRICE }
+        "name": "raw", "command": "python3", "args": [script],
+        "tools": { "big": PRICE, "repeats": PRICE }
     }]});
     ServeConfig::parse(&config.to_string(), std::path::Path::new("brmcp.json")).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstream_answer_too_large_to_carry_is_refunded() {
+async fn an_upstream_answer_too_large_to_carry_or_unreadable_is_refunded() {
     let tools = DynamicTools::new();
     let upstreams = Upstreams::start(&raw_upstream().upstreams, &tools, None, None);
     let config = small(4096);
@@ -212,7 +214,11 @@ async fn an_upstream_answer_too_large_to_carry_is_refunded() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(tools.names("raw"), ["big"], "the upstream came up");
+    assert_eq!(
+        tools.names("raw"),
+        ["big", "repeats"],
+        "the upstream came up"
+    );
     tip(&env.harness, 1, ALICE, FUNDS).await;
     let alice = client(&env.fabric, ALICE).await;
 
@@ -232,5 +238,29 @@ async fn an_upstream_answer_too_large_to_carry_is_refunded() {
     assert!(!is_error(&fits), "{:.200}", text(&fits));
     assert_eq!(text(&fits).len(), bound / 2);
     assert_eq!(balance(&env.harness, ALICE).await, FUNDS - PRICE * 1000);
+
+    // An answer no typed result reads (a repeated key): a tool error, refunded.
+    let repeated = tokio::time::timeout(
+        ANSWER_WITHIN,
+        call(&alice, "repeats", json!({}), Some("fit-key-0006")),
+    )
+    .await
+    .expect("repeats got no answer");
+    assert!(is_error(&repeated), "{}", text(&repeated));
+    assert!(
+        text(&repeated).contains("unexpected answer to tools/call"),
+        "{}",
+        text(&repeated)
+    );
+    assert_eq!(balance(&env.harness, ALICE).await, FUNDS - PRICE * 1000);
+    let refunded = journal(&env);
+    assert!(
+        refunded
+            .iter()
+            .filter(|e| e.state == CallState::Refunded)
+            .count()
+            == 2,
+        "{refunded:?}"
+    );
     upstreams.shutdown().await;
 }
