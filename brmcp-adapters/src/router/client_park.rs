@@ -9,7 +9,7 @@ use brmcp_wire::SessionId;
 use rmcp::model::ServerJsonRpcMessage;
 use tokio::sync::oneshot;
 
-use super::{CloseReason, Driver, Inbox};
+use super::{CloseReason, Driver, Entry, Inbox};
 use crate::client::ClientSlot;
 use crate::inbox::inbox;
 use crate::peer::PeerId;
@@ -35,18 +35,20 @@ impl Driver {
     /// A client closed: its session goes with it, if it is still that client's (a
     /// parked one has no transport to close it).
     pub(super) fn unslot(&mut self, key: Key, slot: &Weak<dyn ClientSlot>) {
-        if self.held_by(key, slot) {
+        if self.held_by(key, slot).is_some() {
             self.close(key, CloseReason::Transport);
         }
     }
 
-    /// Whether the session `key` is the one `slot`'s client holds: a dial on the same
-    /// sid (a resumed sid, or a random one that collided) replaces the entry.
-    fn held_by(&self, key: Key, slot: &Weak<dyn ClientSlot>) -> bool {
-        self.sessions
-            .get(&key)
-            .and_then(|entry| entry.slot.as_ref())
-            .is_some_and(|held| Weak::ptr_eq(held, slot))
+    /// The session `key`'s entry, if it is the one `slot`'s client holds: a dial on the
+    /// same sid (a resumed sid, or a random one that collided) replaces the entry.
+    fn held_by(&self, key: Key, slot: &Weak<dyn ClientSlot>) -> Option<&Entry> {
+        self.sessions.get(&key).filter(|entry| {
+            entry
+                .slot
+                .as_ref()
+                .is_some_and(|held| Weak::ptr_eq(held, slot))
+        })
     }
 
     /// Parks the client session `key` if its client holds no lease: its service goes
@@ -82,10 +84,7 @@ impl Driver {
         slot: &Weak<dyn ClientSlot>,
         done: oneshot::Sender<()>,
     ) {
-        if !self.held_by(key, slot) {
-            return;
-        }
-        let Some(entry) = self.sessions.get(&key) else {
+        let Some(entry) = self.held_by(key, slot) else {
             return;
         };
         if matches!(entry.inbox, Inbox::ClientParked) && !self.revive_client(key, None) {
