@@ -5,13 +5,16 @@
 //! forged state or after its approvals were made the user's (a live edit of the file),
 //! pays nothing until the user approves with the approval secret (`/payments`, what
 //! the page and `approvals` decide through); then it is paid once and the agent gets
-//! the result. An agent whose approver is the agent still approves itself, and its
-//! question names the bot's uid once.
+//! the result; the same for an elicitation answered after the edit, and for the
+//! default agent when the file's `approver` is the user. An agent whose approver is
+//! the agent still approves itself, and its question names the bot's uid once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{Env, FORTUNE_PRICE, autopay, call, env, eventually, http, last_text, text};
+use crate::common::{
+    Env, FORTUNE_PRICE, agent_with, autopay, call, env, eventually, http, last_text, text,
+};
 use brmcp::bridge::{
     AgentEntry, Approver, Caller, Mode, PendingPayment, SETTINGS_FILE, Settings, approval_secret,
 };
@@ -24,7 +27,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::json;
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 
 const DEFAULT_TOKEN: &str = "dddddddddddddddddddddddddddddddd";
 /// An agent of `agents` that names no approver: the user's.
@@ -39,10 +42,12 @@ const BOT_NAME: &str = "fortunes";
 /// milliseconds of a decision, so a payment made on the agent's word shows by then.
 const UNPAID_FOR: Duration = Duration::from_secs(2);
 
-/// A client that answers every form `accept` and records the questions.
+/// A client that answers every form `accept` (once `gate` opens, if it has one) and
+/// records the questions.
 #[derive(Clone, Default)]
 struct Accepts {
     asked: Arc<Mutex<Vec<String>>>,
+    gate: Option<Arc<Notify>>,
 }
 
 impl Accepts {
@@ -67,6 +72,9 @@ impl ClientHandler for Accepts {
             return Err(ErrorData::invalid_params("form only", None));
         };
         self.asked.lock().unwrap().push(message);
+        if let Some(gate) = &self.gate {
+            gate.notified().await;
+        }
         Ok(serde_json::from_value(json!({"action": "accept"})).unwrap())
     }
 }
@@ -141,7 +149,16 @@ async fn agent_2026(addr: std::net::SocketAddr, env: &Env, token: &str) -> (Agen
 /// An agent with `token` on the legacy lifecycle (2025-11-25), declaring form
 /// elicitation.
 async fn agent_2025(addr: std::net::SocketAddr, env: &Env, token: &str) -> (Agent, Accepts) {
-    let user = Accepts::default();
+    agent_2025_as(addr, env, token, Accepts::default()).await
+}
+
+/// [`agent_2025`] with `user`.
+async fn agent_2025_as(
+    addr: std::net::SocketAddr,
+    env: &Env,
+    token: &str,
+    user: Accepts,
+) -> (Agent, Accepts) {
     let agent = user
         .clone()
         .serve(transport(addr, env, token))
@@ -247,21 +264,7 @@ async fn an_answer_after_its_approvals_were_made_the_users_waits_for_the_user() 
     let pending = parked(&mut waiting).await;
 
     // The user makes `own`'s approvals theirs, by editing the file.
-    let path = env.dir.path().join(SETTINGS_FILE);
-    let mut settings = Settings::load(&path).expect("settings");
-    let own = settings
-        .agents
-        .iter_mut()
-        .find(|a| a.name == "own")
-        .unwrap();
-    own.approver = Some(Approver::User);
-    settings.save(&path).expect("saved");
-    let own = Caller::Agent("own".into());
-    let reloaded = || env.bridge.settings().approver_of(&own) == Approver::User;
-    assert!(
-        eventually(Duration::from_secs(20), reloaded).await,
-        "reloaded"
-    );
+    make_users(&env, "own").await;
 
     // Its accept, under the state it was given, no longer pays.
     let retry = call("fortune", json!({}))
@@ -332,4 +335,77 @@ async fn an_agent_approver_approves_itself_on_both_protocols() {
     }
     assert!(env.bridge.pending_payments().is_empty());
     env.bridge.close().await;
+}
+
+/// Makes agent `name`'s approvals the user's by editing the settings file, and waits
+/// for the running bridge to apply it.
+async fn make_users(env: &Env, name: &str) {
+    let path = env.dir.path().join(SETTINGS_FILE);
+    let mut settings = Settings::load(&path).expect("settings");
+    let agent = settings.agents.iter_mut().find(|a| a.name == name).unwrap();
+    agent.approver = Some(Approver::User);
+    settings.save(&path).expect("saved");
+    let caller = Caller::Agent(name.into());
+    let reloaded = || env.bridge.settings().approver_of(&caller) == Approver::User;
+    assert!(
+        eventually(Duration::from_secs(20), reloaded).await,
+        "reloaded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elicitation_answered_after_approvals_were_made_the_users_waits_for_the_user() {
+    let (env, addr) = started().await;
+    let mut waiting = env.bridge.subscribe_payments();
+    let gate = Arc::new(Notify::new());
+    let user = Accepts {
+        gate: Some(gate.clone()),
+        ..Accepts::default()
+    };
+    let (agent, user) = agent_2025_as(addr, &env, OWN_TOKEN, user).await;
+    let peer = agent.peer().clone();
+    let paid = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
+    let pending = parked(&mut waiting).await;
+    assert!(eventually(Duration::from_secs(20), || user.asked().len() == 1).await);
+
+    make_users(&env, "own").await;
+    gate.notify_one();
+    tokio::time::sleep(UNPAID_FOR).await;
+    assert_eq!(env.payer.count(), 0, "nothing paid on the agent's word");
+    assert!(!paid.is_finished(), "the call waits for the user");
+
+    decide(&env, addr, &pending.id, "approve").await;
+    let done = paid.await.unwrap().expect("fortune");
+    assert_eq!(text(&done), "fortune #1");
+    assert_eq!(env.payer.count(), 1);
+    let _ = agent.cancel().await;
+    env.bridge.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_approver_binds_the_default_agent() {
+    let env = env(|bot| {
+        let mut s = autopay(bot);
+        s.mode = Mode::Approval;
+        s.approval_timeout_secs = 60;
+        s.approver = Some(Approver::User);
+        s
+    })
+    .await;
+    let mut waiting = env.bridge.subscribe_payments();
+    let user = Accepts::default();
+    // The default agent, as `bridge stdio` serves it.
+    let agent = agent_with(&env, user.clone()).await;
+    let peer = agent.peer().clone();
+    let paid = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
+    let pending = parked(&mut waiting).await;
+    assert_eq!(pending.agent, "default");
+    tokio::time::sleep(UNPAID_FOR).await;
+    assert_eq!(env.payer.count(), 0);
+    assert!(user.asked().is_empty(), "never asked: {:?}", user.asked());
+    assert!(env.bridge.resolve_payment(&pending.id, true));
+    let done = paid.await.unwrap().expect("fortune");
+    assert_eq!(text(&done), "fortune #1");
+    assert_eq!(env.payer.count(), 1);
+    let _ = agent.cancel().await;
 }
