@@ -89,7 +89,7 @@ pub use presence::{
 };
 pub use proxy::input_required::INPUT_HOLD;
 pub use settings::{
-    AgentEntry, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
+    AgentEntry, Approver, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
     DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MIN_TOKEN_LEN, Mode, NamedBot,
     RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };

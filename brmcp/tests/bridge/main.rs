@@ -35,3 +35,4 @@ mod spending_caps;
 mod tip_attribution;
 mod transport_retry;
 mod ts_elicit;
+mod user_approvals;

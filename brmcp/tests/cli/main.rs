@@ -22,6 +22,7 @@ mod readme;
 mod remote_refusals;
 mod shared_bridge;
 mod upstream;
+mod user_approvals;
 mod web_pages;
 mod webdriver;
 mod wire;
