@@ -29,6 +29,11 @@
 //! On the `/mcp` paths a refusal is a JSON-RPC error object (see [`refusal`]) whose
 //! message MCP clients show; elsewhere plain text.
 //!
+//! Before any of these, the [`listener`] holds every request to its header and body
+//! deadlines (408) and keeps its connection slots for requests that carry a
+//! credential ([`credentialed`]: the page's session, the approval secret, an agent's
+//! token), so connections held without one cannot keep those out.
+//!
 //! `DELETE` of a session answers 204, as the MCP specification allows (rmcp says 202,
 //! on which the Python SDK warns).
 
