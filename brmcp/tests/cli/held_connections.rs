@@ -30,12 +30,8 @@ const STDIO_START_WITHIN: Duration = Duration::from_secs(10);
 /// A flood against `addr`: `bodies` connections sending `POST /ui/login` headers
 /// with a `Content-Length` and never the body, and `lorises` sending half their
 /// headers, each reopened as soon as the server drops it. Runs on its own threads
-/// until the returned runtime is dropped; the counter counts connections opened.
-fn flood(
-    addr: SocketAddr,
-    bodies: usize,
-    lorises: usize,
-) -> (tokio::runtime::Runtime, Arc<AtomicUsize>) {
+/// until the returned [`Flood`] is dropped; the counter counts connections opened.
+fn flood(addr: SocketAddr, bodies: usize, lorises: usize) -> (Flood, Arc<AtomicUsize>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -69,7 +65,18 @@ fn flood(
             }
         });
     }
-    (runtime, opened)
+    (Flood(Some(runtime)), opened)
+}
+
+/// A flood's runtime, shut down (its connections closed) on drop.
+struct Flood(Option<tokio::runtime::Runtime>);
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// Waits until the flood has opened `at_least` connections.
