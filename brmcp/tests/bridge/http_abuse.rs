@@ -234,6 +234,10 @@ async fn busy_sessions_are_kept_and_a_new_one_is_refused_with_retry_after() {
     let (status, headers, body) = post(addr, &path, &[], INITIALIZE).await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("too many sessions"), "{body}");
+    assert!(
+        body.contains(r#"agent \"default\" holds its share"#),
+        "{body}"
+    );
     assert!(header(&headers, "retry-after").is_some());
     drop(stream);
     tokio::time::sleep(Duration::from_millis(300)).await;
