@@ -49,6 +49,7 @@
 pub(crate) mod approval;
 mod attach;
 pub(crate) mod directory;
+mod fair_share;
 mod http;
 mod link;
 mod policy;
@@ -79,8 +80,8 @@ pub use directory::{
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
 };
 pub use http::{
-    HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
-    RefusedAddress, SESSION_IDLE,
+    BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS,
+    MAX_SESSIONS_PER_TOKEN, MAX_UNPROVEN_CONNECTIONS, RefusedAddress, SESSION_IDLE,
 };
 pub use link::{LinkError, Silence};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};

@@ -81,3 +81,18 @@ async fn answer(inner: &Arc<Inner>, request: Request, agent: bool) -> Response {
         Front::Api(path) => api::answer(inner, &parts.method, path, &body).await,
     }
 }
+
+/// Whether the request `parts` carries a live session of the page: the listener
+/// keeps the connections of such requests (see [`super::http::listener`]).
+pub(crate) fn credentialed(inner: &Inner, parts: &axum::http::request::Parts) -> bool {
+    let cookie = parts
+        .headers
+        .get(axum::http::header::COOKIE)
+        .and_then(|v| v.to_str().ok());
+    inner
+        .http
+        .ui
+        .sessions
+        .check(cookie, std::time::Instant::now())
+        .is_some()
+}

@@ -115,9 +115,11 @@ pub(super) async fn start(
         max_connections: MAX_PAGE_CONNECTIONS,
         ..HttpLimits::default()
     };
+    let classifying = page.clone();
     tokio::spawn(run_listener(
         listener,
         move |_, _, request| answer(page.clone(), request),
+        move |parts: &axum::http::request::Parts| credentialed(&classifying, parts),
         limits,
         stop.clone(),
     ));
@@ -253,4 +255,16 @@ impl Page {
         }
         Ok(value)
     }
+}
+
+/// Whether the request `parts` carries a live session of the page: the listener
+/// keeps the connections of such requests.
+fn credentialed(page: &Page, parts: &axum::http::request::Parts) -> bool {
+    let cookie = parts
+        .headers
+        .get(axum::http::header::COOKIE)
+        .and_then(|v| v.to_str().ok());
+    page.sessions
+        .check(cookie, std::time::Instant::now())
+        .is_some()
 }
