@@ -74,6 +74,7 @@
 mod certs;
 mod codec;
 mod config;
+mod durable;
 mod envelope;
 mod hooks;
 mod node;
@@ -81,10 +82,12 @@ mod persist;
 mod relay;
 mod rpc;
 mod server;
+mod wallets;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -95,6 +98,7 @@ use tokio::task::JoinHandle;
 
 pub use certs::{CertMode, CertPaths};
 pub use node::{LogEntry, ReceivedRequest, StreamKind};
+pub use wallets::{TipDirection, Wallet, WalletTip, read_wallets};
 
 use node::Node;
 use relay::Relay;
@@ -296,6 +300,15 @@ pub enum DevnetError {
     /// No node has this id.
     #[error("no node {0:?}")]
     UnknownNode(NodeId),
+    /// A kept-state file is not what the devnet wrote (a torn last journal line is
+    /// not this: it is dropped).
+    #[error("devnet state {}: corrupt: {detail} (move the file away to start that state afresh)", path.display())]
+    CorruptState {
+        /// The file.
+        path: PathBuf,
+        /// Where and what.
+        detail: String,
+    },
 }
 
 /// The devnet clock: wall time plus an offset the tests can advance.
@@ -323,6 +336,116 @@ impl Clock {
 pub(crate) struct State {
     pub(crate) nodes: Vec<Node>,
     pub(crate) relay: Relay,
+    /// Nodes kept from earlier runs that this run has not started, by user id.
+    pub(crate) dormant: HashMap<durable::Uid, durable::NodeSnap>,
+    /// Relay changes to journal when the lock is released (the nodes keep theirs).
+    pub(crate) pending: Vec<durable::Op>,
+    /// Where changes are written ahead of their effects.
+    journal: Option<durable::Journal>,
+}
+
+impl State {
+    /// The state restored from `snap`, with no node started yet.
+    fn restored(snap: durable::Snapshot, journal: durable::Journal) -> Self {
+        let relay = Relay {
+            queues: snap.queues.into_iter().map(|(k, v)| (k.0, v)).collect(),
+            balances: snap.balances.into_iter().map(|(k, v)| (k.0, v)).collect(),
+            expired: snap.expired,
+            tips: snap.tips,
+            next_tip: snap.next_tip,
+        };
+        Self {
+            nodes: Vec::new(),
+            relay,
+            dormant: snap.nodes.into_iter().collect(),
+            pending: Vec::new(),
+            journal: Some(journal),
+        }
+    }
+
+    /// Everything kept, for a compaction.
+    fn snapshot(&self) -> durable::Snapshot {
+        let mut snap = durable::Snapshot::empty(0);
+        snap.balances = self
+            .relay
+            .balances
+            .iter()
+            .map(|(k, v)| (durable::Uid(*k), *v))
+            .collect();
+        snap.queues = self
+            .relay
+            .queues
+            .iter()
+            .map(|(k, v)| (durable::Uid(*k), v.clone()))
+            .collect();
+        snap.expired = self.relay.expired;
+        snap.tips = self.relay.tips.clone();
+        snap.next_tip = self.relay.next_tip;
+        snap.nodes = self.dormant.iter().map(|(k, v)| (*k, v.clone())).collect();
+        for n in &self.nodes {
+            snap.nodes.insert(
+                durable::Uid(n.uid),
+                durable::NodeSnap {
+                    nick: n.nick.clone(),
+                    contacts: n.contacts.clone(),
+                    logs: n.logs.clone(),
+                    recent_tips: n.recent_tips.clone(),
+                },
+            );
+        }
+        snap
+    }
+
+    /// Journals the changes made under this lock as one group, then sends the stream
+    /// lines they made: nothing is seen before it is kept.
+    fn commit(&mut self) {
+        let mut ops = std::mem::take(&mut self.pending);
+        for n in &mut self.nodes {
+            ops.append(&mut n.pending);
+        }
+        if !ops.is_empty()
+            && let Some(mut journal) = self.journal.take()
+        {
+            if let Err(e) = journal.append(&ops) {
+                tracing::error!(error = %e, "devnet journal: write failed; this change is not kept");
+            }
+            if journal.wants_compaction()
+                && let Err(e) = journal.compact(self.snapshot())
+            {
+                tracing::error!(error = %e, "devnet journal: compaction failed");
+            }
+            self.journal = Some(journal);
+        }
+        for n in &mut self.nodes {
+            for (out, line) in n.outbox.drain(..) {
+                let _ = out.send(line);
+            }
+        }
+    }
+}
+
+/// The state lock; releasing it commits the changes made under it
+/// ([`State::commit`]).
+pub(crate) struct StateGuard<'a>(MutexGuard<'a, State>);
+
+impl Deref for StateGuard<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        self.0.commit();
+    }
 }
 
 /// The shared network.
@@ -339,25 +462,25 @@ pub(crate) struct Net {
 }
 
 impl Net {
-    fn new(cfg: DevnetConfig) -> Self {
+    fn new(cfg: DevnetConfig, state: State) -> Self {
         Self {
             cfg,
             clock: Clock::default(),
-            state: Mutex::new(State {
-                nodes: Vec::new(),
-                relay: Relay::default(),
-            }),
+            state: Mutex::new(state),
             changed: Notify::new(),
             shutdown: watch::Sender::new(false),
             next_conn: AtomicU64::new(1),
         }
     }
 
-    /// The state. A panic while holding the lock does not poison the devnet.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The state; its changes are journaled when the guard drops. A panic while
+    /// holding the lock does not poison the devnet.
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        StateGuard(
+            self.state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     pub(crate) fn next_conn_id(&self) -> u64 {
@@ -443,8 +566,10 @@ impl Devnet {
         // bridge may run from another folder than devnet did.
         let dir = std::path::absolute(dir.as_ref())?;
         let kx_all = config.kx_all;
+        let (snap, journal) = durable::open(&dir, config.replay_file_size)?;
+        let state = State::restored(snap, journal);
         let devnet = Self {
-            net: Arc::new(Net::new(config)),
+            net: Arc::new(Net::new(config, state)),
             dir,
             runtimes: Mutex::new(Vec::new()),
         };
