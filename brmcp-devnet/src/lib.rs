@@ -27,6 +27,12 @@
 //!   dropped when the pong does not match within [`DevnetConfig::pong_timeout`];
 //!   client pings answered with the payload cut or zero-padded to 16 bytes.
 //!
+//! What a relay and brclient keep on disk, the devnet keeps in its directory
+//! across any stop, SIGKILL included (see `durable`): wallets, the relay's
+//! queues, each node's address book and replay logs with their acks, tips in flight
+//! (resumed at the next start, paid at most once) and recent tips ([`read_wallets`]).
+//! A node of an earlier run that a run does not start is offline to the relay.
+//!
 //! Behind the endpoints, the relay does store-and-forward between nodes (per-sender
 //! order kept, queues for offline nodes expiring on an injectable clock) and keeps a
 //! wallet per user: a tip moves balances and emits `TipProgress` on the payer and
@@ -67,7 +73,9 @@
 //! completes at once or never (it is not queued for an offline mediator); there is no POST transport;
 //! the PM size estimate does not compress (it is exact for incompressible text and
 //! pessimistic otherwise); protojson error texts carry no `(line:col)`; replay logs
-//! live in memory, not under `db/replaymsglog/`; stream notifications are queued
+//! are kept in the devnet's journal, not under `db/replaymsglog/`; a PM whose sender
+//! is offline waits in `ChatService.PM` and is not kept (brclient keeps it in its
+//! outbox); stream notifications are queued
 //! without backpressure; TipUser's start-up wait defaults to none
 //! ([`DevnetConfig::tip_warmup`]).
 
@@ -396,6 +404,12 @@ impl State {
         snap
     }
 
+    /// Stops journaling: tasks still winding down after a stop change nothing kept,
+    /// so a devnet started next on the directory owns it alone.
+    fn close_journal(&mut self) {
+        self.journal = None;
+    }
+
     /// Journals the changes made under this lock as one group, then sends the stream
     /// lines they made: nothing is seen before it is kept.
     fn commit(&mut self) {
@@ -625,8 +639,10 @@ impl Devnet {
     }
 
     /// Stops every listener and connection and waits for the listeners to end.
-    /// Blocked PMs and pending tips are abandoned.
+    /// Blocked PMs are abandoned; pending tips are kept and resume at the next start
+    /// on this directory.
     pub async fn shutdown(self) {
+        self.net.lock().close_journal();
         self.net.shutdown.send_replace(true);
         self.net.changed.notify_waiters();
         let handles: Vec<JoinHandle<()>> = self
@@ -657,6 +673,7 @@ impl Devnet {
 
 impl Drop for Devnet {
     fn drop(&mut self) {
+        self.net.lock().close_journal();
         self.net.shutdown.send_replace(true);
         self.net.changed.notify_waiters();
         for r in self.runtimes().iter_mut() {
