@@ -150,7 +150,8 @@ pub struct DevnetConfig {
     pub max_msg_size: u64,
     /// The size at which a replay log rotates to its next file. Default 8 MiB.
     pub replay_file_size: u64,
-    /// Every node's starting wallet balance, in milliatoms. Default 10 DCR.
+    /// A new node's starting wallet balance, in milliatoms (a node kept from an
+    /// earlier run on the directory keeps its balance). Default 10 DCR.
     pub initial_balance_matoms: i64,
     /// KX every pair of the starting nodes (without `KXCompleted` events). Default on.
     pub kx_all: bool,

@@ -39,6 +39,9 @@ const TIP_ATOMS: i64 = 10_000;
 /// How long to wait for something that should happen.
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Bound on one clientrpc call of the test's clients.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long to watch for something that should not happen.
 const QUIET: Duration = Duration::from_secs(2);
 
@@ -104,7 +107,10 @@ fn wallets(dir: &Path) -> BTreeMap<String, (i64, Value)> {
 /// A client of one node, as brclient's clientrpc users run it.
 fn host(dir: &Path, nick: &str) -> ClientRpcHost {
     let bot = BotConfig::load(dir.join(nick).join("brmcp-serve.conf")).expect("conf");
-    ClientRpcHost::new(ClientRpcConfig::from_bot_config(&bot)).expect("host")
+    let mut config = ClientRpcConfig::from_bot_config(&bot);
+    // A call made while the devnet is down fails soon, so a killed cycle ends.
+    config.request_timeout = Some(REQUEST_TIMEOUT);
+    ClientRpcHost::new(config).expect("host")
 }
 
 /// What a client's handlers saw: (sequence id, text) of each PM delivery, in order.
@@ -391,4 +397,176 @@ fn a_torn_tail_is_dropped_and_a_corrupt_state_file_is_named() {
         !out.status.success() && err.contains("devnet-state.json"),
         "{err}"
     );
+}
+
+/// Kill cycles in `sigkill_at_random_moments_loses_and_doubles_nothing`: each costs
+/// a devnet start and up to [`KILL_WITHIN_MS`] of traffic.
+const CYCLES: usize = 5;
+
+/// The latest a cycle's SIGKILL lands after its traffic starts.
+const KILL_WITHIN_MS: u64 = 1500;
+
+/// A random number below `n`, from the OS.
+fn below(n: u64) -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("random");
+    u64::from_le_bytes(b) % n.max(1)
+}
+
+/// SIGKILLs at random moments of a stream of PMs and tips from alice to bob (no
+/// stream is consumed meanwhile, so nothing is acknowledged): afterwards every PM
+/// whose `PM` call was answered is in bob's log once, no PM twice, every tip whose
+/// `TipUser` was answered paid, none twice, and the wallets match the tips paid to
+/// the milliatom.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let mut answered_pms = Vec::new();
+    let mut tried_pms = Vec::new();
+    let (mut answered_tips, mut tried_tips) = (0usize, 0usize);
+    for cycle in 0..CYCLES {
+        let (procs, uids) = devnet(dir, 2);
+        let alice = host(dir, "alice");
+        alice
+            .spawn(Streams::new().tip_progress(false))
+            .await
+            .expect("alice's client");
+        let bob = uids["bob"].clone();
+        let traffic = {
+            let alice = alice.clone();
+            tokio::spawn(async move {
+                let (mut pms, mut tips) = (Vec::new(), Vec::new());
+                for i in 0.. {
+                    let text = format!("p{cycle}-{i}");
+                    pms.push((text.clone(), false));
+                    if alice.pm(&bob, text).await.is_err() {
+                        break;
+                    }
+                    if let Some(last) = pms.last_mut() {
+                        last.1 = true;
+                    }
+                    tips.push(false);
+                    #[allow(clippy::cast_precision_loss)]
+                    let dcr = TIP_ATOMS as f64 / 1e8;
+                    let params = json!({"user": bob, "dcr_amount": dcr, "max_attempts": 3});
+                    if alice
+                        .call("PaymentsService.TipUser", &params)
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    if let Some(last) = tips.last_mut() {
+                        *last = true;
+                    }
+                }
+                (pms, tips)
+            })
+        };
+        let at = below(KILL_WITHIN_MS);
+        tokio::time::sleep(Duration::from_millis(at)).await;
+        drop(procs);
+        let (pms, tips) = tokio::time::timeout(WAIT, traffic)
+            .await
+            .expect("the calls end with the devnet")
+            .expect("join");
+        eprintln!(
+            "cycle {cycle}: killed after {at} ms, {} PMs and {} tips tried",
+            pms.len(),
+            tips.len()
+        );
+        alice.close();
+        for (text, ok) in pms {
+            if ok {
+                answered_pms.push(text.clone());
+            }
+            tried_pms.push(text);
+        }
+        answered_tips += tips.iter().filter(|ok| **ok).count();
+        tried_tips += tips.len();
+    }
+
+    // A last run, consumed: bob's mail and tips, alice's tip outcomes.
+    let (_procs, _) = devnet(dir, 2);
+    let bob_pms: Seen<(u64, String)> = Arc::default();
+    let bob_tips: Seen<ReceivedTip> = Arc::default();
+    let outcomes: Seen<TipProgressEvent> = Arc::default();
+    let bt = bob_tips.clone();
+    let bob = host(dir, "bob");
+    bob.spawn(pm_recorder(&bob_pms, false).tips(move |t: ReceivedTip| {
+        let bt = bt.clone();
+        async move {
+            bt.lock().expect("lock").push(t);
+            Ok(())
+        }
+    }))
+    .await
+    .expect("bob's client");
+    let o = outcomes.clone();
+    let alice = host(dir, "alice");
+    alice
+        .spawn(Streams::new().tip_results(move |e: TipProgressEvent| {
+            let o = o.clone();
+            async move {
+                o.lock().expect("lock").push(e);
+                Ok(())
+            }
+        }))
+        .await
+        .expect("alice's client");
+    // Until every answered PM arrived and the tip counts stop moving.
+    until("every answered PM", || {
+        let got: Vec<String> = seen(&bob_pms).into_iter().map(|(_, t)| t).collect();
+        answered_pms.iter().all(|t| got.contains(t))
+    })
+    .await;
+    let mut last = (usize::MAX, usize::MAX);
+    let distinct = |ids: Vec<u64>| {
+        ids.into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    loop {
+        tokio::time::sleep(QUIET).await;
+        let now = (
+            distinct(seen(&bob_tips).iter().map(|t| t.sequence_id).collect()),
+            distinct(seen(&outcomes).iter().map(|e| e.sequence_id).collect()),
+        );
+        if now == last && now.0 >= answered_tips {
+            break;
+        }
+        last = now;
+    }
+    // Deliveries by id: a stream reopened before its items were acknowledged gets
+    // them again, with their ids, as brclient redelivers.
+    let pms: BTreeMap<u64, String> = seen(&bob_pms).into_iter().collect();
+    let mut texts: Vec<&str> = pms.values().map(String::as_str).collect();
+    texts.sort_unstable();
+    let before = texts.len();
+    texts.dedup();
+    assert_eq!(texts.len(), before, "a PM stored twice: {pms:?}");
+    assert!(texts.iter().all(|t| tried_pms.iter().any(|s| s == t)));
+    let tips: BTreeMap<u64, ReceivedTip> = seen(&bob_tips)
+        .into_iter()
+        .map(|t| (t.sequence_id, t))
+        .collect();
+    assert!(tips.values().all(|t| t.amount_matoms == TIP_ATOMS * 1000));
+    let paid = tips.len();
+    assert!(
+        answered_tips <= paid && paid <= tried_tips,
+        "{answered_tips} <= {paid} <= {tried_tips}"
+    );
+    let outcomes: BTreeMap<u64, TipProgressEvent> = seen(&outcomes)
+        .into_iter()
+        .map(|e| (e.sequence_id, e))
+        .collect();
+    assert_eq!(outcomes.len(), paid, "one outcome per tip paid");
+    assert!(outcomes.values().all(|e| e.completed), "{outcomes:?}");
+    let w = wallets(dir);
+    let moved = i64::try_from(paid).expect("count") * TIP_ATOMS * 1000;
+    assert_eq!(w["alice"].0, START_MATOMS - moved);
+    assert_eq!(w["bob"].0, START_MATOMS + moved);
+    alice.close();
+    bob.close();
 }
