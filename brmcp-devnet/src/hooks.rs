@@ -98,7 +98,7 @@ impl Devnet {
             tls,
             auth: spec.basic_auth.clone(),
         });
-        let index = {
+        let (index, resumed) = {
             let mut st = self.net.lock();
             let mut node = Node::new(
                 spec.nick.clone(),
@@ -148,7 +148,15 @@ impl Devnet {
                 let now = self.net.clock.now_ms();
                 st.set_online(index, true, now, self.net.cfg.relay_expiry);
             }
-            index
+            // Taken before its listener starts, so no tip it schedules is among them.
+            let resumed: Vec<u64> = st
+                .relay
+                .tips
+                .values()
+                .filter(|t| t.payer.0 == uid)
+                .map(|t| t.id)
+                .collect();
+            (index, resumed)
         };
         let info = NodeInfo {
             id: NodeId(index),
@@ -174,15 +182,6 @@ impl Devnet {
             listener: Some(task),
         });
         // Its tips in flight when the devnet last stopped go on.
-        let resumed: Vec<u64> = self
-            .net
-            .lock()
-            .relay
-            .tips
-            .values()
-            .filter(|t| t.payer.0 == uid)
-            .map(|t| t.id)
-            .collect();
         for id in resumed {
             self.net.spawn(super::relay::run_tip(self.net.clone(), id));
         }

@@ -329,6 +329,10 @@ pub(crate) async fn run_tip(net: Arc<Net>, id: u64) {
         let reply = request_invoice(&net, payer, &payee, spacing).await;
         let failed = {
             let mut st = net.lock();
+            if !st.relay.tips.contains_key(&id) {
+                // Ended meanwhile: nothing more to do, and never a second payment.
+                return;
+            }
             let err = match reply {
                 InvoiceReply::None => None,
                 InvoiceReply::Error(e) => Some(e),
@@ -386,6 +390,9 @@ pub(crate) async fn run_tip(net: Arc<Net>, id: u64) {
     }
     // The last request went unanswered: give up.
     let mut st = net.lock();
+    if !st.relay.tips.contains_key(&id) {
+        return;
+    }
     let p = Progress {
         completed: false,
         attempt: max_attempts,
