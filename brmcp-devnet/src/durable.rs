@@ -44,8 +44,8 @@ pub(crate) const JOURNAL_FILE: &str = "devnet-journal.jsonl";
 /// The snapshot format this build writes and reads.
 const SNAPSHOT_VERSION: u32 = 1;
 
-/// Journal size that triggers a compaction while running: large enough that it is
-/// rare, small enough that loading stays quick.
+/// Journal size that triggers a compaction while running, by default: large enough
+/// that it is rare, small enough that loading stays quick.
 pub(crate) const COMPACT_BYTES: u64 = 16 << 20;
 
 /// How often the journal is fsynced when it was written to: often enough that a power
@@ -415,6 +415,7 @@ pub(crate) struct Journal {
     file: Arc<File>,
     seq: u64,
     bytes: u64,
+    compact_at: u64,
     sync: Arc<SyncShared>,
 }
 
@@ -423,7 +424,11 @@ pub(crate) struct Journal {
 ///
 /// # Errors
 /// A file that cannot be read or written, or a corrupt one (named).
-pub(crate) fn open(dir: &Path, replay_file_size: u64) -> Result<(Snapshot, Journal), DevnetError> {
+pub(crate) fn open(
+    dir: &Path,
+    replay_file_size: u64,
+    compact_at: u64,
+) -> Result<(Snapshot, Journal), DevnetError> {
     let state =
         read_state(dir, replay_file_size)?.unwrap_or_else(|| Snapshot::empty(replay_file_size));
     write_snapshot(dir, &state)?;
@@ -438,6 +443,7 @@ pub(crate) fn open(dir: &Path, replay_file_size: u64) -> Result<(Snapshot, Journ
         file,
         seq: state.seq,
         bytes: 0,
+        compact_at,
         sync,
     };
     Ok((state, journal))
@@ -506,7 +512,7 @@ impl Journal {
 
     /// Whether the journal has grown enough to compact.
     pub(crate) fn wants_compaction(&self) -> bool {
-        self.bytes >= COMPACT_BYTES
+        self.bytes >= self.compact_at
     }
 
     /// Writes `state` (the state as of the last line written) as the snapshot and
@@ -549,7 +555,7 @@ mod tests {
     #[test]
     fn journal_lines_replay_and_a_torn_tail_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let (state, mut journal) = open(dir.path(), 1 << 23).unwrap();
+        let (state, mut journal) = open(dir.path(), 1 << 23, COMPACT_BYTES).unwrap();
         assert_eq!(state.seq, 0);
         journal
             .append(&[
@@ -583,7 +589,7 @@ mod tests {
         assert_eq!(back.nodes[&uid(1)].nick, "alice");
         drop(journal);
         // Reopening compacts: the snapshot holds it all and the journal is empty.
-        let (again, _j) = open(dir.path(), 1 << 23).unwrap();
+        let (again, _j) = open(dir.path(), 1 << 23, COMPACT_BYTES).unwrap();
         assert_eq!(again.balances[&uid(1)], 9);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
     }
@@ -603,7 +609,9 @@ mod tests {
         assert!(err.contains("seq 2 after 0"), "{err}");
         std::fs::remove_file(&path).unwrap();
         std::fs::write(dir.path().join(SNAPSHOT_FILE), "{\"version\":1,").unwrap();
-        let err = open(dir.path(), 1 << 23).unwrap_err().to_string();
+        let err = open(dir.path(), 1 << 23, COMPACT_BYTES)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(SNAPSHOT_FILE), "{err}");
     }
 }

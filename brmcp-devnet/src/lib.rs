@@ -157,6 +157,9 @@ pub struct DevnetConfig {
     pub kx_all: bool,
     /// Time allowed for the TLS handshake and the HTTP request head. Default 10 s.
     pub handshake_timeout: Duration,
+    /// The journal size at which the kept state is compacted into a new snapshot
+    /// while running. Default 16 MiB.
+    pub journal_compact_bytes: u64,
 }
 
 impl Default for DevnetConfig {
@@ -173,6 +176,7 @@ impl Default for DevnetConfig {
             initial_balance_matoms: 10 * 100_000_000_000,
             kx_all: true,
             handshake_timeout: Duration::from_secs(10),
+            journal_compact_bytes: durable::COMPACT_BYTES,
         }
     }
 }
@@ -581,7 +585,8 @@ impl Devnet {
         // bridge may run from another folder than devnet did.
         let dir = std::path::absolute(dir.as_ref())?;
         let kx_all = config.kx_all;
-        let (snap, journal) = durable::open(&dir, config.replay_file_size)?;
+        let (snap, journal) =
+            durable::open(&dir, config.replay_file_size, config.journal_compact_bytes)?;
         let state = State::restored(snap, journal);
         let devnet = Self {
             net: Arc::new(Net::new(config, state)),

@@ -12,9 +12,21 @@ const PMS: &str = "ChatService.PMStream[1]";
 
 #[tokio::test]
 async fn a_restart_keeps_queues_logs_acks_and_wallets() {
+    restart_keeps(DevnetConfig::default()).await;
+}
+
+/// The same, with the kept state compacted into a new snapshot after every change.
+#[tokio::test]
+async fn a_restart_keeps_it_all_when_compacted_while_running() {
+    let mut cfg = DevnetConfig::default();
+    cfg.journal_compact_bytes = 1;
+    restart_keeps(cfg).await;
+}
+
+async fn restart_keeps(cfg: DevnetConfig) {
     let dir = tempfile::tempdir().unwrap();
     let specs = vec![NodeSpec::new("alice"), NodeSpec::new("bob").offline()];
-    let devnet = Devnet::start_with(dir.path(), specs, DevnetConfig::default())
+    let devnet = Devnet::start_with(dir.path(), specs, cfg.clone())
         .await
         .unwrap();
     let (alice, bob) = (
@@ -47,10 +59,17 @@ async fn a_restart_keeps_queues_logs_acks_and_wallets() {
     .await;
     devnet.set_balance(alice.uid, 5_000);
     devnet.inject_tip(alice.id, [0x22; 32], 7_000).unwrap();
+    // A tip to offline bob waits for his invoice.
+    a.ok(
+        "PaymentsService.TipUser",
+        json!({"user": "bob", "dcrAmount": 0.00000002, "maxAttempts": 100}),
+    )
+    .await;
     drop(a);
     drop(devnet);
 
-    let devnet = Devnet::start(dir.path(), &["alice", "bob"]).await.unwrap();
+    let specs = vec![NodeSpec::new("alice"), NodeSpec::new("bob")];
+    let devnet = Devnet::start_with(dir.path(), specs, cfg).await.unwrap();
     let (alice2, bob2) = (
         devnet.node_by_nick("alice").unwrap(),
         devnet.node_by_nick("bob").unwrap(),
@@ -70,7 +89,24 @@ async fn a_restart_keeps_queues_logs_acks_and_wallets() {
     let again = a.item(PMS, WAIT).await.unwrap();
     assert_eq!(again["msg"]["message"], "a2");
     assert_eq!(again["sequenceId"], items[1]["sequenceId"]);
-    assert_eq!(devnet.balance(&alice.uid), 12_000);
+    // The tip was paid once bob came back: 2 atoms.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while devnet
+        .log(bob2.id, StreamKind::TipReceived)
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the kept tip is paid"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(devnet.balance(&alice.uid), 12_000 - 2_000);
+    assert_eq!(devnet.balance(&bob.uid), 10 * 100_000_000_000 + 2_000);
+    let outcome = devnet.log(alice2.id, StreamKind::TipProgress).unwrap();
+    assert_eq!(outcome.len(), 1);
+    assert_eq!(outcome[0].params["completed"], true);
     // The next id follows the kept ones.
     devnet
         .inject_pm(alice2.id, [0x22; 32], "dave", "a3", 0)
@@ -83,12 +119,20 @@ async fn a_restart_keeps_queues_logs_acks_and_wallets() {
     let wallets = read_wallets(dir.path()).unwrap().unwrap();
     let nicks: Vec<&str> = wallets.iter().map(|w| w.nick.as_str()).collect();
     assert_eq!(nicks, ["alice", "bob"]);
-    assert_eq!(wallets[0].balance_matoms, 12_000);
-    assert_eq!(wallets[0].recent_tips.len(), 1);
-    assert_eq!(wallets[0].recent_tips[0].direction, TipDirection::Received);
-    assert_eq!(wallets[0].recent_tips[0].matoms, 7_000);
-    assert_eq!(wallets[0].recent_tips[0].peer_nick, None);
-    assert_eq!(wallets[1].balance_matoms, 10 * 100_000_000_000);
+    assert_eq!(wallets[0].balance_matoms, 10_000);
+    let tips = &wallets[0].recent_tips;
+    assert_eq!(tips.len(), 2, "{tips:?}");
+    assert_eq!(tips[0].direction, TipDirection::Sent);
+    assert_eq!(
+        (tips[0].matoms, tips[0].peer_nick.as_deref()),
+        (2_000, Some("bob"))
+    );
+    assert_eq!(tips[1].direction, TipDirection::Received);
+    assert_eq!(
+        (tips[1].matoms, tips[1].peer_nick.as_deref()),
+        (7_000, None)
+    );
+    assert_eq!(wallets[1].balance_matoms, 10 * 100_000_000_000 + 2_000);
     devnet.shutdown().await;
 }
 
