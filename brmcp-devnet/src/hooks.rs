@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use super::durable::{Op, TipRecord, Uid};
 use super::node::{Event, Node, NodeCtl};
 use super::relay::Queued;
 use super::server::{self, ServerSettings};
@@ -97,7 +98,7 @@ impl Devnet {
             tls,
             auth: spec.basic_auth.clone(),
         });
-        let index = {
+        let (index, resumed) = {
             let mut st = self.net.lock();
             let mut node = Node::new(
                 spec.nick.clone(),
@@ -107,17 +108,55 @@ impl Devnet {
                 spec.online,
                 self.net.cfg.replay_file_size,
             );
-            // Ids above every earlier run's (the first run keeps the usual ones).
-            if state.first_file() > 0 {
-                for log in &mut node.logs {
-                    log.set_next_file(state.first_file());
+            match st.dormant.remove(&Uid(uid)) {
+                // Kept from an earlier run: its address book, logs and tips.
+                Some(kept) => {
+                    node.contacts = kept.contacts;
+                    node.logs = kept.logs;
+                    for log in &mut node.logs {
+                        log.set_max_file_size(self.net.cfg.replay_file_size);
+                    }
+                    node.recent_tips = kept.recent_tips;
+                    if kept.nick != spec.nick {
+                        st.pending.push(Op::Node {
+                            uid: Uid(uid),
+                            nick: spec.nick.clone(),
+                        });
+                    }
+                }
+                None => {
+                    st.pending.push(Op::Node {
+                        uid: Uid(uid),
+                        nick: spec.nick.clone(),
+                    });
+                    // A directory of a devnet that kept no logs: ids above every
+                    // earlier run's (the first run keeps the usual ones).
+                    if state.first_file() > 0 {
+                        for kind in StreamKind::ALL {
+                            node.set_next_file(kind, state.first_file());
+                        }
+                    }
                 }
             }
             st.nodes.push(node);
-            st.relay
-                .balances
-                .insert(uid, self.net.cfg.initial_balance_matoms);
-            st.nodes.len() - 1
+            if !st.relay.balances.contains_key(&uid) {
+                st.set_balance(uid, self.net.cfg.initial_balance_matoms);
+            }
+            let index = st.nodes.len() - 1;
+            if spec.online {
+                // PMs the relay kept for it while it was not running.
+                let now = self.net.clock.now_ms();
+                st.set_online(index, true, now, self.net.cfg.relay_expiry);
+            }
+            // Taken before its listener starts, so no tip it schedules is among them.
+            let resumed: Vec<u64> = st
+                .relay
+                .tips
+                .values()
+                .filter(|t| t.payer.0 == uid)
+                .map(|t| t.id)
+                .collect();
+            (index, resumed)
         };
         let info = NodeInfo {
             id: NodeId(index),
@@ -142,6 +181,11 @@ impl Devnet {
             settings,
             listener: Some(task),
         });
+        // Its tips in flight when the devnet last stopped go on.
+        for id in resumed {
+            self.net.spawn(super::relay::run_tip(self.net.clone(), id));
+        }
+        self.net.changed.notify_waiters();
         Ok(info)
     }
 
@@ -201,8 +245,9 @@ impl Devnet {
         if st.nodes[node.0].contact(&from_uid).is_none() {
             st.nodes[node.0].add_contact(from_uid, from_nick);
         }
+        let to = st.nodes[node.0].uid;
         st.route_pm(
-            node.0,
+            to,
             Queued {
                 from: from_uid,
                 message: message.to_owned(),
@@ -228,7 +273,15 @@ impl Devnet {
         self.check(node)?;
         let mut st = self.net.lock();
         let uid = st.nodes[node.0].uid;
-        *st.relay.balances.entry(uid).or_insert(0) += amount_matoms;
+        let balance = st.balance(&uid).saturating_add(amount_matoms);
+        st.set_balance(uid, balance);
+        let at_ms = self.net.clock.now_ms();
+        st.record_tip(TipRecord {
+            at_ms,
+            payer: Uid(from_uid),
+            payee: Uid(uid),
+            matoms: amount_matoms,
+        });
         st.nodes[node.0].append(
             StreamKind::TipReceived,
             Event::TipReceived {
@@ -413,7 +466,7 @@ impl Devnet {
         file_index: u32,
     ) -> Result<(), DevnetError> {
         self.check(node)?;
-        self.net.lock().nodes[node.0].logs[kind.index()].set_next_file(file_index);
+        self.net.lock().nodes[node.0].set_next_file(kind, file_index);
         Ok(())
     }
 
@@ -424,7 +477,7 @@ impl Devnet {
 
     /// Sets a user's wallet balance in milliatoms.
     pub fn set_balance(&self, uid: [u8; 32], matoms: i64) {
-        self.net.lock().relay.balances.insert(uid, matoms);
+        self.net.lock().set_balance(uid, matoms);
     }
 
     /// Every message a node received on its connections, oldest first (the last
@@ -481,12 +534,12 @@ impl Devnet {
     /// [`DevnetError::UnknownNode`].
     pub fn relay_queue_len(&self, node: NodeId) -> Result<usize, DevnetError> {
         self.check(node)?;
-        Ok(self
-            .net
-            .lock()
+        let st = self.net.lock();
+        let uid = st.nodes[node.0].uid;
+        Ok(st
             .relay
             .queues
-            .get(&node.0)
+            .get(&uid)
             .map_or(0, std::collections::VecDeque::len))
     }
 

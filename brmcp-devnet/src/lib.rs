@@ -27,6 +27,12 @@
 //!   dropped when the pong does not match within [`DevnetConfig::pong_timeout`];
 //!   client pings answered with the payload cut or zero-padded to 16 bytes.
 //!
+//! What a relay and brclient keep on disk, the devnet keeps in its directory
+//! across any stop, SIGKILL included (see `durable`): wallets, the relay's
+//! queues, each node's address book and replay logs with their acks, tips in flight
+//! (resumed at the next start, paid at most once) and recent tips ([`read_wallets`]).
+//! A node of an earlier run that a run does not start is offline to the relay.
+//!
 //! Behind the endpoints, the relay does store-and-forward between nodes (per-sender
 //! order kept, queues for offline nodes expiring on an injectable clock) and keeps a
 //! wallet per user: a tip moves balances and emits `TipProgress` on the payer and
@@ -67,13 +73,17 @@
 //! completes at once or never (it is not queued for an offline mediator); there is no POST transport;
 //! the PM size estimate does not compress (it is exact for incompressible text and
 //! pessimistic otherwise); protojson error texts carry no `(line:col)`; replay logs
-//! live in memory, not under `db/replaymsglog/`; stream notifications are queued
+//! are kept in the devnet's journal, not under `db/replaymsglog/`; a PM whose sender
+//! is offline waits in `ChatService.PM` and is not kept (brclient keeps it in its
+//! outbox); stream notifications are queued
 //! without backpressure; TipUser's start-up wait defaults to none
 //! ([`DevnetConfig::tip_warmup`]).
 
 mod certs;
 mod codec;
+mod commit;
 mod config;
+mod durable;
 mod envelope;
 mod hooks;
 mod node;
@@ -81,8 +91,9 @@ mod persist;
 mod relay;
 mod rpc;
 mod server;
+mod wallets;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -95,7 +106,9 @@ use tokio::task::JoinHandle;
 
 pub use certs::{CertMode, CertPaths};
 pub use node::{LogEntry, ReceivedRequest, StreamKind};
+pub use wallets::{TipDirection, Wallet, WalletTip, read_wallets};
 
+use commit::StateGuard;
 use node::Node;
 use relay::Relay;
 use server::ServerSettings;
@@ -138,12 +151,16 @@ pub struct DevnetConfig {
     pub max_msg_size: u64,
     /// The size at which a replay log rotates to its next file. Default 8 MiB.
     pub replay_file_size: u64,
-    /// Every node's starting wallet balance, in milliatoms. Default 10 DCR.
+    /// A new node's starting wallet balance, in milliatoms (a node kept from an
+    /// earlier run on the directory keeps its balance). Default 10 DCR.
     pub initial_balance_matoms: i64,
     /// KX every pair of the starting nodes (without `KXCompleted` events). Default on.
     pub kx_all: bool,
     /// Time allowed for the TLS handshake and the HTTP request head. Default 10 s.
     pub handshake_timeout: Duration,
+    /// The journal size at which the kept state is compacted into a new snapshot
+    /// while running. Default 16 MiB.
+    pub journal_compact_bytes: u64,
 }
 
 impl Default for DevnetConfig {
@@ -160,6 +177,7 @@ impl Default for DevnetConfig {
             initial_balance_matoms: 10 * 100_000_000_000,
             kx_all: true,
             handshake_timeout: Duration::from_secs(10),
+            journal_compact_bytes: durable::COMPACT_BYTES,
         }
     }
 }
@@ -296,6 +314,15 @@ pub enum DevnetError {
     /// No node has this id.
     #[error("no node {0:?}")]
     UnknownNode(NodeId),
+    /// A kept-state file is not what the devnet wrote (a torn last journal line is
+    /// not this: it is dropped).
+    #[error("devnet state {}: corrupt: {detail} (move the file away to start that state afresh)", path.display())]
+    CorruptState {
+        /// The file.
+        path: PathBuf,
+        /// Where and what.
+        detail: String,
+    },
 }
 
 /// The devnet clock: wall time plus an offset the tests can advance.
@@ -323,6 +350,12 @@ impl Clock {
 pub(crate) struct State {
     pub(crate) nodes: Vec<Node>,
     pub(crate) relay: Relay,
+    /// Nodes kept from earlier runs that this run has not started, by user id.
+    pub(crate) dormant: HashMap<durable::Uid, durable::NodeSnap>,
+    /// Relay changes to journal when the lock is released (the nodes keep theirs).
+    pub(crate) pending: Vec<durable::Op>,
+    /// Where changes are written ahead of their effects.
+    journal: Option<durable::Journal>,
 }
 
 /// The shared network.
@@ -339,25 +372,25 @@ pub(crate) struct Net {
 }
 
 impl Net {
-    fn new(cfg: DevnetConfig) -> Self {
+    fn new(cfg: DevnetConfig, state: State) -> Self {
         Self {
             cfg,
             clock: Clock::default(),
-            state: Mutex::new(State {
-                nodes: Vec::new(),
-                relay: Relay::default(),
-            }),
+            state: Mutex::new(state),
             changed: Notify::new(),
             shutdown: watch::Sender::new(false),
             next_conn: AtomicU64::new(1),
         }
     }
 
-    /// The state. A panic while holding the lock does not poison the devnet.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The state; its changes are journaled when the guard drops. A panic while
+    /// holding the lock does not poison the devnet.
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        StateGuard(
+            self.state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     pub(crate) fn next_conn_id(&self) -> u64 {
@@ -443,8 +476,11 @@ impl Devnet {
         // bridge may run from another folder than devnet did.
         let dir = std::path::absolute(dir.as_ref())?;
         let kx_all = config.kx_all;
+        let (snap, journal) =
+            durable::open(&dir, config.replay_file_size, config.journal_compact_bytes)?;
+        let state = State::restored(snap, journal);
         let devnet = Self {
-            net: Arc::new(Net::new(config)),
+            net: Arc::new(Net::new(config, state)),
             dir,
             runtimes: Mutex::new(Vec::new()),
         };
@@ -500,8 +536,10 @@ impl Devnet {
     }
 
     /// Stops every listener and connection and waits for the listeners to end.
-    /// Blocked PMs and pending tips are abandoned.
+    /// Blocked PMs are abandoned; pending tips are kept and resume at the next start
+    /// on this directory.
     pub async fn shutdown(self) {
+        self.net.lock().close_journal();
         self.net.shutdown.send_replace(true);
         self.net.changed.notify_waiters();
         let handles: Vec<JoinHandle<()>> = self
@@ -532,6 +570,7 @@ impl Devnet {
 
 impl Drop for Devnet {
     fn drop(&mut self) {
+        self.net.lock().close_journal();
         self.net.shutdown.send_replace(true);
         self.net.changed.notify_waiters();
         for r in self.runtimes().iter_mut() {

@@ -19,9 +19,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use brmcp_clientrpc::proto::{self, RmPrivateMessage};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use super::codec::encode;
+use super::durable::{Op, TipRecord, Uid, hex32};
 use super::envelope::notification_line;
 
 pub use brmcp_clientrpc::StreamKind;
@@ -42,9 +44,11 @@ pub struct LogEntry {
 }
 
 /// A stored stream item.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum Event {
     Pm {
+        #[serde(with = "hex32")]
         uid: [u8; 32],
         nick: String,
         message: String,
@@ -52,6 +56,7 @@ pub(crate) enum Event {
         timestamp_ms: i64,
     },
     TipProgress {
+        #[serde(with = "hex32")]
         uid: [u8; 32],
         nick: String,
         amount_matoms: i64,
@@ -61,10 +66,12 @@ pub(crate) enum Event {
         will_retry: bool,
     },
     TipReceived {
+        #[serde(with = "hex32")]
         uid: [u8; 32],
         amount_matoms: i64,
     },
     Kx {
+        #[serde(with = "hex32")]
         uid: [u8; 32],
         nick: String,
     },
@@ -123,7 +130,8 @@ impl Event {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LogFile {
     /// Everything below this offset is blank (acked).
     blanked_to: u64,
@@ -131,7 +139,8 @@ struct LogFile {
     size: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Entry {
     fid: u32,
     start: u64,
@@ -146,7 +155,8 @@ impl Entry {
 }
 
 /// One stream type's replay log (see the module docs).
-#[derive(Debug)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ReplayLog {
     max_file_size: u64,
     file_index: u32,
@@ -253,6 +263,11 @@ impl ReplayLog {
         }
     }
 
+    /// Uses `size` as the file size from now on (the devnet's, for a restored log).
+    pub(crate) fn set_max_file_size(&mut self, size: u64) {
+        self.max_file_size = size.clamp(1, u64::from(u32::MAX));
+    }
+
     /// Makes the next stored entry open file `fid` (a test hook for large ids).
     pub(crate) fn set_next_file(&mut self, fid: u32) {
         self.file_index = fid.saturating_sub(1);
@@ -278,8 +293,10 @@ impl ReplayLog {
 }
 
 /// An address-book entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct Contact {
+    #[serde(with = "hex32")]
     pub(crate) uid: [u8; 32],
     pub(crate) nick: String,
 }
@@ -356,6 +373,12 @@ pub(crate) struct Node {
     pub(crate) peak_in_flight: usize,
     /// When the node (re)started: TipUser waits for the warm-up from here.
     pub(crate) started_at: Instant,
+    /// Tips paid and received, newest last (at most `RECENT_TIPS`).
+    pub(crate) recent_tips: VecDeque<TipRecord>,
+    /// Changes to journal when the state lock is released.
+    pub(crate) pending: Vec<Op>,
+    /// Stream lines to send once the changes that made them are journaled.
+    pub(crate) outbox: Vec<(mpsc::UnboundedSender<String>, String)>,
 }
 
 impl Node {
@@ -388,7 +411,14 @@ impl Node {
             accepts: 0,
             peak_in_flight: 0,
             started_at: Instant::now(),
+            recent_tips: VecDeque::new(),
+            pending: Vec::new(),
+            outbox: Vec::new(),
         }
+    }
+
+    fn me(&self) -> Uid {
+        Uid(self.uid)
     }
 
     /// brclient's `UserByNick`: the first contact whose nick matches ignoring case,
@@ -409,22 +439,56 @@ impl Node {
     /// Adds or renames a contact.
     pub(crate) fn add_contact(&mut self, uid: [u8; 32], nick: &str) {
         match self.contacts.iter_mut().find(|c| c.uid == uid) {
+            Some(c) if c.nick == nick => return,
             Some(c) => nick.clone_into(&mut c.nick),
             None => self.contacts.push(Contact {
                 uid,
                 nick: nick.to_owned(),
             }),
         }
+        self.pending.push(Op::Contact {
+            node: self.me(),
+            uid: Uid(uid),
+            nick: nick.to_owned(),
+        });
     }
 
-    /// Stores `event` in its log, then pushes it to every live stream of that kind.
+    /// Stores `event` in its log, then queues it for every live stream of that kind
+    /// (sent once the change is journaled).
     pub(crate) fn append(&mut self, kind: StreamKind, event: Event) -> u64 {
         let id = self.logs[kind.index()].store(event.clone());
         let params = event.encode(id);
-        self.subs.retain(|s| {
-            s.kind != kind || s.out.send(notification_line(&s.method, &params)).is_ok()
+        self.subs.retain(|s| !s.out.is_closed());
+        for s in self.subs.iter().filter(|s| s.kind == kind) {
+            self.outbox
+                .push((s.out.clone(), notification_line(&s.method, &params)));
+        }
+        self.pending.push(Op::Store {
+            node: self.me(),
+            kind,
+            event,
         });
         id
+    }
+
+    /// A cumulative acknowledgement of `kind`'s log.
+    pub(crate) fn ack(&mut self, kind: StreamKind, seq: u64) {
+        self.logs[kind.index()].ack(seq);
+        self.pending.push(Op::Ack {
+            node: self.me(),
+            kind,
+            seq,
+        });
+    }
+
+    /// Makes the next entry of `kind`'s log open file `fid`.
+    pub(crate) fn set_next_file(&mut self, kind: StreamKind, fid: u32) {
+        self.logs[kind.index()].set_next_file(fid);
+        self.pending.push(Op::NextFile {
+            node: self.me(),
+            kind,
+            fid,
+        });
     }
 
     /// Replays what `unacked_from` asks for onto `sub`, then registers it, in one step

@@ -8,13 +8,15 @@
 //! on the devnet clock are dropped, as the real relay drops data after
 //! `expirationdays`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::durable::{Op, PendingTip, TipRecord, Uid, hex32, push_recent};
 use super::node::{Event, StreamKind};
 use super::{Net, State};
 
@@ -26,8 +28,10 @@ pub(crate) const ERR_UNABLE_TO_INVOICE: &str = "unable to generate payment invoi
 pub(crate) const ERR_INSUFFICIENT_BALANCE: &str = "insufficient local balance";
 
 /// A PM waiting at the relay.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct Queued {
+    #[serde(with = "hex32")]
     pub(crate) from: [u8; 32],
     pub(crate) message: String,
     pub(crate) mode: i32,
@@ -37,17 +41,49 @@ pub(crate) struct Queued {
 /// The relay's own state.
 #[derive(Debug, Default)]
 pub(crate) struct Relay {
-    /// Recipient node index -> PMs waiting for it to come online.
-    pub(crate) queues: HashMap<usize, VecDeque<Queued>>,
+    /// Recipient user id -> PMs waiting for it to come online (a node of an earlier
+    /// run that this run did not start is offline).
+    pub(crate) queues: HashMap<[u8; 32], VecDeque<Queued>>,
     /// Wallet balances by user id, in milliatoms (synthetic peers included).
     pub(crate) balances: HashMap<[u8; 32], i64>,
     /// PMs dropped because they expired in a queue.
     pub(crate) expired: u64,
+    /// Tips scheduled and not yet ended, by id.
+    pub(crate) tips: BTreeMap<u64, PendingTip>,
+    /// The next tip's id.
+    pub(crate) next_tip: u64,
 }
 
 impl State {
     pub(crate) fn node_by_uid(&self, uid: &[u8; 32]) -> Option<usize> {
         self.nodes.iter().position(|n| &n.uid == uid)
+    }
+
+    /// Whether `uid` is a node kept from an earlier run that this run has not started
+    /// (offline, as far as the relay knows).
+    pub(crate) fn is_dormant(&self, uid: &[u8; 32]) -> bool {
+        self.dormant.contains_key(&Uid(*uid))
+    }
+
+    /// Sets a wallet's balance.
+    pub(crate) fn set_balance(&mut self, uid: [u8; 32], matoms: i64) {
+        self.relay.balances.insert(uid, matoms);
+        self.pending.push(Op::Balance {
+            uid: Uid(uid),
+            matoms,
+        });
+    }
+
+    /// Records a paid tip in both sides' recent tips.
+    pub(crate) fn record_tip(&mut self, record: TipRecord) {
+        for uid in [record.payer, record.payee] {
+            if let Some(i) = self.node_by_uid(&uid.0) {
+                push_recent(&mut self.nodes[i].recent_tips, record.clone());
+            } else if let Some(d) = self.dormant.get_mut(&uid) {
+                push_recent(&mut d.recent_tips, record.clone());
+            }
+        }
+        self.pending.push(Op::Tipped { record });
     }
 
     /// Mutual address-book entries; with `emit`, a `KXCompleted` on both sides.
@@ -74,12 +110,21 @@ impl State {
         }
     }
 
-    /// The relay accepts a PM for node `to`: delivered now if it is online, else queued.
-    pub(crate) fn route_pm(&mut self, to: usize, item: Queued) {
-        if self.nodes[to].online && self.relay.queues.get(&to).is_none_or(VecDeque::is_empty) {
-            self.deliver_pm(to, item);
-        } else {
-            self.relay.queues.entry(to).or_default().push_back(item);
+    /// The relay accepts a PM for user `to` (a node, running or not): delivered now
+    /// if its node is online, else queued.
+    pub(crate) fn route_pm(&mut self, to: [u8; 32], item: Queued) {
+        let live = self.node_by_uid(&to).filter(|&i| self.nodes[i].online);
+        match live {
+            Some(i) if self.relay.queues.get(&to).is_none_or(VecDeque::is_empty) => {
+                self.deliver_pm(i, item);
+            }
+            _ => {
+                self.pending.push(Op::Enqueue {
+                    to: Uid(to),
+                    item: item.clone(),
+                });
+                self.relay.queues.entry(to).or_default().push_back(item);
+            }
         }
     }
 
@@ -109,14 +154,23 @@ impl State {
             return;
         }
         let expiry_ms = i64::try_from(expiry.as_millis()).unwrap_or(i64::MAX);
-        let queued = self.relay.queues.remove(&node).unwrap_or_default();
+        let uid = self.nodes[node].uid;
+        let Some(queued) = self.relay.queues.remove(&uid) else {
+            return;
+        };
+        let mut expired = 0;
         for item in queued {
             if now_ms.saturating_sub(item.ts_ms) > expiry_ms {
-                self.relay.expired += 1;
+                expired += 1;
             } else {
                 self.deliver_pm(node, item);
             }
         }
+        self.relay.expired += expired;
+        self.pending.push(Op::Flush {
+            to: Uid(uid),
+            expired,
+        });
     }
 
     pub(crate) fn balance(&self, uid: &[u8; 32]) -> i64 {
@@ -128,9 +182,45 @@ impl State {
         if self.balance(payer) < matoms {
             return Err(ERR_INSUFFICIENT_BALANCE.to_owned());
         }
-        *self.relay.balances.entry(*payer).or_insert(0) -= matoms;
-        *self.relay.balances.entry(*payee).or_insert(0) += matoms;
+        self.set_balance(*payer, self.balance(payer) - matoms);
+        self.set_balance(*payee, self.balance(payee).saturating_add(matoms));
         Ok(())
+    }
+
+    /// Schedules a tip: kept until it ends, so a restart resumes it.
+    pub(crate) fn start_tip(
+        &mut self,
+        payer: [u8; 32],
+        payee: [u8; 32],
+        matoms: i64,
+        max_attempts: i32,
+    ) -> u64 {
+        let id = self.relay.next_tip.max(1);
+        self.relay.next_tip = id + 1;
+        let tip = PendingTip {
+            id,
+            payer: Uid(payer),
+            payee: Uid(payee),
+            matoms,
+            max_attempts,
+            attempts: 0,
+        };
+        self.pending.push(Op::TipStart { tip: tip.clone() });
+        self.relay.tips.insert(id, tip);
+        id
+    }
+
+    fn tip_attempted(&mut self, id: u64, attempts: i32) {
+        if let Some(t) = self.relay.tips.get_mut(&id) {
+            t.attempts = attempts;
+            self.pending.push(Op::TipAttempt { id, attempts });
+        }
+    }
+
+    fn end_tip(&mut self, id: u64) {
+        if self.relay.tips.remove(&id).is_some() {
+            self.pending.push(Op::TipEnd { id });
+        }
     }
 
     /// A `TipProgressEvent` on the payer's log.
@@ -172,7 +262,8 @@ enum InvoiceReply {
 }
 
 /// Waits until the invoice request for a tip to `payee` is answered, for at most
-/// `within`. Both sides must be online; a synthetic payee (not a node) always invoices.
+/// `within`. Both sides must be online; a synthetic payee (not a node of this run or
+/// an earlier one) always invoices.
 async fn request_invoice(
     net: &Net,
     payer: usize,
@@ -187,7 +278,7 @@ async fn request_invoice(
             let st = net.lock();
             if st.nodes[payer].online {
                 match st.node_by_uid(payee) {
-                    None => return InvoiceReply::Invoice,
+                    None if !st.is_dormant(payee) => return InvoiceReply::Invoice,
                     Some(p) if st.nodes[p].online => {
                         return if st.nodes[p].can_invoice {
                             InvoiceReply::Invoice
@@ -195,7 +286,7 @@ async fn request_invoice(
                             InvoiceReply::Error(ERR_UNABLE_TO_INVOICE.to_owned())
                         };
                     }
-                    Some(_) => {}
+                    _ => {}
                 }
             }
         }
@@ -206,7 +297,8 @@ async fn request_invoice(
     }
 }
 
-/// A scheduled tip, run to its end as brclient's tip attempts run:
+/// Runs the kept tip `id` to its end, from the attempt after the last one made, as
+/// brclient's tip attempts run:
 ///
 /// * each attempt requests an invoice; an invoice is paid at once;
 /// * a failed attempt before the last emits `willRetry: true` with the error, and the
@@ -215,20 +307,32 @@ async fn request_invoice(
 /// * success appends `ReceivedTip` to the payee, then `completed: true` to the payer;
 /// * giving up emits a terminal event with the last error, or, when the last request
 ///   got no reply, "attempt N >= max attempts N to fetch invoice".
-pub(crate) async fn run_tip(
-    net: Arc<Net>,
-    payer: usize,
-    payee: [u8; 32],
-    matoms: i64,
-    max_attempts: i32,
-) {
+///
+/// Each step's changes are one journaled group, so a restart resumes the tip where it
+/// was and pays it at most once. The payer must be a node of this run.
+pub(crate) async fn run_tip(net: Arc<Net>, id: u64) {
     let spacing = net.cfg.tip_retry_spacing;
-    let payer_uid = net.lock().nodes[payer].uid;
-    for attempt in 1..=max_attempts {
+    let Some((tip, payer)) = ({
+        let st = net.lock();
+        st.relay
+            .tips
+            .get(&id)
+            .cloned()
+            .and_then(|t| st.node_by_uid(&t.payer.0).map(|p| (t, p)))
+    }) else {
+        return;
+    };
+    let (payer_uid, payee, matoms, max_attempts) =
+        (tip.payer.0, tip.payee.0, tip.matoms, tip.max_attempts);
+    for attempt in tip.attempts.saturating_add(1)..=max_attempts {
         let started = Instant::now();
         let reply = request_invoice(&net, payer, &payee, spacing).await;
-        let err = {
+        let failed = {
             let mut st = net.lock();
+            if !st.relay.tips.contains_key(&id) {
+                // Ended meanwhile: nothing more to do, and never a second payment.
+                return;
+            }
             let err = match reply {
                 InvoiceReply::None => None,
                 InvoiceReply::Error(e) => Some(e),
@@ -250,11 +354,20 @@ pub(crate) async fn run_tip(
                             will_retry: false,
                         };
                         st.tip_progress(payer, &payee, matoms, done);
+                        let at_ms = net.clock.now_ms();
+                        st.record_tip(TipRecord {
+                            at_ms,
+                            payer: Uid(payer_uid),
+                            payee: Uid(payee),
+                            matoms,
+                        });
+                        st.end_tip(id);
                         return;
                     }
                     Err(e) => Some(e),
                 },
             };
+            st.tip_attempted(id, attempt);
             if let Some(e) = &err {
                 let last = attempt >= max_attempts;
                 let p = Progress {
@@ -265,17 +378,21 @@ pub(crate) async fn run_tip(
                 };
                 st.tip_progress(payer, &payee, matoms, p);
                 if last {
+                    st.end_tip(id);
                     return;
                 }
             }
-            err
+            err.is_some()
         };
-        if err.is_some() {
+        if failed {
             tokio::time::sleep_until(started + spacing).await;
         }
     }
     // The last request went unanswered: give up.
     let mut st = net.lock();
+    if !st.relay.tips.contains_key(&id) {
+        return;
+    }
     let p = Progress {
         completed: false,
         attempt: max_attempts,
@@ -283,6 +400,7 @@ pub(crate) async fn run_tip(
         will_retry: false,
     };
     st.tip_progress(payer, &payee, matoms, p);
+    st.end_tip(id);
 }
 
 /// Sends a PM through the relay for node `from`, blocking while `from` is offline, as
@@ -300,9 +418,10 @@ pub(crate) async fn send_pm(net: &Net, from: usize, to_uid: [u8; 32], message: S
                     mode: 0,
                     ts_ms: net.clock.now_ms(),
                 };
-                // A contact that is not a node is a synthetic peer: the PM leaves.
-                if let Some(to) = st.node_by_uid(&to_uid) {
-                    st.route_pm(to, item);
+                // A contact that is no node (of this run or an earlier one) is a
+                // synthetic peer: the PM leaves.
+                if st.node_by_uid(&to_uid).is_some() || st.is_dormant(&to_uid) {
+                    st.route_pm(to_uid, item);
                 }
                 return;
             }

@@ -408,7 +408,7 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result
         (Method::MediateKx, Params::MediateKx(p)) => mediate_kx(net, node, &p),
         (_, Params::Ack(sequence_id)) => {
             if let Some(kind) = method.kind() {
-                net.lock().nodes[node].logs[kind.index()].ack(sequence_id);
+                net.lock().nodes[node].ack(kind, sequence_id);
             }
             Ok(encode(&proto::AckResponse {}))
         }
@@ -525,13 +525,14 @@ async fn tip_user(
     #[expect(clippy::cast_possible_truncation, reason = "saturating, as intended")]
     let atoms = (dcr * ATOMS_PER_DCR as f64 + 0.5) as i64;
     let matoms = atoms.saturating_mul(1000);
-    net.spawn(relay::run_tip(
-        net.clone(),
-        node,
-        payee,
-        matoms,
-        max_attempts,
-    ));
+    // Kept before the reply, so a tip the client was told is scheduled survives a
+    // restart.
+    let id = {
+        let mut st = net.lock();
+        let payer = st.nodes[node].uid;
+        st.start_tip(payer, payee, matoms, max_attempts)
+    };
+    net.spawn(relay::run_tip(net.clone(), id));
     Ok(encode(&proto::TipUserResponse {}))
 }
 

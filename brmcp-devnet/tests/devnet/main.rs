@@ -4,6 +4,7 @@
 mod clientrpc_checks;
 mod common;
 mod framing;
+mod keep;
 mod kx;
 mod pm;
 mod tips;

@@ -3,12 +3,14 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::CliError;
+use super::table::{Table, print_json, rfc3339};
 use crate::directory::{POLICY_FILE, Policy};
-use brmcp_devnet::{Devnet, NodeInfo};
+use brmcp_adapters::protocol::{ATOMS_PER_DCR, MATOMS_PER_ATOM};
+use brmcp_devnet::{Devnet, NodeInfo, Wallet};
 
 /// Nicks of the first nodes; more are `node5`, `node6`, ...
 const NICKS: [&str; 4] = ["alice", "bob", "carol", "dave"];
@@ -34,10 +36,14 @@ const DEVNET_FUND_PER_REQUEST_ATOMS: u64 = 50_000;
 const DEVNET_FUND_PER_MONTH_ATOMS: u64 = 200_000;
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(super) struct DevnetArgs {
-    /// Directory for the nodes' certificates and config files (kept between runs).
-    #[arg(long, value_name = "DIR")]
-    dir: PathBuf,
+    #[command(subcommand)]
+    command: Option<DevnetCommand>,
+    /// Directory for the nodes' certificates and config files, wallets, relay queues
+    /// and stream logs (kept between runs, across any stop).
+    #[arg(long, value_name = "DIR", required = true)]
+    dir: Option<PathBuf>,
     /// How many nodes (clients) to run.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=MAX_NODES as i64))]
     nodes: u16,
@@ -45,6 +51,25 @@ pub(super) struct DevnetArgs {
     /// registering with it and the second node its operator.
     #[arg(long)]
     directory: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum DevnetCommand {
+    /// Print each node's wallet (atoms and DCR) and its recent tips, from the devnet
+    /// directory (current while the devnet runs, and after it stopped).
+    Wallets(WalletsArgs),
+}
+
+#[derive(Debug, Args)]
+struct WalletsArgs {
+    /// The devnet's directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// One JSON document: `{"wallets": [{"nick", "uid", "balance_atoms",
+    /// "balance_matoms", "balance_dcr", "recent_tips": [{"direction", "peer",
+    /// "peer_nick", "atoms", "matoms", "at"}]}]}`.
+    #[arg(long)]
+    json: bool,
 }
 
 pub(crate) fn nicks(n: usize) -> Vec<String> {
@@ -58,28 +83,39 @@ pub(crate) fn nicks(n: usize) -> Vec<String> {
 }
 
 pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
+    if let Some(DevnetCommand::Wallets(w)) = args.command {
+        return wallets(&w);
+    }
+    let Some(dir) = args.dir else {
+        return Err(CliError("devnet needs --dir".to_owned()));
+    };
     super::runtime()?.block_on(async {
         let mut nicks = nicks(usize::from(args.nodes));
         if args.directory {
             nicks.push(DIRECTORY_NICK.to_owned());
         }
         let nicks: Vec<&str> = nicks.iter().map(String::as_str).collect();
-        let devnet = Devnet::start(&args.dir, &nicks).await?;
+        let devnet = Devnet::start(&dir, &nicks).await?;
         let mut nodes = devnet.nodes();
         let directory = if args.directory { nodes.pop() } else { None };
         println!(
             "devnet running in {} with {} node(s):",
-            args.dir.display(),
+            dir.display(),
             nodes.len()
         );
         for node in nodes.iter().chain(&directory) {
             println!("  {:<6} {}  {}", node.nick, node.uid_hex(), node.url);
         }
         if let [server, client, ..] = nodes.as_slice() {
-            print_commands(&args.dir, server, client, directory.as_ref())?;
+            print_commands(&dir, server, client, directory.as_ref())?;
         } else if let Some(directory) = &directory {
             print_directory(directory, None)?;
         }
+        println!(
+            "Wallets, relay queues and stream logs are kept in {} across restarts; see the wallets with:",
+            dir.display()
+        );
+        println!("  brmcp devnet wallets --dir {} [--json]", dir.display());
         println!("Ctrl-C stops the devnet.");
         super::wait_for_interrupt().await;
         devnet.shutdown().await;
@@ -194,4 +230,105 @@ fn print_commands(
     );
     println!();
     Ok(())
+}
+
+/// `brmcp devnet wallets`: read from the directory's kept state, which every change
+/// reaches before anyone sees it, so a running devnet is current there too.
+fn wallets(args: &WalletsArgs) -> Result<ExitCode, CliError> {
+    let Some(wallets) = brmcp_devnet::read_wallets(&args.dir)? else {
+        return Err(CliError(format!(
+            "no devnet state in {} (run `brmcp devnet --dir {}` first)",
+            args.dir.display(),
+            args.dir.display()
+        )));
+    };
+    if args.json {
+        print_json(&wallets_json(&wallets));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut table = Table::new(&["NICK", "UID", "DCR", "ATOMS"]);
+    for w in &wallets {
+        table.row(vec![
+            w.nick.clone(),
+            hex::encode(w.uid),
+            dcr_text(w.balance_matoms),
+            atoms(w.balance_matoms).to_string(),
+        ]);
+    }
+    print!("{table}");
+    for w in wallets.iter().filter(|w| !w.recent_tips.is_empty()) {
+        println!();
+        println!("{}'s recent tips:", w.nick);
+        let mut tips = Table::new(&["AT", "DIRECTION", "PEER", "ATOMS"]);
+        for t in &w.recent_tips {
+            tips.row(vec![
+                rfc3339(t.at_ms.div_euclid(1000)),
+                t.direction.as_str().to_owned(),
+                t.peer_nick.clone().unwrap_or_else(|| hex::encode(t.peer)),
+                atoms(t.matoms).to_string(),
+            ]);
+        }
+        print!("{tips}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whole atoms of a milliatom amount (rounded down).
+fn atoms(matoms: i64) -> i64 {
+    matoms.div_euclid(MATOMS_PER_ATOM as i64)
+}
+
+/// DCR with all 8 decimals: `9.99990000`.
+fn dcr_text(matoms: i64) -> String {
+    let atoms = atoms(matoms);
+    let per = ATOMS_PER_DCR as i64;
+    let sign = if atoms < 0 { "-" } else { "" };
+    let abs = atoms.unsigned_abs();
+    let per = per.unsigned_abs();
+    format!("{sign}{}.{:08}", abs / per, abs % per)
+}
+
+/// The `--json` document (documented on [`WalletsArgs::json`]; stable).
+fn wallets_json(wallets: &[Wallet]) -> Value {
+    let list: Vec<Value> = wallets
+        .iter()
+        .map(|w| {
+            let tips: Vec<Value> = w
+                .recent_tips
+                .iter()
+                .map(|t| {
+                    json!({
+                        "direction": t.direction.as_str(),
+                        "peer": hex::encode(t.peer),
+                        "peer_nick": t.peer_nick,
+                        "atoms": atoms(t.matoms),
+                        "matoms": t.matoms,
+                        "at": rfc3339(t.at_ms.div_euclid(1000)),
+                    })
+                })
+                .collect();
+            json!({
+                "nick": w.nick,
+                "uid": hex::encode(w.uid),
+                "balance_atoms": atoms(w.balance_matoms),
+                "balance_matoms": w.balance_matoms,
+                "balance_dcr": dcr_text(w.balance_matoms),
+                "recent_tips": tips,
+            })
+        })
+        .collect();
+    json!({ "wallets": list })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dcr_text_has_eight_decimals() {
+        assert_eq!(dcr_text(10 * 100_000_000_000), "10.00000000");
+        assert_eq!(dcr_text(999_990_000_000), "9.99990000");
+        assert_eq!(dcr_text(1_999), "0.00000001");
+        assert_eq!(dcr_text(-10_000_000), "-0.00010000");
+    }
 }

@@ -1,0 +1,120 @@
+//! The state lock's write-ahead step: changes made under the lock are journaled as
+//! one group when it is released, before the stream lines they made are sent; and
+//! the conversions between the running state and the kept one (see `durable`).
+
+use std::ops::{Deref, DerefMut};
+use std::sync::MutexGuard;
+
+use super::State;
+use super::durable;
+use super::relay::Relay;
+
+impl State {
+    /// The state restored from `snap`, with no node started yet.
+    pub(super) fn restored(snap: durable::Snapshot, journal: durable::Journal) -> Self {
+        let relay = Relay {
+            queues: snap.queues.into_iter().map(|(k, v)| (k.0, v)).collect(),
+            balances: snap.balances.into_iter().map(|(k, v)| (k.0, v)).collect(),
+            expired: snap.expired,
+            tips: snap.tips,
+            next_tip: snap.next_tip,
+        };
+        Self {
+            nodes: Vec::new(),
+            relay,
+            dormant: snap.nodes.into_iter().collect(),
+            pending: Vec::new(),
+            journal: Some(journal),
+        }
+    }
+
+    /// Everything kept, for a compaction.
+    fn snapshot(&self) -> durable::Snapshot {
+        let mut snap = durable::Snapshot::empty(0);
+        snap.balances = self
+            .relay
+            .balances
+            .iter()
+            .map(|(k, v)| (durable::Uid(*k), *v))
+            .collect();
+        snap.queues = self
+            .relay
+            .queues
+            .iter()
+            .map(|(k, v)| (durable::Uid(*k), v.clone()))
+            .collect();
+        snap.expired = self.relay.expired;
+        snap.tips = self.relay.tips.clone();
+        snap.next_tip = self.relay.next_tip;
+        snap.nodes = self.dormant.iter().map(|(k, v)| (*k, v.clone())).collect();
+        for n in &self.nodes {
+            snap.nodes.insert(
+                durable::Uid(n.uid),
+                durable::NodeSnap {
+                    nick: n.nick.clone(),
+                    contacts: n.contacts.clone(),
+                    logs: n.logs.clone(),
+                    recent_tips: n.recent_tips.clone(),
+                },
+            );
+        }
+        snap
+    }
+
+    /// Stops journaling: tasks still winding down after a stop change nothing kept,
+    /// so a devnet started next on the directory owns it alone.
+    pub(super) fn close_journal(&mut self) {
+        self.journal = None;
+    }
+
+    /// Journals the changes made under this lock as one group, then sends the stream
+    /// lines they made: nothing is seen before it is kept.
+    fn commit(&mut self) {
+        let mut ops = std::mem::take(&mut self.pending);
+        for n in &mut self.nodes {
+            ops.append(&mut n.pending);
+        }
+        if !ops.is_empty()
+            && let Some(mut journal) = self.journal.take()
+        {
+            if let Err(e) = journal.append(&ops) {
+                tracing::error!(error = %e, "devnet journal: write failed; this change is not kept");
+            }
+            if journal.wants_compaction()
+                && let Err(e) = journal.compact(self.snapshot())
+            {
+                tracing::error!(error = %e, "devnet journal: compaction failed");
+            }
+            self.journal = Some(journal);
+        }
+        for n in &mut self.nodes {
+            for (out, line) in n.outbox.drain(..) {
+                let _ = out.send(line);
+            }
+        }
+    }
+}
+
+/// The state lock; releasing it commits the changes made under it
+/// ([`State::commit`]).
+pub(crate) struct StateGuard<'a>(pub(super) MutexGuard<'a, State>);
+
+impl Deref for StateGuard<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        self.0.commit();
+    }
+}
