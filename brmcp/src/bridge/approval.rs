@@ -7,6 +7,11 @@
 //! only. `brmcp bridge approvals` presents it. It protects against an agent that holds
 //! only its token; a process running as the same user can read the file, and then
 //! the caps are the protection.
+//!
+//! The page's sessions are opened by login codes made under the secret (see
+//! [`super::ui`]), and each ends when the secret changes: [`rotate_approval_secret`]
+//! (`brmcp bridge ui --rotate`) replaces it, which also ends `/payments` for the old
+//! one.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -86,6 +91,28 @@ pub(crate) fn secret_in(data_dir: &Path, name: &str) -> Result<String, ApprovalS
     }
 }
 
+/// Replaces the approval secret of `data_dir` with a fresh one (atomically: the file
+/// holds the old secret or the new, never part of one), ending every page session
+/// the old one opened; a missing, malformed or exposed file is replaced too.
+///
+/// # Errors
+/// [`ApprovalSecretError::Io`]; a symbolic link at the file is refused.
+pub fn rotate_approval_secret(data_dir: &Path) -> Result<String, ApprovalSecretError> {
+    rotate_secret_in(data_dir, APPROVAL_SECRET_FILE)
+}
+
+/// Replaces the secret of the file `name` in `data_dir` with a fresh one.
+pub(crate) fn rotate_secret_in(data_dir: &Path, name: &str) -> Result<String, ApprovalSecretError> {
+    let path = data_dir.join(name);
+    let io = |source| ApprovalSecretError::Io {
+        path: path.clone(),
+        source,
+    };
+    let fresh = random_hex::<SECRET_BYTES>().map_err(|e| io(io::Error::other(e.to_string())))?;
+    secure_fs::write_atomic(&path, format!("{fresh}\n").as_bytes()).map_err(io)?;
+    Ok(fresh)
+}
+
 /// The secret of `data_dir` if one was made, without making one.
 ///
 /// # Errors
@@ -152,6 +179,24 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, [APPROVAL_SECRET_FILE]);
+    }
+
+    #[test]
+    fn rotating_replaces_the_secret_whatever_was_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = approval_secret(dir.path()).unwrap();
+        let second = rotate_approval_secret(dir.path()).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(approval_secret(dir.path()).unwrap(), second);
+        let path = dir.path().join(APPROVAL_SECRET_FILE);
+        std::fs::write(&path, b"short").unwrap();
+        let third = rotate_approval_secret(dir.path()).unwrap();
+        assert_eq!(existing_approval_secret(dir.path()).unwrap(), Some(third));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [APPROVAL_SECRET_FILE], "no temporary file left");
     }
 
     #[test]
