@@ -17,6 +17,7 @@ use brmcp_test_support::clientrpc_fake as fake;
 mod held_approvals;
 mod operator;
 mod ops_status;
+mod page_attacks;
 mod processes;
 mod readme;
 mod remote_refusals;
