@@ -17,6 +17,13 @@
 //!   loses the code (the user asks for another), never reuses it.
 //! - Kept bounded: each making prunes expired codes and keeps at most
 //!   [`MAX_LOGIN_CODES`].
+#![cfg_attr(
+    not(feature = "cli"),
+    allow(
+        dead_code,
+        reason = "the `ui` commands, of the command line, make the codes"
+    )
+)]
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};

@@ -310,6 +310,7 @@ fn login(gate: &PageGate<'_>, body: &[u8], now: i64) -> Response {
 }
 
 /// Why a login code could not be made.
+#[cfg_attr(not(feature = "cli"), allow(dead_code, reason = "the `ui` commands'"))]
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LinkError {
     /// The page's secret could not be read, made or rotated.
@@ -326,6 +327,7 @@ pub(crate) enum LinkError {
 /// A login code of the page of `data_dir` at `now` (Unix seconds), after rotating
 /// its secret when `rotate` (which ends every session the old one opened and voids
 /// its codes). The `ui` commands print it after `/ui/login#`.
+#[cfg_attr(not(feature = "cli"), allow(dead_code, reason = "the `ui` commands'"))]
 pub(crate) fn login_code(
     assets: &PageAssets,
     data_dir: &Path,
