@@ -300,3 +300,32 @@ fn each_page_names_its_own_storage_key() {
     assert!(super::BRIDGE_PAGE.html.contains(r#"data-page="bridge""#));
     assert_eq!(super::BRIDGE_PAGE.name, "bridge");
 }
+
+#[tokio::test]
+async fn credentialed_is_the_live_session_header_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = UiSessions::default();
+    let gate = gate(&sessions, dir.path());
+    let token = login(&gate).await;
+    let cookie = format!("brmcp_ui={token}");
+    let bearer = format!("Bearer {token}");
+    assert!(gate.credentialed(&parts("GET", "/ui/api/state", &[(SESSION_HEADER, &token)])));
+    assert!(gate.credentialed(&parts("POST", "/mcp/x", &[(SESSION_HEADER, &token)])));
+    for headers in [
+        &[][..],
+        &[("cookie", cookie.as_str())][..],
+        &[("authorization", bearer.as_str())][..],
+        &[(SESSION_HEADER, &token[..63])][..],
+    ] {
+        assert!(
+            !gate.credentialed(&parts("GET", "/ui/api/state", headers)),
+            "{headers:?}"
+        );
+    }
+    login_code(&PAGE, dir.path(), true, T).unwrap();
+    let with = [(SESSION_HEADER, token.as_str())];
+    assert!(
+        !gate.credentialed(&parts("GET", "/ui/api/state", &with)),
+        "rotated"
+    );
+}
