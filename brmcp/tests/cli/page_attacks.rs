@@ -260,6 +260,7 @@ pub(super) async fn refusals(
     assert_eq!(state_status(bridge, &token).await, 401, "logged out");
 
     slow_bodies(bridge, bridge_dir).await;
+    slow_login(serve).await;
     strict_hosts(bridge, serve).await;
     secret_changes(bridge, bridge_dir).await;
 }
@@ -295,6 +296,21 @@ async fn slow_bodies(bridge: &str, bridge_dir: &str) {
         );
     }
     assert_eq!(state_status(bridge, &token).await, 200);
+}
+
+/// The operator page, the same: no session refused before the body, and a login's
+/// body under the deadline.
+async fn slow_login(serve: &str) {
+    let head = |path: &str| {
+        format!("POST {path} HTTP/1.1\r\nHost: {serve}\r\nContent-Length: 100\r\n\r\n")
+    };
+    let started = Instant::now();
+    let (status, _) = raw(serve, &head("/ui/api/state")).await;
+    assert_eq!(status, 401, "no session: refused before the body");
+    assert!(started.elapsed() < BODY_DEADLINE, "{:?}", started.elapsed());
+    let (status, _) = raw(serve, &head("/ui/login")).await;
+    assert_eq!(status, 408, "a login's body never sent");
+    assert!(started.elapsed() >= BODY_DEADLINE - Duration::from_secs(1));
 }
 
 /// Sends `request` on a new connection and reads the answer's status line: the status
