@@ -7,11 +7,6 @@
 //! only. `brmcp bridge approvals` presents it. It protects against an agent that holds
 //! only its token; a process running as the same user can read the file, and then
 //! the caps are the protection.
-//!
-//! The page's sessions are opened by login codes made under the secret (see
-//! [`super::ui`]), and each ends when the secret changes: [`rotate_approval_secret`]
-//! (`brmcp bridge ui --rotate`) replaces it, which also ends `/payments` for the old
-//! one.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -92,8 +87,10 @@ pub(crate) fn secret_in(data_dir: &Path, name: &str) -> Result<String, ApprovalS
 }
 
 /// Replaces the approval secret of `data_dir` with a fresh one (atomically: the file
-/// holds the old secret or the new, never part of one), ending every page session
-/// the old one opened; a missing, malformed or exposed file is replaced too.
+/// holds the old secret or the new, never part of one), as `brmcp bridge ui --rotate`
+/// does: every page session the old one opened ends (the page's sessions are opened
+/// by login codes made under the secret, see `bridge::ui`), and `/payments` takes the
+/// new one only. A missing, malformed or exposed file is replaced too.
 ///
 /// # Errors
 /// [`ApprovalSecretError::Io`]; a symbolic link at the file is refused.
