@@ -7,6 +7,10 @@
 //! only. `brmcp bridge approvals` presents it. It protects against an agent that holds
 //! only its token; a process running as the same user can read the file, and then
 //! the caps are the protection.
+//!
+//! An agent the settings make its own approver ([`Approver::Agent`](super::Approver))
+//! also decides by answering the question its client is asked; for every other agent
+//! only this secret decides.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};

@@ -31,6 +31,11 @@
 //! On the `/mcp` paths a refusal is a JSON-RPC error object (see [`refusal`]) whose
 //! message MCP clients show; elsewhere plain text.
 //!
+//! Before any of these, the [`listener`] holds every request to its header and body
+//! deadlines (408) and keeps its connection slots for requests that carry a
+//! credential ([`credentialed`]: the page's session, the approval secret, an agent's
+//! token), so connections held without one cannot keep those out.
+//!
 //! `DELETE` of a session answers 204, as the MCP specification allows (rmcp says 202,
 //! on which the Python SDK warns).
 
@@ -51,6 +56,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use brmcp_adapters::PeerId;
 use futures_util::StreamExt;
@@ -81,13 +87,27 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 /// usual 1024 descriptors, yet far more than the agents of one user open.
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// Default bound on the connections that have not yet carried a credential: 192,
+/// three quarters of [`MAX_CONNECTIONS`]. Past it the oldest such connection is
+/// dropped for a new one, so the last quarter is only ever held by connections that
+/// proved a credential (an agent's token, the approval secret, a page's session).
+pub const MAX_UNPROVEN_CONNECTIONS: usize = 192;
+
 /// Default time a connection has to send a request's headers (and an idle
 /// keep-alive connection to start its next request): 10 s. Real clients send their
 /// headers at once.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Default bound on the MCP sessions of one bearer token, over all bots: 32. A
-/// session costs about 60 KB; agents open one each.
+/// Default time a request's whole body has to arrive once its headers have: 10 s,
+/// one deadline however the body trickles (408 past it). The bodies here are JSON
+/// messages and forms a client sends at once; a body held back only holds a slot.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default bound on the MCP sessions of one bearer token (one agent), over all bots:
+/// 32, half of [`MAX_SESSIONS`], an agent's share: however many one agent opens and
+/// keeps busy, the others keep the other half, and its new sessions close only its
+/// own or those of an agent holding more. A session costs about 60 KB; agents open
+/// one each.
 pub const MAX_SESSIONS_PER_TOKEN: usize = 32;
 
 /// Default bound on all MCP sessions of the endpoints: 64.
@@ -103,8 +123,13 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(600);
 pub struct HttpLimits {
     /// Open connections to the owned listener.
     pub max_connections: usize,
+    /// Open connections that have not yet carried a credential (at most
+    /// `max_connections`); past it the oldest of them is dropped for a new one.
+    pub max_unproven_connections: usize,
     /// Time to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Time to send a request's whole body once its headers are in.
+    pub body_read_timeout: Duration,
     /// MCP sessions per bearer token.
     pub max_sessions_per_token: usize,
     /// MCP sessions in all.
@@ -117,7 +142,9 @@ impl Default for HttpLimits {
     fn default() -> Self {
         Self {
             max_connections: MAX_CONNECTIONS,
+            max_unproven_connections: MAX_UNPROVEN_CONNECTIONS,
             header_read_timeout: HEADER_READ_TIMEOUT,
+            body_read_timeout: BODY_READ_TIMEOUT,
             max_sessions_per_token: MAX_SESSIONS_PER_TOKEN,
             max_sessions: MAX_SESSIONS,
             session_idle: SESSION_IDLE,
@@ -176,6 +203,8 @@ pub(crate) struct HttpState {
     refusals: Refusals,
     /// The user's page's sessions.
     pub(crate) ui: super::ui::UiState,
+    /// The agents' shares of each bot's rate limit.
+    pub(crate) fair_shares: super::fair_share::FairShares,
 }
 
 impl HttpState {
@@ -189,6 +218,7 @@ impl HttpState {
             owner: Mutex::new(None),
             refusals: Refusals::default(),
             ui: super::ui::UiState::default(),
+            fair_shares: super::fair_share::FairShares::default(),
         }
     }
 
@@ -351,6 +381,27 @@ async fn endpoint(State(inner): State<Arc<Inner>>, request: Request) -> Response
     gate(inner, None, peer, request).await
 }
 
+/// Whether `parts`, a request's headers, carry a valid credential for its path: the
+/// page's session under `/ui`, the approval secret on `/payments`, else an agent's
+/// token (or any request to the MCP endpoints when the token is waived). A request
+/// that does makes its connection one the listener keeps (see [`listener`]).
+fn credentialed(inner: &Inner, parts: &Parts) -> bool {
+    let path = parts.uri.path();
+    if super::ui::is_ui_path(path) {
+        return super::ui::credentialed(inner, parts);
+    }
+    if path.starts_with(PAYMENTS_PATH) {
+        return authorize_user(&inner.config.data_dir, &parts.headers);
+    }
+    if refusal::is_mcp_path(path)
+        && !inner.config.require_token
+        && inner.config.listen.ip().is_loopback()
+    {
+        return true;
+    }
+    authorized(&lock(&inner.settings), &parts.headers)
+}
+
 /// Answers `request`, which reached the local address `local` from `peer` (when
 /// known).
 async fn gate(
@@ -509,15 +560,31 @@ async fn session_request(
                     http.close_sessions(evicted).await;
                     reservation = Some(held);
                 }
-                Err(sessions::Full) => {
+                Err(full) => {
                     let secs = inner.config.retry_after.as_secs();
+                    let agent = request
+                        .extensions()
+                        .get::<Caller>()
+                        .map_or(super::settings::DEFAULT_AGENT, Caller::name);
+                    let whose = match full {
+                        sessions::Full::Token => format!(
+                            "agent {agent:?} holds its share of the bridge's MCP sessions ({} \
+                             of {}), each busy",
+                            limits.max_sessions_per_token, limits.max_sessions
+                        ),
+                        sessions::Full::Bridge => format!(
+                            "the bridge holds its most MCP sessions ({}), none of them one \
+                             agent {agent:?} may close",
+                            limits.max_sessions
+                        ),
+                    };
                     return retry_after(
                         secs,
                         Form::JsonRpc.refuse(
                             StatusCode::SERVICE_UNAVAILABLE,
                             &format!(
-                                "too many sessions: the bridge holds its most MCP sessions \
-                                 (idle ones close after {} s); retry in {} s",
+                                "too many sessions: {whose} (idle ones close after {} s); retry \
+                                 in {} s",
                                 limits.session_idle.as_secs(),
                                 secs.max(1)
                             ),
@@ -654,9 +721,15 @@ async fn bind(inner: &Arc<Inner>) -> Result<Listener, BridgeError> {
         .map_err(|source| BridgeError::Bind { addr, source })?;
     let stop = CancellationToken::new();
     let answering = inner.clone();
+    let classifying = Arc::downgrade(inner);
     let task = tokio::spawn(listener::run(
         listener,
         move |local, peer, request| gate(answering.clone(), local, peer, request),
+        move |parts: &Parts| {
+            classifying
+                .upgrade()
+                .is_some_and(|inner| credentialed(&inner, parts))
+        },
         config.http_limits,
         stop.clone(),
     ));

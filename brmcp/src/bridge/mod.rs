@@ -49,6 +49,7 @@
 pub(crate) mod approval;
 mod attach;
 pub(crate) mod directory;
+mod fair_share;
 mod http;
 mod link;
 mod policy;
@@ -80,8 +81,8 @@ pub use directory::{
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
 };
 pub use http::{
-    HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS, MAX_SESSIONS_PER_TOKEN,
-    RefusedAddress, SESSION_IDLE,
+    BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS,
+    MAX_SESSIONS_PER_TOKEN, MAX_UNPROVEN_CONNECTIONS, RefusedAddress, SESSION_IDLE,
 };
 pub use link::{LinkError, Silence};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
@@ -90,7 +91,7 @@ pub use presence::{
 };
 pub use proxy::input_required::INPUT_HOLD;
 pub use settings::{
-    AgentEntry, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
+    AgentEntry, Approver, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
     DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MIN_TOKEN_LEN, Mode, NamedBot,
     RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };

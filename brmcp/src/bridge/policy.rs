@@ -6,11 +6,13 @@
 //! 1. the per-call cap (0: never pay);
 //! 2. a first look at the daily cap, so the user is not asked for a payment that
 //!    cannot be made;
-//! 3. in approval mode, the user's decision, with a timeout: asked of the agent's
-//!    client where it can ([`Ask`]: by elicitation, or on protocol 2026-07-28 by
-//!    `input_required`, the payment then settled in the background while the agent's
-//!    call is held for its retry), and always parked for `approvals approve/deny`;
-//!    whichever answers first decides;
+//! 3. in approval mode, the user's decision, with a timeout: always parked for the
+//!    page and `approvals approve/deny`; asked of the agent's client too where it can
+//!    and the agent's [`Approver`] is the agent itself ([`Ask`]: by elicitation, or on
+//!    protocol 2026-07-28 by `input_required`, the payment then settled in the
+//!    background while the agent's call is held for its retry); whichever answers
+//!    first decides. The ask of an agent whose approver is the user is dropped
+//!    unasked, whoever made it: only the parked approval decides its payments;
 //! 4. the daily cap again, reserving the amount in the spend log in the same
 //!    transaction ([`SpendLog::reserve`]): this is the check that binds;
 //! 5. [`Payer::pay`] with the tip wait as deadline: success marks the row paid, an
@@ -36,7 +38,7 @@ use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, Clock, PeerId};
 use tokio::sync::{broadcast, oneshot};
 
-use super::settings::{Caller, Mode, Settings};
+use super::settings::{Approver, Caller, Mode, Settings};
 use super::spend::{OverCap, SpendLog, fits_daily_cap};
 
 /// How a payment reaches a bot: the host's payment rail (Bison Relay tips).
@@ -159,7 +161,8 @@ pub(crate) type Refusal = String;
 
 /// Asks the user about one payment where the agent is (its client's elicitation):
 /// `Ok` once approved, a refusal if declined, cancelled or failed. Dropped unanswered
-/// when the parked approval decides first.
+/// when the parked approval decides first, and dropped unpolled for an agent whose
+/// [`Approver`] is the user.
 pub(crate) type Ask<'a> = Pin<Box<dyn Future<Output = Result<(), Refusal>> + Send + 'a>>;
 
 impl Policy {
@@ -262,6 +265,8 @@ impl Policy {
             if !fits_daily_cap(spent, amount, daily) {
                 return Err(over(OverCap::Daily(super::OverDailyCap { spent })));
             }
+            // The agent's own answer approves only where the user lets it.
+            let ask = ask.filter(|_| settings.approver_of(caller) == Approver::Agent);
             self.approve(settings, name, bot, tool, amount, ask).await?;
         }
         let position = self.payer.position_dyn();

@@ -648,6 +648,13 @@ impl ServerHandler for ProxyServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // One agent's flood is refused here, before it spends the bot's limit.
+        let retry = request.request_state.is_some();
+        if let Err(over) =
+            super::fair_share::admit(&self.bridge, &caller(&context), &self.link.bot, retry)
+        {
+            return Ok(CallToolResponse::Complete(over));
+        }
         self.call(request, &context).await
     }
 

@@ -17,14 +17,17 @@
 //!
 //! `agents` (see [`agents`]) gives agents their own tokens, kept as hashes, and caps;
 //! `allowed_ips` (see [`ips`]) the addresses remote agents may come from. Both are
-//! left out of the file while empty.
+//! left out of the file while empty. `approver` (`"user"` or `"agent"`, see
+//! [`Approver`]), also a key of each agent, says who may approve payments in approval
+//! mode; left out, it is the user for the agents of `agents` and the agent itself for
+//! the default agent (see [`Settings::approver_of`]).
 
 mod agents;
 mod bots;
 mod error;
 mod ips;
 
-pub use agents::{AgentEntry, Caller, DEFAULT_AGENT, token_hash};
+pub use agents::{AgentEntry, Approver, Caller, DEFAULT_AGENT, token_hash};
 pub(crate) use agents::{agent_of, same_digest};
 use bots::check_name;
 pub use bots::{BotChange, NamedBot, RESERVED_BOT_NAMES};
@@ -109,6 +112,11 @@ pub struct Settings {
     /// Addresses and CIDR ranges remote agents may come from; empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_ips: Vec<String>,
+    /// Who approves payments in approval mode: of the default agent, and of each agent
+    /// of `agents` that names none itself. Left out of the file: see
+    /// [`approver_of`](Self::approver_of).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<Approver>,
 }
 
 /// A directory bot of [`Settings::directories`].
@@ -158,6 +166,7 @@ impl Default for Settings {
             directories: Vec::new(),
             agents: Vec::new(),
             allowed_ips: Vec::new(),
+            approver: None,
         }
     }
 }
@@ -179,6 +188,7 @@ fn check_value(key: &str, value: &serde_json::Value) -> Result<(), String> {
         "directories" => Vec::<DirectoryEntry>::deserialize(value).map(drop),
         "agents" => Vec::<AgentEntry>::deserialize(value).map(drop),
         "allowed_ips" => Vec::<String>::deserialize(value).map(drop),
+        "approver" => Approver::deserialize(value).map(drop),
         _ => return Err("unknown key".into()),
     };
     checked.map_err(|e| e.to_string())
@@ -268,6 +278,23 @@ impl Settings {
         self.agents.iter().find(|a| a.name == name)
     }
 
+    /// Who approves `caller`'s payments: its entry's `approver`, else the file's
+    /// `approver`, else the user for an agent of `agents` (made for another program,
+    /// often unattended) and the agent itself for the default agent. An agent no
+    /// longer listed has the user. The default agent holds the file's own `token`: it
+    /// is most often `bridge stdio` or a local host the user runs (Claude Code), which
+    /// shows the question to the user, so files written before this setting keep
+    /// working.
+    pub fn approver_of(&self, caller: &Caller) -> Approver {
+        match caller {
+            Caller::Default => self.approver.unwrap_or(Approver::Agent),
+            Caller::Agent(name) => match self.agent(name) {
+                Some(agent) => agent.approver.or(self.approver).unwrap_or(Approver::User),
+                None => Approver::User,
+            },
+        }
+    }
+
     /// Whether a remote agent at `ip` may connect: any when `allowed_ips` is empty.
     pub fn allows_ip(&self, ip: std::net::IpAddr) -> bool {
         self.allowed_ips.is_empty()
@@ -335,6 +362,7 @@ impl Settings {
         let Some(object) = value.as_object() else {
             return Err(invalid("top level", "not a JSON object".into()));
         };
+        agents::check_approvers(object.get("agents")).map_err(|(key, why)| invalid(&key, why))?;
         for (key, value) in object {
             check_value(key, value).map_err(|reason| invalid(key, reason))?;
         }

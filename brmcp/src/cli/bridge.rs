@@ -220,6 +220,8 @@ enum TokenAction {
     /// a second).
     Rotate,
     /// Make an agent with its own token (printed once, kept only as a hash) and caps.
+    /// In approval mode only the user approves its payments (the page, `approvals`),
+    /// unless `--agent-approves`.
     Add {
         /// The agent's name (letters, digits, '.', '_' or '-'), as the spend log shows it.
         name: String,
@@ -234,11 +236,16 @@ enum TokenAction {
         /// Without any, every allowed bot.
         #[arg(long = "bot", value_name = "BOT")]
         bots: Vec<String>,
+        /// Let the agent's own client approve its payments too (by elicitation, or
+        /// `input_required` on protocol 2026-07-28): whatever holds the token is then
+        /// trusted as the user. For a host that shows the question to a person.
+        #[arg(long)]
+        agent_approves: bool,
         /// Print one JSON object (`{"name": ..., "token": ...}`) instead of the token.
         #[arg(long)]
         json: bool,
     },
-    /// List the agents: names, caps and bots, never tokens.
+    /// List the agents: names, caps, bots and who approves, never tokens.
     List {
         /// Print one JSON document (an array of objects) instead of a table.
         #[arg(long)]

@@ -234,6 +234,10 @@ async fn busy_sessions_are_kept_and_a_new_one_is_refused_with_retry_after() {
     let (status, headers, body) = post(addr, &path, &[], INITIALIZE).await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("too many sessions"), "{body}");
+    assert!(
+        body.contains(r#"agent \"default\" holds its share"#),
+        "{body}"
+    );
     assert!(header(&headers, "retry-after").is_some());
     drop(stream);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -258,57 +262,162 @@ async fn idle_sessions_expire() {
     env.bridge.close().await;
 }
 
-#[tokio::test]
-async fn half_header_flood_is_held_to_the_connection_limit_and_timed_out() {
+/// Connects and sends `head` (a request's start), holding the connection: a task
+/// that ends with the time the server closed it.
+async fn held(addr: SocketAddr, head: String, start: Instant) -> tokio::task::JoinHandle<Duration> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const LIMIT: usize = 8;
-    const FLOOD: usize = 3 * LIMIT;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 256];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return start.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+}
+
+/// The head of a `POST` whose body of `len` bytes never comes.
+fn body_owed(path: &str, extra: &str, len: usize) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{extra}Content-Length: {len}\r\n\r\n{{"
+    )
+}
+
+#[tokio::test]
+async fn half_header_flood_is_timed_out() {
+    const FLOOD: usize = 24;
     let timeout = Duration::from_secs(1);
     let (env, addr) = started(with_limits(|l| {
-        l.max_connections = LIMIT;
         l.header_read_timeout = timeout;
     }))
     .await;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..FLOOD {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"POST /mcp/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
-            .await
-            .unwrap();
-        tasks.push(tokio::spawn(async move {
-            let mut buf = [0u8; 64];
-            loop {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return start.elapsed(),
-                    Ok(_) => {}
-                }
-            }
-        }));
+        let head = "POST /mcp/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".to_owned();
+        tasks.push(held(addr, head, start).await);
     }
-    let mut closed = Vec::new();
     for task in tasks {
         let at = tokio::time::timeout(Duration::from_secs(30), task)
             .await
             .expect("every half-header connection is closed by the timeout")
             .unwrap();
-        closed.push(at);
+        assert!(at >= timeout, "{at:?}");
     }
-    // The server held at most LIMIT at once: the first wave closes after one
-    // timeout, the rest only as slots free.
-    let first_wave = closed
-        .iter()
-        .filter(|at| **at < timeout + timeout / 2)
-        .count();
-    assert!(
-        first_wave <= LIMIT,
-        "{first_wave} connections served at once: {closed:?}"
-    );
-    assert!(closed.iter().all(|at| *at >= timeout), "{closed:?}");
-    // The flood is over: a real request is served.
     let path = format!("/mcp/{}", env.bot_id);
     let (status, _, body) = post(addr, &path, &[], INITIALIZE).await;
     assert_eq!(status, 200, "{body}");
+    env.bridge.close().await;
+}
+
+/// A body that does not arrive within the body deadline is answered 408 and the
+/// connection closed, on the MCP endpoint (an agent's) and on the page's login
+/// (anyone's) alike; a body that trickles in is held to one deadline.
+#[tokio::test]
+async fn a_body_owed_past_the_deadline_is_answered_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = Duration::from_millis(600);
+    let (env, addr) = started(with_limits(|l| l.body_read_timeout = deadline)).await;
+    let mcp = format!("/mcp/{}", env.bot_id);
+    let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
+    for (path, extra) in [(mcp.as_str(), bearer.as_str()), ("/ui/login", "")] {
+        for trickle in [false, true] {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let start = Instant::now();
+            stream
+                .write_all(body_owed(path, extra, 400).as_bytes())
+                .await
+                .unwrap();
+            if trickle {
+                // A byte every 100 ms: each read is quick, the body never whole.
+                for _ in 0..20 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if stream.write_all(b" ").await.is_err() {
+                        break;
+                    }
+                }
+            }
+            let mut raw = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+                .await
+                .expect("the server answers and closes")
+                .ok();
+            let raw = String::from_utf8_lossy(&raw);
+            assert!(raw.starts_with("HTTP/1.1 408"), "{path} {trickle}: {raw}");
+            assert!(raw.contains("did not arrive"), "{raw}");
+            let took = start.elapsed();
+            assert!(took >= deadline, "{path}: {took:?}");
+            assert!(took < deadline * 8, "{path} {trickle}: {took:?}");
+        }
+    }
+    // A body that comes in time is served.
+    let (status, _, body) = post(addr, &mcp, &[], INITIALIZE).await;
+    assert_eq!(status, 200, "{body}");
+    env.bridge.close().await;
+}
+
+/// Connections held without a credential (bodies owed to the page's login, headers
+/// never finished) cannot keep an agent out: each new connection drops the oldest of
+/// them, and a connection that carried an agent's token keeps its slot mid-request.
+#[tokio::test]
+async fn held_connections_without_a_credential_cannot_starve_an_agent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const LIMIT: usize = 16;
+    const UNPROVEN: usize = 8;
+    const FLOOD: usize = 5 * LIMIT;
+    let (env, addr) = started(with_limits(|l| {
+        l.max_connections = LIMIT;
+        l.max_unproven_connections = UNPROVEN;
+        l.header_read_timeout = Duration::from_secs(60);
+        l.body_read_timeout = Duration::from_secs(60);
+    }))
+    .await;
+    let mcp = format!("/mcp/{}", env.bot_id);
+    // An agent's request whose body is still on its way when the flood comes.
+    let mut agent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {mcp} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n",
+        INITIALIZE.len()
+    );
+    agent.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = Instant::now();
+    let mut flood = Vec::new();
+    for i in 0..FLOOD {
+        let head = if i % 2 == 0 {
+            body_owed("/ui/login", "", 100)
+        } else {
+            "GET /ui/ HTTP/1.1\r\nHost: 127.0.0.1\r\nCook".to_owned()
+        };
+        flood.push(held(addr, head, start).await);
+    }
+    // A new agent is served at once.
+    let asked = Instant::now();
+    let (status, _, body) = post(addr, &mcp, &[], INITIALIZE).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    // The agent that proved itself before the flood still has its connection.
+    agent.write_all(INITIALIZE.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), agent.read_to_end(&mut raw))
+        .await
+        .expect("answered")
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    // The flood holds at most its share: the rest was dropped long before a timeout.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let dropped = flood.iter().filter(|t| t.is_finished()).count();
+    assert!(dropped >= FLOOD - UNPROVEN, "{dropped} of {FLOOD} dropped");
+    for task in flood {
+        task.abort();
+    }
     env.bridge.close().await;
 }

@@ -1,6 +1,7 @@
 //! `brmcp bridge token add/list/remove`: an agent's token is printed once and kept
-//! only as its hash; the list shows names, caps and bots, never a token; the default
-//! agent's `token show` keeps working beside the agents.
+//! only as its hash; the list shows names, caps, bots and approvers, never a token; the
+//! default agent's `token show` keeps working beside the agents. An agent `add` makes
+//! is approved by the user only, unless `--agent-approves`.
 
 use std::process::{Command, Output};
 
@@ -88,8 +89,8 @@ fn an_agents_token_is_shown_once_and_kept_as_a_hash() {
     assert_eq!(
         listed,
         json!([
-            {"name": "ci", "per_call_cap_atoms": 500, "per_day_cap_atoms": 2000, "bots": [ALICE]},
-            {"name": "chat", "per_call_cap_atoms": 1, "per_day_cap_atoms": 2, "bots": []},
+            {"name": "ci", "per_call_cap_atoms": 500, "per_day_cap_atoms": 2000, "bots": [ALICE], "approver": "user"},
+            {"name": "chat", "per_call_cap_atoms": 1, "per_day_cap_atoms": 2, "bots": [], "approver": "user"},
         ])
     );
 
@@ -156,4 +157,68 @@ fn an_agents_token_is_shown_once_and_kept_as_a_hash() {
         serde_json::from_str(&ok(bridge(data, &["token", "list", "--json"]))).expect("json");
     assert_eq!(listed.as_array().map(Vec::len), Some(1));
     assert_eq!(ok(bridge(data, &["token", "show"])).trim(), default);
+}
+
+#[test]
+fn an_added_agent_is_approved_by_the_user_unless_told_otherwise() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().to_str().expect("utf-8");
+    let add = |name: &str, extra: &[&str]| {
+        let mut args = vec![
+            "token",
+            "add",
+            name,
+            "--per-call-cap",
+            "1",
+            "--per-day-cap",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let out = bridge(data, &args);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = add("ci", &[]);
+    assert!(said.contains("only you approve its payments"), "{said}");
+    let said = add("chat", &["--agent-approves"]);
+    assert!(said.contains("its own client may approve"), "{said}");
+
+    let file = std::fs::read_to_string(dir.path().join("mcpclient.json")).expect("settings");
+    let settings: Value = serde_json::from_str(&file).expect("settings json");
+    assert_eq!(settings["agents"][0]["approver"], "user", "{file}");
+    assert_eq!(settings["agents"][1]["approver"], "agent", "{file}");
+    assert!(settings.get("approver").is_none(), "{file}");
+
+    let listed = ok(bridge(data, &["token", "list"]));
+    let row = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .split_whitespace()
+            .last()
+            .map(str::to_owned)
+    };
+    assert!(
+        listed
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("APPROVER"),
+        "{listed}"
+    );
+    assert_eq!(row("ci").as_deref(), Some("user"), "{listed}");
+    assert_eq!(row("chat").as_deref(), Some("agent"), "{listed}");
+
+    // A hand edit naming an approver this version does not know is refused, naming the
+    // file and the key.
+    let edited = file.replace("\"agent\"", "\"robot\"");
+    std::fs::write(dir.path().join("mcpclient.json"), edited).expect("edit");
+    let out = bridge(data, &["token", "list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mcpclient.json: agents[1].approver: unknown variant `robot`"),
+        "{err}"
+    );
 }

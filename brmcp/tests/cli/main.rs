@@ -15,6 +15,7 @@ mod files;
 /// The fault-injecting clientrpc fake the clientrpc host's tests use too.
 use brmcp_test_support::clientrpc_fake as fake;
 mod held_approvals;
+mod held_connections;
 mod operator;
 mod ops_status;
 mod page_attacks;
@@ -23,6 +24,7 @@ mod readme;
 mod remote_refusals;
 mod shared_bridge;
 mod upstream;
+mod user_approvals;
 mod web_pages;
 mod webdriver;
 mod wire;

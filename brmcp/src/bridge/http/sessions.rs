@@ -3,9 +3,12 @@
 //!
 //! rmcp keeps every session it made until it is closed: this registry decides which
 //! may exist. A new session takes a reservation first (so concurrent initializes
-//! cannot overshoot the bounds); at a bound the least recently used idle session of
-//! the same token (or, for the total, of any token) is closed to make room, and when
-//! every session is busy the new one is refused. A session is busy while a request of
+//! cannot overshoot the bounds). At the token's bound (an agent's share of the
+//! sessions) its own least recently used idle session is closed to make room; at the
+//! total bound, the least recently used idle session of the token holding the most,
+//! of the new session's own and those holding more than it will: so one agent's new
+//! sessions never close those of an agent holding fewer. When no session may be
+//! closed the new one is refused. A session is busy while a request of
 //! it is open (an SSE stream included), and idle once none has been for
 //! [`HttpLimits::session_idle`].
 
@@ -47,15 +50,30 @@ impl Registry {
         live + reserved
     }
 
-    /// Removes the least recently used idle session (of `token`, if given).
-    fn evict_lru(&mut self, token: Option<&TokenKey>) -> Option<(Endpoint, String)> {
+    /// Removes the least recently used idle session of `token`.
+    fn evict_lru(&mut self, token: &TokenKey) -> Option<(Endpoint, String)> {
         let id = self
             .live
             .iter()
-            .filter(|(_, e)| e.busy == 0 && token.is_none_or(|t| e.token == *t))
+            .filter(|(_, e)| e.busy == 0 && e.token == *token)
             .min_by_key(|(_, e)| e.last_seen)
             .map(|(id, _)| id.clone())?;
         self.live.remove(&id).map(|e| (e.bot, id))
+    }
+
+    /// Removes an idle session to make room for one more of `token`: of the token
+    /// holding the most among `token` itself and those holding more than `token`
+    /// will, the least recently used.
+    fn evict_for(&mut self, token: &TokenKey) -> Option<(Endpoint, String)> {
+        let will_hold = self.count(Some(token)) + 1;
+        let victim = self
+            .live
+            .values()
+            .filter(|e| e.busy == 0)
+            .map(|e| e.token)
+            .filter(|t| t == token || self.count(Some(t)) >= will_hold)
+            .max_by_key(|t| (self.count(Some(t)), *t != *token))?;
+        self.evict_lru(&victim)
     }
 }
 
@@ -63,9 +81,14 @@ impl Registry {
 #[derive(Clone, Default)]
 pub(super) struct Sessions(Arc<Mutex<Registry>>);
 
-/// A session could not be made: every session at the bound is busy.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Full;
+/// A session could not be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Full {
+    /// The token holds its share of the sessions, each busy.
+    Token,
+    /// The bridge holds its most sessions and none it may close for this token.
+    Bridge,
+}
 
 /// A slot held for a session being made; released on drop.
 pub(super) struct Reservation {
@@ -113,10 +136,10 @@ impl Sessions {
         let mut registry = lock(&self.0);
         let mut evicted = Vec::new();
         while registry.count(Some(&token)) >= limits.max_sessions_per_token {
-            evicted.push(registry.evict_lru(Some(&token)).ok_or(Full)?);
+            evicted.push(registry.evict_lru(&token).ok_or(Full::Token)?);
         }
         while registry.count(None) >= limits.max_sessions {
-            evicted.push(registry.evict_lru(None).ok_or(Full)?);
+            evicted.push(registry.evict_for(&token).ok_or(Full::Bridge)?);
         }
         *registry.reserved.entry(token).or_insert(0) += 1;
         drop(registry);
@@ -235,6 +258,51 @@ mod tests {
         assert_eq!(lock(&s.0).count(None), 3);
         drop(r1);
         assert_eq!(lock(&s.0).count(None), 2);
+    }
+
+    #[test]
+    fn one_token_s_sessions_never_close_those_of_a_token_holding_fewer() {
+        let s = Sessions::default();
+        let l = limits(6, 8);
+        let (flood, quiet, third) = ([1u8; 32], [2u8; 32], [3u8; 32]);
+        let mut held = Vec::new();
+        for id in ["q1", "q2"] {
+            let (r, _) = s.admit(quiet, &l).unwrap();
+            drop(s.register(r, bot(), id));
+        }
+        // The flood fills its share and the rest; its new sessions close its own.
+        for n in 0..40 {
+            let (r, evicted) = s.admit(flood, &l).unwrap();
+            assert!(
+                evicted.iter().all(|(_, id)| id.starts_with('f')),
+                "{evicted:?}"
+            );
+            drop(s.register(r, bot(), &format!("f{n}")));
+        }
+        assert!(s.touch(&bot(), "q1").is_some() && s.touch(&bot(), "q2").is_some());
+        // Another agent holding fewer takes room from the flood, not from quiet.
+        let (r, evicted) = s.admit(third, &l).unwrap();
+        assert!(
+            evicted.iter().all(|(_, id)| id.starts_with('f')),
+            "{evicted:?}"
+        );
+        held.push(s.register(r, bot(), "t1"));
+        // Every session of the flood busy: its next is refused.
+        let flood_ids: Vec<String> = lock(&s.0)
+            .live
+            .iter()
+            .filter(|(_, e)| e.token == flood)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &flood_ids {
+            held.push(s.touch(&bot(), id).unwrap());
+        }
+        assert!(s.admit(flood, &l).is_err());
+        // quiet, holding two, may still replace its own.
+        let (r, evicted) = s.admit(quiet, &l).unwrap();
+        assert_eq!(evicted.len(), 1);
+        assert!(evicted[0].1.starts_with('q'), "{evicted:?}");
+        drop(r);
     }
 
     #[test]

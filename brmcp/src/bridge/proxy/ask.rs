@@ -1,6 +1,7 @@
 //! The user's side of a payment waiting for approval, where the agent is: progress
 //! notifications that keep its client waiting, and the approval question itself
-//! (`elicitation/create`) when its client declared elicitation. [`confirm`] puts any
+//! (`elicitation/create`) when its client declared elicitation and the settings let
+//! the agent approve its payments ([`Approver`]). [`confirm`] puts any
 //! other yes-or-no question to the user the same way (adding a bot found in a
 //! directory).
 
@@ -19,6 +20,7 @@ use rmcp::model::{ClientResult, GetExtensions};
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestContext, RoleServer};
 
 use crate::bridge::policy::Ask;
+use crate::bridge::{Approver, Inner};
 
 /// How often the agent hears that its call still waits on a payment. Clients that
 /// reset their request timeout on progress (as the MCP SDKs can) then wait as long as
@@ -90,20 +92,28 @@ pub(crate) enum Answer {
 /// An answer to come, or why none will.
 pub(crate) type Confirm<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 'a>>;
 
-/// The approval question for the agent's client, if it can be asked (see [`can_ask`]).
-/// Accept approves; decline, cancel and any failure refuse. Dropped unanswered, it
-/// tells the client the question is withdrawn.
+/// The approval question for the agent's client, if it can be asked (see [`can_ask`])
+/// and its [`Approver`] is the agent itself. Accept approves, unless the user made the
+/// agent's approvals theirs meanwhile (the live settings, read when the answer comes):
+/// the answer then waits for the parked approval. Decline, cancel and any failure
+/// refuse. Dropped unanswered, it tells the client the question is withdrawn.
 pub(crate) fn ask<'a>(
     ctx: &'a RequestContext<RoleServer>,
-    name: &str,
+    bridge: &'a Inner,
     bot: &str,
     tool: &str,
     atoms: u64,
 ) -> Option<Ask<'a>> {
-    let answer = confirm(ctx, question(name, bot, tool, atoms))?;
+    let agent = super::caller(ctx);
+    let answers = move || bridge.settings().approver_of(&agent) == Approver::Agent;
+    if !answers() {
+        return None;
+    }
+    let answer = confirm(ctx, question(&bridge.config.name, bot, tool, atoms))?;
     Some(Box::pin(async move {
         match answer.await {
-            Ok(Answer::Accept) => Ok(()),
+            Ok(Answer::Accept) if answers() => Ok(()),
+            Ok(Answer::Accept) => std::future::pending().await,
             Ok(Answer::Decline) => Err("payment declined by the user".into()),
             Ok(Answer::Cancel) => Err("payment approval cancelled by the user".into()),
             Err(e) => Err(format!("approval not given: {e}")),

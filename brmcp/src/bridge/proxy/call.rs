@@ -155,9 +155,8 @@ impl ProxyServer {
                 self.run(call, Some(Resume::Bot(waiting)), ctx).await
             }
             Suspended::Approval { answer, settling } => {
-                // The payment may have been decided elsewhere meanwhile: the answer
-                // then changes nothing.
-                let _ = answer.send(input_required::approval_answer(responses));
+                let settings = self.bridge.settings();
+                input_required::answer_approval(answer, responses, &settings, ctx);
                 let resume = Resume::Settling(settling, state.to_owned());
                 self.run(call, Some(resume), ctx).await
             }
@@ -260,7 +259,7 @@ impl ProxyServer {
                             }
                             let paid = Paid { price_atoms, atoms };
                             let settings = self.bridge.settings();
-                            if settings.mode == Mode::Approval && can_ask_approval(ctx) {
+                            if settings.mode == Mode::Approval && can_ask_approval(ctx, &settings) {
                                 match self
                                     .ask_by_input_required(call, &settings, paid, result, ctx)
                                     .await?
@@ -320,7 +319,7 @@ impl ProxyServer {
         let bot = &self.link.bot;
         let label = settings.bot_label(bot);
         let asked = (settings.mode == Mode::Approval)
-            .then(|| ask::ask(ctx, &self.bridge.config.name, &label, tool, atoms))
+            .then(|| ask::ask(ctx, &self.bridge, &label, tool, atoms))
             .flatten();
         let payer = caller(ctx);
         Ok(tokio::select! {
@@ -402,13 +401,7 @@ impl ProxyServer {
             return Ok(Asked::Settled(Box::new(call), settled, settling.quote));
         }
         let label = settings.bot_label(&self.link.bot);
-        let request = approval_request(
-            &self.bridge.config.name,
-            &label,
-            &self.link.bot.to_string(),
-            &call.tool,
-            paid.atoms,
-        );
+        let request = approval_request(&self.bridge.config.name, &label, &call.tool, paid.atoms);
         let hold = Duration::from_secs(settings.approval_timeout_secs)
             .saturating_add(Duration::from_secs(settings.tip_wait_secs))
             .saturating_add(self.bridge.config.input_hold);

@@ -25,7 +25,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::ask::{Answer, declares_form};
-use crate::bridge::lock;
+use super::caller;
+use crate::bridge::{Approver, Settings, lock};
 
 /// How long a call waits for the agent's retry after its `input_required` (the default
 /// of [`Config::input_hold`](crate::bridge::Config::input_hold)): 10 minutes, time for a
@@ -100,21 +101,11 @@ impl Asks {
 }
 
 /// The approval question as an `inputRequests` entry: a form with no fields naming the
-/// bot (label and uid), the tool and the amount.
-pub(crate) fn approval_request(
-    name: &str,
-    label: &str,
-    bot: &str,
-    tool: &str,
-    atoms: u64,
-) -> InputRequest {
+/// bot (its [`bot_label`](crate::bridge::Settings::bot_label): name and uid, or the
+/// uid), the tool and the amount.
+pub(crate) fn approval_request(name: &str, bot: &str, tool: &str, atoms: u64) -> InputRequest {
     let whole = brmcp_adapters::protocol::ATOMS_PER_DCR;
     let dcr = format!("{}.{:08}", atoms / whole, atoms % whole);
-    let bot = if label == bot {
-        bot.to_owned()
-    } else {
-        format!("{label} ({bot})")
-    };
     let message = format!(
         "{name}: pay {atoms} atoms ({dcr} DCR) to bot {bot} for tool {tool:?}? Accept to pay, decline to refuse."
     );
@@ -127,10 +118,36 @@ pub(crate) fn approval_request(
     ))
 }
 
-/// Whether the agent's client can be asked the approval question through
-/// `input_required`: it declared form elicitation on its request.
-pub(crate) fn can_ask_approval(ctx: &RequestContext<RoleServer>) -> bool {
-    asks_by_input_required(ctx) && ctx.client_capabilities().is_some_and(|c| declares_form(&c))
+/// Whether the agent's client may be asked the approval question through
+/// `input_required`: it declared form elicitation on its request, and `settings` let
+/// the agent approve its own payments ([`Approver::Agent`]).
+pub(crate) fn can_ask_approval(ctx: &RequestContext<RoleServer>, settings: &Settings) -> bool {
+    asks_by_input_required(ctx)
+        && ctx.client_capabilities().is_some_and(|c| declares_form(&c))
+        && settings.approver_of(&caller(ctx)) == Approver::Agent
+}
+
+/// Hands the agent's answer to the approval question in its retry to the held payment,
+/// if the live `settings` still let the agent approve its own payments; else the answer
+/// is dropped unread and the payment waits for the user's decision (the agent's
+/// approvals were made the user's after it was asked).
+pub(crate) fn answer_approval(
+    answer: oneshot::Sender<Answer>,
+    responses: &InputResponses,
+    settings: &Settings,
+    ctx: &RequestContext<RoleServer>,
+) {
+    let agent = caller(ctx);
+    if settings.approver_of(&agent) != Approver::Agent {
+        tracing::info!(
+            agent = agent.name(),
+            "the agent's answer to its approval is not taken: its approvals are the user's"
+        );
+        return;
+    }
+    // The payment may have been decided elsewhere meanwhile: the answer then changes
+    // nothing.
+    let _ = answer.send(approval_answer(responses));
 }
 
 /// The agent's answer to the approval question in its retry: missing or malformed is a
@@ -418,17 +435,29 @@ mod tests {
 
     #[test]
     fn the_approval_form_names_bot_tool_and_amount() {
-        let InputRequest::Elicitation(request) =
-            approval_request("brmcp-bridge", "fortunes", "ab12", "fortune", 150_000_000)
-        else {
-            panic!("not an elicitation");
-        };
-        let value = serde_json::to_value(&request).unwrap();
-        let message = value["params"]["message"].as_str().unwrap();
-        assert_eq!(
-            message,
-            "brmcp-bridge: pay 150000000 atoms (1.50000000 DCR) to bot fortunes (ab12) for tool \"fortune\"? Accept to pay, decline to refuse."
-        );
-        assert_eq!(value["method"], "elicitation/create");
+        let bot = brmcp_adapters::PeerId::from_bytes([0xab; 32]);
+        let uid = bot.to_string();
+        let named = Settings::default().with_bot("fortunes", bot).unwrap();
+        for (settings, shown) in [
+            (&named, format!("\"fortunes\" ({uid})")),
+            (&Settings::default(), uid.clone()),
+        ] {
+            let label = settings.bot_label(&bot);
+            let InputRequest::Elicitation(request) =
+                approval_request("brmcp-bridge", &label, "fortune", 150_000_000)
+            else {
+                panic!("not an elicitation");
+            };
+            let value = serde_json::to_value(&request).unwrap();
+            let message = value["params"]["message"].as_str().unwrap();
+            assert_eq!(
+                message,
+                format!(
+                    "brmcp-bridge: pay 150000000 atoms (1.50000000 DCR) to bot {shown} for tool \"fortune\"? Accept to pay, decline to refuse."
+                )
+            );
+            assert_eq!(message.matches(&uid).count(), 1, "the uid once: {message}");
+            assert_eq!(value["method"], "elicitation/create");
+        }
     }
 }

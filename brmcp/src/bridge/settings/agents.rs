@@ -1,5 +1,6 @@
 //! Agents of `mcpclient.json`'s `agents`: each its own bearer token, kept only as a
-//! SHA-256 hash, its own caps on top of the global ones, and optionally its own bots.
+//! SHA-256 hash, its own caps on top of the global ones, optionally its own bots, and
+//! who approves its payments ([`Approver`]).
 //!
 //! The file's `token` stays the default agent's (named [`DEFAULT_AGENT`]): it is kept
 //! as written, in clear, because `bridge stdio`, `token show` and the Go bridge read it.
@@ -36,6 +37,33 @@ pub struct AgentEntry {
     /// The bots (uids) this agent may use; empty: every allowed bot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bots: Vec<String>,
+    /// Who approves this agent's payments in approval mode; left out: the file's
+    /// `approver`, else [`Approver::User`] (see
+    /// [`Settings::approver_of`](super::Settings::approver_of)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<Approver>,
+}
+
+/// Who may approve an agent's payments in approval mode (`"user"` or `"agent"`, the
+/// settings' `approver` keys).
+///
+/// The user's channels, the page (`/ui`) and `brmcp bridge approvals` (`/payments`),
+/// take the approval secret, which no agent's token passes; they decide in both modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approver {
+    /// Only the user. The agent's client is never asked (neither by elicitation nor
+    /// by `input_required`) and no answer of it pays: the call waits for the user's
+    /// decision, as a client without elicitation does. For an agent that runs
+    /// unattended, or anywhere its token may be read by a process that is not the
+    /// user's host.
+    User,
+    /// The agent's client too: where it declared form elicitation it is asked (by
+    /// elicitation before protocol 2026-07-28, by `input_required` from it on), and
+    /// its `accept` pays, whichever of it and the user answers first. Trusts whatever
+    /// holds the agent's token to be the user: for a host that shows the question to
+    /// a person (Claude Code, an IDE).
+    Agent,
 }
 
 /// Who presented a request's credential.
@@ -83,7 +111,8 @@ fn digest_of(hex: &str) -> Option<[u8; 32]> {
 }
 
 impl AgentEntry {
-    /// The agent `name` of `token`, with its caps and bots.
+    /// The agent `name` of `token`, with its caps and bots, whose approver is the
+    /// file's default (see [`with_approver`](Self::with_approver)).
     pub fn new(name: &str, token: &str, per_call: u64, per_day: u64, bots: Vec<String>) -> Self {
         Self {
             name: name.to_owned(),
@@ -91,7 +120,15 @@ impl AgentEntry {
             per_call_cap_atoms: per_call,
             per_day_cap_atoms: per_day,
             bots,
+            approver: None,
         }
+    }
+
+    /// This agent, its payments approved by `approver`.
+    #[must_use]
+    pub fn with_approver(mut self, approver: Approver) -> Self {
+        self.approver = Some(approver);
+        self
     }
 
     /// Whether this agent may use `bot` (lowercase uid).
@@ -111,6 +148,22 @@ pub(crate) fn agent_of<'a>(agents: &'a [AgentEntry], presented: &[u8; 32]) -> Op
         }
     }
     found
+}
+
+/// The `approver` of each entry of the file's `agents` (its JSON, if any) read alone,
+/// so a refusal names its key, `agents[INDEX].approver`; the rest of an entry is read
+/// with the entry.
+pub(super) fn check_approvers(agents: Option<&serde_json::Value>) -> Result<(), (String, String)> {
+    let Some(entries) = agents.and_then(serde_json::Value::as_array) else {
+        return Ok(());
+    };
+    for (index, entry) in entries.iter().enumerate() {
+        if let Some(value) = entry.get("approver") {
+            Approver::deserialize(value)
+                .map_err(|e| (format!("agents[{index}].approver"), e.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The agents checked: names well-formed, unique and not [`DEFAULT_AGENT`], hashes 64
@@ -182,6 +235,7 @@ mod tests {
             per_call_cap_atoms: 0,
             per_day_cap_atoms: 0,
             bots: Vec::new(),
+            approver: None,
         };
         for (agents, why) in [
             (vec![agent("a b", &hash)], "letters"),
@@ -198,5 +252,96 @@ mod tests {
         }
         let upper = normalized(vec![agent("a", &hash.to_uppercase())]).unwrap();
         assert_eq!(upper[0].token_sha256, hash);
+    }
+
+    #[test]
+    fn approvers_are_read_strictly_and_default_by_agent() {
+        use crate::bridge::Settings;
+        use std::path::Path;
+        let path = Path::new("/data/mcpclient.json");
+        let hash = token_hash("x");
+        let entry = |extra: &str| format!(r#"{{"name":"ci","token_sha256":"{hash}"{extra}}}"#);
+        for (text, key, reason) in [
+            (
+                r#"{"approver":"boss"}"#.to_owned(),
+                "approver",
+                "unknown variant `boss`, expected `user` or `agent`",
+            ),
+            (
+                r#"{"approver":"User"}"#.into(),
+                "approver",
+                "unknown variant `User`",
+            ),
+            (r#"{"approver":true}"#.into(), "approver", "expected"),
+            (
+                format!(
+                    r#"{{"agents":[{},{}]}}"#,
+                    entry(""),
+                    entry(r#","approver":"anyone""#)
+                ),
+                "agents[1].approver",
+                "unknown variant `anyone`, expected `user` or `agent`",
+            ),
+            (
+                format!(r#"{{"agents":[{}]}}"#, entry(r#","approver":null"#)),
+                "agents[0].approver",
+                "expected",
+            ),
+            (
+                format!(r#"{{"agents":[{}]}}"#, entry(r#","approves":"agent""#)),
+                "agents",
+                "unknown field `approves`",
+            ),
+        ] {
+            let shown = Settings::parse(path, text.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                shown.starts_with(&format!("/data/mcpclient.json: {key}: "))
+                    && shown.contains(reason),
+                "{text}: {shown}"
+            );
+        }
+
+        let (default, ci, own) = (
+            Caller::Default,
+            Caller::Agent("ci".into()),
+            Caller::Agent("own".into()),
+        );
+        let gone = Caller::Agent("gone".into());
+        let agents = |global: &str| {
+            let hash2 = token_hash("y");
+            format!(
+                r#"{{{global}"agents":[{},{{"name":"own","token_sha256":"{hash2}","approver":"agent"}}]}}"#,
+                entry("")
+            )
+        };
+        // Left out: the default agent approves itself (as before), an agent of
+        // `agents` does not.
+        let s = Settings::parse(path, agents("").as_bytes()).unwrap();
+        assert_eq!(s.approver, None);
+        assert_eq!(s.approver_of(&default), Approver::Agent);
+        assert_eq!(s.approver_of(&ci), Approver::User);
+        assert_eq!(s.approver_of(&own), Approver::Agent);
+        assert_eq!(s.approver_of(&gone), Approver::User);
+        // The file's `approver` is every agent's that names none.
+        let s = Settings::parse(path, agents(r#""approver":"user","#).as_bytes()).unwrap();
+        assert_eq!(s.approver_of(&default), Approver::User);
+        assert_eq!(s.approver_of(&ci), Approver::User);
+        assert_eq!(s.approver_of(&own), Approver::Agent);
+        let s = Settings::parse(path, agents(r#""approver":"agent","#).as_bytes()).unwrap();
+        assert_eq!(s.approver_of(&ci), Approver::Agent);
+        assert_eq!(
+            s.approver_of(&gone),
+            Approver::User,
+            "a removed agent never"
+        );
+        // Written back as read; left out while unset.
+        let saved = serde_json::to_value(&s).unwrap();
+        assert_eq!(saved["approver"], "agent");
+        assert_eq!(saved["agents"][1]["approver"], "agent");
+        assert!(saved["agents"][0].get("approver").is_none(), "{saved}");
+        let empty = serde_json::to_value(Settings::default()).unwrap();
+        assert!(empty.get("approver").is_none(), "{empty}");
     }
 }

@@ -128,6 +128,7 @@ fn state(inner: &Inner) -> Result<Value, String> {
         "per_call_cap_atoms": settings.per_call_cap_atoms,
         "per_day_cap_atoms": settings.per_day_cap_atoms,
         "spent_24h": spent_by(&entries, now, crate::bridge::DEFAULT_AGENT),
+        "approver": settings.approver_of(&crate::bridge::Caller::Default),
     })];
     agents.extend(settings.agents.iter().map(|a| {
         json!({
@@ -136,6 +137,7 @@ fn state(inner: &Inner) -> Result<Value, String> {
             "per_day_cap_atoms": a.per_day_cap_atoms,
             "spent_24h": spent_by(&entries, now, &a.name),
             "bots": a.bots,
+            "approver": settings.approver_of(&crate::bridge::Caller::Agent(a.name.clone())),
         })
     }));
     Ok(json!({

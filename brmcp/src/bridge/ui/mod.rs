@@ -65,7 +65,6 @@ fn gate(inner: &Inner) -> PageGate<'_> {
 /// Whether the request `parts` carries a live session of the bridge's page (its
 /// session header, of a session the current approval secret opened), changing
 /// nothing: the listener gives such requests the slots it keeps for the user.
-#[allow(dead_code, reason = "the listener's slots kept for the user call it")]
 pub(crate) fn credentialed(inner: &Inner, parts: &Parts) -> bool {
     gate(inner).credentialed(parts)
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{TokenAction, load, save};
-use crate::bridge::{AgentEntry, SETTINGS_FILE};
+use crate::bridge::{AgentEntry, Approver, Caller, SETTINGS_FILE, Settings};
 use crate::cli::CliError;
 use crate::cli::table::{Table, print_json};
 
@@ -31,6 +31,7 @@ pub(super) fn run(datadir: &Path, action: TokenAction) -> Result<ExitCode, CliEr
             per_call_cap,
             per_day_cap,
             bots,
+            agent_approves,
             json,
         } => {
             if settings.agent(&name).is_some() {
@@ -46,14 +47,24 @@ pub(super) fn run(datadir: &Path, action: TokenAction) -> Result<ExitCode, CliEr
                 uids.push(uid.to_string());
             }
             let token = new_token()?;
-            let agent = AgentEntry::new(&name, &token, per_call_cap, per_day_cap, uids);
+            let approver = if agent_approves {
+                Approver::Agent
+            } else {
+                Approver::User
+            };
+            let agent = AgentEntry::new(&name, &token, per_call_cap, per_day_cap, uids)
+                .with_approver(approver);
             settings.agents.push(agent);
             save(datadir, &settings_path, &settings)?;
             if json {
                 print_json(&serde_json::json!({"name": name, "token": token}));
             } else {
                 println!("{token}");
-                eprintln!("agent {name:?} added; its token is shown only now");
+                let approves = match approver {
+                    Approver::User => "only you approve its payments (the page, `approvals`)",
+                    Approver::Agent => "its own client may approve its payments",
+                };
+                eprintln!("agent {name:?} added; its token is shown only now; {approves}");
             }
         }
         TokenAction::List { json } => list(&settings, json),
@@ -70,8 +81,16 @@ pub(super) fn run(datadir: &Path, action: TokenAction) -> Result<ExitCode, CliEr
     Ok(ExitCode::SUCCESS)
 }
 
-/// The agents with their caps and bots (by name where the user named them).
-fn list(settings: &crate::bridge::Settings, json: bool) {
+/// Who approves `agent`'s payments, as the list shows it.
+fn approver(settings: &Settings, agent: &AgentEntry) -> &'static str {
+    match settings.approver_of(&Caller::Agent(agent.name.clone())) {
+        Approver::User => "user",
+        Approver::Agent => "agent",
+    }
+}
+
+/// The agents with their caps, bots (by name where the user named them) and approver.
+fn list(settings: &Settings, json: bool) {
     let bot = |uid: &String| {
         settings
             .bot_names
@@ -89,6 +108,7 @@ fn list(settings: &crate::bridge::Settings, json: bool) {
                     "per_call_cap_atoms": a.per_call_cap_atoms,
                     "per_day_cap_atoms": a.per_day_cap_atoms,
                     "bots": a.bots,
+                    "approver": approver(settings, a),
                 })
             })
             .collect();
@@ -99,7 +119,7 @@ fn list(settings: &crate::bridge::Settings, json: bool) {
         println!("no agents (`token add NAME` makes one); the default agent uses `token show`");
         return;
     }
-    let mut table = Table::new(&["NAME", "PER CALL", "PER DAY", "BOTS"]);
+    let mut table = Table::new(&["NAME", "PER CALL", "PER DAY", "BOTS", "APPROVER"]);
     for a in &settings.agents {
         let bots = if a.bots.is_empty() {
             "all allowed".to_owned()
@@ -111,6 +131,7 @@ fn list(settings: &crate::bridge::Settings, json: bool) {
             a.per_call_cap_atoms.to_string(),
             a.per_day_cap_atoms.to_string(),
             bots,
+            approver(settings, a).to_owned(),
         ]);
     }
     print!("{table}");

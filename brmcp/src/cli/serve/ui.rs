@@ -124,9 +124,11 @@ pub(super) async fn start(
         max_connections: MAX_PAGE_CONNECTIONS,
         ..HttpLimits::default()
     };
+    let classifying = page.clone();
     tokio::spawn(run_listener(
         listener,
         move |_, _, request| answer(page.clone(), request),
+        move |parts: &Parts| credentialed(&classifying, parts),
         limits,
         stop.clone(),
     ));
@@ -178,7 +180,6 @@ impl Page {
 /// session header, of a session the current operator secret opened), changing
 /// nothing: for the listener to tell the operator's requests from others (the
 /// bridge page's [`crate::bridge::ui::credentialed`] for this page).
-#[allow(dead_code, reason = "the listener's slots kept for the user call it")]
 pub(crate) fn credentialed(page: &Page, parts: &Parts) -> bool {
     page.gate().credentialed(parts)
 }

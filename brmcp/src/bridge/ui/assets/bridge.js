@@ -71,8 +71,9 @@ function drawBots(st) {
 }
 
 function drawAgents(st) {
-  BR.fill("agents", BR.table(["Agent", "Per call", "Per 24 h", "Spent 24 h"], st.agents.map(a => [
+  BR.fill("agents", BR.table(["Agent", "Per call", "Per 24 h", "Spent 24 h", "Approves"], st.agents.map(a => [
     a.name, BR.atoms(a.per_call_cap_atoms), BR.atoms(a.per_day_cap_atoms), BR.atoms(a.spent_24h),
+    a.approver === "agent" ? "you or the agent" : "you only",
   ]), [1, 2, 3]));
 }
 
