@@ -90,6 +90,30 @@ pub(crate) fn secret_in(data_dir: &Path, name: &str) -> Result<String, ApprovalS
     }
 }
 
+/// Replaces the approval secret of `data_dir` with a fresh one (atomically: the file
+/// holds the old secret or the new, never part of one), as `brmcp bridge ui --rotate`
+/// does: every page session the old one opened ends (the page's sessions are opened
+/// by login codes made under the secret, see `bridge::ui`), and `/payments` takes the
+/// new one only. A missing, malformed or exposed file is replaced too.
+///
+/// # Errors
+/// [`ApprovalSecretError::Io`]; a symbolic link at the file is refused.
+pub fn rotate_approval_secret(data_dir: &Path) -> Result<String, ApprovalSecretError> {
+    rotate_secret_in(data_dir, APPROVAL_SECRET_FILE)
+}
+
+/// Replaces the secret of the file `name` in `data_dir` with a fresh one.
+pub(crate) fn rotate_secret_in(data_dir: &Path, name: &str) -> Result<String, ApprovalSecretError> {
+    let path = data_dir.join(name);
+    let io = |source| ApprovalSecretError::Io {
+        path: path.clone(),
+        source,
+    };
+    let fresh = random_hex::<SECRET_BYTES>().map_err(|e| io(io::Error::other(e.to_string())))?;
+    secure_fs::write_atomic(&path, format!("{fresh}\n").as_bytes()).map_err(io)?;
+    Ok(fresh)
+}
+
 /// The secret of `data_dir` if one was made, without making one.
 ///
 /// # Errors
@@ -156,6 +180,24 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, [APPROVAL_SECRET_FILE]);
+    }
+
+    #[test]
+    fn rotating_replaces_the_secret_whatever_was_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = approval_secret(dir.path()).unwrap();
+        let second = rotate_approval_secret(dir.path()).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(approval_secret(dir.path()).unwrap(), second);
+        let path = dir.path().join(APPROVAL_SECRET_FILE);
+        std::fs::write(&path, b"short").unwrap();
+        let third = rotate_approval_secret(dir.path()).unwrap();
+        assert_eq!(existing_approval_secret(dir.path()).unwrap(), Some(third));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [APPROVAL_SECRET_FILE], "no temporary file left");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! `StreamableHttpService` per allowed bot (whichever path reached it), behind these
 //! gates in order:
 //!
-//! 1. `Host` must be a loopback name, the address the connection reached, the listen
-//!    address, or a name the config allows (DNS rebinding): 403;
+//! 1. `Host` must be one header (a host and an optional numeric port) naming a
+//!    loopback name, the address the connection reached, the listen address, or a
+//!    name the config allows (DNS rebinding): 403;
 //! 2. an `Origin`, when sent, must be `http(s)://` one of those hosts (a page of
 //!    another site holding the token still cannot drive the bridge): 403;
 //! 3. the settings must enable the endpoint: 404;
@@ -16,7 +17,8 @@
 //!    [`Config::require_token`](super::Config::require_token) on a loopback bind);
 //!    `/payments` (deciding payments) takes the user's approval secret instead: an
 //!    agent's token gets 403, anything else 401 (see [`super::approval`]); `/ui`,
-//!    the user's page, takes a login with that secret (see [`super::ui`]);
+//!    the user's page, takes a session opened by a login code made under that
+//!    secret (see [`super::ui`]);
 //! 6. the path must name an allowed bot, one of the agent's own bots if it has any
 //!    (403 otherwise), (the name resolved per request, so a rename
 //!    applies at once), or be `/mcp/directory` (the first configured directory's

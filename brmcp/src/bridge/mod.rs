@@ -73,6 +73,7 @@ use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
 pub use approval::{
     APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
+    rotate_approval_secret,
 };
 pub use attach::{BRIDGE_GONE, Upstream, pump};
 pub use directory::{

@@ -102,10 +102,16 @@ enum BridgeAction {
     /// with its approval secret, which no agent holds).
     #[command(subcommand)]
     Approvals(ApprovalsAction),
-    /// Print the URL that opens the running bridge's page in a browser (payments
-    /// waiting, bots, mode and caps, the spend log): it logs in with the approval
-    /// secret, which no agent holds; keep the URL to yourself.
-    Ui,
+    /// Print a URL that opens the running bridge's page in a browser (payments
+    /// waiting, bots, mode and caps, the spend log): it carries a login code made
+    /// under the approval secret, which no agent holds, that works once, within 5
+    /// minutes.
+    Ui {
+        /// Replace the approval secret first: every page session it opened ends, and
+        /// `approvals` and `/payments` take the new one only.
+        #[arg(long)]
+        rotate: bool,
+    },
     /// Show the running bridge's state: its clientrpc connection, sessions, router
     /// counters and spend totals (exit status 3 when it is not running).
     Status {
@@ -354,10 +360,17 @@ pub(super) fn run(mut args: BridgeArgs) -> Result<ExitCode, CliError> {
             super::runtime()?.block_on(approvals::command(&args.datadir, addr, &secret, action))
         }
         Some(BridgeAction::Spend { json, action }) => spend::run(&args.datadir, json, action),
-        Some(BridgeAction::Ui) => {
-            let secret = approval_secret(&args.datadir)?;
+        Some(BridgeAction::Ui { rotate }) => {
+            let page = &crate::bridge::ui::BRIDGE_PAGE;
+            let now = SystemClock.now().secs();
+            if rotate {
+                // Even with no bridge running: the old secret opens nothing from now.
+                crate::bridge::ui::web::login_code(page, &args.datadir, true, now)?;
+                eprintln!("approval secret rotated: every page session it opened has ended");
+            }
             let addr = running_addr(&args.datadir)?;
-            println!("http://{addr}{}/login#{secret}", crate::bridge::ui::UI_PATH);
+            let code = crate::bridge::ui::web::login_code(page, &args.datadir, false, now)?;
+            println!("http://{addr}{}/login#{code}", crate::bridge::ui::UI_PATH);
             Ok(ExitCode::SUCCESS)
         }
     }

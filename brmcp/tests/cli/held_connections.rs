@@ -40,9 +40,9 @@ fn flood(addr: SocketAddr, bodies: usize, lorises: usize) -> (Flood, Arc<AtomicU
     let opened = Arc::new(AtomicUsize::new(0));
     let body_owed = format!(
         "POST /ui/login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: 1000\r\n\r\n{{\"secret\":\""
+         Content-Length: 1000\r\n\r\n{{\"code\":\""
     );
-    let half_headers = format!("GET /ui/ HTTP/1.1\r\nHost: {addr}\r\nCookie: brmcp_ui=");
+    let half_headers = format!("GET /ui/api/state HTTP/1.1\r\nHost: {addr}\r\nX-Brmcp-Session: ");
     for n in 0..bodies + lorises {
         let head = if n < bodies {
             body_owed.clone()
@@ -90,8 +90,8 @@ async fn flooding(opened: &AtomicUsize, at_least: usize) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
-/// The secret of the login URL a `ui` command prints.
-fn login_secret(args: &[&str]) -> String {
+/// The login code of the login URL a `ui` command prints.
+fn login_code(args: &[&str]) -> String {
     let out = brmcp(args).output().expect("ui command");
     assert!(out.status.success(), "{args:?}: {out:?}");
     let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
@@ -106,30 +106,27 @@ fn fresh_client() -> reqwest::Client {
         .expect("client")
 }
 
-/// Logs in to the page at `base` with `secret`: the session's cookie.
-async fn log_in(base: SocketAddr, secret: &str) -> String {
+/// Logs in to the page at `base` with `code`: the session's token.
+async fn log_in(base: SocketAddr, code: &str) -> String {
     let r = fresh_client()
         .post(format!("http://{base}/ui/login"))
-        .json(&json!({ "secret": secret }))
+        .json(&json!({ "code": code }))
         .send()
         .await
         .expect("login");
     assert_eq!(r.status(), 200, "login at {base}");
-    let set = r.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .to_owned();
-    set.split(';').next().expect("pair").to_owned()
+    let v: serde_json::Value = r.json().await.expect("login json");
+    v["token"].as_str().expect("token").to_owned()
 }
 
 /// The logged-in page's state, read on a new connection, within [`SERVED_WITHIN`].
-async fn page_served(base: SocketAddr, cookie: &str) {
+async fn page_served(base: SocketAddr, session: &str) {
     let asked = Instant::now();
     let r = tokio::time::timeout(
         SERVED_WITHIN * 5,
         fresh_client()
             .get(format!("http://{base}/ui/api/state"))
-            .header("cookie", cookie)
+            .header("x-brmcp-session", session)
             .send(),
     )
     .await
@@ -173,14 +170,14 @@ async fn held_connections_freeze_neither_the_bridge_nor_the_operator_page() {
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
 
     // The user logged in to both pages before the flood.
-    let bridge_cookie = log_in(
+    let bridge_session = log_in(
         bridge,
-        &login_secret(&["bridge", "--datadir", &bridge_dir, "ui"]),
+        &login_code(&["bridge", "--datadir", &bridge_dir, "ui"]),
     )
     .await;
-    let serve_cookie = log_in(
+    let serve_session = log_in(
         ui_listen,
-        &login_secret(&["serve", "--datadir", &alice_arg, "ui"]),
+        &login_code(&["serve", "--datadir", &alice_arg, "ui"]),
     )
     .await;
     let agent_transport = |token: &str| {
@@ -270,7 +267,7 @@ async fn held_connections_freeze_neither_the_bridge_nor_the_operator_page() {
     assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "[]");
 
     // The page, logged in before the flood, on a new connection.
-    page_served(bridge, &bridge_cookie).await;
+    page_served(bridge, &bridge_session).await;
     // Every connection the flood opened beyond the listener's bounds was dropped
     // for another: it kept reopening.
     assert!(
@@ -282,7 +279,7 @@ async fn held_connections_freeze_neither_the_bridge_nor_the_operator_page() {
     // The operator's page: more than its 32 slots in bodies owed, and a slowloris.
     let (serve_flood, opened) = flood(ui_listen, 48, 8);
     flooding(&opened, 56).await;
-    page_served(ui_listen, &serve_cookie).await;
-    page_served(ui_listen, &serve_cookie).await;
+    page_served(ui_listen, &serve_session).await;
+    page_served(ui_listen, &serve_session).await;
     drop(serve_flood);
 }

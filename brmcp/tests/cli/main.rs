@@ -19,6 +19,7 @@ mod held_approvals;
 mod held_connections;
 mod operator;
 mod ops_status;
+mod page_attacks;
 mod processes;
 mod readme;
 mod remote_refusals;

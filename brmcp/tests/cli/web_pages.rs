@@ -1,9 +1,10 @@
 //! The local pages in a real headless Chromium: the bridge's page (a payment waiting
 //! appears live, Approve pays it and the agent's call returns, the chart shows it, Deny
-//! refuses the next) and `serve`'s operator page (the call's revenue), plus the
-//! refusals over plain HTTP: an agent's token opens neither page, a change without
-//! the CSRF token or from a foreign origin is refused, a bad cap is refused naming
-//! its key.
+//! refuses the next) and `serve`'s operator page (the call's revenue), both logged in
+//! at once in one browser; a login URL from the history logs in no more; another
+//! local server the browser visits gets nothing that opens a page; a rotated secret
+//! ends its page's session and shows how to log in again. Before the browser, the
+//! refusals over plain HTTP of `page_attacks`.
 //!
 //! With `BRMCP_UI_SCREENSHOTS=DIR`, the test leaves `bridge-ui.png` and
 //! `serve-ui.png` there.
@@ -12,8 +13,10 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use serde_json::json;
 
+use super::page_attacks::{
+    Attacker, SESSION, assert_opens_nothing, code_of, login_url, refusals, replayable,
+};
 use super::processes::{
     assert_fortune, brmcp, free_port, spawn, start_bridge, start_devnet, wait_for,
 };
@@ -93,135 +96,10 @@ fn seed_ledger(serve_dir: &std::path::Path) {
     }
 }
 
-/// The single line a `ui` command prints.
-fn login_url(args: &[&str]) -> String {
-    let out = brmcp(args).output().expect("ui command");
-    assert!(out.status.success(), "{args:?}: {out:?}");
-    let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(url.contains("/ui/login#"), "{url}");
-    url
-}
-
 fn save(name: &str, png: &[u8]) {
     if let Some(dir) = std::env::var_os("BRMCP_UI_SCREENSHOTS") {
         std::fs::write(std::path::Path::new(&dir).join(name), png).expect("screenshot");
     }
-}
-
-/// Plain HTTP against the pages: who gets in, and which changes are refused.
-async fn refusals(bridge: &str, serve: &str, secret: &str, agent_token: &str) {
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client");
-    for base in [bridge, serve] {
-        for path in ["/ui/", "/ui/api/state", "/ui/page.js"] {
-            let r = http
-                .get(format!("http://{base}{path}"))
-                .bearer_auth(agent_token)
-                .send()
-                .await
-                .expect("get");
-            assert_eq!(r.status(), 403, "{base}{path} with an agent token");
-            let r = http
-                .get(format!("http://{base}{path}"))
-                .send()
-                .await
-                .expect("get");
-            assert_eq!(r.status(), 401, "{base}{path} without a login");
-        }
-        let r = http
-            .post(format!("http://{base}/ui/login"))
-            .json(&json!({"secret": agent_token}))
-            .send()
-            .await
-            .expect("login");
-        assert_eq!(r.status(), 401, "an agent token does not log in at {base}");
-    }
-    // The bridge's approval secret does not open the operator page.
-    let r = http
-        .post(format!("http://{serve}/ui/login"))
-        .json(&json!({"secret": secret}))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(r.status(), 401);
-
-    let r = http
-        .post(format!("http://{bridge}/ui/login"))
-        .json(&json!({"secret": secret}))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(r.status(), 200);
-    let set = r.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .to_owned();
-    for part in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
-        assert!(set.contains(part), "{set}");
-    }
-    let cookie = set.split(';').next().expect("pair").to_owned();
-    let csrf = r.json::<serde_json::Value>().await.expect("json")["csrf"]
-        .as_str()
-        .expect("csrf")
-        .to_owned();
-    let state = http
-        .get(format!("http://{bridge}/ui/api/state"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .expect("state");
-    assert_eq!(state.status(), 200);
-    assert_eq!(state.headers()["cache-control"], "no-store");
-    let settings = |body: serde_json::Value| {
-        http.post(format!("http://{bridge}/ui/api/settings"))
-            .header("cookie", &cookie)
-            .json(&body)
-    };
-    let r = settings(json!({"mode": "autopay"}))
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(r.status(), 403, "no CSRF token");
-    let r = settings(json!({"mode": "autopay"}))
-        .header("x-brmcp-csrf", "0".repeat(64))
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(r.status(), 403, "a wrong CSRF token");
-    let r = settings(json!({"mode": "autopay"}))
-        .header("x-brmcp-csrf", &csrf)
-        .header("origin", "http://evil.example")
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(r.status(), 403, "a foreign origin");
-    let r = settings(json!({"per_call_cap_atoms": -5}))
-        .header("x-brmcp-csrf", &csrf)
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(r.status(), 400);
-    let why = r.text().await.expect("text");
-    assert!(why.contains("per_call_cap_atoms"), "{why}");
-    let r = settings(json!({"token": "x".repeat(40)}))
-        .header("x-brmcp-csrf", &csrf)
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(r.status(), 400, "the token is not the page's to change");
-    // Still in approval mode: nothing above changed the settings.
-    let state: serde_json::Value = http
-        .get(format!("http://{bridge}/ui/api/state"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .expect("state")
-        .json()
-        .await
-        .expect("json");
-    assert_eq!(state["settings"]["mode"], "approval");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,19 +133,42 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
     .expect("token add");
     assert!(added.status.success(), "{added:?}");
     let research_token = String::from_utf8_lossy(&added.stdout).trim().to_owned();
+    refusals(&listen, &ui_listen, &bridge_dir, &alice_arg, &token).await;
     let bridge_url = login_url(&["bridge", "--datadir", &bridge_dir, "ui"]);
     let serve_url = login_url(&["serve", "--datadir", &alice_arg, "ui"]);
-    let secret = bridge_url.rsplit_once('#').expect("fragment").1.to_owned();
-    refusals(&listen, &ui_listen, &secret, &token).await;
 
     let browser = Browser::start().await;
     browser.open(&bridge_url).await;
     browser.wait_text("#pending", "No payment is waiting").await;
-
     assert!(
-        !browser.url().await.contains(&secret),
-        "the secret left the address bar"
+        !browser.url().await.contains(&code_of(&bridge_url)),
+        "the code left the address bar"
     );
+    let kept = browser
+        .script("return sessionStorage.getItem('brmcp.bridge.session');")
+        .await;
+    let page_token = kept
+        .as_str()
+        .expect("the session in sessionStorage")
+        .to_owned();
+    assert_eq!(page_token.len(), 64, "{kept}");
+
+    // The login URL again, as the browser's history holds it: used up.
+    browser.open(&bridge_url).await;
+    browser.wait_text("#login-status", "used already").await;
+
+    // Another local server, on another port: the browser sends it whatever it sends
+    // by host, and none of it opens the bridge's page.
+    let attacker = Attacker::start().await;
+    browser.open(&format!("http://{}/", attacker.addr)).await;
+    let seen = attacker.wait_for("/ui/pixel.gif").await;
+    for head in &seen {
+        assert!(!head.contains(&page_token), "the token reached it: {head}");
+        assert!(!head.to_ascii_lowercase().contains(SESSION), "{head}");
+        assert_opens_nothing(&listen, &replayable(head)).await;
+    }
+    browser.open(&format!("http://{listen}/ui/")).await;
+    browser.wait_text("#pending", "No payment is waiting").await;
 
     let agent = ()
         .serve(StreamableHttpClientTransport::from_config(
@@ -344,6 +245,31 @@ async fn the_pages_approve_a_payment_chart_it_and_show_the_revenue() {
         .await;
     assert_eq!(bars, usize::try_from(HISTORY_DAYS).expect("days") + 1);
     save("serve-ui.png", &browser.screenshot().await);
+
+    // Both pages stay logged in in one browser: each keeps its own session.
+    browser.open(&format!("http://{listen}/ui/")).await;
+    browser.wait_text("#spent-24h", "10,000").await;
+    browser.wait_text("#status", "live").await;
+    browser.open(&format!("http://{ui_listen}/ui/")).await;
+    browser.wait_text("#earned-24h", "10,000").await;
+    browser.wait_text("#status", "live").await;
+
+    // A rotated approval secret ends the bridge page's session, which says how to log
+    // in again; the operator page's stays.
+    browser.open(&format!("http://{listen}/ui/")).await;
+    browser.wait_text("#status", "live").await;
+    let rotated = brmcp(&["bridge", "--datadir", &bridge_dir, "ui", "--rotate"])
+        .output()
+        .expect("ui --rotate");
+    assert!(rotated.status.success(), "{rotated:?}");
+    browser
+        .wait_text("#status", "brmcp bridge --datadir DIR ui")
+        .await;
+    browser.open(&format!("http://{ui_listen}/ui/")).await;
+    browser.wait_text("#journal", "fortune").await;
+    browser.wait_text("#status", "live").await;
+    browser.click("#logout").await;
+    browser.wait_text("#status", "logged out").await;
     browser.close().await;
     let _ = agent.cancel().await;
     let _ = research.cancel().await;

@@ -164,6 +164,16 @@ impl Browser {
         v.as_str().map(str::to_owned)
     }
 
+    /// What `script` (a function body, in the page's own origin) returns.
+    pub(super) async fn script(&self, script: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
     /// How many elements match `css` now.
     pub(super) async fn count(&self, css: &str) -> usize {
         let v = self

@@ -33,14 +33,17 @@ pub(super) fn allowed_hosts(config: &Config, local: Option<SocketAddr>) -> Vec<S
     hosts
 }
 
-fn host_matches(allowed: &[String], host: &str, port: Option<&str>) -> bool {
+fn host_matches(allowed: &[String], host: &str, port: Option<u16>) -> bool {
     allowed.iter().any(|allowed| {
         let (a_host, a_port) = split_host(allowed);
-        a_host.eq_ignore_ascii_case(host) && a_port.is_none_or(|p| Some(p) == port)
+        let a_port = a_port.map(str::parse::<u16>);
+        a_host.eq_ignore_ascii_case(host) && a_port.is_none_or(|p| p.is_ok_and(|p| Some(p) == port))
     })
 }
 
-/// The host part and port of a `Host` header (`[::1]:80`, `localhost`, `a.b:8891`).
+/// The host part and port of an allowed host as configured (`[::1]:80`, `::1`,
+/// `localhost`, `a.b:8891`): ours, so read leniently; what a request presents is
+/// read by [`authority`].
 fn split_host(value: &str) -> (&str, Option<&str>) {
     if let Some(rest) = value.strip_prefix('[') {
         let Some((host, after)) = rest.split_once(']') else {
@@ -54,34 +57,88 @@ fn split_host(value: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// The host and port of an authority a request presents (a `Host` value, an
+/// `Origin`'s after the scheme), read strictly: a host (a name of letters, digits,
+/// `-`, `_` and `.`, or an IPv6 address in brackets) and, after one `:`, an optional
+/// port of digits that fits 16 bits. Anything else (userinfo, a path, two ports, an
+/// empty or signed port, a bare IPv6 address) is `None`: no browser sends it.
+fn authority(value: &str) -> Option<(&str, Option<u16>)> {
+    let (host, port) = if let Some(rest) = value.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let ok = !host.is_empty()
+            && host.contains(':')
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+        if !ok {
+            return None;
+        }
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':')?)),
+        }
+    } else {
+        let (host, port) = match value.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (value, None),
+        };
+        let ok = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            return None;
+        }
+        (host, port)
+    };
+    let port = match port {
+        None => None,
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(p.parse::<u16>().ok()?)
+        }
+        Some(_) => return None,
+    };
+    Some((host, port))
+}
+
+/// The one value of header `name`; `None` when it is absent, not text, or sent more
+/// than once.
+fn single<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&'a str> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok(),
+        _ => None,
+    }
+}
+
+/// Whether the request's `Host` is one header, read strictly (see [`authority`]),
+/// naming an allowed host (and its port, when the allowed entry has one).
 pub(crate) fn host_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+    let Some((host, port)) = single(headers, &header::HOST).and_then(authority) else {
         return false;
     };
-    let (host, port) = split_host(value.trim());
     host_matches(allowed, host, port)
 }
 
-/// An absent `Origin` passes (agents are not browsers); a present one must be
-/// `http://` or `https://` an allowed host (any port, as browsers send the page's).
+/// An absent `Origin` passes (agents are not browsers); a present one must be one
+/// header, `http://` or `https://` an allowed host (any port, as browsers send the
+/// page's), read strictly.
 pub(crate) fn origin_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::ORIGIN) else {
+    if headers.get(header::ORIGIN).is_none() {
         return true;
-    };
-    let Ok(value) = value.to_str() else {
+    }
+    let Some(value) = single(headers, &header::ORIGIN) else {
         return false;
     };
-    let Some(authority) = value
-        .trim()
+    let Some(rest) = value
         .strip_prefix("http://")
-        .or_else(|| value.trim().strip_prefix("https://"))
+        .or_else(|| value.strip_prefix("https://"))
     else {
         return false;
     };
-    if authority.contains(['/', '@', '?', '#']) {
+    let Some((host, _)) = authority(rest) else {
         return false;
-    }
-    let (host, _) = split_host(authority);
+    };
     host_matches(allowed, host, None)
 }
 
@@ -200,6 +257,97 @@ mod tests {
         assert_eq!(split_host("[::1]:80"), ("::1", Some("80")));
         assert_eq!(split_host("::1"), ("::1", None));
         assert_eq!(split_host("example.com"), ("example.com", None));
+        assert_eq!(authority("localhost:8891"), Some(("localhost", Some(8891))));
+        assert_eq!(authority("[::1]:80"), Some(("::1", Some(80))));
+        assert_eq!(authority("[::1]"), Some(("::1", None)));
+        assert_eq!(authority("127.0.0.1"), Some(("127.0.0.1", None)));
+        assert_eq!(authority("a-b_c.example"), Some(("a-b_c.example", None)));
+    }
+
+    fn hosts(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(header::HOST, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_host_is_one_header_a_host_and_a_numeric_port() {
+        let mut allowed: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+        allowed.push("bridge.example:8891".into());
+        for good in [
+            "127.0.0.1",
+            "127.0.0.1:8891",
+            "localhost:1",
+            "LOCALHOST:65535",
+            "[::1]:8891",
+            "[::1]",
+            "bridge.example:8891",
+        ] {
+            assert!(host_allowed(&allowed, &hosts(&[good])), "{good}");
+        }
+        for bad in [
+            "127.0.0.1:8891@evil.example",
+            "evil.example@127.0.0.1:8891",
+            "127.0.0.1:evil",
+            "127.0.0.1:",
+            "127.0.0.1:+80",
+            "127.0.0.1:-1",
+            "127.0.0.1:65536",
+            "127.0.0.1:8891:8891",
+            "127.0.0.1:88 91",
+            "127.0.0.1/x",
+            "127.0.0.1#x",
+            "::1",
+            "[::1]8891",
+            "[::1%lo]:8891",
+            "[127.0.0.1]:8891",
+            "[]:8891",
+            ":8891",
+            "",
+            "bridge.example:8892",
+            "bridge.example",
+            "evil.example",
+        ] {
+            assert!(!host_allowed(&allowed, &hosts(&[bad])), "{bad:?}");
+        }
+        assert!(!host_allowed(&allowed, &hosts(&[])), "none");
+        assert!(
+            !host_allowed(&allowed, &hosts(&["127.0.0.1:8891", "127.0.0.1:8891"])),
+            "two Host headers, even the same"
+        );
+        assert!(!host_allowed(
+            &allowed,
+            &hosts(&["127.0.0.1", "evil.example"])
+        ));
+    }
+
+    #[test]
+    fn an_origin_is_one_header_of_an_allowed_host() {
+        let allowed: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+        let with = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(header::ORIGIN, HeaderValue::from_str(v).unwrap());
+            }
+            origin_allowed(&allowed, &h)
+        };
+        assert!(with(&[]), "agents send none");
+        assert!(with(&["http://127.0.0.1:8891"]));
+        assert!(with(&["https://localhost"]));
+        assert!(with(&["http://[::1]:9999"]));
+        for bad in [
+            "null",
+            "http://evil.example",
+            "http://127.0.0.1:8891@evil.example",
+            "http://127.0.0.1:x",
+            "http://127.0.0.1/",
+            "ftp://127.0.0.1",
+        ] {
+            assert!(!with(&[bad]), "{bad}");
+        }
+        assert!(!with(&["http://127.0.0.1", "http://127.0.0.1"]), "two");
     }
 
     #[test]

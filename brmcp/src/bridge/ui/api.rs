@@ -1,4 +1,4 @@
-//! The bridge page's JSON API, behind the login and CSRF checks of [`super::web`]:
+//! The bridge page's JSON API, behind the session check of [`super::web`]:
 //! `GET /ui/api/state` (everything the page shows), `POST
 //! /ui/api/payments/<id>/approve|deny`, `POST /ui/api/settings` (mode and caps,
 //! through the settings file's own strict parse).

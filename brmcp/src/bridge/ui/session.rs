@@ -1,9 +1,19 @@
-//! The local pages' logins: a secret exchanged once for a random session id, held in
-//! memory only and carried by an `HttpOnly`, `SameSite=Strict` cookie, with a
-//! per-session CSRF token that every state-changing request repeats in a header.
+//! The local pages' sessions: a single-use login code exchanged once for a random
+//! session token, held in memory only. The page's script keeps the token in the
+//! browser's `sessionStorage`, which belongs to one origin (scheme, host and port),
+//! and sends it in [`SESSION_HEADER`] on every API request, reads included; no cookie
+//! is set. A cookie is shared by every port of a host, so another local server that
+//! the browser visits would receive it: a cookie, alone or as a second factor, would
+//! guard against nothing that script of the page's own origin could not do anyway.
+//! The header is also the pages' CSRF guard: another site's page can neither read the
+//! token nor send the header (no CORS is answered).
 //!
-//! Sans-IO: the store takes the time it is given and reads header values; the HTTP
-//! code around it sets and reads the headers.
+//! Each session remembers the secret that opened it (its digest): when the secret's
+//! file changes (rotated or replaced), every session it opened ends at its next
+//! request.
+//!
+//! Sans-IO: the store takes the time and the current secret it is given and reads
+//! header values; the HTTP code around it reads the headers and the secret's file.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,11 +25,8 @@ use crate::bridge::lock;
 use crate::bridge::random_hex;
 use crate::bridge::settings::same_digest;
 
-/// The session cookie's name.
-pub(crate) const COOKIE: &str = "brmcp_ui";
-
-/// The header a state-changing request repeats its session's CSRF token in.
-pub(crate) const CSRF_HEADER: &str = "x-brmcp-csrf";
+/// The header every API request (and the logout) carries its session token in.
+pub(crate) const SESSION_HEADER: &str = "x-brmcp-session";
 
 /// Sessions held at once: 16, the browsers and tabs of one user with room to spare;
 /// a new login past it ends the least recently used one, so logins cannot grow memory.
@@ -29,25 +36,22 @@ pub(crate) const MAX_UI_SESSIONS: usize = 16;
 /// (it polls every few seconds, so an open page never idles out).
 pub(crate) const UI_SESSION_IDLE: Duration = Duration::from_secs(12 * 60 * 60);
 
-/// Random bytes of a session id and of a CSRF token: 32, beyond guessing.
+/// Random bytes of a session token: 32, beyond guessing.
 const TOKEN_BYTES: usize = 32;
 
+/// The digest of the secret that opened a session: which generation of it.
+pub(crate) type Generation = [u8; 32];
+
 struct Held {
-    csrf: String,
+    generation: Generation,
     used: Instant,
 }
 
 /// The sessions of one page's listener.
 #[derive(Default)]
 pub(crate) struct UiSessions {
-    /// By the SHA-256 of the session id: a lookup's time tells nothing of the ids.
+    /// By the SHA-256 of the token: a lookup's time tells nothing of the tokens.
     held: Mutex<HashMap<[u8; 32], Held>>,
-}
-
-/// A session made by a login: the cookie's value and its CSRF token.
-pub(crate) struct Login {
-    pub(crate) id: String,
-    pub(crate) csrf: String,
 }
 
 /// Why a session could not be made.
@@ -59,13 +63,16 @@ pub(crate) enum LoginError {
 }
 
 impl UiSessions {
-    /// A new session at `now`; the least recently used one ends when
-    /// [`MAX_UI_SESSIONS`] are held.
-    pub(crate) fn begin(&self, now: Instant) -> Result<Login, LoginError> {
-        let id = random_hex::<TOKEN_BYTES>().map_err(|_| LoginError::Random)?;
-        let csrf = random_hex::<TOKEN_BYTES>().map_err(|_| LoginError::Random)?;
+    /// A new session at `now`, opened by the secret of `generation`: its token. The
+    /// least recently used one ends when [`MAX_UI_SESSIONS`] are held, and so does
+    /// every one an older secret opened.
+    pub(crate) fn begin(&self, generation: Generation, now: Instant) -> Result<String, LoginError> {
+        let token = random_hex::<TOKEN_BYTES>().map_err(|_| LoginError::Random)?;
         let mut held = lock(&self.held);
-        held.retain(|_, h| now.saturating_duration_since(h.used) < UI_SESSION_IDLE);
+        held.retain(|_, h| {
+            now.saturating_duration_since(h.used) < UI_SESSION_IDLE
+                && same_digest(&h.generation, &generation)
+        });
         while held.len() >= MAX_UI_SESSIONS {
             let Some(oldest) = held.iter().min_by_key(|(_, h)| h.used).map(|(k, _)| *k) else {
                 break;
@@ -73,35 +80,63 @@ impl UiSessions {
             held.remove(&oldest);
         }
         held.insert(
-            digest(&id),
+            digest(&token),
             Held {
-                csrf: csrf.clone(),
+                generation,
                 used: now,
             },
         );
-        Ok(Login { id, csrf })
+        Ok(token)
     }
 
-    /// The CSRF token of the live session the `Cookie` header `cookie` carries, which
-    /// counts as used at `now`.
-    pub(crate) fn check(&self, cookie: Option<&str>, now: Instant) -> Option<String> {
-        let id = cookie_value(cookie?, COOKIE)?;
-        let key = digest(id);
+    /// Whether `token` (a [`SESSION_HEADER`] value) is a live session of the secret
+    /// of `current` (`None`: no secret, so no session), which counts as used at
+    /// `now`. A session of another secret or idle too long ends here: unknown,
+    /// ended and absent tokens are all `false`.
+    pub(crate) fn check(
+        &self,
+        token: Option<&str>,
+        current: Option<&Generation>,
+        now: Instant,
+    ) -> bool {
+        let Some(token) = token.map(str::trim).filter(|t| !t.is_empty()) else {
+            return false;
+        };
+        let key = digest(token);
         let mut held = lock(&self.held);
-        let session = held.get_mut(&key)?;
-        if now.saturating_duration_since(session.used) >= UI_SESSION_IDLE {
+        let Some(session) = held.get_mut(&key) else {
+            return false;
+        };
+        let idle = now.saturating_duration_since(session.used) >= UI_SESSION_IDLE;
+        let same = current.is_some_and(|c| same_digest(c, &session.generation));
+        if idle || !same {
             held.remove(&key);
-            return None;
+            return false;
         }
         session.used = now;
-        Some(session.csrf.clone())
+        true
     }
 
-    /// Ends the session the `Cookie` header carries.
-    pub(crate) fn end(&self, cookie: Option<&str>) {
-        if let Some(id) = cookie.and_then(|c| cookie_value(c, COOKIE)) {
-            lock(&self.held).remove(&digest(id));
-        }
+    /// Whether `token` is a live session of the secret of `current`, changing
+    /// nothing: for deciding which requests are the user's before answering them.
+    pub(crate) fn holds(
+        &self,
+        token: Option<&str>,
+        current: Option<&Generation>,
+        now: Instant,
+    ) -> bool {
+        let (Some(token), Some(current)) = (token.map(str::trim), current) else {
+            return false;
+        };
+        lock(&self.held).get(&digest(token)).is_some_and(|s| {
+            now.saturating_duration_since(s.used) < UI_SESSION_IDLE
+                && same_digest(current, &s.generation)
+        })
+    }
+
+    /// Ends the session of `token`.
+    pub(crate) fn end(&self, token: &str) {
+        lock(&self.held).remove(&digest(token.trim()));
     }
 
     /// Sessions held now.
@@ -111,36 +146,9 @@ impl UiSessions {
     }
 }
 
-/// Whether `presented` (a CSRF header's value) is `expected`, in constant time.
-pub(crate) fn csrf_matches(expected: &str, presented: Option<&str>) -> bool {
-    presented.is_some_and(|p| same_digest(&digest(expected), &digest(p.trim())))
-}
-
-/// Whether `presented` is the secret `expected`, in constant time; an empty
-/// `expected` never matches.
-pub(crate) fn secret_matches(expected: &str, presented: &str) -> bool {
-    !expected.is_empty() && same_digest(&digest(expected), &digest(presented.trim()))
-}
-
-/// The `Set-Cookie` value of a session: `HttpOnly` (no script reads it),
-/// `SameSite=Strict` (no other site's page sends it), scoped to the pages.
-pub(crate) fn set_cookie(id: &str) -> String {
-    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict")
-}
-
-/// The `Set-Cookie` value that ends the session in the browser.
-pub(crate) fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0")
-}
-
-/// The value of cookie `name` in a `Cookie` header.
-fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
-    header
-        .split(';')
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim())
-        .filter(|v| !v.is_empty())
+/// The generation of `secret`: its digest, which sessions remember.
+pub(crate) fn generation(secret: &str) -> Generation {
+    digest(secret.trim())
 }
 
 fn digest(text: &str) -> [u8; 32] {
@@ -151,61 +159,71 @@ fn digest(text: &str) -> [u8; 32] {
 mod tests {
     use super::*;
 
-    fn cookie(id: &str) -> String {
-        format!("other=1; {COOKIE}={id}; x=y")
-    }
-
     #[test]
     fn a_login_opens_only_its_own_session() {
         let store = UiSessions::default();
         let t = Instant::now();
-        let a = store.begin(t).unwrap();
-        let b = store.begin(t).unwrap();
-        assert_ne!(a.id, b.id);
-        assert_eq!(store.check(Some(&cookie(&a.id)), t), Some(a.csrf.clone()));
-        assert_eq!(store.check(Some(&cookie(&b.id)), t), Some(b.csrf.clone()));
-        assert_eq!(store.check(Some(&cookie(&a.id[1..])), t), None);
-        assert_eq!(store.check(Some(&cookie("")), t), None);
-        assert_eq!(store.check(Some("brmcp_uix=abc"), t), None);
-        assert_eq!(store.check(None, t), None);
-        assert!(csrf_matches(&a.csrf, Some(&a.csrf)));
-        assert!(!csrf_matches(&a.csrf, Some(&b.csrf)));
-        assert!(!csrf_matches(&a.csrf, None));
-        store.end(Some(&cookie(&a.id)));
-        assert_eq!(store.check(Some(&cookie(&a.id)), t), None, "logged out");
-        assert!(store.check(Some(&cookie(&b.id)), t).is_some());
+        let g = generation("s1");
+        let a = store.begin(g, t).unwrap();
+        let b = store.begin(g, t).unwrap();
+        assert_ne!(a, b);
+        assert!(store.check(Some(&a), Some(&g), t));
+        assert!(store.check(Some(&b), Some(&g), t));
+        assert!(!store.check(Some(&a[1..]), Some(&g), t));
+        assert!(!store.check(Some(""), Some(&g), t));
+        assert!(!store.check(None, Some(&g), t));
+        assert!(store.holds(Some(&a), Some(&g), t));
+        assert!(!store.holds(Some(&a[1..]), Some(&g), t));
+        store.end(&a);
+        assert!(!store.check(Some(&a), Some(&g), t), "ended");
+        assert!(store.check(Some(&b), Some(&g), t));
+    }
+
+    #[test]
+    fn a_changed_secret_ends_the_sessions_it_opened() {
+        let store = UiSessions::default();
+        let t = Instant::now();
+        let (old, new) = (generation("old"), generation("new"));
+        let a = store.begin(old, t).unwrap();
+        assert!(!store.holds(Some(&a), Some(&new), t));
+        assert!(!store.holds(Some(&a), None, t));
+        assert!(!store.check(Some(&a), Some(&new), t));
+        // Ended for good: the old secret back does not revive it.
+        assert!(!store.check(Some(&a), Some(&old), t));
+        let b = store.begin(old, t).unwrap();
+        assert!(!store.check(Some(&b), None, t), "no secret");
+        let c = store.begin(old, t).unwrap();
+        let d = store.begin(new, t).unwrap();
+        assert_eq!(store.len(), 1, "a new secret's login drops the old ones");
+        assert!(!store.check(Some(&c), Some(&old), t));
+        assert!(store.check(Some(&d), Some(&new), t));
     }
 
     #[test]
     fn a_login_flood_keeps_the_bound_and_drops_the_least_recent() {
         let store = UiSessions::default();
         let t = Instant::now();
-        let kept = store.begin(t).unwrap();
+        let g = generation("s");
+        let kept = store.begin(g, t).unwrap();
         for i in 1..=(MAX_UI_SESSIONS as u64 * 4) {
             let at = t + Duration::from_secs(i);
             // The user's page keeps polling: its session stays the most recent.
-            assert!(store.check(Some(&cookie(&kept.id)), at).is_some());
-            store.begin(at).unwrap();
+            assert!(store.check(Some(&kept), Some(&g), at));
+            store.begin(g, at).unwrap();
             assert!(store.len() <= MAX_UI_SESSIONS);
         }
-        assert!(store.check(Some(&cookie(&kept.id)), t).is_some());
+        assert!(store.check(Some(&kept), Some(&g), t));
     }
 
     #[test]
     fn an_idle_session_ends() {
         let store = UiSessions::default();
         let t = Instant::now();
-        let a = store.begin(t).unwrap();
+        let g = generation("s");
+        let a = store.begin(g, t).unwrap();
         let late = t + UI_SESSION_IDLE;
-        assert_eq!(store.check(Some(&cookie(&a.id)), late), None);
+        assert!(!store.holds(Some(&a), Some(&g), late));
+        assert!(!store.check(Some(&a), Some(&g), late));
         assert_eq!(store.len(), 0);
-    }
-
-    #[test]
-    fn secrets_compare_whole() {
-        assert!(secret_matches("abc", "abc"));
-        assert!(secret_matches("abc", " abc\n"));
-        assert!(!secret_matches("abc", "ab"));
-        assert!(!secret_matches("", ""));
     }
 }

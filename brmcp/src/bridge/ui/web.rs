@@ -1,13 +1,22 @@
 //! What both local pages (the bridge's and `serve`'s operator page) do alike in front
-//! of their data: the embedded assets, the login that trades the secret for a session
-//! cookie, and the session and CSRF checks of the JSON API. Every answer is marked
-//! `Cache-Control: no-store`: the pages show money and the login carries a secret.
+//! of their data: the embedded assets, the login that trades a single-use login code
+//! (see [`super::codes`]) for a session token, and the session check of the JSON API
+//! (see [`super::session`]). Every answer is marked `Cache-Control: no-store`: the
+//! pages show money and the login carries a code.
+//!
+//! Order: an API request's session is checked from its headers before its body is
+//! read, and every body is read under [`UI_BODY_DEADLINE`] (408 past it) and within
+//! [`MAX_UI_BODY`] (413), so a client without a session can hold a connection only
+//! as long as the listener lets it send headers.
 
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
+use axum::body::{Body, Bytes};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 
 #[cfg(feature = "cli")]
 pub(crate) use crate::bridge::http::access::{LOOPBACK_HOSTS, host_allowed, origin_allowed};
@@ -15,8 +24,10 @@ pub(crate) use crate::bridge::http::access::{LOOPBACK_HOSTS, host_allowed, origi
 #[cfg(feature = "cli")]
 pub(crate) use crate::bridge::http::listener::run as run_listener;
 
-use super::session::{
-    CSRF_HEADER, UiSessions, clear_cookie, csrf_matches, secret_matches, set_cookie,
+use super::codes::{self, Taken};
+use super::session::{Generation, SESSION_HEADER, UiSessions, generation};
+use crate::bridge::approval::{
+    ApprovalSecretError, existing_secret_in, rotate_secret_in, secret_in,
 };
 
 /// Where the pages live on their listener.
@@ -26,7 +37,11 @@ pub(crate) const UI_PATH: &str = "/ui";
 /// cannot make the listener buffer without bound.
 pub(crate) const MAX_UI_BODY: usize = 16 * 1024;
 
-/// The login page: reads the secret from the URL's fragment (never sent to a server
+/// Time a request has to send its whole body once its headers are in: 10 s, as the
+/// listener's header timeout; the page's bodies are a few hundred bytes, sent at once.
+pub(crate) const UI_BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The login page: reads the code from the URL's fragment (never sent to a server
 /// or kept in a log), posts it once, and forgets it.
 const LOGIN_HTML: &str = include_str!("assets/login.html");
 /// The pages' shared style.
@@ -34,40 +49,110 @@ const UI_CSS: &str = include_str!("assets/ui.css");
 /// The pages' shared script: the API client, tables and the chart.
 const UI_JS: &str = include_str!("assets/ui.js");
 
-/// One page: its HTML and script, and the command that prints its login URL.
+/// One page: its HTML and script, its secret's and codes' files, and the command
+/// that prints its login URL.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PageAssets {
+    /// The page's name, its HTML's `data-page`: the script keeps the session under
+    /// `brmcp.<name>.session` of the origin's `sessionStorage`.
+    pub(crate) name: &'static str,
     /// The page, `GET /ui/`.
     pub(crate) html: &'static str,
     /// Its own script, `GET /ui/page.js`.
     pub(crate) script: &'static str,
-    /// The command that prints the login URL, for the refusal of a visit without a
+    /// The command that prints the login URL, for the refusal of a request without a
     /// session.
     pub(crate) login_command: &'static str,
+    /// The secret's file in the data directory: the login codes are made under it.
+    pub(crate) secret_file: &'static str,
+    /// The login codes' directory in the data directory.
+    pub(crate) codes_dir: &'static str,
+}
+
+/// One page's listener: what it serves, its sessions, and its data directory.
+#[derive(Clone, Copy)]
+pub(crate) struct PageGate<'a> {
+    /// The page.
+    pub(crate) assets: &'a PageAssets,
+    /// Its listener's sessions.
+    pub(crate) sessions: &'a UiSessions,
+    /// The directory of its secret and codes.
+    pub(crate) data_dir: &'a Path,
 }
 
 /// What the front of a page made of a request.
 pub(crate) enum Front<'a> {
     /// Answered here (an asset, the login, a refusal).
     Answered(Response),
-    /// An API request of a logged-in session, its CSRF token checked if it changes
-    /// anything: the path after `/ui/api`.
-    Api(&'a str),
+    /// An API request of a live session: the path after `/ui/api`, and the body.
+    Api(&'a str, Bytes),
 }
 
-/// The front of a page for the request `parts` (a path under [`UI_PATH`]) with
-/// `body`: `secret` is the credential that logs in (`None`: none made yet, so no
-/// one), `agent` whether the request carries an agent's bearer token, which opens
-/// nothing here.
-pub(crate) fn front<'a>(
-    assets: &PageAssets,
-    sessions: &UiSessions,
-    secret: Option<&str>,
+impl PageGate<'_> {
+    /// The generation of the secret now in the page's file; `None` when there is
+    /// none (or it cannot be read), so no session is live.
+    fn current(&self) -> Option<Generation> {
+        match existing_secret_in(self.data_dir, self.assets.secret_file) {
+            Ok(secret) => secret.as_deref().map(generation),
+            Err(e) => {
+                tracing::warn!(error = %e, "page secret not read");
+                None
+            }
+        }
+    }
+
+    /// Whether the request carries a live session of this page, changing nothing.
+    pub(crate) fn credentialed(&self, parts: &Parts) -> bool {
+        let Some(token) = session_token(parts) else {
+            return false;
+        };
+        let current = self.current();
+        self.sessions
+            .holds(Some(token), current.as_ref(), Instant::now())
+    }
+
+    /// Whether the request carries a live session, which counts as used now.
+    fn live(&self, parts: &Parts) -> bool {
+        let Some(token) = session_token(parts) else {
+            return false;
+        };
+        let current = self.current();
+        self.sessions
+            .check(Some(token), current.as_ref(), Instant::now())
+    }
+
+    fn not_logged_in(&self) -> Response {
+        text(
+            StatusCode::UNAUTHORIZED,
+            &format!(
+                "not logged in: run `{}` and open the URL it prints",
+                self.assets.login_command
+            ),
+        )
+    }
+}
+
+/// The session token a request carries.
+fn session_token(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// The front of `gate`'s page for the request `parts` (a path under [`UI_PATH`]) with
+/// `body`, at `now` (Unix seconds, for the login codes): `agent` whether the request
+/// carries an agent's bearer token, which opens nothing here. A session is checked
+/// before the body is read.
+pub(crate) async fn front<'a>(
+    gate: &PageGate<'_>,
     agent: bool,
     parts: &'a Parts,
-    body: &[u8],
+    body: Body,
+    now: i64,
 ) -> Front<'a> {
-    let (method, headers) = (&parts.method, &parts.headers);
     let Some(rest) = parts.uri.path().strip_prefix(UI_PATH) else {
         return Front::Answered(text(StatusCode::NOT_FOUND, "not found"));
     };
@@ -77,70 +162,188 @@ pub(crate) fn front<'a>(
             "forbidden: the page takes the user's login, not an agent's token",
         ));
     }
-    let now = Instant::now();
-    let cookie = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
-    match (method.as_str(), rest) {
+    let assets = gate.assets;
+    match (parts.method.as_str(), rest) {
+        // The assets hold no data; the data is the API's.
         ("GET", "/login") => return Front::Answered(asset(LOGIN_HTML, "text/html")),
         ("GET", "/ui.css") => return Front::Answered(asset(UI_CSS, "text/css")),
         ("GET", "/ui.js") => return Front::Answered(asset(UI_JS, "text/javascript")),
-        ("POST", "/login") => return Front::Answered(login(sessions, secret, body, now)),
+        ("GET", "" | "/") => return Front::Answered(asset(assets.html, "text/html")),
+        ("GET", "/page.js") => return Front::Answered(asset(assets.script, "text/javascript")),
+        ("POST", "/login") => {
+            return Front::Answered(match read_body(parts, body).await {
+                Ok(body) => login(gate, &body, now),
+                Err(refused) => refused,
+            });
+        }
         ("POST", "/logout") => {
-            sessions.end(cookie);
-            let mut answer = text(StatusCode::OK, "logged out");
-            set(&mut answer, header::SET_COOKIE, &clear_cookie());
-            return Front::Answered(answer);
+            // The session's own token ends it: a page of another origin cannot.
+            if !gate.live(parts) {
+                return Front::Answered(gate.not_logged_in());
+            }
+            if let Some(token) = session_token(parts) {
+                gate.sessions.end(token);
+            }
+            return Front::Answered(text(StatusCode::OK, "logged out"));
         }
         _ => {}
     }
-    let Some(csrf) = sessions.check(cookie, now) else {
-        return Front::Answered(text(
-            StatusCode::UNAUTHORIZED,
-            &format!(
-                "not logged in: open the URL `{}` prints",
-                assets.login_command
-            ),
-        ));
+    let Some(api) = rest.strip_prefix("/api").filter(|a| a.starts_with('/')) else {
+        return Front::Answered(text(StatusCode::NOT_FOUND, "not found"));
     };
-    match (method.as_str(), rest) {
-        ("GET", "" | "/") => Front::Answered(asset(assets.html, "text/html")),
-        ("GET", "/page.js") => Front::Answered(asset(assets.script, "text/javascript")),
-        ("GET", "/api/session") => {
-            Front::Answered(json(StatusCode::OK, &serde_json::json!({ "csrf": csrf })))
-        }
-        (_, api) if api.starts_with("/api/") => {
-            let reads = matches!(*method, Method::GET | Method::HEAD);
-            let presented = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
-            if !reads && !csrf_matches(&csrf, presented) {
-                return Front::Answered(text(
-                    StatusCode::FORBIDDEN,
-                    "forbidden: the request lacks the page's CSRF token",
-                ));
+    if !gate.live(parts) {
+        return Front::Answered(gate.not_logged_in());
+    }
+    let body = match read_body(parts, body).await {
+        Ok(body) => body,
+        Err(refused) => return Front::Answered(refused),
+    };
+    if (parts.method.as_str(), api) == ("GET", "/session") {
+        return Front::Answered(json(
+            StatusCode::OK,
+            &serde_json::json!({ "page": assets.name }),
+        ));
+    }
+    Front::Api(api, body)
+}
+
+/// Reads a request's body within [`MAX_UI_BODY`] and [`UI_BODY_DEADLINE`]; a
+/// `Content-Length` past the bound is refused before any byte is awaited.
+///
+/// # Errors
+/// The refusal: 413 too large, 408 too slow, 400 broken off.
+pub(crate) async fn read_body(parts: &Parts, body: Body) -> Result<Bytes, Response> {
+    let too_large = || text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_UI_BODY as u64) {
+        return Err(too_large());
+    }
+    let mut stream = body.into_data_stream();
+    let mut read = Vec::new();
+    let whole = async {
+        while let Some(chunk) = stream.next().await {
+            let Ok(chunk) = chunk else {
+                return Err(text(StatusCode::BAD_REQUEST, "request body not read"));
+            };
+            if read.len() + chunk.len() > MAX_UI_BODY {
+                return Err(too_large());
             }
-            Front::Api(&api[4..])
+            read.extend_from_slice(&chunk);
         }
-        _ => Front::Answered(text(StatusCode::NOT_FOUND, "not found")),
+        Ok(())
+    };
+    match tokio::time::timeout(UI_BODY_DEADLINE, whole).await {
+        Ok(Ok(())) => Ok(Bytes::from(read)),
+        Ok(Err(refused)) => Err(refused),
+        Err(_) => Err(text(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "request body not sent within {} s",
+                UI_BODY_DEADLINE.as_secs()
+            ),
+        )),
     }
 }
 
-/// `POST /ui/login` with `{"secret": "..."}`: a session cookie for the right secret.
-fn login(sessions: &UiSessions, secret: Option<&str>, body: &[u8], now: Instant) -> Response {
-    let presented = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("secret").and_then(|s| s.as_str()).map(str::to_owned));
-    let (Some(secret), Some(presented)) = (secret, presented) else {
-        return text(StatusCode::UNAUTHORIZED, "login refused: no secret given");
+/// The login's body: the code from the URL's fragment.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginBody {
+    code: String,
+}
+
+/// `POST /ui/login` with `{"code": "..."}`: a session token for a live code, which is
+/// used up either way.
+fn login(gate: &PageGate<'_>, body: &[u8], now: i64) -> Response {
+    let Ok(LoginBody { code }) = serde_json::from_slice(body) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "login refused: the body must be {\"code\": \"...\"}",
+        );
     };
-    if !secret_matches(secret, &presented) {
-        return text(StatusCode::UNAUTHORIZED, "login refused: wrong secret");
-    }
-    match sessions.begin(now) {
-        Ok(login) => {
-            let mut answer = json(StatusCode::OK, &serde_json::json!({ "csrf": login.csrf }));
-            set(&mut answer, header::SET_COOKIE, &set_cookie(&login.id));
-            answer
+    let secret = match existing_secret_in(gate.data_dir, gate.assets.secret_file) {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            return text(
+                StatusCode::UNAUTHORIZED,
+                "login refused: no secret made yet",
+            );
         }
+        Err(e) => {
+            tracing::warn!(error = %e, "page secret not read");
+            return text(
+                StatusCode::UNAUTHORIZED,
+                "login refused: the secret cannot be read",
+            );
+        }
+    };
+    let command = gate.assets.login_command;
+    match codes::take(gate.data_dir, gate.assets.codes_dir, &secret, &code, now) {
+        Taken::Fresh => {}
+        Taken::Expired => {
+            return text(
+                StatusCode::UNAUTHORIZED,
+                &format!("login refused: the login code expired; run `{command}` for a new one"),
+            );
+        }
+        Taken::Unknown => {
+            return text(
+                StatusCode::UNAUTHORIZED,
+                &format!(
+                    "login refused: not a login code, or used already; run `{command}` for \
+                     a new one"
+                ),
+            );
+        }
+    }
+    match gate.sessions.begin(generation(&secret), Instant::now()) {
+        Ok(token) => json(
+            StatusCode::OK,
+            &serde_json::json!({ "token": token, "page": gate.assets.name }),
+        ),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
+}
+
+/// Why a login code could not be made.
+#[cfg_attr(not(feature = "cli"), allow(dead_code, reason = "the `ui` commands'"))]
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LinkError {
+    /// The page's secret could not be read, made or rotated.
+    #[error(transparent)]
+    Secret(#[from] ApprovalSecretError),
+    /// The code could not be written.
+    #[error(transparent)]
+    Code(#[from] codes::MintError),
+    /// The old codes could not be removed after a rotation.
+    #[error("{0}: {1}")]
+    Clear(String, std::io::Error),
+}
+
+/// A login code of the page of `data_dir` at `now` (Unix seconds), after rotating
+/// its secret when `rotate` (which ends every session the old one opened and voids
+/// its codes). The `ui` commands print it after `/ui/login#`.
+#[cfg_attr(not(feature = "cli"), allow(dead_code, reason = "the `ui` commands'"))]
+pub(crate) fn login_code(
+    assets: &PageAssets,
+    data_dir: &Path,
+    rotate: bool,
+    now: i64,
+) -> Result<String, LinkError> {
+    let secret = if rotate {
+        let fresh = rotate_secret_in(data_dir, assets.secret_file)?;
+        codes::clear(data_dir, assets.codes_dir).map_err(|e| {
+            LinkError::Clear(data_dir.join(assets.codes_dir).display().to_string(), e)
+        })?;
+        fresh
+    } else {
+        secret_in(data_dir, assets.secret_file)?
+    };
+    Ok(codes::mint(data_dir, assets.codes_dir, &secret, now)?)
 }
 
 /// An embedded asset: never cached, never sniffed, framed by no other page.
@@ -196,146 +399,5 @@ fn harden(answer: &mut Response) {
 fn set(answer: &mut Response, name: header::HeaderName, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         answer.headers_mut().insert(name, value);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const PAGE: PageAssets = PageAssets {
-        html: "<p>page</p>",
-        script: "page();",
-        login_command: "brmcp x ui",
-    };
-    const SECRET: &str = "s3cret-of-the-user";
-
-    fn parts(method: &str, path: &str, headers: &[(&str, &str)]) -> Parts {
-        let mut request = axum::http::Request::builder().method(method).uri(path);
-        for (k, v) in headers {
-            request = request.header(*k, *v);
-        }
-        request.body(()).unwrap().into_parts().0
-    }
-
-    fn status(front: Front<'_>) -> StatusCode {
-        match front {
-            Front::Answered(r) => r.status(),
-            Front::Api(_) => StatusCode::IM_USED,
-        }
-    }
-
-    /// Logs in and returns the cookie header and the CSRF token.
-    fn login(sessions: &UiSessions) -> (String, String) {
-        let p = parts("POST", "/ui/login", &[]);
-        let body = serde_json::json!({ "secret": SECRET }).to_string();
-        let Front::Answered(r) = front(&PAGE, sessions, Some(SECRET), false, &p, body.as_bytes())
-        else {
-            panic!("login is answered");
-        };
-        assert_eq!(r.status(), StatusCode::OK);
-        let cookie = r.headers()[header::SET_COOKIE].to_str().unwrap();
-        let pair = cookie.split(';').next().unwrap().to_owned();
-        let id = pair.split_once('=').unwrap().1;
-        let csrf = sessions.check(Some(&pair), Instant::now()).unwrap();
-        assert!(!id.is_empty());
-        (pair, csrf)
-    }
-
-    #[test]
-    fn an_agent_token_opens_no_route_not_even_the_login() {
-        let sessions = UiSessions::default();
-        let (cookie, csrf) = login(&sessions);
-        for (method, path) in [
-            ("GET", "/ui/"),
-            ("GET", "/ui/login"),
-            ("POST", "/ui/login"),
-            ("GET", "/ui/api/state"),
-            ("POST", "/ui/api/settings"),
-        ] {
-            // Even with the user's cookie beside it.
-            let p = parts(method, path, &[("cookie", &cookie), (CSRF_HEADER, &csrf)]);
-            let body = serde_json::json!({ "secret": SECRET }).to_string();
-            let answered = front(&PAGE, &sessions, Some(SECRET), true, &p, body.as_bytes());
-            assert_eq!(status(answered), StatusCode::FORBIDDEN, "{method} {path}");
-        }
-    }
-
-    #[test]
-    fn changes_need_the_session_and_its_csrf_token_reads_the_session_only() {
-        let sessions = UiSessions::default();
-        let (cookie, csrf) = login(&sessions);
-        let (_, other_csrf) = login(&sessions);
-        let ask = |method: &str, headers: &[(&str, &str)]| {
-            let p = parts(method, "/ui/api/settings", headers);
-            status(front(&PAGE, &sessions, Some(SECRET), false, &p, b"{}"))
-        };
-        assert_eq!(ask("POST", &[]), StatusCode::UNAUTHORIZED);
-        assert_eq!(
-            ask("POST", &[(CSRF_HEADER, &csrf)]),
-            StatusCode::UNAUTHORIZED
-        );
-        assert_eq!(ask("POST", &[("cookie", &cookie)]), StatusCode::FORBIDDEN);
-        assert_eq!(
-            ask("POST", &[("cookie", &cookie), (CSRF_HEADER, &other_csrf)]),
-            StatusCode::FORBIDDEN,
-            "another session's token"
-        );
-        assert_eq!(
-            ask("POST", &[("cookie", &cookie), (CSRF_HEADER, &csrf)]),
-            StatusCode::IM_USED
-        );
-        assert_eq!(ask("GET", &[("cookie", &cookie)]), StatusCode::IM_USED);
-        assert_eq!(ask("GET", &[]), StatusCode::UNAUTHORIZED);
-    }
-
-    #[test]
-    fn no_secret_made_logs_no_one_in_and_every_answer_is_uncached() {
-        let sessions = UiSessions::default();
-        let p = parts("POST", "/ui/login", &[]);
-        for (secret, body) in [
-            (None, serde_json::json!({ "secret": "" }).to_string()),
-            (None, serde_json::json!({ "secret": SECRET }).to_string()),
-            (
-                Some(SECRET),
-                serde_json::json!({ "secret": "wrong" }).to_string(),
-            ),
-            (Some(SECRET), "not json".to_owned()),
-        ] {
-            let Front::Answered(r) = front(&PAGE, &sessions, secret, false, &p, body.as_bytes())
-            else {
-                panic!("answered");
-            };
-            assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{body}");
-            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
-            assert!(r.headers().get(header::SET_COOKIE).is_none());
-        }
-        for path in ["/ui/login", "/ui/ui.js", "/ui/ui.css"] {
-            let p = parts("GET", path, &[]);
-            let Front::Answered(r) = front(&PAGE, &sessions, Some(SECRET), false, &p, b"") else {
-                panic!("answered");
-            };
-            assert_eq!(r.status(), StatusCode::OK, "{path}");
-            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
-        }
-    }
-
-    #[test]
-    fn logging_out_ends_the_session() {
-        let sessions = UiSessions::default();
-        let (cookie, _) = login(&sessions);
-        let p = parts("POST", "/ui/logout", &[("cookie", &cookie)]);
-        let Front::Answered(r) = front(&PAGE, &sessions, Some(SECRET), false, &p, b"") else {
-            panic!("answered");
-        };
-        assert!(
-            r.headers()[header::SET_COOKIE]
-                .to_str()
-                .unwrap()
-                .contains("Max-Age=0")
-        );
-        let p = parts("GET", "/ui/", &[("cookie", &cookie)]);
-        let answered = front(&PAGE, &sessions, Some(SECRET), false, &p, b"");
-        assert_eq!(status(answered), StatusCode::UNAUTHORIZED);
     }
 }

@@ -62,10 +62,14 @@ pub(super) enum ServeAction {
         #[arg(long)]
         json: bool,
     },
-    /// Print the URL that opens the running server's operator page (started with
-    /// --ui-listen) in a browser: it logs in with the operator secret; keep it to
-    /// yourself.
-    Ui,
+    /// Print a URL that opens the running server's operator page (started with
+    /// --ui-listen) in a browser: it carries a login code that works once, within 5
+    /// minutes.
+    Ui {
+        /// Replace the operator secret first: every page session it opened ends.
+        #[arg(long)]
+        rotate: bool,
+    },
     /// Show the most recent paid calls.
     Journal {
         /// Only this caller's calls.
@@ -84,8 +88,8 @@ pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, C
     if let ServeAction::Status { json } = action {
         return crate::cli::status::show(datadir, "serve", json);
     }
-    if let ServeAction::Ui = action {
-        println!("{}", super::ui::login_url(datadir)?);
+    if let ServeAction::Ui { rotate } = action {
+        println!("{}", super::ui::login_url(datadir, rotate)?);
         return Ok(ExitCode::SUCCESS);
     }
     // A mistyped directory must not get a fresh, empty ledger that seems to work.
@@ -151,7 +155,7 @@ pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, C
         ServeAction::Journal { uid, limit, json } => {
             print_journal(&ledger.journal(uid.as_ref(), limit)?, json);
         }
-        ServeAction::Status { .. } | ServeAction::Ui => {}
+        ServeAction::Status { .. } | ServeAction::Ui { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
 }

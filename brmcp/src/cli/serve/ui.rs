@@ -2,11 +2,13 @@
 //! callers with their balances, callers refused, upstream MCP servers and their
 //! health, the router's counters. Off by default; `--ui-listen ADDR` starts it on a
 //! loopback address (another only with `--ui-allow-remote`), and `brmcp serve ui`
-//! prints its login URL, carrying the operator secret of [`OPERATOR_SECRET_FILE`].
+//! prints its login URL, carrying a single-use login code made under the operator
+//! secret of [`OPERATOR_SECRET_FILE`] (`ui --rotate` replaces the secret first,
+//! ending every session the old one opened).
 //!
-//! The page's front (assets, login, sessions, CSRF) is the bridge page's
-//! ([`crate::bridge::ui::web`]); this module holds its listener and its data, read
-//! from the harness.
+//! The page's front (assets, login codes, sessions bound to the page's origin, bodies
+//! under a deadline) is the bridge page's ([`crate::bridge::ui::web`]); this module
+//! holds its listener and its data, read from the harness.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,17 +16,18 @@ use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::Response;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::now;
 use crate::bridge::HttpLimits;
-use crate::bridge::approval::{existing_secret_in, secret_in};
+use crate::bridge::approval::secret_in;
 use crate::bridge::ui::session::UiSessions;
 use crate::bridge::ui::web::{
-    Front, LOOPBACK_HOSTS, MAX_UI_BODY, PageAssets, front, host_allowed, json as json_answer,
-    origin_allowed, run_listener, text,
+    Front, LOOPBACK_HOSTS, PageAssets, PageGate, front, host_allowed, json as json_answer,
+    login_code, origin_allowed, run_listener, text,
 };
 use crate::cli::CliError;
 use crate::server::Harness;
@@ -33,6 +36,9 @@ use crate::status::router_counters;
 
 /// The operator secret's file in the server's data directory, the owner's only.
 pub(crate) const OPERATOR_SECRET_FILE: &str = "operator.secret";
+
+/// The login codes' directory in the server's data directory.
+pub(crate) const OPERATOR_LOGIN_CODES: &str = "operator.login";
 
 /// Days the charts cover: 14, as the bridge page's.
 const CHART_DAYS: i64 = 14;
@@ -50,13 +56,16 @@ const MAX_PAGE_CONNECTIONS: usize = 32;
 const JOURNAL_ROWS: usize = 50;
 
 const SERVE_PAGE: PageAssets = PageAssets {
+    name: "serve",
     html: include_str!("ui/serve.html"),
     script: include_str!("ui/serve.js"),
     login_command: "brmcp serve --datadir DIR ui",
+    secret_file: OPERATOR_SECRET_FILE,
+    codes_dir: OPERATOR_LOGIN_CODES,
 };
 
 /// The page's listener state.
-struct Page {
+pub(crate) struct Page {
     harness: Harness,
     upstreams: Arc<Upstreams>,
     datadir: PathBuf,
@@ -119,15 +128,21 @@ pub(super) async fn start(
     tokio::spawn(run_listener(
         listener,
         move |_, _, request| answer(page.clone(), request),
-        move |parts: &axum::http::request::Parts| credentialed(&classifying, parts),
+        move |parts: &Parts| credentialed(&classifying, parts),
         limits,
         stop.clone(),
     ));
     Ok(OperatorPage { addr, stop })
 }
 
-/// The login URL of the page of the server running on `datadir`.
-pub(super) fn login_url(datadir: &Path) -> Result<String, CliError> {
+/// The login URL of the page of the server running on `datadir`, with a fresh
+/// single-use code; `rotate`: after replacing the operator secret.
+pub(super) fn login_url(datadir: &Path, rotate: bool) -> Result<String, CliError> {
+    if rotate {
+        // Even with no server running: the old secret's sessions end at its start.
+        login_code(&SERVE_PAGE, datadir, true, now().secs())?;
+        eprintln!("operator secret rotated: every page session it opened has ended");
+    }
     let snapshot = crate::status::read(datadir)
         .map_err(CliError)?
         .filter(|s| s.role == "serve" && !s.stopped);
@@ -144,11 +159,29 @@ pub(super) fn login_url(datadir: &Path) -> Result<String, CliError> {
             datadir.display()
         )));
     };
-    let secret = secret_in(datadir, OPERATOR_SECRET_FILE)?;
+    let code = login_code(&SERVE_PAGE, datadir, false, now().secs())?;
     Ok(format!(
-        "http://{addr}{}/login#{secret}",
+        "http://{addr}{}/login#{code}",
         crate::bridge::ui::UI_PATH
     ))
+}
+
+impl Page {
+    fn gate(&self) -> PageGate<'_> {
+        PageGate {
+            assets: &SERVE_PAGE,
+            sessions: &self.sessions,
+            data_dir: &self.datadir,
+        }
+    }
+}
+
+/// Whether the request `parts` carries a live session of the operator page (its
+/// session header, of a session the current operator secret opened), changing
+/// nothing: for the listener to tell the operator's requests from others (the
+/// bridge page's [`crate::bridge::ui::credentialed`] for this page).
+pub(crate) fn credentialed(page: &Page, parts: &Parts) -> bool {
+    page.gate().credentialed(parts)
 }
 
 async fn answer(page: Arc<Page>, request: Request) -> Response {
@@ -162,30 +195,13 @@ async fn answer(page: Arc<Page>, request: Request) -> Response {
     if !crate::bridge::ui::is_ui_path(parts.uri.path()) {
         return text(StatusCode::NOT_FOUND, "not found: the operator page is /ui");
     }
-    let Ok(body) = axum::body::to_bytes(body, MAX_UI_BODY).await else {
-        return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
-    };
-    let secret = match existing_secret_in(&page.datadir, OPERATOR_SECRET_FILE) {
-        Ok(secret) => secret,
-        Err(e) => {
-            tracing::warn!(error = %e, "operator secret not read");
-            None
-        }
-    };
     // No agent token exists here; any bearer credential is refused as one would be.
     let bearer = parts
         .headers
         .contains_key(axum::http::header::AUTHORIZATION);
-    match front(
-        &SERVE_PAGE,
-        &page.sessions,
-        secret.as_deref(),
-        bearer,
-        &parts,
-        &body,
-    ) {
+    match front(&page.gate(), bearer, &parts, body, now().secs()).await {
         Front::Answered(response) => response,
-        Front::Api("/state") if parts.method == axum::http::Method::GET => {
+        Front::Api("/state", _) if parts.method == axum::http::Method::GET => {
             // SQLite reads, off the runtime's threads.
             let page = page.clone();
             match tokio::task::spawn_blocking(move || page.state()).await {
@@ -194,7 +210,7 @@ async fn answer(page: Arc<Page>, request: Request) -> Response {
                 Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
         }
-        Front::Api(_) => text(StatusCode::NOT_FOUND, "not found"),
+        Front::Api(..) => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
 
@@ -255,16 +271,4 @@ impl Page {
         }
         Ok(value)
     }
-}
-
-/// Whether the request `parts` carries a live session of the page: the listener
-/// keeps the connections of such requests.
-fn credentialed(page: &Page, parts: &axum::http::request::Parts) -> bool {
-    let cookie = parts
-        .headers
-        .get(axum::http::header::COOKIE)
-        .and_then(|v| v.to_str().ok());
-    page.sessions
-        .check(cookie, std::time::Instant::now())
-        .is_some()
 }

@@ -1,9 +1,23 @@
 // The local pages' shared script: login, the JSON API client, DOM building (text only,
 // never HTML from data), number formats and the stacked bar chart (inline SVG).
+//
+// The session: the login answers a token, kept in this origin's sessionStorage (per
+// scheme, host and port, so no other local server's page reads it, and gone with the
+// tab) under the page's own key, and sent in X-Brmcp-Session on every API request.
+// No cookie: a cookie would reach every port of the host.
 "use strict";
 
 const BR = {
-  csrf: null,
+  storeKey(page) { return "brmcp." + page + ".session"; },
+
+  token() {
+    try { return sessionStorage.getItem(BR.storeKey(document.body.dataset.page)); }
+    catch (e) { return null; }
+  },
+
+  forget() {
+    try { sessionStorage.removeItem(BR.storeKey(document.body.dataset.page)); } catch (e) {}
+  },
   palette: ["#2f6fde", "#1f9d55", "#c98a00", "#8e44ad", "#d64545", "#16a2b8",
             "#e67e22", "#5d6d7e", "#27ae60", "#b03a8a"],
 
@@ -56,47 +70,58 @@ const BR = {
         BR.el("td", { class: num.has(i) ? "num" : null }, c))))));
   },
 
+  headers() {
+    const token = BR.token();
+    return token ? { "X-Brmcp-Session": token } : {};
+  },
+
   async api(path, body) {
-    const opts = { credentials: "same-origin", cache: "no-store", headers: {} };
+    const opts = { credentials: "omit", cache: "no-store", headers: BR.headers() };
     if (body !== undefined) {
       opts.method = "POST";
       opts.headers["Content-Type"] = "application/json";
-      opts.headers["X-Brmcp-Csrf"] = BR.csrf || "";
       opts.body = JSON.stringify(body);
     }
     const r = await fetch("/ui/api" + path, opts);
     const text = await r.text();
-    if (r.status === 401) { BR.loggedOut(); throw new Error(text); }
+    if (r.status === 401) { BR.loggedOut(text); throw new Error(text); }
     if (!r.ok) throw new Error(text || r.statusText);
     return text ? JSON.parse(text) : null;
   },
 
-  loggedOut() {
+  // Ended (logged out, idle, a rotated secret, or never logged in in this tab): say
+  // how to log in, and stop asking.
+  loggedOut(why) {
+    BR.forget();
+    BR.stopped = true;
     document.body.classList.add("logged-out");
     const s = document.getElementById("status");
-    if (s) s.textContent = "logged out: open the login URL again";
+    if (s) s.textContent = "logged out · " + (why || "open a new login URL");
   },
 
   async start(refresh, every) {
-    const session = await BR.api("/session");
-    BR.csrf = session.csrf;
     const out = document.getElementById("logout");
     if (out) out.addEventListener("click", async () => {
-      await fetch("/ui/logout", { method: "POST", credentials: "same-origin" });
-      BR.loggedOut();
+      await fetch("/ui/logout", { method: "POST", credentials: "omit", cache: "no-store",
+                                  headers: BR.headers() });
+      BR.loggedOut("you logged out");
     });
+    try { await BR.api("/session"); } catch (e) { return; }
+    let timer = null;
     const tick = async () => {
+      if (BR.stopped) { clearInterval(timer); return; }
       try {
         await refresh();
         const s = document.getElementById("status");
         if (s) s.textContent = "live · " + new Date().toLocaleTimeString("en-GB");
       } catch (e) {
+        if (BR.stopped) return;
         const s = document.getElementById("status");
         if (s) s.textContent = "error: " + e.message;
       }
     };
     await tick();
-    setInterval(tick, every || 1500);
+    timer = setInterval(tick, every || 1500);
   },
 
   // Stacked bars: days = [{day: unix secs, parts: {series: value}}].
@@ -148,22 +173,25 @@ const BR = {
   },
 };
 
-// The login page: the secret is in the URL's fragment, which no request carries; it is
-// taken out of the address bar and history at once, posted once, then forgotten.
+// The login page: the code is in the URL's fragment, which no request carries; it is
+// taken out of the address bar and history at once, posted once (it works once
+// anyway), and the session token answered is kept for the page it belongs to.
 if (document.body && document.body.dataset.page === "login") {
-  const secret = decodeURIComponent(location.hash.slice(1));
+  const code = decodeURIComponent(location.hash.slice(1));
   history.replaceState(null, "", location.pathname);
   const status = document.getElementById("login-status");
-  if (!secret) {
-    status.textContent = "No secret in the URL.";
+  if (!code) {
+    status.textContent = "No login code in the URL.";
   } else {
     fetch("/ui/login", {
-      method: "POST", credentials: "same-origin", cache: "no-store",
+      method: "POST", credentials: "omit", cache: "no-store",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ secret }),
+      body: JSON.stringify({ code }),
     }).then(async r => {
-      if (r.ok) location.replace("/ui/");
-      else status.textContent = await r.text();
+      if (!r.ok) { status.textContent = await r.text(); return; }
+      const session = await r.json();
+      sessionStorage.setItem(BR.storeKey(session.page), session.token);
+      location.replace("/ui/");
     }).catch(e => { status.textContent = "login failed: " + e.message; });
   }
 }
