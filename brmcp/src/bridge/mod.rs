@@ -48,6 +48,7 @@
 
 pub(crate) mod approval;
 mod attach;
+mod calls;
 pub(crate) mod directory;
 mod http;
 mod link;
@@ -74,6 +75,7 @@ pub use approval::{
     APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
 };
 pub use attach::{BRIDGE_GONE, Upstream, pump};
+pub use calls::{CALLS_FILE, JournalError};
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
@@ -242,6 +244,9 @@ pub enum BridgeError {
     /// The spend log could not be opened.
     #[error(transparent)]
     Spend(#[from] SpendError),
+    /// The call journal could not be opened.
+    #[error(transparent)]
+    Calls(#[from] JournalError),
     /// The listener could not bind.
     #[error("listen on {addr}: {source}")]
     Bind {
@@ -294,6 +299,8 @@ pub(crate) struct Inner {
     pub(crate) policy: Policy,
     links: Mutex<HashMap<PeerId, Arc<BotLink>>>,
     pub(crate) http: http::HttpState,
+    /// The call journal.
+    pub(crate) calls: calls::Calls,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -322,10 +329,12 @@ pub(crate) fn random_hex<const N: usize>() -> Result<String, getrandom::Error> {
 impl Bridge {
     /// A bridge dialing bots through `router` (a client-role router of the host's
     /// Bison Relay identity) and paying through `payer`. Loads the settings (fail
-    /// closed) and opens the spend log. Opens no socket: see [`start`](Self::start).
+    /// closed) and opens the spend log and the call journal; inside a tokio runtime,
+    /// resumes the calls an earlier run left in flight. Opens no socket: see
+    /// [`start`](Self::start).
     ///
     /// # Errors
-    /// [`BridgeError::Settings`], [`BridgeError::Spend`].
+    /// [`BridgeError::Settings`], [`BridgeError::Spend`], [`BridgeError::Calls`].
     pub fn new(config: Config, router: Router, payer: impl Payer) -> Result<Self, BridgeError> {
         let settings = Settings::load(&config.data_dir.join(SETTINGS_FILE))?;
         crate::secure_fs::create_dir(&config.data_dir).map_err(|source| SettingsError::Io {
@@ -336,16 +345,21 @@ impl Bridge {
         // Payments an earlier run was waiting for: their outcomes now arrive late.
         spend.unconfirm_left_pending()?;
         let policy = Policy::new(Arc::new(payer), spend, config.clock.clone());
-        Ok(Self {
-            inner: Arc::new(Inner {
-                http: http::HttpState::new(),
-                config,
-                router,
-                settings: Mutex::new(settings),
-                policy,
-                links: Mutex::new(HashMap::new()),
-            }),
-        })
+        let calls = calls::Calls::open(&config.data_dir, config.clock.clone())?;
+        let inner = Arc::new(Inner {
+            http: http::HttpState::new(),
+            config,
+            router,
+            settings: Mutex::new(settings),
+            policy,
+            links: Mutex::new(HashMap::new()),
+            calls,
+        });
+        // Calls an earlier run left in flight: asked of their bots again, for their agents.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            calls::resume(&inner);
+        }
+        Ok(Self { inner })
     }
 
     /// The live settings (with the token, which hosts display).
@@ -475,8 +489,10 @@ impl Bridge {
         http::app(self.inner.clone())
     }
 
-    /// Stops the listener and ends every bot session.
+    /// Stops the listener and ends every bot session. Paid calls cut by the stop are
+    /// left in the call journal for the next start.
     pub async fn close(&self) {
+        self.inner.calls.close();
         http::stop(&self.inner).await;
         let links: Vec<_> = lock(&self.inner.links).drain().map(|(_, l)| l).collect();
         for link in links {
