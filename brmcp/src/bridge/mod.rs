@@ -21,9 +21,12 @@
 //!   (sampling, elicitation, roots) to an agent that declared them. Results keep
 //!   `content`, `structuredContent` and `isError` as the bot sent them, and carry
 //!   `resultType` for agents on the 2026-07-28 protocol.
-//! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10); a
-//!   transport retry and the reissue after payment reuse it, so the bot runs and charges
-//!   one logical call at most once. What is paid is decided by the quote rules
+//! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10), or
+//!   one derived from the agent's own; a transport retry and the reissue after payment
+//!   reuse it, so the bot runs and charges one logical call at most once. The call
+//!   journal ([`CALLS_FILE`], `calls`) records each call and its steps before they are
+//!   taken, so a call cut by the bridge's stop or crash is resumed under its key at
+//!   the next start, never paid again, and its outcome held for the agent's retry. What is paid is decided by the quote rules
 //!   ([`quote`]): never for a free, unlisted or unpriced tool, never more than the
 //!   listed price or the quoted shortfall, at most one payment per call, caps on top.
 //!   A refused payment appends `<name>: payment not made: <reason>` to the bot's
@@ -329,8 +332,7 @@ pub(crate) fn random_hex<const N: usize>() -> Result<String, getrandom::Error> {
 impl Bridge {
     /// A bridge dialing bots through `router` (a client-role router of the host's
     /// Bison Relay identity) and paying through `payer`. Loads the settings (fail
-    /// closed) and opens the spend log and the call journal; inside a tokio runtime,
-    /// resumes the calls an earlier run left in flight. Opens no socket: see
+    /// closed) and opens the spend log and the call journal. Opens no socket: see
     /// [`start`](Self::start).
     ///
     /// # Errors
@@ -355,10 +357,6 @@ impl Bridge {
             links: Mutex::new(HashMap::new()),
             calls,
         });
-        // Calls an earlier run left in flight: asked of their bots again, for their agents.
-        if tokio::runtime::Handle::try_current().is_ok() {
-            calls::resume(&inner);
-        }
         Ok(Self { inner })
     }
 
@@ -463,12 +461,17 @@ impl Bridge {
         self.settings().bots()
     }
 
-    /// Starts the owned HTTP listener if the settings enable it. Later
-    /// [`apply_settings`](Self::apply_settings) calls start, stop and restart it.
+    /// Resumes, the first time, the calls an earlier run left in flight (their bots
+    /// asked again under their keys, their outcomes held for their agents' retries;
+    /// call it once the host is connected), and starts the owned HTTP listener if the
+    /// settings enable it. Later [`apply_settings`](Self::apply_settings) calls start,
+    /// stop and restart it.
     ///
     /// # Errors
     /// [`BridgeError::Bind`], [`BridgeError::RemoteRefused`].
     pub async fn start(&self) -> Result<(), BridgeError> {
+        // Before the listener: a retry that arrives finds its call being resumed.
+        calls::resume(&self.inner);
         http::start(&self.inner).await
     }
 

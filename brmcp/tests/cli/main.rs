@@ -10,6 +10,7 @@ mod devnet_directory;
 mod directory;
 mod directory_exits;
 mod doctor;
+mod durable_calls;
 mod files;
 
 /// The fault-injecting clientrpc fake the clientrpc host's tests use too.

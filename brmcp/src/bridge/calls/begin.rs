@@ -146,24 +146,20 @@ impl Calls {
                     None,
                 ));
             }
-            let live = match self.take_live(row.id) {
-                Ok(live) => live,
-                Err(mut running) => {
-                    tokio::select! {
-                        biased;
-                        () = ctx.ct.cancelled() => {
-                            if own.is_none() {
-                                logged("release", self.journal.release(row.id));
-                            }
-                            return Err(ErrorData::internal_error("request cancelled", None));
+            let live = loop {
+                let mut running = match self.take_live(row.id) {
+                    Ok(live) => break live,
+                    Err(running) => running,
+                };
+                tokio::select! {
+                    biased;
+                    () = ctx.ct.cancelled() => {
+                        if own.is_none() {
+                            logged("release", self.journal.release(row.id));
                         }
-                        _ = running.wait_for(|done| *done) => {}
+                        return Err(ErrorData::internal_error("request cancelled", None));
                     }
-                    match self.take_live(row.id) {
-                        Ok(live) => live,
-                        // Taken again meanwhile: wait again.
-                        Err(_) => continue,
-                    }
+                    _ = running.wait_for(|done| *done) => {}
                 }
             };
             // Read again under the live mark: what ran before may have ended it.

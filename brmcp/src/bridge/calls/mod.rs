@@ -43,6 +43,8 @@ pub(crate) struct Calls {
     /// The bridge is stopping: a request cut by the stop is left to the next start,
     /// not cancelled.
     closing: AtomicBool,
+    /// The calls of earlier runs were resumed (once per process).
+    resumed: AtomicBool,
     clock: Arc<dyn Clock>,
 }
 
@@ -89,6 +91,7 @@ impl Calls {
             run,
             live: Arc::default(),
             closing: AtomicBool::new(false),
+            resumed: AtomicBool::new(false),
             clock,
         })
     }

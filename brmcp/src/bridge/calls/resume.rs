@@ -30,9 +30,16 @@ const RESUME_RETRY: Duration = Duration::from_secs(5);
 /// harness has a duplicate of a running call wait for it.
 const RESUME_WAIT: Duration = Duration::from_secs(120);
 
-/// Resumes, each in its own task, the calls earlier runs left in flight.
+/// Resumes, each in its own task, the calls earlier runs left in flight; once per
+/// process.
 pub(crate) fn resume(inner: &Arc<Inner>) {
     let calls = &inner.calls;
+    if calls
+        .resumed
+        .swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        return;
+    }
     let Some(rows) = logged("resume", calls.journal.in_flight_before(&calls.run)) else {
         return;
     };
