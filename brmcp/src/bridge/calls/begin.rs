@@ -291,16 +291,29 @@ impl Calls {
         logged("refused payment", self.journal.unpaid(call.id, self.now()));
     }
 
+    /// A guard of a call while it runs for its agent: a run dropped before it ended
+    /// (its agent's request gone with its future) is recorded as cancelled, as an
+    /// agent's cancellation is, unless the bridge is stopping.
+    pub(crate) fn running<'a>(&'a self, call: &'a Journaled) -> Running<'a> {
+        Running {
+            calls: self,
+            call,
+            ended: false,
+        }
+    }
+
     /// The call ended with `outcome` for the agent: an answer (a result or an error) is
     /// kept and marked delivered; a request the agent stopped waiting for
     /// (`agent_gone`) is cancelled, unless the bridge is stopping, when it is left to
     /// the next start; a call held for the agent's input or turned into a task goes on.
     pub(crate) fn finish(
         &self,
-        call: &Journaled,
+        mut running: Running<'_>,
         outcome: &Result<CallToolResponse, ErrorData>,
         agent_gone: bool,
     ) {
+        running.ended = true;
+        let call = running.call;
         let now = self.now();
         let kept = match outcome {
             Ok(CallToolResponse::Complete(result)) => {
@@ -319,6 +332,22 @@ impl Calls {
                 logged("outcome", self.journal.answer(call.id, kept, true, now));
             }
             Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),
+        }
+    }
+}
+
+/// See [`Calls::running`].
+pub(crate) struct Running<'a> {
+    calls: &'a Calls,
+    call: &'a Journaled,
+    ended: bool,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if !self.ended && !self.calls.closing() {
+            let now = self.calls.now();
+            logged("cancel", self.calls.journal.cancel(self.call.id, now));
         }
     }
 }

@@ -72,13 +72,16 @@ fn request_of(row: &Row) -> Option<(ClientRequest, RequestMetaObject)> {
 /// What the spend log says of the call's payment, for the agent.
 fn payment_note(inner: &Inner, row: &Row) -> String {
     let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
-    let status = row.spend_id.and_then(|id| {
-        let entries = inner.policy.spend.entries().ok()?;
-        entries
-            .into_iter()
-            .find(|e| e.id == id)
-            .map(|e| format!(" (spend log row {id}: {})", e.status.as_str()))
-    });
+    let entries = inner.policy.spend.entries().unwrap_or_default();
+    // Its own row; for a payment whose end the journal did not record, the agent's
+    // newest payment of these atoms to the bot for the tool.
+    let entry = match row.spend_id {
+        Some(id) => entries.into_iter().find(|e| e.id == id),
+        None => entries.into_iter().rev().find(|e| {
+            e.agent == row.agent && e.bot == row.bot && e.tool == row.tool && e.atoms == atoms
+        }),
+    };
+    let status = entry.map(|e| format!(" (spend log row {}: {})", e.id, e.status.as_str()));
     format!("{atoms} atoms{}", status.unwrap_or_default())
 }
 

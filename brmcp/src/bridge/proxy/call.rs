@@ -161,9 +161,10 @@ impl ProxyServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let journal = call.journal.clone();
+        let running = self.bridge.calls.running(&journal);
         let outcome = self.run(call, resume, ctx).await;
         let agent_gone = ctx.ct.is_cancelled();
-        self.bridge.calls.finish(&journal, &outcome, agent_gone);
+        self.bridge.calls.finish(running, &outcome, agent_gone);
         outcome
     }
 
