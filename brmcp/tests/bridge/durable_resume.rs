@@ -112,3 +112,51 @@ async fn a_paid_call_whose_credit_arrives_after_the_stop_runs_once_for_the_retry
         "{keys:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_racing_under_one_own_key_make_one_call_paid_once() {
+    let fabric = Fabric::new(13);
+    let (bot_id, bridge_id) = (uid(1), uid(2));
+    let (_bot_router, bot) = serve_test_bot(&fabric, bot_id);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A slow tip: the first request is still paying when the others arrive.
+    let payer = PayerState::new(
+        bot.clone(),
+        bridge_id,
+        PayMode::Slow(Duration::from_millis(300)),
+    );
+    let bridge = Bridge::new(
+        base_config(dir.path()),
+        fabric.router(bridge_id, RouterConfig::client()),
+        TestPayer(payer.clone()),
+    )
+    .expect("bridge");
+    bridge
+        .apply_settings(autopay(bot_id))
+        .await
+        .expect("settings");
+    let agent = connect(&bridge, bot_id, ()).await;
+    let keyed = || {
+        let mut params = call("fortune", json!({}));
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.insert("brmcp/callKey".into(), json!("invoice-7-attempt"));
+        params.meta = Some(meta);
+        params
+    };
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let peer = agent.peer().clone();
+            let params = keyed();
+            tokio::spawn(async move { peer.call_tool(params).await })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for call in calls {
+        let result = call.await.expect("joined").expect("the call's result");
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+        results.push(serde_json::to_value(&result).expect("json"));
+    }
+    assert!(results.iter().all(|r| *r == results[0]), "{results:?}");
+    assert_eq!(payer.count(), 1, "paid once");
+    assert_eq!(bot.executions("fortune"), 1, "run once");
+}

@@ -213,7 +213,8 @@ impl Calls {
         }
     }
 
-    /// Records a new call; `None` if its key is in the journal already.
+    /// Records a new call; `None` if its key is in the journal already (or another
+    /// request took the new row over at once).
     fn record(&self, call: &NewCall<'_>, agent: &str) -> Result<Option<Journaled>, ErrorData> {
         match self
             .journal
@@ -221,9 +222,11 @@ impl Calls {
             .map_err(|e| journal_error(&e))?
         {
             Recorded::New(id) => {
-                let live = self
-                    .take_live(id)
-                    .map_err(|_| ErrorData::internal_error("call journal: id reused", None))?;
+                // Another request of the same key found the row first and runs it:
+                // this one waits for it, as any repeat does.
+                let Ok(live) = self.take_live(id) else {
+                    return Ok(None);
+                };
                 Ok(Some(Journaled {
                     id,
                     key: call.key.to_owned(),
