@@ -21,6 +21,7 @@ use super::journal::{HELD_SECS, Outcome, Row};
 use super::{Live, logged};
 use crate::bridge::Inner;
 use crate::bridge::proxy::MAX_INTERRUPTED_RETRIES;
+use crate::bridge::spend::{SpendEntry, SpendStatus};
 
 /// Pause before trying a bot again that could not be reached or lost the session: 5 s.
 const RESUME_RETRY: Duration = Duration::from_secs(5);
@@ -69,19 +70,34 @@ fn request_of(row: &Row) -> Option<(ClientRequest, RequestMetaObject)> {
     ))
 }
 
-/// What the spend log says of the call's payment, for the agent.
-fn payment_note(inner: &Inner, row: &Row) -> String {
+/// The spend log's row of the call's payment: its own; for a payment whose end the
+/// journal did not record, the agent's newest payment of these atoms to the bot for
+/// the tool.
+fn spend_entry(inner: &Inner, row: &Row) -> Option<SpendEntry> {
     let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
     let entries = inner.policy.spend.entries().unwrap_or_default();
-    // Its own row; for a payment whose end the journal did not record, the agent's
-    // newest payment of these atoms to the bot for the tool.
-    let entry = match row.spend_id {
+    match row.spend_id {
         Some(id) => entries.into_iter().find(|e| e.id == id),
         None => entries.into_iter().rev().find(|e| {
             e.agent == row.agent && e.bot == row.bot && e.tool == row.tool && e.atoms == atoms
         }),
-    };
-    let status = entry.map(|e| format!(" (spend log row {}: {})", e.id, e.status.as_str()));
+    }
+}
+
+/// Whether the call paid, or may have: a settled payment, or one whose end the
+/// journal did not record and the spend log does not say failed (or never made: an
+/// approval declined before its payment).
+fn may_have_paid(inner: &Inner, row: &Row) -> bool {
+    row.paid_atoms > 0
+        || (row.paying_atoms > 0
+            && spend_entry(inner, row).is_some_and(|e| e.status != SpendStatus::Failed))
+}
+
+/// What the spend log says of the call's payment, for the agent.
+fn payment_note(inner: &Inner, row: &Row) -> String {
+    let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
+    let status = spend_entry(inner, row)
+        .map(|e| format!(" (spend log row {}: {})", e.id, e.status.as_str()));
     format!("{atoms} atoms{}", status.unwrap_or_default())
 }
 
@@ -172,7 +188,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
             }
         };
         if matches!(PaymentRequired::from_result(&result), Ok(Some(_))) {
-            if !row.paid() {
+            if !may_have_paid(inner, &row) {
                 // Never paid, never run: nothing is owed, and the agent's retry is a
                 // call of its own.
                 tracing::info!(%bot, key = %row.key, "resumed call was never paid: dropped");

@@ -323,7 +323,9 @@ impl ProxyServer {
                     call.paid = Some(paid);
                     let (spend, agent) = (&self.bridge.policy.spend, caller(ctx));
                     let (bot, tool) = (&self.link.bot, &call.tool);
-                    (self.bridge.calls).paid(&call.journal, spend, agent.name(), bot, tool, paid);
+                    self.bridge
+                        .calls
+                        .paid(&call.journal, spend, agent.name(), bot, tool, paid);
                     continue;
                 }
                 Some((Err(reason), _)) => {
