@@ -9,7 +9,8 @@ use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, Error
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::json;
 
-use super::journal::{MAX_CALLS_PER_AGENT, NewCall, Outcome, Recorded, Row};
+use super::bounds::MAX_CALLS_PER_AGENT;
+use super::journal::{NewCall, Outcome, Recorded, Row};
 use super::key::{agent_key, args_digest, derived_key};
 use super::state::State;
 use super::{Calls, JournalError, Live, logged};

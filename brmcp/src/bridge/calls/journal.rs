@@ -3,7 +3,8 @@
 //!
 //! **Bounds.** Rows live for [`HELD_SECS`] after their last change (the harness's
 //! replay window: past it, the bot no longer answers the key either). Per agent at most
-//! [`MAX_CALLS_PER_AGENT`] rows and [`MAX_BYTES_PER_AGENT`] of arguments and outcomes;
+//! [`MAX_CALLS_PER_AGENT`](super::bounds::MAX_CALLS_PER_AGENT) rows and
+//! [`MAX_BYTES_PER_AGENT`](super::bounds::MAX_BYTES_PER_AGENT) of arguments and outcomes;
 //! an outcome over [`MAX_KEPT_OUTCOME_BYTES`] is not kept, only its size. Over a bound,
 //! the agent's oldest finished rows go first (delivered or cancelled), then its
 //! undelivered outcomes of unpaid calls, and last its undelivered outcomes of paid
@@ -12,8 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior, params};
 
+use super::bounds::{Bounds, make_room};
 use super::state::{Event, State};
 
 /// The journal's file name inside the data directory.
@@ -22,13 +24,6 @@ pub const CALLS_FILE: &str = "mcpcalls.sqlite";
 /// How long a call is kept after its last change, in seconds: 30 minutes, the
 /// harness's replay window for a call key (`server::OUTCOME_TTL_SECS`, WIRE.md §10).
 pub(crate) const HELD_SECS: i64 = 30 * 60;
-
-/// Rows one agent may have: 1,000, far above the calls an agent makes in the replay
-/// window through the HTTP session bounds, small enough to scan.
-pub(crate) const MAX_CALLS_PER_AGENT: i64 = 1_000;
-
-/// Bytes of arguments and outcomes one agent may have kept: 64 MiB.
-pub(crate) const MAX_BYTES_PER_AGENT: i64 = 64 << 20;
 
 /// Largest outcome kept, in bytes: 1 MiB, the harness's own bound on a replayed result
 /// (`server::MAX_OUTCOME_BYTES`); the bot would not replay a larger one either.
@@ -204,23 +199,6 @@ pub(crate) struct Journal {
     db: Mutex<Connection>,
     path: PathBuf,
     bounds: Bounds,
-}
-
-/// One agent's bounds: [`MAX_CALLS_PER_AGENT`] and [`MAX_BYTES_PER_AGENT`] (smaller
-/// in tests).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Bounds {
-    pub calls: i64,
-    pub bytes: i64,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Self {
-            calls: MAX_CALLS_PER_AGENT,
-            bytes: MAX_BYTES_PER_AGENT,
-        }
-    }
 }
 
 const COLUMNS: &str = "id, agent, call_key, own_key, bot, tool, args, params, state, \
@@ -682,45 +660,5 @@ impl Journal {
     #[cfg(test)]
     pub(crate) fn all(&self) -> Result<Vec<Row>, JournalError> {
         self.rows(&self.db(), "ORDER BY id", [])
-    }
-}
-
-/// Evicts `agent`'s rows, least needed first (see the module docs), until `rows` more
-/// rows and `bytes` more bytes fit its bounds; `false` if only calls in flight are left
-/// and they do not.
-fn make_room(
-    db: &Connection,
-    bounds: Bounds,
-    agent: &str,
-    rows: i64,
-    bytes: i64,
-) -> rusqlite::Result<bool> {
-    loop {
-        let (count, used): (i64, i64) = db.query_row(
-            "SELECT count(*), COALESCE(sum(length(CAST(params AS BLOB)) \
-             + COALESCE(length(CAST(outcome AS BLOB)), 0)), 0) FROM calls WHERE agent = ?1",
-            params![agent],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        if count.saturating_add(rows) <= bounds.calls && used.saturating_add(bytes) <= bounds.bytes
-        {
-            return Ok(true);
-        }
-        let victim: Option<i64> = db
-            .query_row(
-                "SELECT id FROM calls WHERE agent = ?1 \
-                 AND state IN ('delivered', 'cancelled', 'answered') \
-                 ORDER BY CASE WHEN state IN ('delivered', 'cancelled') THEN 0 \
-                 WHEN paid_atoms = 0 AND paying_atoms = 0 THEN 1 ELSE 2 END, id LIMIT 1",
-                params![agent],
-                |r| r.get(0),
-            )
-            .optional()?;
-        match victim {
-            Some(id) => {
-                db.execute("DELETE FROM calls WHERE id = ?1", params![id])?;
-            }
-            None => return Ok(false),
-        }
     }
 }

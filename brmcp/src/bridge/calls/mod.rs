@@ -2,16 +2,17 @@
 //! and each step of it (sent, paying, paid, answered, delivered, cancelled) before the
 //! step is taken, so a paid call outlives the bridge's process.
 //!
-//! - [`journal`]: the file ([`CALLS_FILE`]), its rows and bounds.
+//! - [`journal`]: the file ([`CALLS_FILE`]) and its rows; [`bounds`]: each agent's share.
 //! - [`state`]: what moves a call from one state to the next.
 //! - [`key`]: the key sent to the bot (fresh, or derived from the agent's own
 //!   `brmcp/callKey`) and the digest of the arguments.
 //! - [`begin`](Calls::begin) and the hooks of the paid-call loop (`proxy::call`).
-//! - [`resume`]: on start, each call an earlier run left in flight is asked of its bot
+//! - [`resume`](mod@resume): on start, each call an earlier run left in flight is asked of its bot
 //!   again under its key (the harness replays a completed call and runs nothing
 //!   again), never paid again, and its outcome kept for the agent's retry.
 
 mod begin;
+mod bounds;
 pub(crate) mod journal;
 pub(crate) mod key;
 mod resume;

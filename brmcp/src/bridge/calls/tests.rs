@@ -1,7 +1,8 @@
 //! The journal's steps, bounds, retention and files.
 
+use super::bounds::Bounds;
 use super::journal::{
-    Bounds, CALLS_FILE, HELD_SECS, Journal, JournalError, MAX_KEPT_OUTCOME_BYTES, NewCall, Outcome,
+    CALLS_FILE, HELD_SECS, Journal, JournalError, MAX_KEPT_OUTCOME_BYTES, NewCall, Outcome,
     Recorded,
 };
 use super::state::State;
