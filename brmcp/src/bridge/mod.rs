@@ -21,9 +21,12 @@
 //!   (sampling, elicitation, roots) to an agent that declared them. Results keep
 //!   `content`, `structuredContent` and `isError` as the bot sent them, and carry
 //!   `resultType` for agents on the 2026-07-28 protocol.
-//! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10); a
-//!   transport retry and the reissue after payment reuse it, so the bot runs and charges
-//!   one logical call at most once. What is paid is decided by the quote rules
+//! - Paid calls: each agent `tools/call` gets a fresh `brmcp/callKey` (WIRE.md §10), or
+//!   one derived from the agent's own; a transport retry and the reissue after payment
+//!   reuse it, so the bot runs and charges one logical call at most once. The call
+//!   journal ([`CALLS_FILE`], `calls`) records each call and its steps before they are
+//!   taken, so a call cut by the bridge's stop or crash is resumed under its key at
+//!   the next start, never paid again, and its outcome held for the agent's retry. What is paid is decided by the quote rules
 //!   ([`quote`]): never for a free, unlisted or unpriced tool, never more than the
 //!   listed price or the quoted shortfall, at most one payment per call, caps on top.
 //!   A refused payment appends `<name>: payment not made: <reason>` to the bot's
@@ -48,6 +51,7 @@
 
 pub(crate) mod approval;
 mod attach;
+mod calls;
 pub(crate) mod directory;
 mod fair_share;
 mod http;
@@ -76,6 +80,7 @@ pub use approval::{
     rotate_approval_secret,
 };
 pub use attach::{BRIDGE_GONE, Upstream, pump};
+pub use calls::{CALLS_FILE, JournalError};
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
@@ -244,6 +249,9 @@ pub enum BridgeError {
     /// The spend log could not be opened.
     #[error(transparent)]
     Spend(#[from] SpendError),
+    /// The call journal could not be opened.
+    #[error(transparent)]
+    Calls(#[from] JournalError),
     /// The listener could not bind.
     #[error("listen on {addr}: {source}")]
     Bind {
@@ -296,6 +304,8 @@ pub(crate) struct Inner {
     pub(crate) policy: Policy,
     links: Mutex<HashMap<PeerId, Arc<BotLink>>>,
     pub(crate) http: http::HttpState,
+    /// The call journal.
+    pub(crate) calls: calls::Calls,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -324,10 +334,11 @@ pub(crate) fn random_hex<const N: usize>() -> Result<String, getrandom::Error> {
 impl Bridge {
     /// A bridge dialing bots through `router` (a client-role router of the host's
     /// Bison Relay identity) and paying through `payer`. Loads the settings (fail
-    /// closed) and opens the spend log. Opens no socket: see [`start`](Self::start).
+    /// closed) and opens the spend log and the call journal. Opens no socket: see
+    /// [`start`](Self::start).
     ///
     /// # Errors
-    /// [`BridgeError::Settings`], [`BridgeError::Spend`].
+    /// [`BridgeError::Settings`], [`BridgeError::Spend`], [`BridgeError::Calls`].
     pub fn new(config: Config, router: Router, payer: impl Payer) -> Result<Self, BridgeError> {
         let settings = Settings::load(&config.data_dir.join(SETTINGS_FILE))?;
         crate::secure_fs::create_dir(&config.data_dir).map_err(|source| SettingsError::Io {
@@ -338,16 +349,17 @@ impl Bridge {
         // Payments an earlier run was waiting for: their outcomes now arrive late.
         spend.unconfirm_left_pending()?;
         let policy = Policy::new(Arc::new(payer), spend, config.clock.clone());
-        Ok(Self {
-            inner: Arc::new(Inner {
-                http: http::HttpState::new(),
-                config,
-                router,
-                settings: Mutex::new(settings),
-                policy,
-                links: Mutex::new(HashMap::new()),
-            }),
-        })
+        let calls = calls::Calls::open(&config.data_dir, config.clock.clone())?;
+        let inner = Arc::new(Inner {
+            http: http::HttpState::new(),
+            config,
+            router,
+            settings: Mutex::new(settings),
+            policy,
+            links: Mutex::new(HashMap::new()),
+            calls,
+        });
+        Ok(Self { inner })
     }
 
     /// The live settings (with the token, which hosts display).
@@ -451,12 +463,17 @@ impl Bridge {
         self.settings().bots()
     }
 
-    /// Starts the owned HTTP listener if the settings enable it. Later
-    /// [`apply_settings`](Self::apply_settings) calls start, stop and restart it.
+    /// Resumes, the first time, the calls an earlier run left in flight (their bots
+    /// asked again under their keys, their outcomes held for their agents' retries;
+    /// call it once the host is connected), and starts the owned HTTP listener if the
+    /// settings enable it. Later [`apply_settings`](Self::apply_settings) calls start,
+    /// stop and restart it.
     ///
     /// # Errors
     /// [`BridgeError::Bind`], [`BridgeError::RemoteRefused`].
     pub async fn start(&self) -> Result<(), BridgeError> {
+        // Before the listener: a retry that arrives finds its call being resumed.
+        calls::resume(&self.inner);
         http::start(&self.inner).await
     }
 
@@ -477,8 +494,10 @@ impl Bridge {
         http::app(self.inner.clone())
     }
 
-    /// Stops the listener and ends every bot session.
+    /// Stops the listener and ends every bot session. Paid calls cut by the stop are
+    /// left in the call journal for the next start.
     pub async fn close(&self) {
+        self.inner.calls.close();
         http::stop(&self.inner).await;
         let links: Vec<_> = lock(&self.inner.links).drain().map(|(_, l)| l).collect();
         for link in links {

@@ -352,7 +352,11 @@ impl ProxyServer {
                     Waited::Silent(_) => "no answer in time",
                     _ => "cancelled by the agent",
                 };
-                cancel_at_bot(&conn, id, why);
+                // A bridge that is stopping leaves the call running at the bot, for the
+                // next start to collect (`bridge::calls`).
+                if !self.bridge.calls.closing() {
+                    cancel_at_bot(&conn, id, why);
+                }
                 return Err(match waited {
                     Waited::Silent(why) => {
                         tracing::info!(%bot, waited = ?bound, %why, "bot did not answer");

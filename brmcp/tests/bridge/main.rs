@@ -12,6 +12,7 @@ mod common;
 mod credit_polling;
 mod daily_cap_concurrent;
 mod directory;
+mod durable_resume;
 mod fair_shares;
 mod fidelity;
 mod go_bot_sessions;

@@ -29,10 +29,10 @@ use serde_json::{Value, json};
 use crate::processes::{Procs, brmcp, spawn, start_bridge, start_devnet, wait_for};
 
 /// The slow paid tool, as server-everything names it.
-const SLOW: &str = "trigger-long-running-operation";
+pub(super) const SLOW: &str = "trigger-long-running-operation";
 
 /// Its price: 2,000 atoms.
-const PRICE_ATOMS: u64 = 2_000;
+pub(super) const PRICE_ATOMS: u64 = 2_000;
 
 /// How long the slow call runs, in seconds.
 const RUN_SECS: u64 = 8;
@@ -57,15 +57,15 @@ fn installed(relative: &str) -> PathBuf {
 }
 
 /// A devnet, and alice's brmcp.json selling server-everything's slow tool.
-struct Stack {
-    procs: Procs,
-    dir: tempfile::TempDir,
-    alice: String,
+pub(super) struct Stack {
+    pub(super) procs: Procs,
+    pub(super) dir: tempfile::TempDir,
+    pub(super) alice: String,
     bob: String,
 }
 
 impl Stack {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let node = installed("node/node_modules/.bin/node");
         let everything =
             installed("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
@@ -95,7 +95,7 @@ impl Stack {
     }
 
     /// Starts serve and waits for its upstream; returns its index in `procs`.
-    async fn serve(&mut self) -> usize {
+    pub(super) async fn serve(&mut self) -> usize {
         let alice_dir = self.alice_dir();
         let lines = spawn(
             &mut self.procs,
@@ -149,7 +149,7 @@ impl Stack {
     }
 
     /// serve's journal entries of the slow tool.
-    fn slow_calls(&self) -> Vec<Value> {
+    pub(super) fn slow_calls(&self) -> Vec<Value> {
         self.serve_json("journal")
             .as_array()
             .expect("an array")
@@ -171,7 +171,7 @@ impl Stack {
     }
 
     /// The bridge's payments marked paid, in atoms.
-    fn paid(bridge_dir: &str) -> Vec<u64> {
+    pub(super) fn paid(bridge_dir: &str) -> Vec<u64> {
         let out = brmcp(&["bridge", "--datadir", bridge_dir, "spend", "--json"])
             .output()
             .expect("bridge spend");
@@ -186,7 +186,7 @@ impl Stack {
     }
 
     /// What bob paid equals what alice holds for him plus what she charged and kept.
-    fn assert_books_agree(&self, bridge_dir: &str) {
+    pub(super) fn assert_books_agree(&self, bridge_dir: &str) {
         let paid: u64 = Self::paid(bridge_dir).iter().sum();
         let charged: u64 = self
             .slow_calls()
@@ -203,7 +203,11 @@ impl Stack {
     }
 }
 
-async fn agent(listen: &str, alice: &str, token: &str) -> RunningService<RoleClient, ()> {
+pub(super) async fn agent(
+    listen: &str,
+    alice: &str,
+    token: &str,
+) -> RunningService<RoleClient, ()> {
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/{alice}"))
             .auth_header(token.to_owned()),
@@ -213,7 +217,7 @@ async fn agent(listen: &str, alice: &str, token: &str) -> RunningService<RoleCli
         .expect("MCP session through the bridge")
 }
 
-fn slow_call(secs: u64) -> ClientRequest {
+pub(super) fn slow_call(secs: u64) -> ClientRequest {
     let args = json!({"duration": secs, "steps": 1});
     ClientRequest::CallToolRequest(CallToolRequest::new(
         CallToolRequestParams::new(SLOW).with_arguments(args.as_object().cloned().unwrap()),
@@ -222,7 +226,10 @@ fn slow_call(secs: u64) -> ClientRequest {
 
 /// Waits until serve's journal has a pending slow call (charged and running), while
 /// `call` has no outcome.
-async fn until_running<T: std::fmt::Debug>(stack: &Stack, call: &tokio::task::JoinHandle<T>) {
+pub(super) async fn until_running<T: std::fmt::Debug>(
+    stack: &Stack,
+    call: &tokio::task::JoinHandle<T>,
+) {
     for _ in 0..600 {
         if stack.slow_calls().iter().any(|c| c["state"] == "pending") {
             return;

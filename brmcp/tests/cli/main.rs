@@ -11,6 +11,7 @@ mod devnet_keep;
 mod directory;
 mod directory_exits;
 mod doctor;
+mod durable_calls;
 mod files;
 
 /// The fault-injecting clientrpc fake the clientrpc host's tests use too.

@@ -1,4 +1,6 @@
-//! One agent `tools/call`: forwarded under a fresh call key, paid under the user's
+//! One agent `tools/call`: recorded in the call journal (`bridge::calls`), which gives
+//! its key (fresh, or derived from the agent's own) or the outcome it holds for a
+//! repeat; forwarded under that key, paid under the user's
 //! policy and reissued under the same key; for an agent on protocol 2026-07-28, held
 //! for its input (the approval of the payment, or a bot's request to the client) and
 //! resumed by its retry (see [`input_required`]).
@@ -21,6 +23,7 @@ use super::{
     Attempts, BotInput, Failure, ProxyServer, Waiting, ask, caller, complete, expect,
     forwarded_meta,
 };
+use crate::bridge::calls::{Begin, Journaled};
 use crate::bridge::policy::{Ask, Refusal};
 use crate::bridge::quote::{Decision, Paid, decide};
 use crate::bridge::settings::{Mode, Settings};
@@ -39,6 +42,8 @@ struct CallState {
     relisted: bool,
     /// For an agent asked through `input_required`: the bot's requests to the client.
     asks: Option<Asks>,
+    /// Its row in the call journal.
+    journal: Journaled,
 }
 
 /// A call held for its agent's input (see [`input_required`]).
@@ -118,10 +123,17 @@ impl ProxyServer {
             let responses = params.input_responses.unwrap_or_default();
             return self.resume(*held, state, &responses, ctx).await;
         }
-        let key = crate::bridge::random_hex::<16>()
-            .map_err(|e| ErrorData::internal_error(format!("call key: {e}"), None))?;
+        let agent = caller(ctx);
+        let calls = &self.bridge.calls;
+        let journal = match calls
+            .begin(agent.name(), &self.link.bot, &params, ctx)
+            .await?
+        {
+            Begin::Held(outcome) => return outcome,
+            Begin::Run(journal) => journal,
+        };
         let mut meta = forwarded_meta(&ctx.meta);
-        meta.insert(CALL_KEY_META.into(), Value::String(key));
+        meta.insert(CALL_KEY_META.into(), Value::String(journal.key.clone()));
         let tool = params.name.to_string();
         let asks = asks_by_input_required(ctx).then(|| {
             let capabilities = ctx.client_capabilities().unwrap_or_default();
@@ -132,12 +144,28 @@ impl ProxyServer {
             meta,
             tool,
             attempts: Attempts::default(),
-            paid: None,
+            paid: journal.paid,
             polls: 0,
             relisted: false,
             asks,
+            journal,
         };
-        self.run(call, None, ctx).await
+        self.run_journaled(call, None, ctx).await
+    }
+
+    /// [`run`](Self::run), its end recorded in the call journal.
+    async fn run_journaled(
+        &self,
+        call: CallState,
+        resume: Option<Resume>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let journal = call.journal.clone();
+        let running = self.bridge.calls.running(&journal);
+        let outcome = self.run(call, resume, ctx).await;
+        let agent_gone = ctx.ct.is_cancelled();
+        self.bridge.calls.finish(running, &outcome, agent_gone);
+        outcome
     }
 
     /// Resumes a held call with the agent's `responses`.
@@ -152,17 +180,18 @@ impl ProxyServer {
         match wait {
             Suspended::Bot(wait) => {
                 let waiting = wait.answer(responses, ctx);
-                self.run(call, Some(Resume::Bot(waiting)), ctx).await
+                self.run_journaled(call, Some(Resume::Bot(waiting)), ctx)
+                    .await
             }
             Suspended::Approval { answer, settling } => {
                 let settings = self.bridge.settings();
                 input_required::answer_approval(answer, responses, &settings, ctx);
                 let resume = Resume::Settling(settling, state.to_owned());
-                self.run(call, Some(resume), ctx).await
+                self.run_journaled(call, Some(resume), ctx).await
             }
             Suspended::Paying(settling) => {
                 let resume = Resume::Settling(settling, state.to_owned());
-                self.run(call, Some(resume), ctx).await
+                self.run_journaled(call, Some(resume), ctx).await
             }
         }
     }
@@ -203,6 +232,7 @@ impl ProxyServer {
                         Some(Resume::Bot(waiting)) => Some(waiting),
                         _ => None,
                     };
+                    self.bridge.calls.sent(&mut call.journal);
                     let answer = self
                         .forward_retrying(
                             &call.request,
@@ -258,6 +288,7 @@ impl ProxyServer {
                                 return Err(Failure::Cancelled.into());
                             }
                             let paid = Paid { price_atoms, atoms };
+                            self.bridge.calls.paying(&call.journal, paid);
                             let settings = self.bridge.settings();
                             if settings.mode == Mode::Approval && can_ask_approval(ctx, &settings) {
                                 match self
@@ -289,9 +320,17 @@ impl ProxyServer {
             match settled {
                 Some((Ok(()), paid)) => {
                     call.paid = Some(paid);
+                    let (spend, agent) = (&self.bridge.policy.spend, caller(ctx));
+                    let (bot, tool) = (&self.link.bot, &call.tool);
+                    self.bridge
+                        .calls
+                        .paid(&call.journal, spend, agent.name(), bot, tool, paid);
                     continue;
                 }
-                Some((Err(reason), _)) => return refused(&reason, result),
+                Some((Err(reason), _)) => {
+                    self.bridge.calls.unpaid(&call.journal);
+                    return refused(&reason, result);
+                }
                 None => {}
             }
             // Paid, but the credit has not reached the bot yet.

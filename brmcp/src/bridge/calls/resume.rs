@@ -1,0 +1,239 @@
+//! On start: every call an earlier run left in flight is asked of its bot again under
+//! its key, once the bot's link is up. The harness answers a completed call with its
+//! result, waits a duplicate for a running one, and runs nothing again; the outcome
+//! is kept for the agent's retry. Nothing is paid: a call the journal says was paid
+//! that the bot still asks payment for ends with an error saying what was paid.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::{PeerId, REQUEST_TIMEOUT, is_session_lost};
+use rmcp::ServiceError;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorData,
+    RequestMetaObject, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
+use serde_json::Value;
+
+use super::journal::{HELD_SECS, Outcome, Row};
+use super::{Live, logged};
+use crate::bridge::Inner;
+use crate::bridge::proxy::MAX_INTERRUPTED_RETRIES;
+use crate::bridge::spend::{SpendEntry, SpendStatus};
+
+/// Pause before trying a bot again that could not be reached or lost the session: 5 s.
+const RESUME_RETRY: Duration = Duration::from_secs(5);
+
+/// Longest wait for the bot's answer to one resumed send: 2 minutes. Then the call is
+/// sent again under its key: a session lost meanwhile cannot hold it for ever, and the
+/// harness has a duplicate of a running call wait for it.
+const RESUME_WAIT: Duration = Duration::from_secs(120);
+
+/// Resumes, each in its own task, the calls earlier runs left in flight; once per
+/// process.
+pub(crate) fn resume(inner: &Arc<Inner>) {
+    let calls = &inner.calls;
+    if calls
+        .resumed
+        .swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        return;
+    }
+    let Some(rows) = logged("resume", calls.journal.in_flight_before(&calls.run)) else {
+        return;
+    };
+    for row in rows {
+        let Ok(live) = calls.take_live(row.id) else {
+            continue;
+        };
+        tracing::info!(agent = %row.agent, bot = %row.bot, tool = %row.tool, key = %row.key, paid = row.paid(), "resuming a call an earlier run left in flight");
+        let inner = inner.clone();
+        tokio::spawn(async move { resume_one(&inner, row, live).await });
+    }
+}
+
+/// The request of `row` as it was sent, under its key.
+fn request_of(row: &Row) -> Option<(ClientRequest, RequestMetaObject)> {
+    let stored: Value = serde_json::from_str(&row.params).ok()?;
+    let name = stored.get("name")?.as_str()?.to_owned();
+    let mut params = CallToolRequestParams::new(name);
+    if let Some(Value::Object(args)) = stored.get("arguments") {
+        params = params.with_arguments(args.clone());
+    }
+    let mut meta = RequestMetaObject::new();
+    meta.insert(CALL_KEY_META.into(), Value::String(row.key.clone()));
+    Some((
+        ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+        meta,
+    ))
+}
+
+/// The spend log's row of the call's payment: its own; for a payment whose end the
+/// journal did not record, the agent's newest payment of these atoms to the bot for
+/// the tool.
+fn spend_entry(inner: &Inner, row: &Row) -> Option<SpendEntry> {
+    let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
+    let entries = inner.policy.spend.entries().unwrap_or_default();
+    match row.spend_id {
+        Some(id) => entries.into_iter().find(|e| e.id == id),
+        None => entries.into_iter().rev().find(|e| {
+            e.agent == row.agent && e.bot == row.bot && e.tool == row.tool && e.atoms == atoms
+        }),
+    }
+}
+
+/// Whether the call paid, or may have: a settled payment, or one whose end the
+/// journal did not record and the spend log does not say failed (or never made: an
+/// approval declined before its payment).
+fn may_have_paid(inner: &Inner, row: &Row) -> bool {
+    row.paid_atoms > 0
+        || (row.paying_atoms > 0
+            && spend_entry(inner, row).is_some_and(|e| e.status != SpendStatus::Failed))
+}
+
+/// What the spend log says of the call's payment, for the agent.
+fn payment_note(inner: &Inner, row: &Row) -> String {
+    let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
+    let status = spend_entry(inner, row)
+        .map(|e| format!(" (spend log row {}: {})", e.id, e.status.as_str()));
+    format!("{atoms} atoms{}", status.unwrap_or_default())
+}
+
+async fn resume_one(inner: &Inner, row: Row, live: Live) {
+    let calls = &inner.calls;
+    let deadline = row.updated.saturating_add(HELD_SECS);
+    let (Ok(bot), Some((request, meta))) = (row.bot.parse::<PeerId>(), request_of(&row)) else {
+        logged("resume", calls.journal.cancel(row.id, calls.now()));
+        return;
+    };
+    let Some(link) = inner.link(&bot) else {
+        tracing::info!(%bot, key = %row.key, "call not resumed: the bot is no longer allowed");
+        return;
+    };
+    let mut interrupted = 0;
+    let mut polls = 0;
+    loop {
+        if calls.now() > deadline || link.closed.is_cancelled() {
+            tracing::info!(%bot, key = %row.key, "call not resumed within its replay window");
+            return;
+        }
+        let conn = match link.ensure().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::debug!(%bot, error = %e, "resume: bot not reached yet");
+                tokio::time::sleep(RESUME_RETRY).await;
+                continue;
+            }
+        };
+        logged("send", calls.journal.sent(row.id, calls.now()));
+        let options = PeerRequestOptions::no_options().with_meta(meta.clone());
+        let handle = match conn
+            .peer()
+            .send_request_with_option(request.clone(), options)
+            .await
+        {
+            Ok(handle) => handle,
+            Err(e) => {
+                tracing::debug!(%bot, error = %e, "resume: not sent");
+                link.reset(&conn);
+                tokio::time::sleep(RESUME_RETRY).await;
+                continue;
+            }
+        };
+        let answer = tokio::select! {
+            () = link.closed.cancelled() => return,
+            a = tokio::time::timeout(RESUME_WAIT, handle.await_response()) => a,
+        };
+        let Ok(answer) = answer else { continue };
+        let now = calls.now();
+        let result = match answer {
+            Ok(ServerResult::CallToolResult(result)) => result,
+            Ok(other) => match crate::bridge::reshape::<CallToolResult>(other, "bot's answer") {
+                Ok(result) => result,
+                // Input required, or a task: nothing the bridge can take without its agent.
+                Err(_) => {
+                    tracing::info!(%bot, key = %row.key, "resumed call needs its agent: left");
+                    logged("resume", calls.journal.cancel(row.id, now));
+                    return;
+                }
+            },
+            Err(ServiceError::McpError(e))
+                if e.code == CALL_INTERRUPTED && interrupted < MAX_INTERRUPTED_RETRIES =>
+            {
+                interrupted += 1;
+                continue;
+            }
+            Err(ServiceError::McpError(e)) if e.code == REQUEST_TIMEOUT || is_session_lost(&e) => {
+                link.reset(&conn);
+                tokio::time::sleep(RESUME_RETRY).await;
+                continue;
+            }
+            Err(ServiceError::McpError(e)) => {
+                let kept = serde_json::to_string(&e).unwrap_or_default();
+                logged(
+                    "outcome",
+                    calls
+                        .journal
+                        .answer(row.id, Outcome::Error(kept), false, now),
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(%bot, error = %e, "resume: session failed");
+                link.reset(&conn);
+                tokio::time::sleep(RESUME_RETRY).await;
+                continue;
+            }
+        };
+        if matches!(PaymentRequired::from_result(&result), Ok(Some(_))) {
+            if !may_have_paid(inner, &row) {
+                // Never paid, never run: nothing is owed, and the agent's retry is a
+                // call of its own.
+                tracing::info!(%bot, key = %row.key, "resumed call was never paid: dropped");
+                logged("resume", calls.journal.cancel(row.id, now));
+                return;
+            }
+            if polls < inner.config.poll_attempts {
+                // The payment may not have reached the bot yet.
+                polls += 1;
+                tokio::time::sleep(inner.config.poll_interval).await;
+                continue;
+            }
+            let label = inner.settings().bot_label(&bot);
+            let error = ErrorData::internal_error(
+                format!(
+                    "bot {label} asks payment again for tool {:?}, for which the bridge paid {} \
+                     before it restarted; it was not paid again. The credit stays with the bot: \
+                     calling the tool again uses it",
+                    row.tool,
+                    payment_note(inner, &row)
+                ),
+                None,
+            );
+            let kept = serde_json::to_string(&error).unwrap_or_default();
+            logged(
+                "outcome",
+                calls
+                    .journal
+                    .answer(row.id, Outcome::Error(kept), false, now),
+            );
+            return;
+        }
+        match serde_json::to_string(&result) {
+            Ok(kept) => {
+                tracing::info!(%bot, key = %row.key, "resumed call answered; held for its agent");
+                logged(
+                    "outcome",
+                    calls
+                        .journal
+                        .answer(row.id, Outcome::Result(kept), false, now),
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),
+        }
+        drop(live);
+        return;
+    }
+}

@@ -1,0 +1,162 @@
+//! A paid call cut by the bridge's stop is resumed by the next run under its key and
+//! never paid again: when the bot still asks payment for it (the credit never reached
+//! it), the agent's retry gets an error saying what was paid and that nothing was paid
+//! again, and the payer paid once; when the bot has the credit, the retry gets the
+//! result, run once.
+
+use std::time::Duration;
+
+use crate::common::{
+    FORTUNE_PRICE, PayMode, PayerState, TestPayer, autopay, base_config, call, connect, eventually,
+    serve_test_bot,
+};
+use brmcp::adapters::RouterConfig;
+use brmcp::adapters::mem::{Fabric, uid};
+use brmcp::bridge::Bridge;
+use rmcp::ServiceError;
+use serde_json::json;
+
+/// Runs the first bridge until it paid for a `fortune` call and waits on the credit,
+/// then stops it; starts the second on the same data directory and returns the
+/// agent's retry of the same call.
+async fn paid_then_stopped(
+    credit_after_stop: bool,
+) -> (
+    Result<rmcp::model::CallToolResult, ServiceError>,
+    std::sync::Arc<PayerState>,
+    std::sync::Arc<crate::common::BotState>,
+) {
+    let fabric = Fabric::new(11);
+    let (bot_id, bridge_id) = (uid(1), uid(2));
+    let (_bot_router, bot) = serve_test_bot(&fabric, bot_id);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The tip "succeeds" but its credit never reaches the bot: the call waits on it.
+    let payer = PayerState::new(bot.clone(), bridge_id, PayMode::NeverCredit);
+    let mut config = base_config(dir.path());
+    config.poll_attempts = 10_000;
+    let first = Bridge::new(
+        config,
+        fabric.router(bridge_id, RouterConfig::client()),
+        TestPayer(payer.clone()),
+    )
+    .expect("bridge");
+    first
+        .apply_settings(autopay(bot_id))
+        .await
+        .expect("settings");
+    first.start().await.expect("start");
+    let agent = connect(&first, bot_id, ()).await;
+    let peer = agent.peer().clone();
+    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
+    assert!(
+        eventually(Duration::from_secs(10), || payer.count() == 1).await,
+        "paid"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!cut.is_finished(), "still waiting on the credit");
+    first.close().await;
+    cut.abort();
+    drop(agent);
+    drop(first);
+    if credit_after_stop {
+        // The tip's credit reaches the bot after the bridge stopped.
+        bot.credit(bridge_id, FORTUNE_PRICE);
+    }
+
+    let second = Bridge::new(
+        base_config(dir.path()),
+        fabric.router(bridge_id, RouterConfig::client()),
+        TestPayer(payer.clone()),
+    )
+    .expect("bridge");
+    second.start().await.expect("start");
+    let agent = connect(&second, bot_id, ()).await;
+    let retry = tokio::time::timeout(
+        Duration::from_secs(30),
+        agent.call_tool(call("fortune", json!({}))),
+    )
+    .await
+    .expect("an answer");
+    (retry, payer, bot)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_call_the_bot_asks_payment_for_again_is_not_paid_again_after_a_restart() {
+    let (retry, payer, bot) = paid_then_stopped(false).await;
+    let Err(ServiceError::McpError(error)) = retry else {
+        panic!("an error saying what was paid: {retry:?}");
+    };
+    let message = error.message.to_string();
+    assert!(
+        message.contains("not paid again")
+            && message.contains(&format!("paid {FORTUNE_PRICE} atoms"))
+            && message.contains("spend log row"),
+        "{message}"
+    );
+    assert_eq!(payer.count(), 1, "paid once");
+    assert_eq!(bot.executions("fortune"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_call_whose_credit_arrives_after_the_stop_runs_once_for_the_retry() {
+    let (retry, payer, bot) = paid_then_stopped(true).await;
+    let result = retry.expect("the result");
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert_eq!(payer.count(), 1, "paid once");
+    assert_eq!(bot.executions("fortune"), 1, "run once");
+    // Under the key the first run gave it: the call resumed, not a new one.
+    let keys = bot.calls_of("fortune");
+    assert!(keys.len() >= 3, "paid, waited, resumed: {keys:?}");
+    assert!(
+        keys[0].is_some() && keys.iter().all(|k| *k == keys[0]),
+        "{keys:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_racing_under_one_own_key_make_one_call_paid_once() {
+    let fabric = Fabric::new(13);
+    let (bot_id, bridge_id) = (uid(1), uid(2));
+    let (_bot_router, bot) = serve_test_bot(&fabric, bot_id);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A slow tip: the first request is still paying when the others arrive.
+    let payer = PayerState::new(
+        bot.clone(),
+        bridge_id,
+        PayMode::Slow(Duration::from_millis(300)),
+    );
+    let bridge = Bridge::new(
+        base_config(dir.path()),
+        fabric.router(bridge_id, RouterConfig::client()),
+        TestPayer(payer.clone()),
+    )
+    .expect("bridge");
+    bridge
+        .apply_settings(autopay(bot_id))
+        .await
+        .expect("settings");
+    let agent = connect(&bridge, bot_id, ()).await;
+    let keyed = || {
+        let mut params = call("fortune", json!({}));
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.insert("brmcp/callKey".into(), json!("invoice-7-attempt"));
+        params.meta = Some(meta);
+        params
+    };
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let peer = agent.peer().clone();
+            let params = keyed();
+            tokio::spawn(async move { peer.call_tool(params).await })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for call in calls {
+        let result = call.await.expect("joined").expect("the call's result");
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+        results.push(serde_json::to_value(&result).expect("json"));
+    }
+    assert!(results.iter().all(|r| *r == results[0]), "{results:?}");
+    assert_eq!(payer.count(), 1, "paid once");
+    assert_eq!(bot.executions("fortune"), 1, "run once");
+}
