@@ -91,6 +91,7 @@ mod persist;
 mod relay;
 mod rpc;
 mod server;
+mod uid;
 mod wallets;
 
 use std::collections::{HashMap, HashSet};

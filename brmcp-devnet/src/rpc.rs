@@ -382,17 +382,7 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result
             }))
         }
         (Method::UserNick, Params::UserNick(p)) => {
-            let uid: [u8; 32] = if p.hex_uid.is_empty() {
-                p.uid
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| format!("invalid user id length {}", p.uid.len()))?
-            } else {
-                let mut uid = [0u8; 32];
-                hex::decode_to_slice(&p.hex_uid, &mut uid)
-                    .map_err(|e| format!("encoding/hex: {e}"))?;
-                uid
-            };
+            let uid = super::uid::user_nick_uid(&p.uid, &p.hex_uid)?;
             let st = net.lock();
             st.nodes[node]
                 .contact(&uid)
