@@ -47,7 +47,7 @@ pub struct Faults {
     /// Up to this much more, uniformly, per message, in ms.
     pub jitter_ms: u64,
     /// The share of PM deliveries the relay drops and sends again after
-    /// [`PM_RESEND`] (`0..=0.9`).
+    /// half a second and another trip (`0..=0.9`).
     pub pm_drop_rate: f64,
     /// Nicks of nodes off the relay: they receive no PMs or tips until back, then get
     /// what waited, in order.
@@ -199,7 +199,7 @@ impl super::Devnet {
         self.net.dial().faults.clone()
     }
 
-    /// Reads `<dir>/`[`FAULTS_FILE`] now and every [`FAULTS_POLL`] until the devnet
+    /// Reads `<dir>/`[`FAULTS_FILE`] now and every 200 ms until the devnet
     /// stops, putting each good version in force; a bad one is logged and the last
     /// good dial stays. A missing file is the dial with every fault off.
     ///
