@@ -160,8 +160,14 @@ pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
             nicks.push(DIRECTORY_NICK.to_owned());
         }
         let nicks: Vec<&str> = nicks.iter().map(String::as_str).collect();
-        let devnet = Devnet::start(&dir, &nicks).await?;
         let faults = args.faults.faults();
+        if let Some(nick) = faults.offline.iter().find(|n| !nicks.contains(&n.as_str())) {
+            return Err(CliError(format!(
+                "--offline {nick}: no such node (the nodes are {})",
+                nicks.join(", ")
+            )));
+        }
+        let devnet = Devnet::start(&dir, &nicks).await?;
         brmcp_devnet::write_faults(devnet.dir(), &faults)
             .map_err(|e| CliError(format!("{}: {e}", dir.join(FAULTS_FILE).display())))?;
         devnet

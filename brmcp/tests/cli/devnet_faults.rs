@@ -1,7 +1,7 @@
 //! `brmcp devnet`'s fault dial, as a user runs it: a paid call through `brmcp serve`
 //! and `brmcp bridge` completes at 500 ms latency and 20% drops set by flags; a node
 //! taken offline with `brmcp devnet offline` gets its call when `online` brings it
-//! back; bad uses of the commands are refused with the reason.
+//! back; bad uses of the commands and flags are refused with the reason.
 
 use std::path::Path;
 use std::time::Duration;
@@ -184,4 +184,18 @@ fn offline_and_online_refuse_an_unknown_node_or_directory() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("faults.json: latency: unknown key"), "{err}");
+
+    // Flags out of range, or naming no node, stop the devnet before it starts.
+    for (flag, value, says) in [
+        ("--offline", "zed", "--offline zed: no such node"),
+        ("--pm-drop-rate", "1", "expected a number from 0 to 0.9"),
+        ("--latency-ms", "60001", "--latency-ms"),
+    ] {
+        let out = brmcp(&["devnet", "--dir", dir_arg, flag, value])
+            .output()
+            .expect("devnet");
+        assert!(!out.status.success(), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{flag} {value}: {err}");
+    }
 }
