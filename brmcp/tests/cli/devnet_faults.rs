@@ -1,7 +1,8 @@
 //! `brmcp devnet`'s fault dial, as a user runs it: a paid call through `brmcp serve`
 //! and `brmcp bridge` completes at 500 ms latency and 20% drops set by flags; a node
 //! taken offline with `brmcp devnet offline` gets its call when `online` brings it
-//! back; bad uses of the commands and flags are refused with the reason.
+//! back; a call whose request the relay holds when the devnet is SIGKILLed completes
+//! after the restart; bad uses of the commands and flags are refused with the reason.
 
 use std::path::Path;
 use std::time::Duration;
@@ -154,6 +155,70 @@ async fn an_offline_bot_gets_its_call_when_back_online() {
         .expect("the call completes once the bot is back")
         .expect("task");
     assert_fortune(&fortune);
+}
+
+/// The relay holds bob's request to alice (a minute of latency, set live in
+/// `faults.json`) when the devnet is killed; restarted on its directory (every fault
+/// off again), the relay sends it and the call completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_held_at_the_relay_survives_a_sigkill_of_the_devnet() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let dir_arg = dir.to_str().expect("utf-8");
+    let mut devnet_procs = Procs(Vec::new());
+    let lines = spawn(
+        &mut devnet_procs,
+        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
+    );
+    let out = wait_for(&lines, "Ctrl-C stops the devnet.");
+    let alice = out
+        .iter()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("alice")).then(|| words.next().map(str::to_owned))
+        })
+        .flatten()
+        .expect("alice");
+    let mut procs = Procs(Vec::new());
+    let serve = spawn(
+        &mut procs,
+        brmcp(&[
+            "serve",
+            "--datadir",
+            dir.join("alice").to_str().expect("utf-8"),
+        ]),
+    );
+    wait_for(&serve, "serving echo and fortune");
+    let client = client(&mut procs, dir, &alice).await;
+    assert_devnet_bot_free_call(&client).await;
+
+    std::fs::write(dir.join("faults.json"), r#"{"latency_ms": 60000}"#).expect("dial");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let call = tokio::spawn(async move {
+        let fortune = client
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await
+            .expect("fortune");
+        let _ = client.cancel().await;
+        fortune
+    });
+    tokio::time::sleep(QUIET).await;
+    assert!(!call.is_finished(), "held at the relay");
+    // SIGKILL.
+    drop(devnet_procs);
+
+    let mut devnet_procs = Procs(Vec::new());
+    let lines = spawn(
+        &mut devnet_procs,
+        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
+    );
+    wait_for(&lines, "Ctrl-C stops the devnet.");
+    let fortune = tokio::time::timeout(CALL, call)
+        .await
+        .expect("the call completes after the restart")
+        .expect("task");
+    assert_fortune(&fortune);
+    drop(devnet_procs);
 }
 
 #[test]
