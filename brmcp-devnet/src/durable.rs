@@ -166,6 +166,9 @@ pub(crate) enum Op {
     /// A queue handed to its node (what was delivered is in `Store`s of the same
     /// group); `expired` of it were dropped as too old.
     Flush { to: Uid, expired: u64 },
+    /// The first PM of a queue handed to its node (in a `Store` of the same group),
+    /// or dropped as too old when `expired` is 1.
+    Dequeue { to: Uid, expired: u64 },
     /// A tip scheduled.
     TipStart { tip: PendingTip },
     /// A tip's invoice requests so far.
@@ -277,6 +280,17 @@ impl Snapshot {
             Op::Enqueue { to, item } => self.queues.entry(to).or_default().push_back(item),
             Op::Flush { to, expired } => {
                 self.queues.remove(&to);
+                self.expired = self.expired.saturating_add(expired);
+            }
+            Op::Dequeue { to, expired } => {
+                let queue = self
+                    .queues
+                    .get_mut(&to)
+                    .ok_or_else(|| format!("no queue for {}", hex::encode(to.0)))?;
+                queue.pop_front();
+                if queue.is_empty() {
+                    self.queues.remove(&to);
+                }
                 self.expired = self.expired.saturating_add(expired);
             }
             Op::TipStart { tip } => {

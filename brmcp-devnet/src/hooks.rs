@@ -246,15 +246,13 @@ impl Devnet {
             st.nodes[node.0].add_contact(from_uid, from_nick);
         }
         let to = st.nodes[node.0].uid;
-        st.route_pm(
-            to,
-            Queued {
-                from: from_uid,
-                message: message.to_owned(),
-                mode,
-                ts_ms,
-            },
-        );
+        let item = Queued {
+            from: from_uid,
+            message: message.to_owned(),
+            mode,
+            ts_ms,
+        };
+        super::relay::route(&self.net, &mut st, to, item);
         Ok(())
     }
 

@@ -40,6 +40,13 @@
 //! when the payee cannot invoice. `ChatService.MediateKX` through a contact who knows
 //! the target makes the two users contacts, with a `KXCompleted` on both sides.
 //!
+//! A fault dial ([`Faults`], live from `<dir>/faults.json` with
+//! [`Devnet::watch_faults`], or [`Devnet::set_faults`]) adds latency and jitter to
+//! PMs and tip invoice requests, drops PM deliveries that the relay then re-sends
+//! (drops become delay, never loss; the queue is kept, so a restart re-sends too),
+//! takes nodes off the relay and back, and slows mediated key exchanges. Every
+//! fault is off by default; a seed makes its rolls repeat.
+//!
 //! Each node also gets a bisonbotkit-format config file (`brmcp-serve.conf`, see
 //! [`NodeInfo::config_path`]) so a client can be pointed at it with one path. The
 //! in-process test hooks (KX, online/offline, injected PMs and tips, dropped or frozen
@@ -70,7 +77,8 @@
 //!
 //! Known differences from brclient: only the methods of `clientrpc.proto`'s services
 //! exist (`GCService.*` and friends answer "unknown method"); a mediation
-//! completes at once or never (it is not queued for an offline mediator); there is no POST transport;
+//! completes after the dial's time or never (it is not queued for an offline
+//! mediator, nor kept across a stop while it waits); there is no POST transport;
 //! the PM size estimate does not compress (it is exact for incompressible text and
 //! pessimistic otherwise); protojson error texts carry no `(line:col)`; replay logs
 //! are kept in the devnet's journal, not under `db/replaymsglog/`; a PM whose sender
@@ -85,12 +93,14 @@ mod commit;
 mod config;
 mod durable;
 mod envelope;
+mod faults;
 mod hooks;
 mod node;
 mod persist;
 mod relay;
 mod rpc;
 mod server;
+mod uid;
 mod wallets;
 
 use std::collections::{HashMap, HashSet};
@@ -105,6 +115,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 pub use certs::{CertMode, CertPaths};
+pub use faults::{FAULTS_FILE, Faults, FaultsError, read_faults, write_faults};
 pub use node::{LogEntry, ReceivedRequest, StreamKind};
 pub use wallets::{TipDirection, Wallet, WalletTip, read_wallets};
 
@@ -369,6 +380,8 @@ pub(crate) struct Net {
     pub(crate) changed: Notify,
     shutdown: watch::Sender<bool>,
     next_conn: AtomicU64,
+    /// The fault dial in force (not kept: the file or the flags set it each run).
+    dial: Mutex<faults::Dial>,
 }
 
 impl Net {
@@ -380,7 +393,15 @@ impl Net {
             changed: Notify::new(),
             shutdown: watch::Sender::new(false),
             next_conn: AtomicU64::new(1),
+            dial: Mutex::new(faults::Dial::default()),
         }
+    }
+
+    /// The fault dial, for a roll or a reading.
+    pub(crate) fn dial(&self) -> MutexGuard<'_, faults::Dial> {
+        self.dial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The state; its changes are journaled when the guard drops. A panic while

@@ -111,12 +111,17 @@ impl State {
     }
 
     /// The relay accepts a PM for user `to` (a node, running or not): delivered now
-    /// if its node is online, else queued.
-    pub(crate) fn route_pm(&mut self, to: [u8; 32], item: Queued) {
+    /// if its node is online and nothing waits before it, else queued. With
+    /// `via_queue` (the fault dial delays PMs) it is queued in any case. Returns
+    /// whether it was queued for an online node, which then needs a
+    /// [`deliver_queued`] to take it.
+    #[must_use]
+    pub(crate) fn route_pm(&mut self, to: [u8; 32], item: Queued, via_queue: bool) -> bool {
         let live = self.node_by_uid(&to).filter(|&i| self.nodes[i].online);
         match live {
-            Some(i) if self.relay.queues.get(&to).is_none_or(VecDeque::is_empty) => {
+            Some(i) if !via_queue && self.relay.queues.get(&to).is_none_or(VecDeque::is_empty) => {
                 self.deliver_pm(i, item);
+                false
             }
             _ => {
                 self.pending.push(Op::Enqueue {
@@ -124,7 +129,35 @@ impl State {
                     item: item.clone(),
                 });
                 self.relay.queues.entry(to).or_default().push_back(item);
+                live.is_some()
             }
+        }
+    }
+
+    /// Hands the first PM of `to`'s queue to its node, if the node is online (else
+    /// its coming online flushes the queue); one that expired is dropped instead.
+    fn deliver_head(&mut self, to: [u8; 32], now_ms: i64, expiry: Duration) {
+        let Some(node) = self.node_by_uid(&to).filter(|&i| self.nodes[i].online) else {
+            return;
+        };
+        let Some(queue) = self.relay.queues.get_mut(&to) else {
+            return;
+        };
+        let Some(item) = queue.pop_front() else {
+            return;
+        };
+        if queue.is_empty() {
+            self.relay.queues.remove(&to);
+        }
+        let expiry_ms = i64::try_from(expiry.as_millis()).unwrap_or(i64::MAX);
+        let expired = u64::from(now_ms.saturating_sub(item.ts_ms) > expiry_ms);
+        self.relay.expired += expired;
+        self.pending.push(Op::Dequeue {
+            to: Uid(to),
+            expired,
+        });
+        if expired == 0 {
+            self.deliver_pm(node, item);
         }
     }
 
@@ -326,6 +359,9 @@ pub(crate) async fn run_tip(net: Arc<Net>, id: u64) {
         (tip.payer.0, tip.payee.0, tip.matoms, tip.max_attempts);
     for attempt in tip.attempts.saturating_add(1)..=max_attempts {
         let started = Instant::now();
+        // The invoice request's trip through the relay under the fault dial.
+        let trip = net.dial().trip();
+        tokio::time::sleep(trip).await;
         let reply = request_invoice(&net, payer, &payee, spacing).await;
         let failed = {
             let mut st = net.lock();
@@ -405,7 +441,7 @@ pub(crate) async fn run_tip(net: Arc<Net>, id: u64) {
 
 /// Sends a PM through the relay for node `from`, blocking while `from` is offline, as
 /// brclient's `PM` blocks until the relay acks the push.
-pub(crate) async fn send_pm(net: &Net, from: usize, to_uid: [u8; 32], message: String) {
+pub(crate) async fn send_pm(net: &Arc<Net>, from: usize, to_uid: [u8; 32], message: String) {
     loop {
         let mut notified = pin!(net.changed.notified());
         notified.as_mut().enable();
@@ -421,11 +457,44 @@ pub(crate) async fn send_pm(net: &Net, from: usize, to_uid: [u8; 32], message: S
                 // A contact that is no node (of this run or an earlier one) is a
                 // synthetic peer: the PM leaves.
                 if st.node_by_uid(&to_uid).is_some() || st.is_dormant(&to_uid) {
-                    st.route_pm(to_uid, item);
+                    route(net, &mut st, to_uid, item);
                 }
                 return;
             }
         }
         notified.await;
     }
+}
+
+/// Routes a PM through the relay under the fault dial: kept in the recipient's
+/// queue first (so a restart re-sends it), then delivered after its trip.
+pub(crate) fn route(net: &Arc<Net>, st: &mut State, to: [u8; 32], item: Queued) {
+    let (via_queue, trip) = {
+        let mut dial = net.dial();
+        (dial.delays_pms(), dial.trip())
+    };
+    if st.route_pm(to, item, via_queue) {
+        net.spawn(deliver_queued(net.clone(), to, trip));
+    }
+}
+
+/// After `trip`, the relay hands the head of `to`'s queue to its node; a dropped
+/// delivery is sent again after [`PM_RESEND`](super::faults::PM_RESEND) and another
+/// trip, so drops become delay, never loss. The queue is kept, so what a stop
+/// interrupts is re-sent when the node is next started.
+async fn deliver_queued(net: Arc<Net>, to: [u8; 32], trip: Duration) {
+    let mut wait = trip;
+    loop {
+        tokio::time::sleep(wait).await;
+        let dropped = {
+            let mut dial = net.dial();
+            dial.drops().then(|| dial.trip())
+        };
+        match dropped {
+            Some(trip) => wait = super::faults::PM_RESEND + trip,
+            None => break,
+        }
+    }
+    let now = net.clock.now_ms();
+    net.lock().deliver_head(to, now, net.cfg.relay_expiry);
 }

@@ -382,17 +382,7 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result
             }))
         }
         (Method::UserNick, Params::UserNick(p)) => {
-            let uid: [u8; 32] = if p.hex_uid.is_empty() {
-                p.uid
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| format!("invalid user id length {}", p.uid.len()))?
-            } else {
-                let mut uid = [0u8; 32];
-                hex::decode_to_slice(&p.hex_uid, &mut uid)
-                    .map_err(|e| format!("encoding/hex: {e}"))?;
-                uid
-            };
+            let uid = super::uid::user_nick_uid(&p.uid, &p.hex_uid)?;
             let st = net.lock();
             st.nodes[node]
                 .contact(&uid)
@@ -419,7 +409,8 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result
 /// `ChatService.MediateKX`: as brclient, the mediator is resolved first (it must be
 /// a contact), then the target parsed, and a target already a contact is refused
 /// with `RequestMediateIdentity`'s text (its missing space included). The answer
-/// means the request left. The exchange then completes at once, with a
+/// means the request left. The exchange then completes after the fault dial's
+/// `kx_delay_ms` (at once by default), with a
 /// `KXCompleted` on both sides, when the mediator is a node that knows the target
 /// and both are online; otherwise it never does (the devnet does not queue
 /// mediations), as a request a mediator ignores.
@@ -438,16 +429,34 @@ fn mediate_kx(net: &Arc<Net>, node: usize, p: &proto::MediateKxRequest) -> Resul
             hex::encode(target)
         ));
     }
+    let delay = net.dial().kx_delay();
+    if delay.is_zero() {
+        complete_kx(&mut st, node, mediator, target);
+    } else {
+        // The exchange runs through the mediator and the target: done after the
+        // dial's time, if all three are still reachable then.
+        let net2 = net.clone();
+        net.spawn(async move {
+            tokio::time::sleep(delay).await;
+            complete_kx(&mut net2.lock(), node, mediator, target);
+        });
+    }
+    Ok(encode(&proto::MediateKxResponse {}))
+}
+
+/// Completes a mediated exchange when the mediator is a node that knows the target
+/// and the requester, the mediator and the target are online.
+fn complete_kx(st: &mut super::State, node: usize, mediator: [u8; 32], target: [u8; 32]) {
     let reachable =
         |st: &super::State, uid: &[u8; 32]| st.node_by_uid(uid).filter(|&i| st.nodes[i].online);
-    if let (Some(m), Some(t)) = (reachable(&st, &mediator), reachable(&st, &target))
+    if let (Some(m), Some(t)) = (reachable(st, &mediator), reachable(st, &target))
         && st.nodes[node].online
         && t != node
         && st.nodes[m].contact(&target).is_some()
+        && st.nodes[node].contact(&target).is_none()
     {
         st.kx(node, t, true);
     }
-    Ok(encode(&proto::MediateKxResponse {}))
 }
 
 /// Per-PM bytes besides the text in brclient's signed RM blob (header and payload

@@ -3,6 +3,7 @@
 
 mod clientrpc_checks;
 mod common;
+mod faults;
 mod framing;
 mod keep;
 mod kx;

@@ -72,6 +72,53 @@ async fn pm_by_hex_uid_and_by_nick_arrives_as_received_pm() {
         (code, text),
         (-32603, format!("user {} not found", hex::encode([7u8; 32])))
     );
+    // As brclient: `uid` (base64 on the wire) wins when it is 32 bytes, whatever
+    // `hexUid` says; `hexUid` is read only otherwise, and only at full length.
+    let b64e = |bytes: &[u8]| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    };
+    let alice_uid = hex::decode(alice.uid_hex()).unwrap();
+    let nick = b
+        .ok(
+            "ChatService.UserNick",
+            json!({"uid": b64e(&alice_uid), "hexUid": hex::encode([7u8; 32])}),
+        )
+        .await;
+    assert_eq!(nick["nick"], "alice");
+    let nick = b
+        .ok(
+            "ChatService.UserNick",
+            json!({"uid": b64e(&alice_uid[..31]), "hexUid": alice.uid_hex()}),
+        )
+        .await;
+    assert_eq!(nick["nick"], "alice");
+    for params in [
+        json!({}),
+        json!({"uid": b64e(&alice_uid[..31])}),
+        json!({"hexUid": &alice.uid_hex()[..10]}),
+    ] {
+        let (code, text) = b.err("ChatService.UserNick", params).await;
+        assert_eq!((code, text.as_str()), (-32603, "invalid uid and hex_uid"));
+    }
+    let (code, text) = b
+        .err(
+            "ChatService.UserNick",
+            json!({"hexUid": format!("x{}", &alice.uid_hex()[1..])}),
+        )
+        .await;
+    assert_eq!(
+        (code, text.as_str()),
+        (-32603, "encoding/hex: invalid byte: U+0078 'x'")
+    );
+    // The node itself is not in its own address book.
+    let (code, text) = b
+        .err("ChatService.UserNick", json!({"hexUid": bob.uid_hex()}))
+        .await;
+    assert_eq!(
+        (code, text),
+        (-32603, format!("user {} not found", bob.uid_hex()))
+    );
     net.devnet.shutdown().await;
 }
 

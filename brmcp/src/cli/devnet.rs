@@ -10,7 +10,7 @@ use super::CliError;
 use super::table::{Table, print_json, rfc3339};
 use crate::directory::{POLICY_FILE, Policy};
 use brmcp_adapters::protocol::{ATOMS_PER_DCR, MATOMS_PER_ATOM};
-use brmcp_devnet::{Devnet, NodeInfo, Wallet};
+use brmcp_devnet::{Devnet, FAULTS_FILE, Faults, NodeInfo, Wallet};
 
 /// Nicks of the first nodes; more are `node5`, `node6`, ...
 const NICKS: [&str; 4] = ["alice", "bob", "carol", "dave"];
@@ -51,6 +51,54 @@ pub(super) struct DevnetArgs {
     /// registering with it and the second node its operator.
     #[arg(long)]
     directory: bool,
+    #[command(flatten)]
+    faults: FaultArgs,
+}
+
+/// The fault dial's starting settings, written to `faults.json` at each start (all
+/// off without flags); edits of the file apply while the devnet runs.
+#[derive(Debug, Args)]
+struct FaultArgs {
+    /// Latency added to every PM and tip invoice request, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    latency_ms: u64,
+    /// Up to this much more latency per message, at random, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    jitter_ms: u64,
+    /// The share of PM deliveries the relay drops and re-sends later (0 to 0.9):
+    /// drops become delay, never loss.
+    #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = drop_rate)]
+    pm_drop_rate: f64,
+    /// A node (by nick) off the relay from the start; repeatable.
+    #[arg(long, value_name = "NICK")]
+    offline: Vec<String>,
+    /// How long a mediated key exchange takes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    kx_delay_ms: u64,
+    /// Seed for the dial's random rolls (jitter, drops), so a run repeats them.
+    #[arg(long, value_name = "N")]
+    fault_seed: Option<u64>,
+}
+
+/// `--pm-drop-rate`: a number from 0 to 0.9.
+fn drop_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=0.9).contains(&r) => Ok(r),
+        _ => Err("expected a number from 0 to 0.9".to_owned()),
+    }
+}
+
+impl FaultArgs {
+    fn faults(&self) -> Faults {
+        let mut f = Faults::default();
+        f.latency_ms = self.latency_ms;
+        f.jitter_ms = self.jitter_ms;
+        f.pm_drop_rate = self.pm_drop_rate;
+        f.offline = self.offline.iter().cloned().collect();
+        f.kx_delay_ms = self.kx_delay_ms;
+        f.seed = self.fault_seed;
+        f
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -58,6 +106,20 @@ enum DevnetCommand {
     /// Print each node's wallet (atoms and DCR) and its recent tips, from the devnet
     /// directory (current while the devnet runs, and after it stopped).
     Wallets(WalletsArgs),
+    /// Take a node off the relay: it receives no PMs or tips until `online`.
+    Offline(NodeArgs),
+    /// Bring a node back onto the relay: what waited arrives, in order.
+    Online(NodeArgs),
+}
+
+#[derive(Debug, Args)]
+struct NodeArgs {
+    /// The node's nick.
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// The devnet's directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -83,8 +145,11 @@ pub(crate) fn nicks(n: usize) -> Vec<String> {
 }
 
 pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
-    if let Some(DevnetCommand::Wallets(w)) = args.command {
-        return wallets(&w);
+    match args.command {
+        Some(DevnetCommand::Wallets(w)) => return wallets(&w),
+        Some(DevnetCommand::Offline(n)) => return set_offline(&n, true),
+        Some(DevnetCommand::Online(n)) => return set_offline(&n, false),
+        None => {}
     }
     let Some(dir) = args.dir else {
         return Err(CliError("devnet needs --dir".to_owned()));
@@ -95,7 +160,19 @@ pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
             nicks.push(DIRECTORY_NICK.to_owned());
         }
         let nicks: Vec<&str> = nicks.iter().map(String::as_str).collect();
+        let faults = args.faults.faults();
+        if let Some(nick) = faults.offline.iter().find(|n| !nicks.contains(&n.as_str())) {
+            return Err(CliError(format!(
+                "--offline {nick}: no such node (the nodes are {})",
+                nicks.join(", ")
+            )));
+        }
         let devnet = Devnet::start(&dir, &nicks).await?;
+        brmcp_devnet::write_faults(devnet.dir(), &faults)
+            .map_err(|e| CliError(format!("{}: {e}", dir.join(FAULTS_FILE).display())))?;
+        devnet
+            .watch_faults()
+            .map_err(|e| CliError(e.to_string()))?;
         let mut nodes = devnet.nodes();
         let directory = if args.directory { nodes.pop() } else { None };
         println!(
@@ -116,6 +193,12 @@ pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
             dir.display()
         );
         println!("  brmcp devnet wallets --dir {} [--json]", dir.display());
+        println!(
+            "Fault dial {} ({}, read live; or `brmcp devnet offline|online NAME --dir {}`).",
+            if faults.is_off() { "off" } else { "on" },
+            dir.join(FAULTS_FILE).display(),
+            dir.display()
+        );
         println!("Ctrl-C stops the devnet.");
         super::wait_for_interrupt().await;
         devnet.shutdown().await;
@@ -270,6 +353,43 @@ fn wallets(args: &WalletsArgs) -> Result<ExitCode, CliError> {
         }
         print!("{tips}");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `brmcp devnet offline|online NAME`: edits the running devnet's fault dial, which
+/// it reads live.
+fn set_offline(args: &NodeArgs, offline: bool) -> Result<ExitCode, CliError> {
+    let dir = &args.dir;
+    let Some(mut faults) = brmcp_devnet::read_faults(dir).map_err(|e| CliError(e.to_string()))?
+    else {
+        return Err(CliError(format!(
+            "no fault dial in {} (run `brmcp devnet --dir {}` first)",
+            dir.display(),
+            dir.display()
+        )));
+    };
+    if !dir.join(&args.name).is_dir() || args.name.contains(['/', '\\']) {
+        return Err(CliError(format!(
+            "no node {:?} in {}",
+            args.name,
+            dir.display()
+        )));
+    }
+    let changed = if offline {
+        faults.offline.insert(args.name.clone())
+    } else {
+        faults.offline.remove(&args.name)
+    };
+    if changed {
+        brmcp_devnet::write_faults(dir, &faults)
+            .map_err(|e| CliError(format!("{}: {e}", dir.join(FAULTS_FILE).display())))?;
+    }
+    println!(
+        "{} is {} (in {}; a running devnet applies it within a second)",
+        args.name,
+        if offline { "offline" } else { "online" },
+        dir.join(FAULTS_FILE).display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -7,6 +7,7 @@ mod call_lifetimes;
 mod crash_streams;
 mod demo;
 mod devnet_directory;
+mod devnet_faults;
 mod devnet_keep;
 mod directory;
 mod directory_exits;
