@@ -48,6 +48,7 @@
 
 pub(crate) mod approval;
 mod attach;
+mod credit;
 pub(crate) mod directory;
 mod http;
 mod link;
@@ -74,6 +75,7 @@ pub use approval::{
     APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
 };
 pub use attach::{BRIDGE_GONE, Upstream, pump};
+pub use credit::{CREDIT_HOLD_SECS, DEFAULT_CREDIT_WAIT, MAX_REPAYS};
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
@@ -94,8 +96,8 @@ pub use settings::{
     RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };
 pub use spend::{
-    DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError,
-    SpendLog, SpendStatus, TipOutcomeEvent,
+    Collected, CreditUse, DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE,
+    SpendEntry, SpendError, SpendLog, SpendStatus, TipOutcomeEvent, Uncollected,
 };
 pub use stdio::serve_stdio;
 pub use watch::Reload;
@@ -172,6 +174,9 @@ pub struct Config {
     /// How long a call held for the input of an agent on protocol 2026-07-28 waits for
     /// its retry (see [`INPUT_HOLD`]).
     pub input_hold: Duration,
+    /// How long a priced call waits for another agent's calls or uncollected credit
+    /// at its bot before it is refused (see [`DEFAULT_CREDIT_WAIT`]).
+    pub credit_wait: Duration,
 }
 
 impl Config {
@@ -194,6 +199,7 @@ impl Config {
             http_limits: HttpLimits::default(),
             settings_poll: SETTINGS_POLL,
             input_hold: INPUT_HOLD,
+            credit_wait: DEFAULT_CREDIT_WAIT,
         }
     }
 
@@ -532,6 +538,16 @@ impl Bridge {
             spend.entries()?,
             spend.spent_today(self.inner.config.clock.now())?,
         ))
+    }
+
+    /// The payments whose credit a bot holds and no call collected, oldest first, and
+    /// the calls answered from credit not their agent's (see [`SpendLog::collect`]).
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn credit_log(&self) -> Result<(Vec<Uncollected>, Vec<CreditUse>), SpendError> {
+        let spend = &self.inner.policy.spend;
+        Ok((spend.uncollected(None)?, spend.credit_uses()?))
     }
 
     /// Settles the payment a tip outcome the host received late belongs to (one the

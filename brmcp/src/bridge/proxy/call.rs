@@ -21,10 +21,13 @@ use super::{
     Attempts, BotInput, Failure, ProxyServer, Waiting, ask, caller, complete, expect,
     forwarded_meta,
 };
+use crate::bridge::credit::{self, MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
+use crate::bridge::quote::Listed;
 use crate::bridge::quote::{Decision, Paid, decide};
+use crate::bridge::settings::Caller;
 use crate::bridge::settings::{Mode, Settings};
-use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, ToolPrice};
 
 /// The state of one agent `tools/call` across its sends, reissues and (for an agent
 /// asked through `input_required`) its retries.
@@ -39,6 +42,15 @@ struct CallState {
     relisted: bool,
     /// For an agent asked through `input_required`: the bot's requests to the client.
     asks: Option<Asks>,
+    /// The tool's price as listed when the call came (see [`credit`]).
+    price: Option<ToolPrice>,
+    /// The call's place at its bot, for a priced call or one that paid (rule 2 of
+    /// [`credit`]).
+    slot: Option<Slot>,
+    /// The spend log row of the call's latest payment.
+    row: Option<i64>,
+    /// Payments made again after another call of the agent collected the credit.
+    repays: u32,
 }
 
 /// A call held for its agent's input (see [`input_required`]).
@@ -76,7 +88,7 @@ enum Suspended {
 /// [`ask_by_input_required`](ProxyServer::ask_by_input_required)).
 struct Settling {
     /// How it was settled.
-    outcome: tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+    outcome: tokio::sync::oneshot::Receiver<Result<i64, Refusal>>,
     paid: Paid,
     /// The bot's `payment_required` answer, which a refusal is added to.
     quote: CallToolResult,
@@ -88,7 +100,7 @@ enum Asked {
     Held(CallToolResponse),
     /// The payment was settled without the agent (refused before it was asked, or
     /// decided elsewhere): the call, how, and the bot's `payment_required` answer.
-    Settled(Box<CallState>, Result<(), Refusal>, CallToolResult),
+    Settled(Box<CallState>, Result<i64, Refusal>, CallToolResult),
 }
 
 /// Where a held call resumes.
@@ -123,6 +135,15 @@ impl ProxyServer {
         let mut meta = forwarded_meta(&ctx.meta);
         meta.insert(CALL_KEY_META.into(), Value::String(key));
         let tool = params.name.to_string();
+        let (price, slot) = match self.before_send(&tool, ctx).await? {
+            Ok(checked) => checked,
+            Err(reason) => {
+                let note = format!("{}: call not sent: {reason}", self.bridge.config.name);
+                let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
+                complete(&mut result.result_type);
+                return Ok(CallToolResponse::Complete(result));
+            }
+        };
         let asks = asks_by_input_required(ctx).then(|| {
             let capabilities = ctx.client_capabilities().unwrap_or_default();
             Asks::new(capabilities, self.bridge.config.input_hold)
@@ -136,6 +157,10 @@ impl ProxyServer {
             polls: 0,
             relisted: false,
             asks,
+            price,
+            slot,
+            row: None,
+            repays: 0,
         };
         self.run(call, None, ctx).await
     }
@@ -177,11 +202,20 @@ impl ProxyServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let config = &self.bridge.config;
-        let refused = |reason: &dyn std::fmt::Display, mut result: CallToolResult| {
-            result.content.push(ContentBlock::text(format!(
-                "{}: payment not made: {reason}",
-                config.name
-            )));
+        // The bot's `payment_required` body is never the agent's answer: what the
+        // bridge did, and for a call that paid, where its credit is.
+        let refused = |reason: &dyn std::fmt::Display, call: &CallState| {
+            let mut note = format!("{}: payment not made: {reason}", config.name);
+            if let Some(paid) = call.paid {
+                note.push_str(&format!(
+                    "; the {} atoms this call paid stay with the bot as agent {:?}'s credit, \
+                     which its next call to this bot uses",
+                    paid.atoms,
+                    caller(ctx).name()
+                ));
+            }
+            let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
+            complete(&mut result.result_type);
             Ok(CallToolResponse::Complete(result))
         };
         loop {
@@ -231,6 +265,7 @@ impl ProxyServer {
                     };
                     complete(&mut result.result_type);
                     let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
+                        self.collected(&call, &result, ctx);
                         return Ok(CallToolResponse::Complete(result));
                     };
                     let tool = &call.tool;
@@ -260,6 +295,13 @@ impl ProxyServer {
                             }
                             let paid = Paid { price_atoms, atoms };
                             let settings = self.bridge.settings();
+                            if call.slot.is_none() {
+                                // A call that comes to pay holds its bot like a priced one.
+                                match self.admit(settings.mode, ctx).await? {
+                                    Ok(slot) => call.slot = Some(slot),
+                                    Err(reason) => return refused(&reason, &call),
+                                }
+                            }
                             if settings.mode == Mode::Approval && can_ask_approval(ctx) {
                                 match self
                                     .ask_by_input_required(call, &settings, paid, result, ctx)
@@ -281,23 +323,38 @@ impl ProxyServer {
                             tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
                             let label = self.bridge.settings().bot_label(&self.link.bot);
                             let reason = format!("bot {label} tool {tool:?}: {refusal}");
-                            return refused(&reason, result);
+                            return refused(&reason, &call);
                         }
-                        Decision::Wait => (result, None),
+                        Decision::Wait => {
+                            if let Some(row) = call.row
+                                && call.repays < MAX_REPAYS
+                                && self.bridge.policy.credit_taken(row)
+                            {
+                                // Another call of this agent collected this call's credit
+                                // (the bot charged it first): this one pays again.
+                                call.repays += 1;
+                                call.paid = None;
+                                call.row = None;
+                                continue;
+                            }
+                            (result, None)
+                        }
                     }
                 }
             };
             match settled {
-                Some((Ok(()), paid)) => {
+                Some((Ok(row), paid)) => {
                     call.paid = Some(paid);
+                    call.row = Some(row);
                     continue;
                 }
-                Some((Err(reason), _)) => return refused(&reason, result),
+                Some((Err(reason), _)) => return refused(&reason, &call),
                 None => {}
             }
             // Paid, but the credit has not reached the bot yet.
             if call.polls >= config.poll_attempts {
-                return Ok(CallToolResponse::Complete(result));
+                drop(result);
+                return Ok(self.unanswered_after_paying(&call, ctx));
             }
             call.polls += 1;
             tokio::select! {
@@ -308,6 +365,117 @@ impl ProxyServer {
         }
     }
 
+    /// Rules 1 and 2 of [`credit`] before a call's first send: the tool's listed price,
+    /// and for a tool the bot sells the call's slot at the bot; a refusal when its
+    /// agent could not pay the price or waited in vain for another agent's calls or
+    /// credit there.
+    async fn before_send(
+        &self,
+        tool: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<(Option<ToolPrice>, Option<Slot>), Refusal>, ErrorData> {
+        // The listing comes with the session; without one the send fails as it would.
+        match self.conn(ctx).await {
+            Ok(_) => {}
+            Err(Failure::Cancelled) => return Err(Failure::Cancelled.into()),
+            Err(_) => return Ok(Ok((None, None))),
+        }
+        let price = match self.link.listed(tool) {
+            Listed::Tool(Ok(price)) => price,
+            Listed::Unknown | Listed::Tool(Err(_)) => None,
+        };
+        let Some(least) = credit::least_price(price) else {
+            return Ok(Ok((price, None)));
+        };
+        let settings = self.bridge.settings();
+        let agent = caller(ctx);
+        let label = settings.bot_label(&self.link.bot);
+        if let Err(reason) = self
+            .bridge
+            .policy
+            .may_pay(&settings, &agent, &self.link.bot, least)
+        {
+            let cost = match price {
+                Some(ToolPrice::Fixed(n)) => format!("{n} atoms"),
+                _ => "a price the bot quotes".to_owned(),
+            };
+            return Ok(Err(format!(
+                "bot {label} tool {tool:?} costs {cost}, which agent {:?} may not pay: {reason}",
+                agent.name()
+            )));
+        }
+        Ok(match self.admit(settings.mode, ctx).await? {
+            Ok(slot) => Ok((price, Some(slot))),
+            Err(reason) => Err(format!("bot {label} tool {tool:?}: {reason}")),
+        })
+    }
+
+    /// The call's slot at the bot (rule 2 of [`credit`]), while the agent waits.
+    async fn admit(
+        &self,
+        mode: Mode,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<Slot, Refusal>, ErrorData> {
+        let agent: Caller = caller(ctx);
+        let wait = self.bridge.config.credit_wait;
+        Ok(tokio::select! {
+            biased;
+            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
+            s = self.bridge.policy.admit(mode, &self.link.bot, agent.name(), wait) => s,
+        })
+    }
+
+    /// Rule 4 of [`credit`]: a priced call answered (not an error, which the bot
+    /// refunds) collected its price from the credit at the bot.
+    fn collected(
+        &self,
+        call: &CallState,
+        result: &CallToolResult,
+        ctx: &RequestContext<RoleServer>,
+    ) {
+        if result.is_error == Some(true) {
+            return;
+        }
+        let atoms = match (call.paid, call.price) {
+            (Some(paid), _) => paid.price_atoms,
+            (None, Some(ToolPrice::Fixed(n))) if n > 0 => n,
+            // Free, not sold, or a dynamic price the bridge was not told.
+            _ => return,
+        };
+        let agent = caller(ctx);
+        self.bridge
+            .policy
+            .collect(&self.link.bot, agent.name(), &call.tool, call.row, atoms);
+    }
+
+    /// The answer to a paid call the bot still refuses for payment after the polls:
+    /// what was paid, where the credit is, and what to do.
+    fn unanswered_after_paying(
+        &self,
+        call: &CallState,
+        ctx: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let label = self.bridge.settings().bot_label(&self.link.bot);
+        let agent = caller(ctx);
+        let paid = call.paid.map_or(0, |p| p.atoms);
+        let row = call
+            .row
+            .map_or_else(String::new, |r| format!(" (spend log row {r})"));
+        tracing::warn!(bot = %self.link.bot, tool = call.tool, paid, "paid call still refused for payment");
+        let note = format!(
+            "{}: paid {paid} atoms to bot {label} for tool {:?}{row}, but the bot still asks \
+             for payment after {} reissues; the credit stays with the bot as agent {:?}'s, \
+             and its next call to this bot uses it: call the tool again",
+            self.bridge.config.name,
+            call.tool,
+            call.polls,
+            agent.name()
+        );
+        let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
+        complete(&mut result.result_type);
+        CallToolResponse::Complete(result)
+    }
+
     /// Decides and makes the payment of `atoms` for `tool` while the agent waits,
     /// asking it by elicitation where its client can be asked.
     async fn settle(
@@ -316,7 +484,7 @@ impl ProxyServer {
         tool: &str,
         atoms: u64,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<(), Refusal>, ErrorData> {
+    ) -> Result<Result<i64, Refusal>, ErrorData> {
         let bot = &self.link.bot;
         let label = settings.bot_label(bot);
         let asked = (settings.mode == Mode::Approval)
@@ -334,10 +502,10 @@ impl ProxyServer {
     /// How a payment settled in the background ends, while the agent waits.
     async fn settled(
         &self,
-        outcome: &mut tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+        outcome: &mut tokio::sync::oneshot::Receiver<Result<i64, Refusal>>,
         atoms: u64,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<(), Refusal>, ErrorData> {
+    ) -> Result<Result<i64, Refusal>, ErrorData> {
         let label = self.bridge.settings().bot_label(&self.link.bot);
         Ok(tokio::select! {
             biased;

@@ -23,9 +23,20 @@ CREATE TABLE IF NOT EXISTS spend (
     unconfirmed INTEGER NOT NULL DEFAULT 0,
     tip_pos INTEGER NOT NULL DEFAULT 0,
     outcome INTEGER,
-    agent  TEXT    NOT NULL DEFAULT 'default'
+    agent  TEXT    NOT NULL DEFAULT 'default',
+    left_atoms INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
+CREATE TABLE IF NOT EXISTS credit_use (
+    id        INTEGER PRIMARY KEY,
+    ts        INTEGER NOT NULL,
+    bot       TEXT    NOT NULL,
+    tool      TEXT    NOT NULL,
+    agent     TEXT    NOT NULL,
+    atoms     INTEGER NOT NULL CHECK (atoms > 0),
+    credit_of TEXT
+);
+CREATE INDEX IF NOT EXISTS credit_use_ts ON credit_use (ts);
 CREATE TABLE IF NOT EXISTS tip_floor (
     id  INTEGER PRIMARY KEY CHECK (id = 1),
     pos INTEGER NOT NULL
@@ -34,15 +45,19 @@ CREATE TABLE IF NOT EXISTS tip_floor (
 
 /// Columns added after version 1, with their declarations: an older log gains them
 /// when opened. `agent` (version 4): the rows before it were the default agent's.
-const ADDED_COLUMNS: [(&str, &str); 4] = [
+/// `left_atoms` (version 5): the rows before it count as collected by their calls.
+const ADDED_COLUMNS: [(&str, &str); 5] = [
     ("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),
     ("tip_pos", "INTEGER NOT NULL DEFAULT 0"),
     ("outcome", "INTEGER"),
     ("agent", "TEXT NOT NULL DEFAULT 'default'"),
+    ("left_atoms", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The schema version written to `PRAGMA user_version`.
-const USER_VERSION: i32 = 4;
+/// Version 5 added `left_atoms` and the `credit_use` table (the credit module's
+/// records of calls answered from credit at a bot).
+const USER_VERSION: i32 = 5;
 
 /// How long an open waits for another connection's lock.
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
