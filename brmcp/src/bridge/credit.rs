@@ -39,9 +39,12 @@
 //!    not answered ends with an error saying what was paid and that the credit stays
 //!    with the bot as its agent's; never with the bot's raw `payment_required` body.
 //!
-//! A dynamically priced call answered without a quote was charged an amount the
-//! bridge does not learn; it is counted against nothing, and bounded by rule 2 to
-//! credit of its own agent (or none the bridge paid).
+//! A dynamically priced call answered without a quote was charged an amount the bridge
+//! is not told: it collects the price the bot last quoted for that tool, if any (a
+//! guess: too much makes a sibling pay again, leaving credit its agent's next call
+//! collects; too little leaves a paying call waiting until it ends with the error
+//! above), and is bounded by rule 2 to credit of its own agent (or none the bridge
+//! paid).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -67,6 +70,10 @@ pub const DEFAULT_CREDIT_WAIT: Duration = Duration::from_secs(30);
 /// the agent's own calls; a bot that keeps asking is not paid without end.
 pub const MAX_REPAYS: u32 = 2;
 
+/// Dynamic prices remembered (per bot and tool) before the memory starts over: 4096,
+/// far more than the tools an agent calls; a bot cannot make it grow without end.
+const MAX_QUOTES: usize = 4096;
+
 /// How often a waiting call looks again at credit that may have expired.
 const RECHECK: Duration = Duration::from_secs(1);
 
@@ -75,11 +82,31 @@ const RECHECK: Duration = Duration::from_secs(1);
 pub(crate) struct CreditBook {
     bots: Mutex<HashMap<PeerId, HashMap<String, usize>>>,
     changed: tokio::sync::Notify,
+    /// The price each bot last quoted for each tool.
+    quotes: Mutex<HashMap<(PeerId, String), u64>>,
 }
 
 impl CreditBook {
     fn bots(&self) -> MutexGuard<'_, HashMap<PeerId, HashMap<String, usize>>> {
         self.bots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn quotes(&self) -> MutexGuard<'_, HashMap<(PeerId, String), u64>> {
+        self.quotes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers the price `bot` quoted for `tool`.
+    pub(crate) fn quoted(&self, bot: &PeerId, tool: &str, price_atoms: u64) {
+        let mut quotes = self.quotes();
+        if quotes.len() >= MAX_QUOTES {
+            quotes.clear();
+        }
+        quotes.insert((*bot, tool.to_owned()), price_atoms);
+    }
+
+    /// The price `bot` last quoted for `tool`.
+    pub(crate) fn last_quote(&self, bot: &PeerId, tool: &str) -> Option<u64> {
+        self.quotes().get(&(*bot, tool.to_owned())).copied()
     }
 }
 

@@ -138,7 +138,7 @@ impl ProxyServer {
         let (price, slot) = match self.before_send(&tool, ctx).await? {
             Ok(checked) => checked,
             Err(reason) => {
-                let note = format!("{}: call not sent: {reason}", self.bridge.config.name);
+                let note = format!("{}: {reason}", self.bridge.config.name);
                 let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
                 complete(&mut result.result_type);
                 return Ok(CallToolResponse::Complete(result));
@@ -294,6 +294,10 @@ impl ProxyServer {
                                 return Err(Failure::Cancelled.into());
                             }
                             let paid = Paid { price_atoms, atoms };
+                            self.bridge
+                                .policy
+                                .credit
+                                .quoted(&self.link.bot, tool, price_atoms);
                             let settings = self.bridge.settings();
                             if call.slot.is_none() {
                                 // A call that comes to pay holds its bot like a priced one.
@@ -395,18 +399,17 @@ impl ProxyServer {
             .policy
             .may_pay(&settings, &agent, &self.link.bot, least)
         {
-            let cost = match price {
-                Some(ToolPrice::Fixed(n)) => format!("{n} atoms"),
-                _ => "a price the bot quotes".to_owned(),
-            };
             return Ok(Err(format!(
-                "bot {label} tool {tool:?} costs {cost}, which agent {:?} may not pay: {reason}",
+                "agent {:?}'s call of bot {label} tool {tool:?} not sent, payment not made: \
+                 {reason}",
                 agent.name()
             )));
         }
         Ok(match self.admit(settings.mode, ctx).await? {
             Ok(slot) => Ok((price, Some(slot))),
-            Err(reason) => Err(format!("bot {label} tool {tool:?}: {reason}")),
+            Err(reason) => Err(format!(
+                "call of bot {label} tool {tool:?} not sent: {reason}"
+            )),
         })
     }
 
@@ -436,10 +439,17 @@ impl ProxyServer {
         if result.is_error == Some(true) {
             return;
         }
+        let credit = &self.bridge.policy.credit;
         let atoms = match (call.paid, call.price) {
             (Some(paid), _) => paid.price_atoms,
             (None, Some(ToolPrice::Fixed(n))) if n > 0 => n,
-            // Free, not sold, or a dynamic price the bridge was not told.
+            // A price the bridge was not told: the last one quoted (see `credit`).
+            (None, Some(ToolPrice::Dynamic)) => match credit.last_quote(&self.link.bot, &call.tool)
+            {
+                Some(n) => n,
+                None => return,
+            },
+            // Free, or not sold.
             _ => return,
         };
         let agent = caller(ctx);

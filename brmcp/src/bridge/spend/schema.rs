@@ -158,7 +158,10 @@ mod tests {
         .unwrap();
         drop(old);
         let log = SpendLog::open(dir.path(), UnixTime(200)).unwrap();
-        assert!(log.uncollected(None).unwrap().is_empty(), "collected before");
+        assert!(
+            log.uncollected(None).unwrap().is_empty(),
+            "collected before"
+        );
         assert_eq!(log.spent_today_by(UnixTime(200), "ci").unwrap(), 7);
         let bot = PeerId::from_bytes([1; 32]);
         let id = log

@@ -293,15 +293,16 @@ fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest()
             others: vec![]
         }
     );
-    assert_eq!((log.left_of(a1).unwrap(), log.left_of(a2).unwrap()), (100, 0));
+    assert_eq!(
+        (log.left_of(a1).unwrap(), log.left_of(a2).unwrap()),
+        (100, 0)
+    );
     // A call of a answered without paying takes a1; one more takes b's, then credit
     // nobody paid: recorded, counted against a's own cap only.
     let spent_a = log.spent_today_by(t0, "a").unwrap();
     let spent = log.spent_today(t0).unwrap();
     assert_eq!(
-        log.collect(t0, &bot(1), "a", "t", None, 100)
-            .unwrap()
-            .own,
+        log.collect(t0, &bot(1), "a", "t", None, 100).unwrap().own,
         100
     );
     let c = log.collect(t0, &bot(1), "a", "t", None, 150).unwrap();
@@ -320,7 +321,8 @@ fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest()
     assert_eq!(uses[1].credit_of, None);
     // A day later the use no longer counts.
     assert_eq!(
-        log.spent_today_by(UnixTime(t0.0 + DAY_SECS + 1), "a").unwrap(),
+        log.spent_today_by(UnixTime(t0.0 + DAY_SECS + 1), "a")
+            .unwrap(),
         0
     );
 }
@@ -350,5 +352,8 @@ fn credit_survives_a_restart_and_a_late_outcome_settles_it() {
         outcome: Err("no route"),
     })
     .unwrap();
-    assert!(log.uncollected(None).unwrap().is_empty(), "failed: no credit");
+    assert!(
+        log.uncollected(None).unwrap().is_empty(),
+        "failed: no credit"
+    );
 }
