@@ -27,6 +27,8 @@
 //!    payment (the call key's replay window); past it another agent's call may be
 //!    sent, and if it is answered from that credit the use is recorded against its
 //!    own daily cap ([`CreditUse`](super::spend::CreditUse)), as a payment would be.
+//!    Credit of an agent removed from the settings holds no one back: it can no
+//!    longer collect it.
 //!    Credit the bridge never paid (a tip sent by hand) is the user's own doing; a
 //!    call answered from it is recorded the same way.
 //! 4. **Who collects what.** A priced call answered (not an error, which the bot
@@ -54,7 +56,7 @@ use brmcp_adapters::PeerId;
 use brmcp_adapters::protocol::ToolPrice;
 
 use super::policy::{Policy, Refusal};
-use super::settings::{Caller, Mode, Settings};
+use super::settings::{Caller, DEFAULT_AGENT, Mode, Settings};
 use super::spend::{SpendError, SpendLog};
 
 /// How long, in autopay mode, uncollected credit stays its paying agent's alone: 30
@@ -213,16 +215,21 @@ pub(crate) const fn least_price(price: Option<ToolPrice>) -> Option<u64> {
     }
 }
 
-/// Uncollected credit at `bot` per agent, within its hold at `now`.
+/// Uncollected credit at `bot` per agent, within its hold (by `settings`' mode) at
+/// `now`. An agent removed from `settings` can collect nothing: its credit holds no
+/// one back.
 fn credit_at(
     spend: &SpendLog,
+    settings: &Settings,
     bot: &PeerId,
     now: i64,
-    hold: Option<i64>,
 ) -> Result<Vec<(String, u64)>, SpendError> {
+    let hold = hold_secs(settings.mode);
     let mut per_agent: Vec<(String, u64)> = Vec::new();
     for row in spend.uncollected(Some(bot))? {
-        if hold.is_some_and(|hold| row.ts <= now.saturating_sub(hold)) {
+        let expired = hold.is_some_and(|hold| row.ts <= now.saturating_sub(hold));
+        let removed = row.agent != DEFAULT_AGENT && settings.agent(&row.agent).is_none();
+        if expired || removed {
             continue;
         }
         match per_agent.iter_mut().find(|(a, _)| *a == row.agent) {
@@ -252,7 +259,7 @@ impl Policy {
     /// or credit are there, waiting up to `wait`; the refusal says what it waited for.
     pub(crate) async fn admit(
         &self,
-        mode: Mode,
+        settings: &Settings,
         bot: &PeerId,
         agent: &str,
         wait: Duration,
@@ -262,7 +269,7 @@ impl Policy {
             let changed = self.credit.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let credit = credit_at(&self.spend, bot, self.clock.now().0, hold_secs(mode))
+            let credit = credit_at(&self.spend, settings, bot, self.clock.now().0)
                 .map_err(|e| e.to_string())?;
             let blocked = {
                 let mut bots = self.credit.bots();

@@ -21,6 +21,10 @@
 //!    outcome's id when it settles, for the attribution rule of
 //!    [`SpendLog::resolve_outcome`](super::SpendLog::resolve_outcome).
 //!
+//! Before a call of a priced tool is even sent, [`Policy::may_pay`] applies steps 1
+//! and 2 to its listed price, and the credit rules hold it while another agent's
+//! calls or credit are at the bot ([`credit`](super::credit)).
+//!
 //! Caps bind in both modes; approving cannot override them. An agent of the
 //! settings' `agents` is held to its own caps and bots as well as the global caps: the
 //! per-call cap is the lower of the two, and the reservation checks the agent's daily

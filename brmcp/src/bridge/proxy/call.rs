@@ -1,7 +1,9 @@
 //! One agent `tools/call`: forwarded under a fresh call key, paid under the user's
 //! policy and reissued under the same key; for an agent on protocol 2026-07-28, held
 //! for its input (the approval of the payment, or a bot's request to the client) and
-//! resumed by its retry (see [`input_required`]).
+//! resumed by its retry (see [`input_required`]). A priced call is checked and held
+//! by the credit rules before it is sent, records the credit it collected, and never
+//! ends with the bot's raw `payment_required` body (see [`credit`]).
 
 use std::time::Duration;
 
@@ -301,7 +303,7 @@ impl ProxyServer {
                             let settings = self.bridge.settings();
                             if call.slot.is_none() {
                                 // A call that comes to pay holds its bot like a priced one.
-                                match self.admit(settings.mode, ctx).await? {
+                                match self.admit(&settings, ctx).await? {
                                     Ok(slot) => call.slot = Some(slot),
                                     Err(reason) => return refused(&reason, &call),
                                 }
@@ -405,7 +407,7 @@ impl ProxyServer {
                 agent.name()
             )));
         }
-        Ok(match self.admit(settings.mode, ctx).await? {
+        Ok(match self.admit(&settings, ctx).await? {
             Ok(slot) => Ok((price, Some(slot))),
             Err(reason) => Err(format!(
                 "call of bot {label} tool {tool:?} not sent: {reason}"
@@ -416,7 +418,7 @@ impl ProxyServer {
     /// The call's slot at the bot (rule 2 of [`credit`]), while the agent waits.
     async fn admit(
         &self,
-        mode: Mode,
+        settings: &Settings,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<Slot, Refusal>, ErrorData> {
         let agent: Caller = caller(ctx);
@@ -424,7 +426,7 @@ impl ProxyServer {
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.admit(mode, &self.link.bot, agent.name(), wait) => s,
+            s = self.bridge.policy.admit(settings, &self.link.bot, agent.name(), wait) => s,
         })
     }
 
