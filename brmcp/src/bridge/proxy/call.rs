@@ -92,7 +92,7 @@ struct Settling {
     /// How it was settled.
     outcome: tokio::sync::oneshot::Receiver<Result<i64, Refusal>>,
     paid: Paid,
-    /// The bot's `payment_required` answer, which a refusal is added to.
+    /// The bot's `payment_required` answer.
     quote: CallToolResult,
 }
 
@@ -208,7 +208,9 @@ impl ProxyServer {
         // bridge did, and for a call that paid, where its credit is.
         let refused = |reason: &dyn std::fmt::Display, call: &CallState| {
             let mut note = format!("{}: payment not made: {reason}", config.name);
-            if let Some(paid) = call.paid {
+            if let (Some(paid), Some(row)) = (call.paid, call.row)
+                && !self.bridge.policy.credit_taken(row)
+            {
                 note.push_str(&format!(
                     "; the {} atoms this call paid stay with the bot as agent {:?}'s credit, \
                      which its next call to this bot uses",
@@ -470,18 +472,29 @@ impl ProxyServer {
         let label = self.bridge.settings().bot_label(&self.link.bot);
         let agent = caller(ctx);
         let paid = call.paid.map_or(0, |p| p.atoms);
+        let taken = call
+            .row
+            .is_some_and(|row| self.bridge.policy.credit_taken(row));
         let row = call
             .row
             .map_or_else(String::new, |r| format!(" (spend log row {r})"));
-        tracing::warn!(bot = %self.link.bot, tool = call.tool, paid, "paid call still refused for payment");
+        tracing::warn!(bot = %self.link.bot, tool = call.tool, paid, taken, "paid call still refused for payment");
+        let whose = if taken {
+            format!(
+                "the credit went to another call of agent {:?}, which the bot answered first",
+                agent.name()
+            )
+        } else {
+            format!(
+                "the credit stays with the bot as agent {:?}'s, and its next call to this bot \
+                 uses it",
+                agent.name()
+            )
+        };
         let note = format!(
             "{}: paid {paid} atoms to bot {label} for tool {:?}{row}, but the bot still asks \
-             for payment after {} reissues; the credit stays with the bot as agent {:?}'s, \
-             and its next call to this bot uses it: call the tool again",
-            self.bridge.config.name,
-            call.tool,
-            call.polls,
-            agent.name()
+             for payment after {} reissues; {whose}: call the tool again",
+            self.bridge.config.name, call.tool, call.polls,
         );
         let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
         complete(&mut result.result_type);
