@@ -501,3 +501,59 @@ async fn a_bot_that_asks_again_after_being_paid_is_paid_once_a_call_and_the_agen
     bridge.close().await;
     drop(router);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_paying_agents_at_one_bot_each_get_what_they_paid_for() {
+    let net = harness_net(6000, |bot| {
+        let mut s = autopay(bot);
+        s.enabled = true;
+        s.token = DEFAULT_TOKEN.into();
+        s.agents = vec![
+            AgentEntry::new(
+                "victim",
+                VICTIM_TOKEN,
+                ADD_PRICE,
+                20 * ADD_PRICE,
+                Vec::new(),
+            ),
+            AgentEntry::new("other", OTHER_TOKEN, ADD_PRICE, 20 * ADD_PRICE, Vec::new()),
+        ];
+        s
+    })
+    .await;
+    net.bridge.start().await.unwrap();
+    let addr = net.bridge.listen_addr().unwrap();
+    let agents = [
+        http_agent(addr, net.bot, VICTIM_TOKEN).await,
+        http_agent(addr, net.bot, OTHER_TOKEN).await,
+    ];
+    let calls: Vec<_> = (0..16u64)
+        .map(|i| {
+            let peer = agents[usize::try_from(i % 2).unwrap()].peer().clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(i * 5)).await;
+                (
+                    i % 2,
+                    peer.call_tool(call("add", json!({"i": i}))).await.unwrap(),
+                )
+            })
+        })
+        .collect();
+    let mut results = [0u64; 2];
+    for handle in calls {
+        let (who, r) = handle.await.unwrap();
+        let said = text(&r);
+        assert!(!said.contains(RAW), "{said}");
+        assert_eq!(r.is_error, Some(false), "{said}");
+        results[usize::try_from(who).unwrap()] += 1;
+    }
+    assert_eq!(results, [8, 8]);
+    let (entries, _) = net.bridge.spend_log().unwrap();
+    for (n, name) in ["victim", "other"].iter().enumerate() {
+        let paid = entries.iter().filter(|e| e.agent == *name).count() as u64;
+        assert_eq!(paid, results[n], "{name} paid for what it got: {entries:?}");
+    }
+    assert_eq!(net.payments.load(Ordering::SeqCst), 16);
+    conserved(&net).await;
+    net.bridge.close().await;
+}
