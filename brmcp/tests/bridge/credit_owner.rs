@@ -111,8 +111,12 @@ async fn harness_net(per_minute: u32, settings: impl FnOnce(PeerId) -> Settings)
     fabric.attach(bot, &router);
     let payments = Arc::new(AtomicUsize::new(0));
     let dir = tempfile::tempdir().unwrap();
+    let mut config = base_config(dir.path());
+    // Room for a slow machine: a call whose credit another call took learns it from
+    // that call's answer, which may come late.
+    config.poll_attempts = 40;
     let bridge = Bridge::new(
-        base_config(dir.path()),
+        config,
         fabric.router(me, RouterConfig::client()),
         LaggingTips {
             harness: harness.clone(),
