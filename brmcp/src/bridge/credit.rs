@@ -19,7 +19,9 @@
 //!    up to the configured `credit_wait`, then ends with an error saying whose
 //!    calls or credit it waited for. The paying agent's own calls go on: its next
 //!    call collects its credit first. Calls of one agent share the credit its
-//!    payments put there (see 4).
+//!    payments put there (see 4). A call waiting for its approval holds its bot
+//!    too: simpler than tracking the moments a call can take credit, at the cost
+//!    that another agent's priced calls to that bot wait meanwhile.
 //! 3. **How long credit stays its agent's.** In approval mode, until its agent
 //!    collects it: a call is never charged from credit the user did not approve for
 //!    its agent (the user approved that amount for that agent at that bot, so its
