@@ -262,8 +262,8 @@ fn u64_of(n: i64) -> u64 {
 }
 
 impl SpendLog {
-    /// Opens (or creates) the log in `dir` and prunes settled rows older than
-    /// [`KEEP_SECS`].
+    /// Opens (or creates) the log in `dir` and prunes settled rows (and records of
+    /// credit used) older than [`KEEP_SECS`].
     ///
     /// # Errors
     /// [`SpendError`] when the file cannot be opened or is not a spend log.
@@ -272,6 +272,10 @@ impl SpendLog {
         let db = schema::open(&path)?;
         db.execute(
             "DELETE FROM spend WHERE status != 'pending' AND ts < ?1",
+            params![now.0.saturating_sub(KEEP_SECS)],
+        )?;
+        db.execute(
+            "DELETE FROM credit_use WHERE ts < ?1",
             params![now.0.saturating_sub(KEEP_SECS)],
         )?;
         Ok(Self { db: Mutex::new(db) })

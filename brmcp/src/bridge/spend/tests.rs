@@ -319,12 +319,15 @@ fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest()
     assert_eq!(uses.len(), 2);
     assert_eq!(uses[0].credit_of.as_deref(), Some("b"));
     assert_eq!(uses[1].credit_of, None);
-    // A day later the use no longer counts.
+    // A day later the use no longer counts; past the history kept it is pruned.
     assert_eq!(
         log.spent_today_by(UnixTime(t0.0 + DAY_SECS + 1), "a")
             .unwrap(),
         0
     );
+    drop(log);
+    let log = SpendLog::open(dir.path(), UnixTime(t0.0 + KEEP_SECS + 1)).unwrap();
+    assert!(log.credit_uses().unwrap().is_empty());
 }
 
 #[test]
