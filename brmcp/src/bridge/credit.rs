@@ -22,13 +22,16 @@
 //!    payments put there (see 4). A call waiting for its approval holds its bot
 //!    too: simpler than tracking the moments a call can take credit, at the cost
 //!    that another agent's priced calls to that bot wait meanwhile.
-//! 3. **How long credit stays its agent's.** In approval mode, until its agent
-//!    collects it: a call is never charged from credit the user did not approve for
-//!    its agent (the user approved that amount for that agent at that bot, so its
-//!    next call there may use it). In autopay mode, for [`CREDIT_HOLD_SECS`] after the
-//!    payment (the call key's replay window); past it another agent's call may be
-//!    sent, and if it is answered from that credit the use is recorded against its
-//!    own daily cap ([`CreditUse`](super::spend::CreditUse)), as a payment would be.
+//! 3. **How long credit stays its agent's.** In approval mode, for
+//!    [`APPROVED_CREDIT_HOLD_SECS`] after the payment: within it, a call is never
+//!    charged from credit the user did not approve for its agent (the user approved
+//!    that amount for that agent at that bot, so its next call there may use it).
+//!    In autopay mode, for [`CREDIT_HOLD_SECS`] (the call key's replay window). Past
+//!    its hold, credit holds no one back (a bot that never honoured it, or a call
+//!    whose answer the bridge never saw, cannot stop other agents for good): another
+//!    agent's call may be sent, and if it is answered from that credit the use is
+//!    recorded against its own daily cap ([`CreditUse`](super::spend::CreditUse)),
+//!    as a payment would be.
 //!    Credit of an agent removed from the settings holds no one back: it can no
 //!    longer collect it.
 //!    Credit the bridge never paid (a tip sent by hand) is the user's own doing; a
@@ -64,6 +67,11 @@ use super::spend::{SpendError, SpendLog};
 /// How long, in autopay mode, uncollected credit stays its paying agent's alone: 30
 /// minutes, the call key's replay window, within which its call may come back for it.
 pub const CREDIT_HOLD_SECS: i64 = 30 * 60;
+
+/// How long, in approval mode, uncollected credit stays its paying agent's alone: a
+/// day, the daily cap's window: the user approved it for that agent, and another
+/// agent is not charged from it while its agent may still come for it.
+pub const APPROVED_CREDIT_HOLD_SECS: i64 = super::spend::DAY_SECS;
 
 /// Default wait of a priced call for another agent's calls or credit at its bot: 30 s,
 /// longer than one paid call takes (its tip, its reissue) on a live network.
@@ -199,11 +207,11 @@ pub(crate) fn blocker(
 }
 
 /// Rule 3: the age past which uncollected credit no longer holds other agents back,
-/// in `mode`; `None`: never.
-pub(crate) const fn hold_secs(mode: Mode) -> Option<i64> {
+/// in `mode`.
+pub(crate) const fn hold_secs(mode: Mode) -> i64 {
     match mode {
-        Mode::Approval => None,
-        Mode::Autopay => Some(CREDIT_HOLD_SECS),
+        Mode::Approval => APPROVED_CREDIT_HOLD_SECS,
+        Mode::Autopay => CREDIT_HOLD_SECS,
     }
 }
 
@@ -229,7 +237,7 @@ fn credit_at(
     let hold = hold_secs(settings.mode);
     let mut per_agent: Vec<(String, u64)> = Vec::new();
     for row in spend.uncollected(Some(bot))? {
-        let expired = hold.is_some_and(|hold| row.ts <= now.saturating_sub(hold));
+        let expired = row.ts <= now.saturating_sub(hold);
         let removed = row.agent != DEFAULT_AGENT && settings.agent(&row.agent).is_none();
         if expired || removed {
             continue;
@@ -374,7 +382,7 @@ mod tests {
         assert_eq!(least_price(Some(ToolPrice::Dynamic)), Some(1));
         assert_eq!(least_price(Some(ToolPrice::Free)), None);
         assert_eq!(least_price(None), None);
-        assert_eq!(hold_secs(Mode::Approval), None);
-        assert_eq!(hold_secs(Mode::Autopay), Some(CREDIT_HOLD_SECS));
+        assert_eq!(hold_secs(Mode::Approval), APPROVED_CREDIT_HOLD_SECS);
+        assert_eq!(hold_secs(Mode::Autopay), CREDIT_HOLD_SECS);
     }
 }

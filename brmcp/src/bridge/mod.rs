@@ -75,7 +75,7 @@ pub use approval::{
     APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
 };
 pub use attach::{BRIDGE_GONE, Upstream, pump};
-pub use credit::{CREDIT_HOLD_SECS, DEFAULT_CREDIT_WAIT, MAX_REPAYS};
+pub use credit::{APPROVED_CREDIT_HOLD_SECS, CREDIT_HOLD_SECS, DEFAULT_CREDIT_WAIT, MAX_REPAYS};
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
