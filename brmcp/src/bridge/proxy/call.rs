@@ -3,7 +3,8 @@
 //! for its input (the approval of the payment, or a bot's request to the client) and
 //! resumed by its retry (see [`input_required`]). A priced call is checked and held
 //! by the credit rules before it is sent, records the credit it collected, and never
-//! ends with the bot's raw `payment_required` body (see [`credit`]).
+//! ends with the bot's raw `payment_required` body (see
+//! [`credit`](crate::bridge::credit) and [`credit_gate`](super::credit_gate)).
 
 use std::time::Duration;
 
@@ -23,11 +24,9 @@ use super::{
     Attempts, BotInput, Failure, ProxyServer, Waiting, ask, caller, complete, expect,
     forwarded_meta,
 };
-use crate::bridge::credit::{self, MAX_REPAYS, Slot};
+use crate::bridge::credit::{MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
-use crate::bridge::quote::Listed;
 use crate::bridge::quote::{Decision, Paid, decide};
-use crate::bridge::settings::Caller;
 use crate::bridge::settings::{Mode, Settings};
 use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, ToolPrice};
 
@@ -44,10 +43,10 @@ struct CallState {
     relisted: bool,
     /// For an agent asked through `input_required`: the bot's requests to the client.
     asks: Option<Asks>,
-    /// The tool's price as listed when the call came (see [`credit`]).
+    /// The tool's price as listed when the call came.
     price: Option<ToolPrice>,
     /// The call's place at its bot, for a priced call or one that paid (rule 2 of
-    /// [`credit`]).
+    /// [`credit`](crate::bridge::credit)).
     slot: Option<Slot>,
     /// The spend log row of the call's latest payment.
     row: Option<i64>,
@@ -269,7 +268,7 @@ impl ProxyServer {
                     };
                     complete(&mut result.result_type);
                     let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
-                        self.collected(&call, &result, ctx);
+                        self.collected(&call.tool, call.paid, call.price, call.row, &result, ctx);
                         return Ok(CallToolResponse::Complete(result));
                     };
                     let tool = &call.tool;
@@ -362,7 +361,9 @@ impl ProxyServer {
             // Paid, but the credit has not reached the bot yet.
             if call.polls >= config.poll_attempts {
                 drop(result);
-                return Ok(self.unanswered_after_paying(&call, ctx));
+                return Ok(
+                    self.unanswered_after_paying(&call.tool, call.paid, call.row, call.polls, ctx)
+                );
             }
             call.polls += 1;
             tokio::select! {
@@ -371,134 +372,6 @@ impl ProxyServer {
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
-    }
-
-    /// Rules 1 and 2 of [`credit`] before a call's first send: the tool's listed price,
-    /// and for a tool the bot sells the call's slot at the bot; a refusal when its
-    /// agent could not pay the price or waited in vain for another agent's calls or
-    /// credit there.
-    async fn before_send(
-        &self,
-        tool: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<(Option<ToolPrice>, Option<Slot>), Refusal>, ErrorData> {
-        // The listing comes with the session; without one the send fails as it would.
-        match self.conn(ctx).await {
-            Ok(_) => {}
-            Err(Failure::Cancelled) => return Err(Failure::Cancelled.into()),
-            Err(_) => return Ok(Ok((None, None))),
-        }
-        let price = match self.link.listed(tool) {
-            Listed::Tool(Ok(price)) => price,
-            Listed::Unknown | Listed::Tool(Err(_)) => None,
-        };
-        let Some(least) = credit::least_price(price) else {
-            return Ok(Ok((price, None)));
-        };
-        let settings = self.bridge.settings();
-        let agent = caller(ctx);
-        let label = settings.bot_label(&self.link.bot);
-        if let Err(reason) = self
-            .bridge
-            .policy
-            .may_pay(&settings, &agent, &self.link.bot, least)
-        {
-            return Ok(Err(format!(
-                "agent {:?}'s call of bot {label} tool {tool:?} not sent, payment not made: \
-                 {reason}",
-                agent.name()
-            )));
-        }
-        Ok(match self.admit(&settings, ctx).await? {
-            Ok(slot) => Ok((price, Some(slot))),
-            Err(reason) => Err(format!(
-                "call of bot {label} tool {tool:?} not sent: {reason}"
-            )),
-        })
-    }
-
-    /// The call's slot at the bot (rule 2 of [`credit`]), while the agent waits.
-    async fn admit(
-        &self,
-        settings: &Settings,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<Slot, Refusal>, ErrorData> {
-        let agent: Caller = caller(ctx);
-        let wait = self.bridge.config.credit_wait;
-        Ok(tokio::select! {
-            biased;
-            () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.admit(settings, &self.link.bot, agent.name(), wait) => s,
-        })
-    }
-
-    /// Rule 4 of [`credit`]: a priced call answered (not an error, which the bot
-    /// refunds) collected its price from the credit at the bot.
-    fn collected(
-        &self,
-        call: &CallState,
-        result: &CallToolResult,
-        ctx: &RequestContext<RoleServer>,
-    ) {
-        if result.is_error == Some(true) {
-            return;
-        }
-        let credit = &self.bridge.policy.credit;
-        let atoms = match (call.paid, call.price) {
-            (Some(paid), _) => paid.price_atoms,
-            (None, Some(ToolPrice::Fixed(n))) if n > 0 => n,
-            // A price the bridge was not told: the last one quoted (see `credit`).
-            (None, Some(ToolPrice::Dynamic)) => match credit.last_quote(&self.link.bot, &call.tool)
-            {
-                Some(n) => n,
-                None => return,
-            },
-            // Free, or not sold.
-            _ => return,
-        };
-        let agent = caller(ctx);
-        self.bridge
-            .policy
-            .collect(&self.link.bot, agent.name(), &call.tool, call.row, atoms);
-    }
-
-    /// The answer to a paid call the bot still refuses for payment after the polls:
-    /// what was paid, where the credit is, and what to do.
-    fn unanswered_after_paying(
-        &self,
-        call: &CallState,
-        ctx: &RequestContext<RoleServer>,
-    ) -> CallToolResponse {
-        let label = self.bridge.settings().bot_label(&self.link.bot);
-        let agent = caller(ctx);
-        let paid = call.paid.map_or(0, |p| p.atoms);
-        let taken = call
-            .row
-            .is_some_and(|row| self.bridge.policy.credit_taken(row));
-        let row = call
-            .row
-            .map_or_else(String::new, |r| format!(" (spend log row {r})"));
-        tracing::warn!(bot = %self.link.bot, tool = call.tool, paid, taken, "paid call still refused for payment");
-        let whose = if taken {
-            format!(
-                "the credit went to another call of agent {:?}, which the bot answered first",
-                agent.name()
-            )
-        } else {
-            format!(
-                "the credit stays with the bot as agent {:?}'s, and its next call to this bot \
-                 uses it",
-                agent.name()
-            )
-        };
-        let note = format!(
-            "{}: paid {paid} atoms to bot {label} for tool {:?}{row}, but the bot still asks \
-             for payment after {} reissues; {whose}: call the tool again",
-            self.bridge.config.name, call.tool, call.polls,
-        );
-        let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
-        complete(&mut result.result_type);
-        CallToolResponse::Complete(result)
     }
 
     /// Decides and makes the payment of `atoms` for `tool` while the agent waits,
