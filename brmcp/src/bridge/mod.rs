@@ -52,6 +52,7 @@
 pub(crate) mod approval;
 mod attach;
 mod calls;
+mod credit;
 pub(crate) mod directory;
 mod fair_share;
 mod http;
@@ -81,6 +82,7 @@ pub use approval::{
 };
 pub use attach::{BRIDGE_GONE, Upstream, pump};
 pub use calls::{CALLS_FILE, JournalError};
+pub use credit::{APPROVED_CREDIT_HOLD_SECS, CREDIT_HOLD_SECS, DEFAULT_CREDIT_WAIT, MAX_REPAYS};
 pub use directory::{
     AnswerError, DIRECTORY_ADD_BOT, DIRECTORY_GET_PROVIDER, DIRECTORY_INTRODUCE, DIRECTORY_SEARCH,
     ListedBot, MAX_ANSWER_BYTES, serve_directory_stdio,
@@ -101,8 +103,8 @@ pub use settings::{
     RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };
 pub use spend::{
-    DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE, SpendEntry, SpendError,
-    SpendLog, SpendStatus, TipOutcomeEvent,
+    Collected, CreditUse, DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE,
+    SpendEntry, SpendError, SpendLog, SpendStatus, TipOutcomeEvent, Uncollected,
 };
 pub use stdio::serve_stdio;
 pub use watch::Reload;
@@ -179,6 +181,9 @@ pub struct Config {
     /// How long a call held for the input of an agent on protocol 2026-07-28 waits for
     /// its retry (see [`INPUT_HOLD`]).
     pub input_hold: Duration,
+    /// How long a priced call waits for another agent's calls or uncollected credit
+    /// at its bot before it is refused (see [`DEFAULT_CREDIT_WAIT`]).
+    pub credit_wait: Duration,
 }
 
 impl Config {
@@ -201,6 +206,7 @@ impl Config {
             http_limits: HttpLimits::default(),
             settings_poll: SETTINGS_POLL,
             input_hold: INPUT_HOLD,
+            credit_wait: DEFAULT_CREDIT_WAIT,
         }
     }
 
@@ -553,6 +559,16 @@ impl Bridge {
             spend.entries()?,
             spend.spent_today(self.inner.config.clock.now())?,
         ))
+    }
+
+    /// The payments whose credit a bot holds and no call collected, oldest first, and
+    /// the calls answered from credit not their agent's (see [`SpendLog::collect`]).
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn credit_log(&self) -> Result<(Vec<Uncollected>, Vec<CreditUse>), SpendError> {
+        let spend = &self.inner.policy.spend;
+        Ok((spend.uncollected(None)?, spend.credit_uses()?))
     }
 
     /// Settles the payment a tip outcome the host received late belongs to (one the

@@ -23,6 +23,10 @@
 //!    outcome's id when it settles, for the attribution rule of
 //!    [`SpendLog::resolve_outcome`](super::SpendLog::resolve_outcome).
 //!
+//! Before a call of a priced tool is even sent, [`Policy::may_pay`] applies steps 1
+//! and 2 to its listed price, and the credit rules hold it while another agent's
+//! calls or credit are at the bot ([`credit`](super::credit)).
+//!
 //! Caps bind in both modes; approving cannot override them. An agent of the
 //! settings' `agents` is held to its own caps and bots as well as the global caps: the
 //! per-call cap is the lower of the two, and the reservation checks the agent's daily
@@ -38,6 +42,7 @@ use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, Clock, PeerId};
 use tokio::sync::{broadcast, oneshot};
 
+use super::credit::CreditBook;
 use super::settings::{Approver, Caller, Mode, Settings};
 use super::spend::{OverCap, SpendLog, fits_daily_cap};
 
@@ -152,6 +157,8 @@ pub(crate) struct Policy {
     pub(crate) payer: Arc<dyn DynPayer>,
     pub(crate) spend: SpendLog,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The priced calls under way at each bot (see [`credit`](super::credit)).
+    pub(crate) credit: Arc<CreditBook>,
     parked: Mutex<HashMap<String, Parked>>,
     announce: broadcast::Sender<PendingPayment>,
 }
@@ -171,6 +178,7 @@ impl Policy {
             payer,
             spend,
             clock,
+            credit: Arc::default(),
             parked: Mutex::new(HashMap::new()),
             announce: broadcast::channel(64).0,
         }
@@ -197,16 +205,15 @@ impl Policy {
         }
     }
 
-    /// Decides and makes one payment of `amount` to `bot` for `tool`.
-    pub(crate) async fn settle(
+    /// The caps and bots that bind `caller` paying `amount` to `bot`, without the
+    /// daily totals: the agent's daily cap (for an agent of `agents`) if they allow it.
+    pub(crate) fn caps(
         &self,
         settings: &Settings,
         caller: &Caller,
         bot: &PeerId,
-        tool: &str,
         amount: u64,
-        ask: Option<Ask<'_>>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Option<u64>, Refusal> {
         if amount == 0 {
             return Err("nothing to pay".into());
         }
@@ -235,36 +242,66 @@ impl Policy {
                 ));
             }
         }
-        let agent_cap = agent.map(|a| a.per_day_cap_atoms);
+        Ok(agent.map(|a| a.per_day_cap_atoms))
+    }
+
+    /// A look at the daily caps (`agent_cap`, the agent's) for `amount` more, without
+    /// reserving: the reservation is the check that binds.
+    pub(crate) fn first_look(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        agent_cap: Option<u64>,
+        amount: u64,
+    ) -> Result<(), Refusal> {
+        let now = self.clock.now();
+        if let Some(cap) = agent_cap {
+            let spent = self
+                .spend
+                .spent_today_by(now, caller.name())
+                .map_err(|e| e.to_string())?;
+            if !fits_daily_cap(spent, amount, cap) {
+                return Err(over_cap(
+                    caller,
+                    settings,
+                    agent_cap,
+                    amount,
+                    OverCap::Agent(super::OverDailyCap { spent }),
+                ));
+            }
+        }
+        let spent = self.spend.spent_today(now).map_err(|e| e.to_string())?;
+        if !fits_daily_cap(spent, amount, settings.per_day_cap_atoms) {
+            return Err(over_cap(
+                caller,
+                settings,
+                agent_cap,
+                amount,
+                OverCap::Daily(super::OverDailyCap { spent }),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Decides and makes one payment of `amount` to `bot` for `tool`: the spend log
+    /// row of the payment once made.
+    pub(crate) async fn settle(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        bot: &PeerId,
+        tool: &str,
+        amount: u64,
+        ask: Option<Ask<'_>>,
+    ) -> Result<i64, Refusal> {
+        let agent_cap = self.caps(settings, caller, bot, amount)?;
+        let name = caller.name();
         let daily = settings.per_day_cap_atoms;
-        let over = |over: OverCap| match over {
-            OverCap::Daily(o) => format!(
-                "{amount} atoms would exceed the daily cap ({} spent of {daily})",
-                o.spent
-            ),
-            OverCap::Agent(o) => format!(
-                "{amount} atoms would exceed agent {name:?}'s daily cap ({} spent of {})",
-                o.spent,
-                agent_cap.unwrap_or_default()
-            ),
-        };
+        let over = |over: OverCap| over_cap(caller, settings, agent_cap, amount, over);
         if settings.mode == Mode::Approval {
             // Not asked about a payment a daily cap refuses anyway; `reserve_as`
             // below is the check that binds.
-            let now = self.clock.now();
-            if let Some(cap) = agent_cap {
-                let spent = self
-                    .spend
-                    .spent_today_by(now, name)
-                    .map_err(|e| e.to_string())?;
-                if !fits_daily_cap(spent, amount, cap) {
-                    return Err(over(OverCap::Agent(super::OverDailyCap { spent })));
-                }
-            }
-            let spent = self.spend.spent_today(now).map_err(|e| e.to_string())?;
-            if !fits_daily_cap(spent, amount, daily) {
-                return Err(over(OverCap::Daily(super::OverDailyCap { spent })));
-            }
+            self.first_look(settings, caller, agent_cap, amount)?;
             // The agent's own answer approves only where the user lets it.
             let ask = ask.filter(|_| settings.approver_of(caller) == Approver::Agent);
             self.approve(settings, name, bot, tool, amount, ask).await?;
@@ -335,7 +372,7 @@ impl Policy {
         match outcome {
             Ok(_) => {
                 tracing::info!(%bot, tool, amount, agent = name, "paid");
-                Ok(())
+                Ok(id)
             }
             Err((reason, _, _)) => {
                 tracing::info!(%bot, tool, amount, agent = name, %reason, "payment not made");
@@ -398,6 +435,28 @@ impl Policy {
                 settings.approval_timeout_secs
             )),
         }
+    }
+}
+
+/// The refusal of a payment of `amount` by `caller` that a daily cap refuses.
+fn over_cap(
+    caller: &Caller,
+    settings: &Settings,
+    agent_cap: Option<u64>,
+    amount: u64,
+    over: OverCap,
+) -> Refusal {
+    match over {
+        OverCap::Daily(o) => format!(
+            "{amount} atoms would exceed the daily cap ({} spent of {})",
+            o.spent, settings.per_day_cap_atoms
+        ),
+        OverCap::Agent(o) => format!(
+            "{amount} atoms would exceed agent {:?}'s daily cap ({} spent of {})",
+            caller.name(),
+            o.spent,
+            agent_cap.unwrap_or_default()
+        ),
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub(crate) mod ask;
 mod call;
+mod credit_gate;
 mod held;
 pub(crate) mod input_required;
 mod read;

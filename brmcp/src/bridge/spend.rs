@@ -35,7 +35,23 @@
 //! [`SpendLog::reserve`] checks the daily cap and inserts the row in one `BEGIN
 //! IMMEDIATE` transaction, so concurrent payments can never exceed the cap together
 //! (the Go bridge's check-then-record race).
+//!
+//! **Whose credit a bot holds** (the rules are the credit module's, `bridge::credit`):
+//! a bot keeps one balance for the bridge's identity, shared by all its agents. Each
+//! payment row also records the atoms of its credit that no call has collected yet
+//! (`left_atoms`, the whole payment when reserved, 0 once failed): a call answered
+//! after paying collects its price from its own row first ([`SpendLog::collect`]), a
+//! call answered from credit without paying from its agent's rows, oldest confirmed
+//! first. What stays (a paid call refused again until the bridge gave up, a tip
+//! confirmed after the bridge stopped waiting, an approved payment whose call was
+//! never retried) is [`SpendLog::uncollected`], the paying agent's: another agent's
+//! call to that bot is not sent while it is there. Credit a call used that was not
+//! its agent's (another agent's that had expired, or a balance the bridge never paid,
+//! such as a tip sent by hand) is recorded in the `credit_use` table
+//! ([`CreditUse`]), and counts against that agent's own daily cap as a payment would;
+//! it never counts against the global cap, whose money was counted when paid.
 
+mod credit;
 mod schema;
 
 use std::path::Path;
@@ -145,6 +161,55 @@ pub enum Resolution {
     NotOurs,
 }
 
+/// A payment whose credit a bot holds and no call has collected (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Uncollected {
+    /// The payment's row.
+    pub id: i64,
+    /// When it was reserved, unix seconds.
+    pub ts: i64,
+    /// The bot that holds it (lowercase uid).
+    pub bot: String,
+    /// The agent that paid it: the credit is its.
+    pub agent: String,
+    /// The tool it was paid for.
+    pub tool: String,
+    /// Atoms not collected.
+    pub atoms: u64,
+    /// Whether its tip is still unconfirmed (pending).
+    pub pending: bool,
+}
+
+/// A call answered from credit that was not its agent's (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CreditUse {
+    /// When, unix seconds.
+    pub ts: i64,
+    /// The bot (lowercase uid).
+    pub bot: String,
+    /// The tool called.
+    pub tool: String,
+    /// The agent whose call it was: the atoms count against its daily cap.
+    pub agent: String,
+    /// Atoms used.
+    pub atoms: u64,
+    /// The agent whose uncollected credit it was, or `None` for credit the bridge
+    /// never paid.
+    pub credit_of: Option<String>,
+}
+
+/// How a call's price was collected from the credit at a bot ([`SpendLog::collect`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Atoms from the calling agent's own payments.
+    pub own: u64,
+    /// Atoms from another agent's payments, or (`None`) from credit the bridge never
+    /// paid; each recorded as a [`CreditUse`].
+    pub others: Vec<(Option<String>, u64)>,
+}
+
 /// Why the spend log failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -197,8 +262,8 @@ fn u64_of(n: i64) -> u64 {
 }
 
 impl SpendLog {
-    /// Opens (or creates) the log in `dir` and prunes settled rows older than
-    /// [`KEEP_SECS`].
+    /// Opens (or creates) the log in `dir` and prunes settled rows (and records of
+    /// credit used) older than [`KEEP_SECS`].
     ///
     /// # Errors
     /// [`SpendError`] when the file cannot be opened or is not a spend log.
@@ -207,6 +272,10 @@ impl SpendLog {
         let db = schema::open(&path)?;
         db.execute(
             "DELETE FROM spend WHERE status != 'pending' AND ts < ?1",
+            params![now.0.saturating_sub(KEEP_SECS)],
+        )?;
+        db.execute(
+            "DELETE FROM credit_use WHERE ts < ?1",
             params![now.0.saturating_sub(KEEP_SECS)],
         )?;
         Ok(Self { db: Mutex::new(db) })
@@ -321,8 +390,8 @@ impl SpendLog {
         }
         let tip_pos = raise_floor(&tx, tip_pos)?;
         tx.execute(
-            "INSERT INTO spend (ts, bot, tool, rail, atoms, status, tip_pos, agent) \
-             VALUES (?1, ?2, ?3, 'tip', ?4, 'pending', ?5, ?6)",
+            "INSERT INTO spend (ts, bot, tool, rail, atoms, status, tip_pos, agent, left_atoms) \
+             VALUES (?1, ?2, ?3, 'tip', ?4, 'pending', ?5, ?6, ?4)",
             params![
                 now.0,
                 bot.to_string(),
@@ -478,15 +547,22 @@ fn spent(db: &Connection, now: UnixTime) -> rusqlite::Result<u64> {
     Ok(u64_of(total))
 }
 
-/// [`spent`] of `agent`'s rows only.
+/// [`spent`] of `agent`'s rows only, and the credit not its own that its calls used
+/// in the last 24 hours.
 fn spent_by(db: &Connection, now: UnixTime, agent: &str) -> rusqlite::Result<u64> {
-    let total: i64 = db.query_row(
+    let since = now.0.saturating_sub(DAY_SECS);
+    let paid: i64 = db.query_row(
         "SELECT COALESCE(SUM(atoms), 0) FROM spend WHERE agent = ?2 \
          AND (status = 'pending' OR (status = 'paid' AND ts > ?1))",
-        params![now.0.saturating_sub(DAY_SECS), agent],
+        params![since, agent],
         |r| r.get(0),
     )?;
-    Ok(u64_of(total))
+    let used: i64 = db.query_row(
+        "SELECT COALESCE(SUM(atoms), 0) FROM credit_use WHERE agent = ?2 AND ts > ?1",
+        params![since, agent],
+        |r| r.get(0),
+    )?;
+    Ok(u64_of(paid).saturating_add(u64_of(used)))
 }
 
 /// Whether an outcome with this id settled a row already.
@@ -520,8 +596,11 @@ fn settle_row(
         Ok(()) => (SpendStatus::Paid, None),
         Err(e) => (SpendStatus::Failed, Some(e)),
     };
+    // A failed payment left no credit at the bot.
     let n = db.execute(
-        "UPDATE spend SET status = ?2, err = ?3, outcome = ?4 WHERE id = ?1 AND status = 'pending'",
+        "UPDATE spend SET status = ?2, err = ?3, outcome = ?4, \
+         left_atoms = CASE WHEN ?2 = 'failed' THEN 0 ELSE left_atoms END \
+         WHERE id = ?1 AND status = 'pending'",
         params![id, status.as_str(), err, outcome_id.map(i64_of)],
     )?;
     Ok(n == 1)

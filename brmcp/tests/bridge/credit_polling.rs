@@ -1,6 +1,7 @@
 //! After a payment the call is reissued with the same key; while the credit is still in
-//! flight the bridge polls a bounded number of times, then returns the bot's
-//! payment_required result unchanged.
+//! flight the bridge polls a bounded number of times, then ends the call with an error
+//! that says what was paid and that the credit stays with the bot (never the bot's
+//! raw payment_required body).
 
 use std::time::Duration;
 
@@ -39,17 +40,29 @@ async fn polling_is_bounded() {
     let agent = agent(&env).await;
     let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
     assert_eq!(r.is_error, Some(true));
-    assert_eq!(
-        r.content.len(),
-        1,
-        "the bot's result, unchanged, without a note"
+    assert_eq!(r.content.len(), 1, "the bridge's words only");
+    let note = &r.content[0].as_text().unwrap().text;
+    assert!(!note.contains(r#""error":"payment_required""#), "{note}");
+    assert!(
+        note.starts_with(&format!(
+            "brmcp-bridge: paid {} atoms to bot ",
+            crate::common::FORTUNE_PRICE
+        )),
+        "{note}"
     );
     assert!(
-        r.content[0]
-            .as_text()
-            .unwrap()
-            .text
-            .contains("payment_required")
+        note.contains("the credit stays with the bot as agent \"default\"'s"),
+        "{note}"
+    );
+    let (left, _) = env.bridge.credit_log().unwrap();
+    assert_eq!(
+        left.len(),
+        1,
+        "the payment's credit is recorded uncollected"
+    );
+    assert_eq!(
+        (left[0].agent.as_str(), left[0].atoms),
+        ("default", crate::common::FORTUNE_PRICE)
     );
     assert_eq!(env.bot.calls_of("fortune").len(), 1 + 1 + 3);
     assert_eq!(env.payer.count(), 1);

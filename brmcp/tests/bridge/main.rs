@@ -9,6 +9,7 @@ mod approval_secret;
 mod autopay;
 mod call_lifetime;
 mod common;
+mod credit_owner;
 mod credit_polling;
 mod daily_cap_concurrent;
 mod directory;

@@ -1,6 +1,7 @@
 //! Caps bind in both modes: a per-call cap (0 never pays) and a rolling 24 h daily cap
-//! over the spend log. A refusal leaves the bot's payment_required result in place and
-//! appends `<name>: payment not made: <reason>`; the payer is never called.
+//! over the spend log. A call the caps refuse is not sent at all when the tool is
+//! listed with its price, and is answered `<name>: ... payment not made: <reason>`
+//! alone, never with the bot's raw payment_required body; the payer is never called.
 
 use std::time::Duration;
 
@@ -34,19 +35,19 @@ async fn per_call_cap_refuses_without_paying() {
             .iter()
             .filter_map(|c| c.as_text().map(|t| t.text.clone()))
             .collect();
-        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert_eq!(texts.len(), 1, "{texts:?}");
         assert!(
-            texts[0].contains(r#""error":"payment_required""#),
+            texts[0].starts_with("brmcp-bridge: agent \"default\"'s call of bot "),
             "{texts:?}"
         );
-        assert_eq!(
-            texts[1],
-            format!(
-                "brmcp-bridge: payment not made: {FORTUNE_PRICE} atoms exceeds the per-call cap ({cap})"
-            )
+        assert!(
+            texts[0].ends_with(&format!(
+                "tool \"fortune\" not sent, payment not made: {FORTUNE_PRICE} atoms exceeds the per-call cap ({cap})"
+            )),
+            "{texts:?}"
         );
         assert_eq!(env.payer.count(), 0);
-        assert_eq!(env.bot.executions("fortune"), 0);
+        assert!(env.bot.calls_of("fortune").is_empty(), "never sent");
         assert!(env.bridge.spend_log().unwrap().0.is_empty());
         assert!(
             env.bridge.pending_payments().is_empty(),
@@ -82,14 +83,15 @@ async fn daily_cap_is_a_rolling_window() {
         .unwrap()
         .text
         .clone();
-    assert_eq!(
-        last,
-        format!(
-            "brmcp-bridge: payment not made: {FORTUNE_PRICE} atoms would exceed the daily cap ({} spent of {})",
+    assert!(
+        last.ends_with(&format!(
+            "not sent, payment not made: {FORTUNE_PRICE} atoms would exceed the daily cap ({} spent of {})",
             2 * FORTUNE_PRICE,
             2 * FORTUNE_PRICE
-        )
+        )),
+        "{last}"
     );
+    assert_eq!(r.content.len(), 1, "the bridge's words only");
     assert_eq!(env.payer.count(), 2);
     // 24 h after the first payments, the window has room again.
     clock.advance(Duration::from_secs(u64::try_from(DAY_SECS + 1).unwrap()));

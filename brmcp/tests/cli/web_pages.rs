@@ -50,6 +50,9 @@ fn seed_history(bridge_dir: &std::path::Path, bot: &str) {
                 .expect("reserve")
                 .expect("fits");
             log.settle(id, Ok(())).expect("settle");
+            // Its call was answered: the credit was collected.
+            log.collect(at, &bot, agent, "fortune", Some(id), atoms)
+                .expect("collect");
         }
     }
 }

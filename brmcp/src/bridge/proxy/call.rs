@@ -3,7 +3,10 @@
 //! repeat; forwarded under that key, paid under the user's
 //! policy and reissued under the same key; for an agent on protocol 2026-07-28, held
 //! for its input (the approval of the payment, or a bot's request to the client) and
-//! resumed by its retry (see [`input_required`]).
+//! resumed by its retry (see [`input_required`]). A priced call is checked and held
+//! by the credit rules before it is sent, records the credit it collected, and never
+//! ends with the bot's raw `payment_required` body (see
+//! [`credit`](crate::bridge::credit) and [`credit_gate`](super::credit_gate)).
 
 use std::time::Duration;
 
@@ -24,10 +27,11 @@ use super::{
     forwarded_meta,
 };
 use crate::bridge::calls::{Begin, Journaled};
+use crate::bridge::credit::{MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
 use crate::bridge::quote::{Decision, Paid, decide};
 use crate::bridge::settings::{Mode, Settings};
-use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, ToolPrice};
 
 /// The state of one agent `tools/call` across its sends, reissues and (for an agent
 /// asked through `input_required`) its retries.
@@ -44,6 +48,15 @@ struct CallState {
     asks: Option<Asks>,
     /// Its row in the call journal.
     journal: Journaled,
+    /// The tool's price as listed when the call came.
+    price: Option<ToolPrice>,
+    /// The call's place at its bot, for a priced call or one that paid (rule 2 of
+    /// [`credit`](crate::bridge::credit)).
+    slot: Option<Slot>,
+    /// The spend log row of the call's latest payment.
+    row: Option<i64>,
+    /// Payments made again after another call of the agent collected the credit.
+    repays: u32,
 }
 
 /// A call held for its agent's input (see [`input_required`]).
@@ -81,9 +94,9 @@ enum Suspended {
 /// [`ask_by_input_required`](ProxyServer::ask_by_input_required)).
 struct Settling {
     /// How it was settled.
-    outcome: tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+    outcome: tokio::sync::oneshot::Receiver<Result<i64, Refusal>>,
     paid: Paid,
-    /// The bot's `payment_required` answer, which a refusal is added to.
+    /// The bot's `payment_required` answer.
     quote: CallToolResult,
 }
 
@@ -93,7 +106,7 @@ enum Asked {
     Held(CallToolResponse),
     /// The payment was settled without the agent (refused before it was asked, or
     /// decided elsewhere): the call, how, and the bot's `payment_required` answer.
-    Settled(Box<CallState>, Result<(), Refusal>, CallToolResult),
+    Settled(Box<CallState>, Result<i64, Refusal>, CallToolResult),
 }
 
 /// Where a held call resumes.
@@ -135,6 +148,18 @@ impl ProxyServer {
         let mut meta = forwarded_meta(&ctx.meta);
         meta.insert(CALL_KEY_META.into(), Value::String(journal.key.clone()));
         let tool = params.name.to_string();
+        let (price, slot) = match self.before_send(&tool, ctx).await? {
+            Ok(checked) => checked,
+            Err(reason) => {
+                let note = format!("{}: {reason}", self.bridge.config.name);
+                let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
+                complete(&mut result.result_type);
+                // Refused before any send: the journal keeps the refusal as the answer.
+                let outcome = Ok(CallToolResponse::Complete(result));
+                calls.finish(calls.running(&journal), &outcome, false);
+                return outcome;
+            }
+        };
         let asks = asks_by_input_required(ctx).then(|| {
             let capabilities = ctx.client_capabilities().unwrap_or_default();
             Asks::new(capabilities, self.bridge.config.input_hold)
@@ -149,6 +174,10 @@ impl ProxyServer {
             relisted: false,
             asks,
             journal,
+            price,
+            slot,
+            row: None,
+            repays: 0,
         };
         self.run_journaled(call, None, ctx).await
     }
@@ -205,11 +234,22 @@ impl ProxyServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let config = &self.bridge.config;
-        let refused = |reason: &dyn std::fmt::Display, mut result: CallToolResult| {
-            result.content.push(ContentBlock::text(format!(
-                "{}: payment not made: {reason}",
-                config.name
-            )));
+        // The bot's `payment_required` body is never the agent's answer: what the
+        // bridge did, and for a call that paid, where its credit is.
+        let refused = |reason: &dyn std::fmt::Display, call: &CallState| {
+            let mut note = format!("{}: payment not made: {reason}", config.name);
+            if let (Some(paid), Some(row)) = (call.paid, call.row)
+                && !self.bridge.policy.credit_taken(row)
+            {
+                note.push_str(&format!(
+                    "; the {} atoms this call paid stay with the bot as agent {:?}'s credit, \
+                     which its next call to this bot uses",
+                    paid.atoms,
+                    caller(ctx).name()
+                ));
+            }
+            let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
+            complete(&mut result.result_type);
             Ok(CallToolResponse::Complete(result))
         };
         loop {
@@ -260,6 +300,7 @@ impl ProxyServer {
                     };
                     complete(&mut result.result_type);
                     let Some(quote) = PaymentRequired::from_result(&result).transpose() else {
+                        self.collected(&call.tool, call.paid, call.price, call.row, &result, ctx);
                         return Ok(CallToolResponse::Complete(result));
                     };
                     let tool = &call.tool;
@@ -288,8 +329,19 @@ impl ProxyServer {
                                 return Err(Failure::Cancelled.into());
                             }
                             let paid = Paid { price_atoms, atoms };
-                            self.bridge.calls.paying(&call.journal, paid);
+                            self.bridge
+                                .policy
+                                .credit
+                                .quoted(&self.link.bot, tool, price_atoms);
                             let settings = self.bridge.settings();
+                            if call.slot.is_none() {
+                                // A call that comes to pay holds its bot like a priced one.
+                                match self.admit(&settings, ctx).await? {
+                                    Ok(slot) => call.slot = Some(slot),
+                                    Err(reason) => return refused(&reason, &call),
+                                }
+                            }
+                            self.bridge.calls.paying(&call.journal, paid);
                             if settings.mode == Mode::Approval && can_ask_approval(ctx, &settings) {
                                 match self
                                     .ask_by_input_required(call, &settings, paid, result, ctx)
@@ -311,15 +363,29 @@ impl ProxyServer {
                             tracing::warn!(bot = %self.link.bot, tool, %refusal, "quote refused");
                             let label = self.bridge.settings().bot_label(&self.link.bot);
                             let reason = format!("bot {label} tool {tool:?}: {refusal}");
-                            return refused(&reason, result);
+                            return refused(&reason, &call);
                         }
-                        Decision::Wait => (result, None),
+                        Decision::Wait => {
+                            if let Some(row) = call.row
+                                && call.repays < MAX_REPAYS
+                                && self.bridge.policy.credit_taken(row)
+                            {
+                                // Another call of this agent collected this call's credit
+                                // (the bot charged it first): this one pays again.
+                                call.repays += 1;
+                                call.paid = None;
+                                call.row = None;
+                                continue;
+                            }
+                            (result, None)
+                        }
                     }
                 }
             };
             match settled {
-                Some((Ok(()), paid)) => {
+                Some((Ok(row), paid)) => {
                     call.paid = Some(paid);
+                    call.row = Some(row);
                     let (spend, agent) = (&self.bridge.policy.spend, caller(ctx));
                     let (bot, tool) = (&self.link.bot, &call.tool);
                     self.bridge
@@ -329,13 +395,16 @@ impl ProxyServer {
                 }
                 Some((Err(reason), _)) => {
                     self.bridge.calls.unpaid(&call.journal);
-                    return refused(&reason, result);
+                    return refused(&reason, &call);
                 }
                 None => {}
             }
             // Paid, but the credit has not reached the bot yet.
             if call.polls >= config.poll_attempts {
-                return Ok(CallToolResponse::Complete(result));
+                drop(result);
+                return Ok(
+                    self.unanswered_after_paying(&call.tool, call.paid, call.row, call.polls, ctx)
+                );
             }
             call.polls += 1;
             tokio::select! {
@@ -354,7 +423,7 @@ impl ProxyServer {
         tool: &str,
         atoms: u64,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<(), Refusal>, ErrorData> {
+    ) -> Result<Result<i64, Refusal>, ErrorData> {
         let bot = &self.link.bot;
         let label = settings.bot_label(bot);
         let asked = (settings.mode == Mode::Approval)
@@ -372,10 +441,10 @@ impl ProxyServer {
     /// How a payment settled in the background ends, while the agent waits.
     async fn settled(
         &self,
-        outcome: &mut tokio::sync::oneshot::Receiver<Result<(), Refusal>>,
+        outcome: &mut tokio::sync::oneshot::Receiver<Result<i64, Refusal>>,
         atoms: u64,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<(), Refusal>, ErrorData> {
+    ) -> Result<Result<i64, Refusal>, ErrorData> {
         let label = self.bridge.settings().bot_label(&self.link.bot);
         Ok(tokio::select! {
             biased;

@@ -23,9 +23,20 @@ CREATE TABLE IF NOT EXISTS spend (
     unconfirmed INTEGER NOT NULL DEFAULT 0,
     tip_pos INTEGER NOT NULL DEFAULT 0,
     outcome INTEGER,
-    agent  TEXT    NOT NULL DEFAULT 'default'
+    agent  TEXT    NOT NULL DEFAULT 'default',
+    left_atoms INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
+CREATE TABLE IF NOT EXISTS credit_use (
+    id        INTEGER PRIMARY KEY,
+    ts        INTEGER NOT NULL,
+    bot       TEXT    NOT NULL,
+    tool      TEXT    NOT NULL,
+    agent     TEXT    NOT NULL,
+    atoms     INTEGER NOT NULL CHECK (atoms > 0),
+    credit_of TEXT
+);
+CREATE INDEX IF NOT EXISTS credit_use_ts ON credit_use (ts);
 CREATE TABLE IF NOT EXISTS tip_floor (
     id  INTEGER PRIMARY KEY CHECK (id = 1),
     pos INTEGER NOT NULL
@@ -34,15 +45,19 @@ CREATE TABLE IF NOT EXISTS tip_floor (
 
 /// Columns added after version 1, with their declarations: an older log gains them
 /// when opened. `agent` (version 4): the rows before it were the default agent's.
-const ADDED_COLUMNS: [(&str, &str); 4] = [
+/// `left_atoms` (version 5): the rows before it count as collected by their calls.
+const ADDED_COLUMNS: [(&str, &str); 5] = [
     ("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),
     ("tip_pos", "INTEGER NOT NULL DEFAULT 0"),
     ("outcome", "INTEGER"),
     ("agent", "TEXT NOT NULL DEFAULT 'default'"),
+    ("left_atoms", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The schema version written to `PRAGMA user_version`.
-const USER_VERSION: i32 = 4;
+/// Version 5 added `left_atoms` and the `credit_use` table (the credit module's
+/// records of calls answered from credit at a bot).
+const USER_VERSION: i32 = 5;
 
 /// How long an open waits for another connection's lock.
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -120,6 +135,47 @@ mod tests {
             "older rows are the default agent's"
         );
         assert_eq!(log.spent_today_by(UnixTime(200), "default").unwrap(), 7);
+    }
+
+    #[test]
+    fn a_version_4_log_gains_the_credit_records_its_payments_counted_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Connection::open(dir.path().join(SPEND_FILE)).unwrap();
+        old.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        old.pragma_update(None, "user_version", 4).unwrap();
+        old.execute_batch(
+            "CREATE TABLE spend (id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, \
+             bot TEXT NOT NULL, tool TEXT NOT NULL, rail TEXT NOT NULL, \
+             atoms INTEGER NOT NULL CHECK (atoms > 0), status TEXT NOT NULL \
+             CHECK (status IN ('pending', 'paid', 'failed')), err TEXT, \
+             unconfirmed INTEGER NOT NULL DEFAULT 0, tip_pos INTEGER NOT NULL DEFAULT 0, \
+             outcome INTEGER, agent TEXT NOT NULL DEFAULT 'default');
+             CREATE TABLE tip_floor (id INTEGER PRIMARY KEY CHECK (id = 1), pos INTEGER NOT NULL);
+             INSERT INTO spend (ts, bot, tool, rail, atoms, status, agent) \
+             VALUES (100, '0101010101010101010101010101010101010101010101010101010101010101', 't', 'tip', 7, 'paid', 'ci');",
+        )
+        .unwrap();
+        drop(old);
+        let log = SpendLog::open(dir.path(), UnixTime(200)).unwrap();
+        assert!(
+            log.uncollected(None).unwrap().is_empty(),
+            "collected before"
+        );
+        assert_eq!(log.spent_today_by(UnixTime(200), "ci").unwrap(), 7);
+        let bot = PeerId::from_bytes([1; 32]);
+        let id = log
+            .reserve_as(UnixTime(200), "ci", None, &bot, "t", 5, 100, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.left_of(id).unwrap(), 5);
+        let used = log.collect(UnixTime(200), &bot, "x", "t", None, 6).unwrap();
+        assert_eq!(used.others, vec![(Some("ci".to_owned()), 5), (None, 1)]);
+        let version: i32 = Connection::open(dir.path().join(SPEND_FILE))
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, USER_VERSION);
     }
 
     #[test]

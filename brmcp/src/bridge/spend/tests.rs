@@ -259,3 +259,104 @@ fn open_prunes_old_settled_rows_but_keeps_pending_ones() {
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].atoms, 2);
 }
+
+#[test]
+fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let pay = |agent: &str, atoms: u64| {
+        let id = log
+            .reserve_as(t0, agent, Some(10_000), &bot(1), "t", atoms, 100_000, 0)
+            .unwrap()
+            .unwrap();
+        assert!(log.settle(id, Ok(())).unwrap());
+        id
+    };
+    let a1 = pay("a", 100);
+    let a2 = pay("a", 100);
+    let b1 = pay("b", 100);
+    let failed = log
+        .reserve_as(t0, "a", None, &bot(1), "t", 100, 100_000, 0)
+        .unwrap()
+        .unwrap();
+    log.settle(failed, Err("no route")).unwrap();
+    assert_eq!(log.left_of(failed).unwrap(), 0, "a failed tip left nothing");
+    assert_eq!(log.uncollected(Some(&bot(1))).unwrap().len(), 3);
+
+    // a2's call collects its own payment, not the older a1.
+    let c = log.collect(t0, &bot(1), "a", "t", Some(a2), 100).unwrap();
+    assert_eq!(
+        c,
+        Collected {
+            own: 100,
+            others: vec![]
+        }
+    );
+    assert_eq!(
+        (log.left_of(a1).unwrap(), log.left_of(a2).unwrap()),
+        (100, 0)
+    );
+    // A call of a answered without paying takes a1; one more takes b's, then credit
+    // nobody paid: recorded, counted against a's own cap only.
+    let spent_a = log.spent_today_by(t0, "a").unwrap();
+    let spent = log.spent_today(t0).unwrap();
+    assert_eq!(
+        log.collect(t0, &bot(1), "a", "t", None, 100).unwrap().own,
+        100
+    );
+    let c = log.collect(t0, &bot(1), "a", "t", None, 150).unwrap();
+    assert_eq!(
+        c.others,
+        vec![(Some("b".to_owned()), 100), (None, 50)],
+        "{c:?}"
+    );
+    assert_eq!(log.left_of(b1).unwrap(), 0);
+    assert!(log.uncollected(None).unwrap().is_empty());
+    assert_eq!(log.spent_today_by(t0, "a").unwrap(), spent_a + 150);
+    assert_eq!(log.spent_today(t0).unwrap(), spent, "no new money left");
+    let uses = log.credit_uses().unwrap();
+    assert_eq!(uses.len(), 2);
+    assert_eq!(uses[0].credit_of.as_deref(), Some("b"));
+    assert_eq!(uses[1].credit_of, None);
+    // A day later the use no longer counts; past the history kept it is pruned.
+    assert_eq!(
+        log.spent_today_by(UnixTime(t0.0 + DAY_SECS + 1), "a")
+            .unwrap(),
+        0
+    );
+    drop(log);
+    let log = SpendLog::open(dir.path(), UnixTime(t0.0 + KEEP_SECS + 1)).unwrap();
+    assert!(log.credit_uses().unwrap().is_empty());
+}
+
+#[test]
+fn credit_survives_a_restart_and_a_late_outcome_settles_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let id = log
+        .reserve_as(t0, "a", None, &bot(2), "t", 40, 1000, 5)
+        .unwrap()
+        .unwrap();
+    log.unconfirm(id).unwrap();
+    drop(log);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let left = log.uncollected(None).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        (left[0].agent.as_str(), left[0].atoms, left[0].pending),
+        ("a", 40, true)
+    );
+    log.resolve_outcome(&TipOutcomeEvent {
+        id: 9,
+        bot: bot(2),
+        atoms: 40,
+        outcome: Err("no route"),
+    })
+    .unwrap();
+    assert!(
+        log.uncollected(None).unwrap().is_empty(),
+        "failed: no credit"
+    );
+}

@@ -1,0 +1,388 @@
+//! Credit goes to the call that paid for it: the bridge's rules for the one balance a
+//! bot keeps for the bridge's identity, which all its agents share.
+//!
+//! A bot (the Go harness, and ours) charges a call from the caller's balance when it
+//! suffices, whichever call put the credit there. The bridge therefore holds its own
+//! calls back so that an agent's caps and approvals bound everything it gets:
+//!
+//! 1. **The agent may pay it, or it is not sent.** A call of a tool the bot lists with
+//!    a price ([`ToolPrice::Fixed`], or at least one atom for [`ToolPrice::Dynamic`])
+//!    is sent only if its agent could pay that price now: the per-call caps (the
+//!    global one and the agent's), the agent's bots, and room under both daily caps
+//!    ([`Policy::may_pay`]). Otherwise the bridge answers at once, naming the agent and
+//!    the cap; nothing reaches the bot, so nothing is charged from credit.
+//! 2. **One agent at a time per bot.** A priced call holds a [`Slot`] of its bot from
+//!    its first send to its end (also while it is held for the agent's retry), and a
+//!    call that comes to pay takes one if it had none. Another agent's call is not
+//!    sent while a bot has priced calls of an agent under way, or holds credit an
+//!    agent paid and has not collected ([`SpendLog::uncollected`]): it waits for them
+//!    up to the configured `credit_wait`, then ends with an error saying whose
+//!    calls or credit it waited for. The paying agent's own calls go on: its next
+//!    call collects its credit first. Calls of one agent share the credit its
+//!    payments put there (see 4). A call waiting for its approval holds its bot
+//!    too: simpler than tracking the moments a call can take credit, at the cost
+//!    that another agent's priced calls to that bot wait meanwhile.
+//! 3. **How long credit stays its agent's.** In approval mode, for
+//!    [`APPROVED_CREDIT_HOLD_SECS`] after the payment: within it, a call is never
+//!    charged from credit the user did not approve for its agent (the user approved
+//!    that amount for that agent at that bot, so its next call there may use it).
+//!    In autopay mode, for [`CREDIT_HOLD_SECS`] (the call key's replay window). Past
+//!    its hold, credit holds no one back (a bot that never honoured it, or a call
+//!    whose answer the bridge never saw, cannot stop other agents for good): another
+//!    agent's call may be sent, and if it is answered from that credit the use is
+//!    recorded against its own daily cap ([`CreditUse`](super::spend::CreditUse)),
+//!    as a payment would be.
+//!    Credit of an agent removed from the settings holds no one back: it can no
+//!    longer collect it.
+//!    Credit the bridge never paid (a tip sent by hand) is the user's own doing; a
+//!    call answered from it is recorded the same way.
+//! 4. **Who collects what.** A priced call answered (not an error, which the bot
+//!    refunds) collects its price: a paid call from its own payment first, a call
+//!    answered without paying from its agent's uncollected payments
+//!    ([`SpendLog::collect`]). A paid call refused `payment_required` again waits for
+//!    its credit while its payment is still uncollected (a tip on its way); once a
+//!    call of the same agent collected it, it pays again, within the caps and
+//!    approval as any payment, at most [`MAX_REPAYS`] times. A call that still is
+//!    not answered ends with an error saying what was paid and that the credit stays
+//!    with the bot as its agent's; never with the bot's raw `payment_required` body.
+//!
+//! A dynamically priced call answered without a quote was charged an amount the bridge
+//! is not told: it collects the price the bot last quoted for that tool, if any (a
+//! guess: too much makes a sibling pay again, leaving credit its agent's next call
+//! collects; too little leaves a paying call waiting until it ends with the error
+//! above), and is bounded by rule 2 to credit of its own agent (or none the bridge
+//! paid).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use brmcp_adapters::PeerId;
+use brmcp_adapters::protocol::ToolPrice;
+
+use super::policy::{Policy, Refusal};
+use super::settings::{Caller, DEFAULT_AGENT, Mode, Settings};
+use super::spend::{SpendError, SpendLog};
+
+/// How long, in autopay mode, uncollected credit stays its paying agent's alone: 30
+/// minutes, the call key's replay window, within which its call may come back for it.
+pub const CREDIT_HOLD_SECS: i64 = 30 * 60;
+
+/// How long, in approval mode, uncollected credit stays its paying agent's alone: a
+/// day, the daily cap's window: the user approved it for that agent, and another
+/// agent is not charged from it while its agent may still come for it.
+pub const APPROVED_CREDIT_HOLD_SECS: i64 = super::spend::DAY_SECS;
+
+/// Default wait of a priced call for another agent's calls or credit at its bot: 30 s,
+/// longer than one paid call takes (its tip, its reissue) on a live network.
+pub const DEFAULT_CREDIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Payments of one call beyond its first, each made only after another call of its
+/// agent collected the credit the previous one put there: 2. Enough for a burst of
+/// the agent's own calls; a bot that keeps asking is not paid without end.
+pub const MAX_REPAYS: u32 = 2;
+
+/// Dynamic prices remembered (per bot and tool) before the memory starts over: 4096,
+/// far more than the tools an agent calls; a bot cannot make it grow without end.
+const MAX_QUOTES: usize = 4096;
+
+/// How often a waiting call looks again at credit that may have expired.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The priced calls under way at each bot, per agent.
+#[derive(Debug, Default)]
+pub(crate) struct CreditBook {
+    bots: Mutex<HashMap<PeerId, HashMap<String, usize>>>,
+    changed: tokio::sync::Notify,
+    /// The price each bot last quoted for each tool.
+    quotes: Mutex<HashMap<(PeerId, String), u64>>,
+}
+
+impl CreditBook {
+    fn bots(&self) -> MutexGuard<'_, HashMap<PeerId, HashMap<String, usize>>> {
+        self.bots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn quotes(&self) -> MutexGuard<'_, HashMap<(PeerId, String), u64>> {
+        self.quotes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers the price `bot` quoted for `tool`.
+    pub(crate) fn quoted(&self, bot: &PeerId, tool: &str, price_atoms: u64) {
+        let mut quotes = self.quotes();
+        if quotes.len() >= MAX_QUOTES {
+            quotes.clear();
+        }
+        quotes.insert((*bot, tool.to_owned()), price_atoms);
+    }
+
+    /// The price `bot` last quoted for `tool`.
+    pub(crate) fn last_quote(&self, bot: &PeerId, tool: &str) -> Option<u64> {
+        self.quotes().get(&(*bot, tool.to_owned())).copied()
+    }
+}
+
+/// A priced call's place at its bot (rule 2): released when dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    book: Arc<CreditBook>,
+    bot: PeerId,
+    agent: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut bots = self.book.bots();
+        if let Some(agents) = bots.get_mut(&self.bot) {
+            if let Some(n) = agents.get_mut(&self.agent) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    agents.remove(&self.agent);
+                }
+            }
+            if agents.is_empty() {
+                bots.remove(&self.bot);
+            }
+        }
+        drop(bots);
+        self.book.changed.notify_waiters();
+    }
+}
+
+/// What keeps an agent's priced call from its bot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Blocker {
+    /// Another agent's priced calls are under way there.
+    Calls {
+        /// That agent.
+        agent: String,
+    },
+    /// The bot holds credit another agent paid and has not collected.
+    Credit {
+        /// That agent.
+        agent: String,
+        /// Its uncollected atoms there.
+        atoms: u64,
+    },
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Calls { agent } => {
+                write!(f, "agent {agent:?} has paid calls under way at this bot")
+            }
+            Self::Credit { agent, atoms } => write!(
+                f,
+                "the bot holds {atoms} atoms agent {agent:?} paid and has not collected yet \
+                 (its next call to this bot collects them)"
+            ),
+        }
+    }
+}
+
+/// Rule 2, without I/O: the first agent other than `agent` with priced calls under way
+/// (`in_flight`) or uncollected credit (`credit`, per agent) at the bot.
+pub(crate) fn blocker(
+    agent: &str,
+    in_flight: Option<&HashMap<String, usize>>,
+    credit: &[(String, u64)],
+) -> Option<Blocker> {
+    if let Some(other) = in_flight
+        .into_iter()
+        .flatten()
+        .find(|(a, n)| a.as_str() != agent && **n > 0)
+    {
+        return Some(Blocker::Calls {
+            agent: other.0.clone(),
+        });
+    }
+    credit
+        .iter()
+        .find(|(a, n)| a != agent && *n > 0)
+        .map(|(a, n)| Blocker::Credit {
+            agent: a.clone(),
+            atoms: *n,
+        })
+}
+
+/// Rule 3: the age past which uncollected credit no longer holds other agents back,
+/// in `mode`.
+pub(crate) const fn hold_secs(mode: Mode) -> i64 {
+    match mode {
+        Mode::Approval => APPROVED_CREDIT_HOLD_SECS,
+        Mode::Autopay => CREDIT_HOLD_SECS,
+    }
+}
+
+/// The smallest amount a call of a tool listed at `price` can cost: what rule 1
+/// checks; `None` for a tool the bot does not sell.
+pub(crate) const fn least_price(price: Option<ToolPrice>) -> Option<u64> {
+    match price {
+        Some(ToolPrice::Fixed(n)) if n > 0 => Some(n),
+        Some(ToolPrice::Dynamic) => Some(1),
+        _ => None,
+    }
+}
+
+/// Uncollected credit at `bot` per agent, within its hold (by `settings`' mode) at
+/// `now`. An agent removed from `settings` can collect nothing: its credit holds no
+/// one back.
+fn credit_at(
+    spend: &SpendLog,
+    settings: &Settings,
+    bot: &PeerId,
+    now: i64,
+) -> Result<Vec<(String, u64)>, SpendError> {
+    let hold = hold_secs(settings.mode);
+    let mut per_agent: Vec<(String, u64)> = Vec::new();
+    for row in spend.uncollected(Some(bot))? {
+        let expired = row.ts <= now.saturating_sub(hold);
+        let removed = row.agent != DEFAULT_AGENT && settings.agent(&row.agent).is_none();
+        if expired || removed {
+            continue;
+        }
+        match per_agent.iter_mut().find(|(a, _)| *a == row.agent) {
+            Some((_, n)) => *n = n.saturating_add(row.atoms),
+            None => per_agent.push((row.agent, row.atoms)),
+        }
+    }
+    Ok(per_agent)
+}
+
+impl Policy {
+    /// Rule 1: whether `caller` could pay `atoms` to `bot` now, by the caps and its
+    /// bots (not the approval, which is asked when the bot asks for payment).
+    pub(crate) fn may_pay(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        bot: &PeerId,
+        atoms: u64,
+    ) -> Result<(), Refusal> {
+        self.caps(settings, caller, bot, atoms)
+            .and_then(|agent_cap| self.first_look(settings, caller, agent_cap, atoms))
+            .map(|_| ())
+    }
+
+    /// Rule 2: a slot at `bot` for `agent`'s priced call, once no other agent's calls
+    /// or credit are there, waiting up to `wait`; the refusal says what it waited for.
+    pub(crate) async fn admit(
+        &self,
+        settings: &Settings,
+        bot: &PeerId,
+        agent: &str,
+        wait: Duration,
+    ) -> Result<Slot, Refusal> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let changed = self.credit.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let credit = credit_at(&self.spend, settings, bot, self.clock.now().0)
+                .map_err(|e| e.to_string())?;
+            let blocked = {
+                let mut bots = self.credit.bots();
+                match blocker(agent, bots.get(bot), &credit) {
+                    Some(blocker) => blocker,
+                    None => {
+                        *bots
+                            .entry(*bot)
+                            .or_default()
+                            .entry(agent.to_owned())
+                            .or_default() += 1;
+                        return Ok(Slot {
+                            book: self.credit.clone(),
+                            bot: *bot,
+                            agent: agent.to_owned(),
+                        });
+                    }
+                }
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                tracing::info!(%bot, agent, %blocked, "priced call held back");
+                return Err(format!(
+                    "agent {agent:?} waited {}s for this bot: {blocked}; try again later",
+                    wait.as_secs()
+                ));
+            }
+            let pause = RECHECK.min(deadline - now);
+            let _ = tokio::time::timeout(pause, changed).await;
+        }
+    }
+
+    /// Rule 4: `agent`'s call of `tool` at `bot` was answered and charged `atoms`
+    /// from the credit there, its own payment `own` first. Logged, never failing the
+    /// call: the answer is the agent's whatever the log says.
+    pub(crate) fn collect(
+        &self,
+        bot: &PeerId,
+        agent: &str,
+        tool: &str,
+        own: Option<i64>,
+        atoms: u64,
+    ) {
+        match self
+            .spend
+            .collect(self.clock.now(), bot, agent, tool, own, atoms)
+        {
+            Ok(collected) => {
+                for (whose, atoms) in &collected.others {
+                    let whose = whose.as_deref().unwrap_or("(not paid by this bridge)");
+                    tracing::info!(%bot, tool, agent, atoms, credit_of = whose, "call answered from credit not its agent's");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%bot, tool, agent, error = %e, "credit not recorded as collected")
+            }
+        }
+    }
+
+    /// Rule 4: whether payment `row`'s credit was collected by another call of its
+    /// agent (so its own call, refused again, pays again).
+    pub(crate) fn credit_taken(&self, row: i64) -> bool {
+        match self.spend.left_of(row) {
+            Ok(left) => left == 0,
+            Err(e) => {
+                tracing::warn!(row, error = %e, "spend log not read");
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_agents_calls_or_credit_hold_a_call_back_and_its_own_do_not() {
+        let mut in_flight = HashMap::new();
+        in_flight.insert("a".to_owned(), 2);
+        assert_eq!(blocker("a", Some(&in_flight), &[("a".into(), 5)]), None);
+        assert_eq!(
+            blocker("b", Some(&in_flight), &[]),
+            Some(Blocker::Calls { agent: "a".into() })
+        );
+        assert_eq!(
+            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)]),
+            Some(Blocker::Credit {
+                agent: "a".into(),
+                atoms: 7
+            })
+        );
+        in_flight.insert("a".to_owned(), 0);
+        assert_eq!(blocker("b", Some(&in_flight), &[("a".into(), 0)]), None);
+    }
+
+    #[test]
+    fn only_sold_tools_are_checked_and_held() {
+        assert_eq!(least_price(Some(ToolPrice::Fixed(100))), Some(100));
+        assert_eq!(least_price(Some(ToolPrice::Dynamic)), Some(1));
+        assert_eq!(least_price(Some(ToolPrice::Free)), None);
+        assert_eq!(least_price(None), None);
+        assert_eq!(hold_secs(Mode::Approval), APPROVED_CREDIT_HOLD_SECS);
+        assert_eq!(hold_secs(Mode::Autopay), CREDIT_HOLD_SECS);
+    }
+}
