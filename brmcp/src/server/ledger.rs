@@ -46,6 +46,7 @@ mod operator;
 mod records;
 mod retention;
 mod totals;
+mod waiting;
 pub use error::LedgerError;
 pub use records::{
     AuditAction, AuditEntry, Balance, CallState, JournalEntry, Opened, PrunedCalls, TipRecord,
@@ -54,6 +55,7 @@ use retention::WAL_SIZE_LIMIT;
 pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
 use retention::{prune_journal, reclaim, release_expired};
 pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
+pub use waiting::{MAX_WAITING_PER_CALLER, RESERVATION_WAIT_SECS};
 
 /// The ledger's file name inside the data directory.
 pub const FILE_NAME: &str = "brmcp.sqlite";
@@ -62,7 +64,7 @@ pub const FILE_NAME: &str = "brmcp.sqlite";
 pub const LOCK_FILE_NAME: &str = "brmcp.sqlite.lock";
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// `PRAGMA application_id` of a brmcp ledger: "brmc" in ASCII. Tells our file apart
 /// from any other SQLite database, whatever its tables.
@@ -145,15 +147,33 @@ impl Ledger {
             return Ok(answer);
         }
 
-        let balance = balance(&tx, &caller)?;
-        let Some(left) = balance.checked_sub(price_matoms) else {
+        // What this call may spend: the balance less every reservation, plus the one
+        // a tip made for this very call.
+        let reserved_here = match request.keyed {
+            Some(keyed) => waiting::find(&tx, &caller, request.tool, keyed)?
+                .filter(|w| w.same_call)
+                .map_or(0, |w| w.reserved_matoms),
+            None => 0,
+        };
+        let available = waiting::spendable(&tx, &caller)?.saturating_add(reserved_here);
+        if available < price_matoms {
+            if let Some(keyed) = request.keyed {
+                waiting::wait(&tx, &caller, request.tool, keyed, request.price_atoms, now)?;
+            }
             tx.commit()?;
             return Ok(Charge::Insufficient(Shortfall::new(
                 request.price_atoms,
-                balance,
+                available,
             )));
-        };
+        }
+        if let Some(keyed) = request.keyed {
+            // Its reservation is spent with this debit (any rest is unreserved).
+            waiting::remove(&tx, &caller, keyed.key.as_str())?;
+        }
         if price_matoms > 0 {
+            let left = balance(&tx, &caller)?
+                .checked_sub(price_matoms)
+                .ok_or(LedgerError::AmountOutOfRange)?;
             set_balance(&tx, &caller, left)?;
         }
         let (session, request_id) = notices::origin_to_sql(origin);
@@ -312,6 +332,10 @@ impl Ledger {
         )?;
         if allowed {
             add_balance(&tx, &caller, tip.matoms)?;
+            // The credit goes to the calls refused for payment that wait for it, in the
+            // tip's transaction: no crash leaves it credited and not reserved.
+            waiting::expire(&tx, now)?;
+            waiting::reserve(&tx, &caller, now)?;
         }
         tx.commit()?;
         Ok(if allowed {
@@ -327,6 +351,22 @@ impl Ledger {
     /// As [`Billing::balance_matoms`].
     pub fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError> {
         balance(&self.conn(), &caller.to_string())
+    }
+
+    /// [`Billing::reserved_matoms`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::reserved_matoms`].
+    pub fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, LedgerError> {
+        let conn = self.conn();
+        let caller = caller.to_string();
+        let live: i64 = conn.query_row(
+            "SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting \
+             WHERE caller = ?1 AND expires_at > ?2",
+            params![caller, now.secs()],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(live).unwrap_or(0))
     }
 }
 
@@ -387,6 +427,10 @@ impl Billing for Ledger {
 
     fn balance_matoms(&self, caller: &PeerId) -> Result<u64, BillingError> {
         Ok(Self::balance_matoms(self, caller)?)
+    }
+
+    fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, BillingError> {
+        Ok(Self::reserved_matoms(self, caller, now)?)
     }
 }
 

@@ -80,7 +80,11 @@ fn ledger_commands_credit_list_and_refuse_bad_input() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("CALLER{}  BALANCE (ATOMS)\n{UID}  5.000\n", " ".repeat(58))
+        format!(
+            "CALLER{}  BALANCE (ATOMS)  RESERVED (ATOMS)\n{UID}  5.000{}  0.000\n",
+            " ".repeat(58),
+            " ".repeat(10)
+        )
     );
     let out = brmcp(&["serve", "--datadir", data, "journal"]);
     assert!(out.status.success(), "{}", text(&out));
