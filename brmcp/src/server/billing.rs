@@ -201,6 +201,20 @@ pub trait Billing: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Give a charged call's price back because the harness stops it (a graceful
+    /// stop), and keep its caller to be told like a call refunded at open: listed by
+    /// [`interrupted`](Self::interrupted) until [`told`](Self::told). The refund and
+    /// the mark commit together. The key is released, so the caller's retry runs
+    /// afresh. The default refunds with reason [`INTERRUPTED`](super::INTERRUPTED) and
+    /// keeps no mark (a store that keeps no origins tells nobody later).
+    ///
+    /// # Errors
+    ///
+    /// As [`refund`](Self::refund).
+    fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), BillingError> {
+        self.refund(call, super::ledger::INTERRUPTED, None, now)
+    }
+
     /// The caller of an [`interrupted`](Self::interrupted) call was told (or will not
     /// be): it is not listed again.
     ///

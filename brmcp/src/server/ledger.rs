@@ -289,6 +289,21 @@ impl Ledger {
         Ok(())
     }
 
+    /// [`Billing::interrupt`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::interrupt`].
+    pub fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), LedgerError> {
+        self.owner()?;
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found = lookup_pending(&tx, call)?;
+        refund_pending(&tx, &found, INTERRUPTED, None, now)?;
+        notices::mark(&tx, call)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// [`Billing::record_tip`], failing with the ledger's own [`LedgerError`].
     ///
     /// # Errors
@@ -390,6 +405,10 @@ impl Billing for Ledger {
 
     fn told(&self, call: CallId) -> Result<(), BillingError> {
         Ok(Self::told(self, call)?)
+    }
+
+    fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), BillingError> {
+        Ok(Self::interrupt(self, call, now)?)
     }
 
     fn held(

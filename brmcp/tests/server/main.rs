@@ -13,6 +13,7 @@ mod directory;
 mod duplicate_waits;
 mod dynamic_price;
 mod dynamic_tools;
+mod graceful_stop;
 mod interrupted;
 mod key_conflict;
 mod ledger_call_key;

@@ -285,6 +285,7 @@ impl HarnessBuilder {
                 catalog: self.catalog,
                 listeners: Arc::default(),
                 in_flight: InFlight::new(),
+                running: super::stop::RunningCalls::default(),
                 clock: self.clock,
                 chat_hook: self.chat_hook,
                 auto_reply: throttle,
