@@ -38,6 +38,7 @@ mod milliatoms;
 mod paid_tool_gate;
 mod parked;
 mod rate_limit;
+mod refused_told;
 mod replay_restart;
 mod reservations;
 mod restart_refund;
