@@ -11,7 +11,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use tokio::sync::oneshot;
 
-use super::stop::{Running, STOPPING};
+use super::stop::{Running, STOPPING, Stop};
 use super::{Counters, HarnessError, Shared, fit};
 use crate::server::billing::{CallId, CallRequest, Charge, Keyed, Origin};
 use crate::server::call_key::{ArgsHash, CallKey};
@@ -31,23 +31,23 @@ const ANSWER_UNSENDABLE: &str = "answer does not serialize";
 impl Shared {
     /// One `tools/call` after lookup and argument decoding: steps 3 to 9.
     ///
-    /// `None` when a graceful stop took the call: its caller is answered by the stop.
+    /// [`Stop`] when a graceful stop took the call, or refused it as it began.
     pub(super) async fn call(
         self: Arc<Self>,
         call: Call,
         prepared: Box<dyn PreparedCall>,
         request: RequestContext<RoleServer>,
-    ) -> Option<CallToolResult> {
+    ) -> Result<CallToolResult, Stop> {
         let owner = match &call.keyed {
             None => None,
             Some((key, args)) => match self.in_flight.claim(call.caller, key, &call.tool, *args) {
                 Claim::Conflict(conflict) => {
                     Counters::bump(&self.counters.key_conflicts);
-                    return Some(refusal(conflict.to_string()));
+                    return Ok(refusal(conflict.to_string()));
                 }
                 Claim::Wait(waiter) => {
                     Counters::bump(&self.counters.waited);
-                    return Some(waiter.answer().await.unwrap_or_else(|| {
+                    return Ok(waiter.answer().await.unwrap_or_else(|| {
                         refusal("the original call with this key failed; retry")
                     }));
                 }
@@ -59,7 +59,7 @@ impl Shared {
         let task = tokio::spawn(async move {
             let answer = self.run(call, prepared, request).await;
             if let Some(owner) = owner
-                && let Some(answer) = &answer
+                && let Ok(answer) = &answer
             {
                 owner.finish(answer.clone());
             }
@@ -67,7 +67,7 @@ impl Shared {
         });
         task.await.unwrap_or_else(|e| {
             tracing::error!(error = %e, "tool call task failed");
-            Some(refusal("internal error"))
+            Ok(refusal("internal error"))
         })
     }
 
@@ -77,7 +77,7 @@ impl Shared {
         call: Call,
         prepared: Box<dyn PreparedCall>,
         request: RequestContext<RoleServer>,
-    ) -> Option<CallToolResult> {
+    ) -> Result<CallToolResult, Stop> {
         let Call {
             caller,
             tool,
@@ -92,8 +92,8 @@ impl Shared {
                 .await;
             match held {
                 Ok(None) => {}
-                Ok(Some(answer)) => return Some(self.answer(answer, &tool)),
-                Err(e) => return Some(store_failure(&e)),
+                Ok(Some(answer)) => return Ok(self.answer(answer, &tool)),
+                Err(e) => return Ok(store_failure(&e)),
             }
         }
         let call_ref = match &keyed {
@@ -105,7 +105,7 @@ impl Shared {
             .take_for(&caller, &call_ref, self.clock.since_epoch())
         else {
             Counters::bump(&self.counters.rate_limited);
-            return Some(refusal(RATE_LIMITED));
+            return Ok(refusal(RATE_LIMITED));
         };
         // The rate counts runs: a call refused from here on hands its ticket back, or
         // (refused for payment) keeps it for its reissue.
@@ -118,14 +118,14 @@ impl Shared {
             Ok(price) => price,
             Err(message) => {
                 give_back(ticket);
-                return Some(refusal(message));
+                return Ok(refusal(message));
             }
         };
         let charged = if price_atoms == 0 && keyed.is_none() {
             None
         } else if self.running.stopping() {
             give_back(ticket);
-            return Some(refusal(STOPPING));
+            return Err(Stop::Refused);
         } else {
             let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.now());
             let (sid, request_id) = origin;
@@ -149,15 +149,15 @@ impl Shared {
                 Ok(answer @ Charge::Insufficient(_)) => {
                     let now = self.clock.since_epoch();
                     self.limiter.reserve(&caller, call_ref.clone(), ticket, now);
-                    return Some(self.answer(answer, &tool));
+                    return Ok(self.answer(answer, &tool));
                 }
                 Ok(answer) => {
                     give_back(ticket);
-                    return Some(self.answer(answer, &tool));
+                    return Ok(self.answer(answer, &tool));
                 }
                 Err(e) => {
                     give_back(ticket);
-                    return Some(store_failure(&e));
+                    return Ok(store_failure(&e));
                 }
             }
         };
@@ -174,10 +174,15 @@ impl Shared {
                 stop: stop_tx,
             };
             if !self.running.start(id, running) {
-                let refused = refusal(STOPPING);
-                let json = serde_json::to_string(&refused).ok();
-                self.finish(id, json, Some(STOPPING.to_owned())).await;
-                return Some(refused);
+                // No outcome kept: the key is released, so the retry runs afresh.
+                let now = self.clock.now();
+                let refunded = self
+                    .blocking(move |b| b.refund(id, STOPPING, None, now))
+                    .await;
+                if let Err(e) = refunded {
+                    tracing::error!(call = %id, error = %e, "call refused at the stop not refunded; refunded at the next start");
+                }
+                return Err(Stop::Refused);
             }
         }
         let context = CallContext {
@@ -202,7 +207,7 @@ impl Shared {
         let Some(joined) = joined.filter(|_| !stopped) else {
             // The stop owns the call's end: it refunds it and answers its caller.
             abort.abort();
-            return None;
+            return Err(Stop::Answered);
         };
         let (result, refund_reason) = match joined {
             Ok(Ok(result)) => (result, None),
@@ -219,7 +224,7 @@ impl Shared {
         if let Some(id) = charged {
             self.finish(id, outcome, refund_reason).await;
         }
-        Some(result)
+        Ok(result)
     }
 
     /// A handler's failure: its message as the answer, and the refund reason.

@@ -13,7 +13,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 
 use super::call::{Call, refusal};
-use super::stop::STOPPED_NOTICE;
+use super::stop::{STOPPED_NOTICE, STOPPING, Stop};
 use super::{Counters, Shared};
 use crate::server::call_key::{ArgsHash, CALL_KEY_META, CallKey};
 use crate::server::catalog::Catalog;
@@ -183,11 +183,17 @@ impl ServerHandler for Session {
         };
         let name = call.tool.clone();
         let cancelled = context.ct.clone();
-        let Some(result) = shared.call(call, prepared, context).await else {
-            // A graceful stop took the call and answers it on the session itself; this
-            // request sends nothing more, and ends with the session.
-            cancelled.cancelled().await;
-            return Err(ErrorData::new(CALL_INTERRUPTED, STOPPED_NOTICE, None));
+        let result = match shared.call(call, prepared, context).await {
+            Ok(result) => result,
+            Err(Stop::Refused) => {
+                return Err(ErrorData::new(CALL_INTERRUPTED, STOPPING, None));
+            }
+            Err(Stop::Answered) => {
+                // A graceful stop took the call and answers it on the session itself;
+                // this request sends nothing more, and ends with the session.
+                cancelled.cancelled().await;
+                return Err(ErrorData::new(CALL_INTERRUPTED, STOPPED_NOTICE, None));
+            }
         };
         crate::server::call_log::log_call(
             &self.caller,

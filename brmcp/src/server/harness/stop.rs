@@ -31,8 +31,19 @@ use crate::server::billing::CallId;
 pub const STOPPED_NOTICE: &str =
     "call interrupted by a stop of the bot; refunded; retry with the same call key";
 
-/// The refusal of a call that would start while the harness stops (nothing charged).
+/// The message of the `CALL_INTERRUPTED` answer to a call that would start while the
+/// harness stops (nothing charged).
 pub const STOPPING: &str = "the bot is stopping; nothing was charged; retry shortly";
+
+/// Why a call has no answer of its own: a graceful stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// The stop took the running call and answers its caller itself.
+    Answered,
+    /// The call came as the harness stopped; nothing was charged: answer it
+    /// `CALL_INTERRUPTED` with [`STOPPING`], so its client retries it.
+    Refused,
+}
 
 /// One charged call whose handler runs.
 pub(super) struct Running {
