@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::protocol::NOT_ALLOWED;
-use brmcp::adapters::{NOT_ALLOWED_MESSAGE, RouterConfig};
+use brmcp::adapters::{NOT_ALLOWED_MESSAGE, Router, RouterConfig};
 use brmcp::server::{Harness, ServeConfig};
 use rmcp::ServiceExt;
 
@@ -32,6 +32,11 @@ fn harness(dir: &std::path::Path, config: &str) -> Harness {
 /// error's JSON-RPC code and message (`None` when it timed out unanswered).
 async fn dial(fabric: &Fabric, who: u32, wait: Duration) -> Result<(), Option<(i32, String)>> {
     let router = fabric.router(uid(who), RouterConfig::client());
+    dial_on(&router, wait).await
+}
+
+/// [`dial`] through `router` (one identity's router, which may dial many sessions).
+async fn dial_on(router: &Router, wait: Duration) -> Result<(), Option<(i32, String)>> {
     let transport = router.dial(uid(SERVER)).unwrap();
     match tokio::time::timeout(wait, ().serve(transport)).await {
         Err(_) => Err(None),
@@ -96,10 +101,13 @@ async fn a_refused_peers_flood_gets_one_reply_per_interval() {
     let fabric = Fabric::new(43);
     let _router = start(&fabric, &harness);
     const DIALS: usize = 40;
+    // One router for Mallory (the fabric delivers to an identity's latest router), a
+    // session per request.
+    let mallory = fabric.router(uid(MALLORY), RouterConfig::client());
     let dials: Vec<_> = (0..DIALS)
         .map(|_| {
-            let fabric = fabric.clone();
-            tokio::spawn(async move { dial(&fabric, MALLORY, Duration::from_secs(3)).await })
+            let mallory = mallory.clone();
+            tokio::spawn(async move { dial_on(&mallory, Duration::from_secs(3)).await })
         })
         .collect();
     let mut told = 0;
