@@ -425,7 +425,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "config brmcp.json: allowed_uid: unknown key \
-             (known: allowed_uids, calls_per_minute, directory, upstreams)"
+             (known: allowed_uids, calls_per_minute, directory, tell_refused, upstreams)"
         );
         // Refused whatever its value, null included, and beside every known key.
         let uid = "ab".repeat(32);
