@@ -149,13 +149,26 @@ impl Ledger {
 
         // What this call may spend: the balance less every reservation, plus the one
         // a tip made for this very call.
-        let reserved_here = match request.keyed {
-            Some(keyed) => waiting::find(&tx, &caller, request.tool, keyed)?
-                .filter(|w| w.same_call)
-                .map_or(0, |w| w.reserved_matoms),
-            None => 0,
+        let waiting_call = match request.keyed {
+            Some(keyed) => {
+                waiting::find(&tx, &caller, request.tool, keyed)?.filter(|w| w.same_call)
+            }
+            None => None,
         };
-        let available = waiting::spendable(&tx, &caller)?.saturating_add(reserved_here);
+        let reserved_here = waiting_call.as_ref().map_or(0, |w| w.reserved_matoms);
+        let mut available = waiting::spendable(&tx, &caller)?.saturating_add(reserved_here);
+        if available < price_matoms
+            && let (Some(keyed), Some(w)) = (request.keyed, &waiting_call)
+            && let Some(freed) = waiting::take_over(
+                &tx,
+                &caller,
+                keyed.key.as_str(),
+                price_matoms - available,
+                w.refused_seq,
+            )?
+        {
+            available = available.saturating_add(freed);
+        }
         if available < price_matoms {
             if let Some(keyed) = request.keyed {
                 waiting::wait(&tx, &caller, request.tool, keyed, request.price_atoms, now)?;

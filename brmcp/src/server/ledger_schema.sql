@@ -82,6 +82,9 @@ CREATE TABLE waiting (
     refused_at INTEGER NOT NULL,
     reserved_matoms INTEGER NOT NULL DEFAULT 0 CHECK (reserved_matoms >= 0),
     expires_at INTEGER NOT NULL,
+    -- The caller's event order: its latest refusal, and the tip that reserved for it.
+    refused_seq INTEGER NOT NULL DEFAULT 0,
+    reserved_seq INTEGER NOT NULL DEFAULT 0,
     UNIQUE (caller, call_key)
 ) STRICT;
 

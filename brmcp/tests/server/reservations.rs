@@ -1,7 +1,8 @@
 //! Credit goes to the call that paid for it: a tip is reserved for the caller's keyed
 //! calls refused `payment_required` that still wait, oldest first; no other call of the
-//! caller spends it, the reserved call's retry is charged from it, across a SIGKILL
-//! between the tip's credit and the retry too, and money is conserved.
+//! caller spends it (a call refused again after the reservation, whose own tip went to a
+//! call never paid for, takes it over), the reserved call's retry is charged from it,
+//! across a SIGKILL between the tip's credit and the retry too, and money is conserved.
 
 use std::sync::Arc;
 
@@ -76,6 +77,32 @@ async fn a_tip_pays_the_waiting_call_it_was_for_not_the_next_call() {
 
     // Money: two tips, two completed calls, nothing left.
     assert_eq!(completed_atoms(&env.harness), 2 * PRICE);
+    assert_eq!(balance(&env.harness, ALICE).await, 0);
+}
+
+#[tokio::test]
+async fn a_paid_call_whose_tip_went_to_an_unpaid_call_is_served_on_its_next_retry() {
+    let probe = Arc::new(Probe::default());
+    let (builder, _clock, dir) = builder();
+    let env = env(builder.tool(fortune(&probe, PRICE)), _clock, dir);
+    let alice = client(&env.fabric, ALICE).await;
+    for key in [KEY_A, KEY_B] {
+        let refused = call(&alice, "fortune", json!({}), Some(key)).await;
+        assert!(shortfall(&refused).is_some(), "{}", text(&refused));
+    }
+    // The bridge pays for B only (A was over a cap): the tip is reserved for A, the
+    // oldest. B's first retry, right after the tip, is refused: A may still come.
+    tip(&env.harness, 1, ALICE, PRICE * MATOMS_PER_ATOM).await;
+    let b = call(&alice, "fortune", json!({}), Some(KEY_B)).await;
+    assert!(shortfall(&b).is_some(), "{}", text(&b));
+    // A did not come back within B's retry round: B takes the credit over and runs.
+    let b = call(&alice, "fortune", json!({}), Some(KEY_B)).await;
+    assert!(!is_error(&b), "{}", text(&b));
+    // A, never paid for, finds nothing; and nothing was run or charged twice.
+    let a = call(&alice, "fortune", json!({}), Some(KEY_A)).await;
+    assert!(shortfall(&a).is_some(), "{}", text(&a));
+    assert_eq!(probe.runs(), 1);
+    assert_eq!(completed_atoms(&env.harness), PRICE);
     assert_eq!(balance(&env.harness, ALICE).await, 0);
 }
 

@@ -9,6 +9,15 @@
 //! call's retry under its key is charged from its reservation (and the unreserved rest,
 //! should its price have grown), and its row goes.
 //!
+//! Tips carry no call id, so oldest first is a guess: a bridge may pay for some of its
+//! refused calls and not others (a cap, a denied approval). A waiting call refused
+//! again after a reservation was made for another call (that call had a full retry
+//! round of this one to collect it) may take that reservation over when it is short;
+//! the call it was made for waits again, unreserved, for the next tip. So every paid
+//! call that retries is served, and credit never waits for a call that is not paid for,
+//! while a call that merely arrives before the reserved one's retry does not take it.
+//! Calls that do not wait (new keys, unkeyed calls) never spend reserved credit.
+//!
 //! Bounded: at most [`MAX_WAITING_PER_CALLER`] waiting calls per caller (past it a
 //! refused call does not wait, and pays from the unreserved balance as any call does),
 //! and a row lives [`RESERVATION_WAIT_SECS`] from its refusal or its reservation, after
@@ -38,6 +47,18 @@ pub(super) struct Waiting {
     pub(super) same_call: bool,
     /// Milliatoms reserved for it (0 until a tip covered it).
     pub(super) reserved_matoms: u64,
+    /// Its latest refusal, in the caller's event order.
+    pub(super) refused_seq: i64,
+}
+
+/// The caller's next event number (refusals and reservations are ordered by it).
+fn next_seq(conn: &Connection, caller: &str) -> Result<i64, LedgerError> {
+    Ok(conn.query_row(
+        "SELECT COALESCE(MAX(MAX(refused_seq, reserved_seq)), 0) + 1 FROM waiting \
+         WHERE caller = ?1",
+        [caller],
+        |r| r.get(0),
+    )?)
 }
 
 /// Drops the waiting rows whose time ran out at `now`: their credit is unreserved.
@@ -69,7 +90,7 @@ pub(super) fn find(
 ) -> Result<Option<Waiting>, LedgerError> {
     Ok(conn
         .query_row(
-            "SELECT tool = ?3 AND args_hash = ?4, reserved_matoms FROM waiting \
+            "SELECT tool = ?3 AND args_hash = ?4, reserved_matoms, refused_seq FROM waiting \
              WHERE caller = ?1 AND call_key = ?2",
             params![
                 caller,
@@ -81,6 +102,7 @@ pub(super) fn find(
                 Ok(Waiting {
                     same_call: r.get(0)?,
                     reserved_matoms: amount(r, 1)?,
+                    refused_seq: r.get(2)?,
                 })
             },
         )
@@ -109,10 +131,18 @@ pub(super) fn wait(
     price_atoms: u64,
     now: UnixTime,
 ) -> Result<(), LedgerError> {
+    let seq = next_seq(conn, caller)?;
     match find(conn, caller, tool, keyed)? {
         Some(Waiting {
             same_call: true, ..
-        }) => return Ok(()),
+        }) => {
+            // Keeps its place (its id); only the order of its refusal moves.
+            conn.execute(
+                "UPDATE waiting SET refused_seq = ?3 WHERE caller = ?1 AND call_key = ?2",
+                params![caller, keyed.key.as_str(), seq],
+            )?;
+            return Ok(());
+        }
         Some(_) => remove(conn, caller, keyed.key.as_str())?,
         None => {}
     }
@@ -126,8 +156,9 @@ pub(super) fn wait(
     }
     conn.execute(
         "INSERT INTO waiting \
-         (caller, call_key, tool, args_hash, price_atoms, refused_at, expires_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+         (caller, call_key, tool, args_hash, price_atoms, refused_at, expires_at, \
+          refused_seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
             caller,
             keyed.key.as_str(),
@@ -136,9 +167,41 @@ pub(super) fn wait(
             amount_to_sql(price_atoms)?,
             now.secs(),
             now.saturating_add(RESERVATION_WAIT_SECS).secs(),
+            seq,
         ],
     )?;
     Ok(())
+}
+
+/// For a waiting call `key` refused last at `refused_seq` and `need` milliatoms short:
+/// takes over the oldest reservation of another waiting call made before that refusal
+/// that covers `need`, which waits again unreserved. Returns the milliatoms it freed.
+pub(super) fn take_over(
+    conn: &Connection,
+    caller: &str,
+    key: &str,
+    need: u64,
+    refused_seq: i64,
+) -> Result<Option<u64>, LedgerError> {
+    let found: Option<(i64, u64)> = conn
+        .query_row(
+            "SELECT id, reserved_matoms FROM waiting \
+             WHERE caller = ?1 AND call_key != ?2 AND reserved_matoms >= ?3 \
+             AND reserved_matoms > 0 AND reserved_seq < ?4 \
+             ORDER BY reserved_seq, id LIMIT 1",
+            params![caller, key, amount_to_sql(need)?, refused_seq],
+            |r| Ok((r.get(0)?, amount(r, 1)?)),
+        )
+        .optional()?;
+    let Some((id, taken)) = found else {
+        return Ok(None);
+    };
+    conn.execute(
+        "UPDATE waiting SET reserved_matoms = 0, reserved_seq = 0 WHERE id = ?1",
+        [id],
+    )?;
+    tracing::info!(%caller, "a paid call's retry took over credit its reserved call did not collect");
+    Ok(Some(taken))
 }
 
 /// Reserves `caller`'s unreserved balance for its waiting calls that hold no
@@ -149,6 +212,7 @@ pub(super) fn reserve(
     caller: &str,
     now: UnixTime,
 ) -> Result<usize, LedgerError> {
+    let seq = next_seq(conn, caller)?;
     let mut left = spendable(conn, caller)?;
     let unreserved: Vec<(i64, u64)> = {
         let mut stmt = conn.prepare(
@@ -167,11 +231,13 @@ pub(super) fn reserve(
         }
         left -= price;
         conn.execute(
-            "UPDATE waiting SET reserved_matoms = ?2, expires_at = ?3 WHERE id = ?1",
+            "UPDATE waiting SET reserved_matoms = ?2, expires_at = ?3, reserved_seq = ?4 \
+             WHERE id = ?1",
             params![
                 id,
                 amount_to_sql(price)?,
-                now.saturating_add(RESERVATION_WAIT_SECS).secs()
+                now.saturating_add(RESERVATION_WAIT_SECS).secs(),
+                seq
             ],
         )?;
         reserved += 1;
