@@ -69,8 +69,10 @@ impl BillingError {
 ///   sequence id: no crash loses or duplicates money;
 /// - per (caller, key) at most one [`Charge::Run`] while the key is remembered;
 /// - credit reserved for a waiting call (see [`record_tip`](Billing::record_tip)) is
-///   spent by that call's retry or by none, and is released to the balance when the
-///   wait ends; a store that reserves nothing keeps the rest of the contract;
+///   spent by that call's retry, or by another waiting call's retry refused again
+///   after the reservation was made (a tip names no call), never by a call that does
+///   not wait, and is released to the balance when the wait ends; a store that
+///   reserves nothing keeps the rest of the contract;
 /// - on start, every call still pending (the process died mid-call) is refunded once,
 ///   and (when the store keeps origins) listed by [`Billing::interrupted`] until
 ///   [`Billing::told`];
@@ -81,7 +83,8 @@ pub trait Billing: Send + Sync {
     /// On [`Charge::Run`] the price is debited and the call is journaled as pending;
     /// the harness must then [`complete`](Self::complete) or [`refund`](Self::refund) it.
     /// A keyed call may spend credit reserved for it and the caller's unreserved
-    /// balance, never credit reserved for another call. [`Charge::Insufficient`] of a
+    /// balance; a waiting call refused again since another's reservation was made may
+    /// take that reservation over; no other call spends reserved credit. [`Charge::Insufficient`] of a
     /// keyed call records it as waiting for a tip (bounded per caller, for a while);
     /// every other outcome changes nothing a caller can see.
     ///
