@@ -302,21 +302,6 @@ impl Ledger {
         Ok(())
     }
 
-    /// [`Billing::interrupt`], failing with the ledger's own [`LedgerError`].
-    ///
-    /// # Errors
-    /// As [`Billing::interrupt`].
-    pub fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), LedgerError> {
-        self.owner()?;
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let found = lookup_pending(&tx, call)?;
-        refund_pending(&tx, &found, INTERRUPTED, None, now)?;
-        notices::mark(&tx, call)?;
-        tx.commit()?;
-        Ok(())
-    }
-
     /// [`Billing::record_tip`], failing with the ledger's own [`LedgerError`].
     ///
     /// # Errors
@@ -379,22 +364,6 @@ impl Ledger {
     /// As [`Billing::balance_matoms`].
     pub fn balance_matoms(&self, caller: &PeerId) -> Result<u64, LedgerError> {
         balance(&self.conn(), &caller.to_string())
-    }
-
-    /// [`Billing::reserved_matoms`], failing with the ledger's own [`LedgerError`].
-    ///
-    /// # Errors
-    /// As [`Billing::reserved_matoms`].
-    pub fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, LedgerError> {
-        let conn = self.conn();
-        let caller = caller.to_string();
-        let live: i64 = conn.query_row(
-            "SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting \
-             WHERE caller = ?1 AND expires_at > ?2",
-            params![caller, now.secs()],
-            |r| r.get(0),
-        )?;
-        Ok(u64::try_from(live).unwrap_or(0))
     }
 }
 

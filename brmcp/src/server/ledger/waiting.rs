@@ -26,7 +26,11 @@
 use brmcp_adapters::wire::UnixTime;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{LedgerError, amount, amount_to_sql, balance, sql_limit};
+use brmcp_adapters::PeerId;
+
+use super::{Ledger, LedgerError, amount, amount_to_sql, balance, sql_limit};
+#[cfg(doc)]
+use crate::server::billing::Billing;
 use crate::server::billing::Keyed;
 use crate::server::call_key::OUTCOME_TTL_SECS;
 use crate::server::money::atoms_to_matoms;
@@ -243,4 +247,22 @@ pub(super) fn reserve(
         reserved += 1;
     }
     Ok(reserved)
+}
+
+impl Ledger {
+    /// [`Billing::reserved_matoms`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::reserved_matoms`].
+    pub fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, LedgerError> {
+        let conn = self.conn();
+        let caller = caller.to_string();
+        let live: i64 = conn.query_row(
+            "SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting \
+             WHERE caller = ?1 AND expires_at > ?2",
+            params![caller, now.secs()],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(live).unwrap_or(0))
+    }
 }
