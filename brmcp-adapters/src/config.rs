@@ -129,6 +129,11 @@ pub struct RouterConfig {
     pub accept_backlog: usize,
     /// Which peers may talk to us (checked before any state is allocated).
     pub authorizer: Arc<dyn Authorizer>,
+    /// Answer a one-part request from a peer the authorizer refuses with
+    /// [`NOT_ALLOWED`](crate::protocol::NOT_ALLOWED), at most once per
+    /// [`REFUSAL_REPLY_INTERVAL`](crate::REFUSAL_REPLY_INTERVAL) per peer, so its
+    /// client learns why at once. Off: refused peers hear nothing.
+    pub tell_refused: bool,
     /// Source of unix time for part deadlines.
     pub clock: Arc<dyn Clock>,
 }
@@ -159,6 +164,7 @@ impl RouterConfig {
             max_inbound_bytes: DEFAULT_MAX_INBOUND_BYTES,
             accept_backlog: DEFAULT_ACCEPT_BACKLOG,
             authorizer: Arc::new(AllowAll),
+            tell_refused: false,
             clock: Arc::new(SystemClock),
         }
     }
@@ -175,6 +181,13 @@ impl RouterConfig {
     #[must_use]
     pub fn with_authorizer(mut self, authorizer: impl Authorizer) -> Self {
         self.authorizer = Arc::new(authorizer);
+        self
+    }
+
+    /// Sets whether refused peers are told ([`tell_refused`](Self::tell_refused)).
+    #[must_use]
+    pub fn with_tell_refused(mut self, tell: bool) -> Self {
+        self.tell_refused = tell;
         self
     }
 

@@ -98,7 +98,7 @@ pub use protocol::{
     CALL_INTERRUPTED, REQUEST_TIMEOUT, SESSION_NOT_FOUND, TOO_MANY_SESSIONS, is_session_lost,
 };
 pub use recovery::{DEFAULT_SILENCE_PROBE, INITIALIZE_TIMEOUT};
-pub use router::Router;
+pub use router::{NOT_ALLOWED_MESSAGE, REFUSAL_PEERS, REFUSAL_REPLY_INTERVAL, Router};
 pub use stats::RouterStats;
 pub use transport::{BrTransport, SessionWatch};
 

@@ -55,6 +55,13 @@ pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32011);
 /// request fail with a clear error.
 pub const CALL_INTERRUPTED: ErrorCode = ErrorCode(-32012);
 
+/// JSON-RPC error code a router that tells refused peers
+/// ([`RouterConfig::tell_refused`](crate::RouterConfig::tell_refused)) answers a request
+/// with when its authorizer refuses the sender (a serving harness: not on its
+/// allowlist). The request was not read further; retrying it changes nothing until the
+/// operator allows the caller.
+pub const NOT_ALLOWED: ErrorCode = ErrorCode(-32013);
+
 /// JSON-RPC error code of a request that got no answer in time (the TypeScript and
 /// Python SDKs' `RequestTimeout`). Made up locally for the caller; never sent.
 pub const REQUEST_TIMEOUT: ErrorCode = ErrorCode(-32001);

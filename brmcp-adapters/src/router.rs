@@ -58,8 +58,10 @@ use crate::transport::{BrTransport, Waits};
 use crate::{Acceptor, Ctl};
 
 mod client_park;
+mod refusals;
 mod sessions;
 mod timers;
+pub use refusals::{NOT_ALLOWED_MESSAGE, REFUSAL_PEERS, REFUSAL_REPLY_INTERVAL};
 
 /// Completed message ids remembered per session, to drop duplicates of them.
 const RECENT_MIDS: usize = 64;
@@ -147,6 +149,7 @@ impl Router {
             epoch,
             config: config.clone(),
             refused: refused.clone(),
+            refusal_replies: refusals::RefusalReplies::default(),
         };
         tokio::spawn(driver.run(pm_rx, ctl_rx));
         Self {
@@ -426,6 +429,8 @@ struct Driver {
     epoch: Instant,
     /// The last [`REFUSED_LOGGED`] peers refused, newest last.
     refused: Refused,
+    /// When each refused peer was last told so.
+    refusal_replies: refusals::RefusalReplies,
 }
 
 /// The last [`REFUSED_LOGGED`] peers refused, newest last; the driver writes it, the
@@ -608,6 +613,8 @@ impl Driver {
                 }
                 refused.push_back(peer);
             }
+            drop(refused);
+            self.tell_refused(peer, part);
             return;
         }
         Counters::bump(&self.counters.parts_received);

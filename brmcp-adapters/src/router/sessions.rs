@@ -366,7 +366,7 @@ impl Driver {
         }
     }
 
-    fn reply_error(
+    pub(super) fn reply_error(
         &mut self,
         peer: PeerId,
         sid: SessionId,

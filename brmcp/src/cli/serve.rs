@@ -38,6 +38,11 @@ pub(crate) use crate::server::CONFIG_FILE as SERVE_CONFIG;
 /// Price of the example `fortune` tool: 10,000 atoms (0.0001 DCR), as the Go example.
 pub(crate) const FORTUNE_ATOMS: u64 = 10_000;
 
+/// How long a graceful stop waits for the answers to the calls it stops to be sent:
+/// 5 seconds, a few PM round trips to the client; a caller not told by then is told by
+/// the next start.
+const STOP_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The example fortunes, as the Go example service has five.
 const FORTUNES: [&str; 5] = [
     "A relay in time saves nine.",
@@ -220,7 +225,15 @@ async fn serve(
     if let Some(page) = &page {
         page.stop();
     }
-    harness.close();
+    // Calls in flight are refunded and answered before the sessions close (or told
+    // by the next start); only then do the upstreams stop.
+    let stopped = harness.stop(STOP_ANSWER_WAIT).await;
+    if stopped.calls > 0 {
+        eprintln!(
+            "stopped {} call(s) in flight: refunded; {} caller(s) told, the rest are told at the next start",
+            stopped.calls, stopped.told
+        );
+    }
     publisher.stop().await;
     // The publisher held the other handle; a snapshot still being written may too, and
     // dropping the last handle stops the upstreams as well.

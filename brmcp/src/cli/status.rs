@@ -126,10 +126,11 @@ fn print_text(s: &Snapshot, liveness: Liveness, now: i64) {
     }
     if let Some(l) = &s.ledger {
         println!(
-            "ledger: {} caller(s) hold {} atoms; last 24 h: {} call(s), {} atoms earned, \
-             {} refund(s); {} call(s) pending",
+            "ledger: {} caller(s) hold {} atoms ({} reserved for calls awaiting retry); \
+             last 24 h: {} call(s), {} atoms earned, {} refund(s); {} call(s) pending",
             l.callers,
             matoms_as_atoms(l.balances_matoms),
+            matoms_as_atoms(l.reserved_matoms),
             l.calls_24h,
             l.earned_atoms_24h,
             l.refunds_24h,

@@ -21,6 +21,11 @@
 //!
 //! A tip goes through [`Billing::record_tip`] once per delivery; redeliveries are
 //! recognised by the tip's sequence id.
+//!
+//! Credit goes to the call that paid for it: a keyed call refused
+//! [`Charge::Insufficient`] waits, a tip from its caller is reserved for the caller's
+//! waiting calls (oldest first), and only the call a reservation was made for may spend
+//! it, when it is retried under its key ([`Billing::reserved_matoms`]).
 
 use std::fmt;
 
@@ -63,6 +68,11 @@ impl BillingError {
 /// - a debit and its journal entry commit together, and so do a tip's credit and its
 ///   sequence id: no crash loses or duplicates money;
 /// - per (caller, key) at most one [`Charge::Run`] while the key is remembered;
+/// - credit reserved for a waiting call (see [`record_tip`](Billing::record_tip)) is
+///   spent by that call's retry, or by another waiting call's retry refused again
+///   after the reservation was made (a tip names no call), never by a call that does
+///   not wait, and is released to the balance when the wait ends; a store that
+///   reserves nothing keeps the rest of the contract;
 /// - on start, every call still pending (the process died mid-call) is refunded once,
 ///   and (when the store keeps origins) listed by [`Billing::interrupted`] until
 ///   [`Billing::told`];
@@ -72,7 +82,11 @@ pub trait Billing: Send + Sync {
     ///
     /// On [`Charge::Run`] the price is debited and the call is journaled as pending;
     /// the harness must then [`complete`](Self::complete) or [`refund`](Self::refund) it.
-    /// Every other outcome changes nothing a caller can see.
+    /// A keyed call may spend credit reserved for it and the caller's unreserved
+    /// balance; a waiting call refused again since another's reservation was made may
+    /// take that reservation over; no other call spends reserved credit. [`Charge::Insufficient`] of a
+    /// keyed call records it as waiting for a tip (bounded per caller, for a while);
+    /// every other outcome changes nothing a caller can see.
     ///
     /// # Errors
     ///
@@ -125,7 +139,10 @@ pub trait Billing: Send + Sync {
     ) -> Result<(), BillingError>;
 
     /// Record a received tip and credit it if `allowed` (the tipper is on the
-    /// allowlist) and its sequence id was never seen.
+    /// allowlist) and its sequence id was never seen. A credited tip is reserved, in
+    /// the same transaction, for the caller's keyed calls refused
+    /// [`Charge::Insufficient`] that still wait, oldest first, each whose price the
+    /// unreserved balance covers.
     ///
     /// # Errors
     ///
@@ -138,12 +155,25 @@ pub trait Billing: Send + Sync {
         now: UnixTime,
     ) -> Result<TipOutcome, BillingError>;
 
-    /// A caller's balance in milliatoms (0 for a caller never seen).
+    /// A caller's balance in milliatoms (0 for a caller never seen), credit reserved
+    /// for its waiting calls included.
     ///
     /// # Errors
     ///
     /// A store failure.
     fn balance_matoms(&self, caller: &PeerId) -> Result<u64, BillingError>;
+
+    /// The part of a caller's balance reserved at `now` for its calls refused for
+    /// payment that wait for their retry (see [`record_tip`](Self::record_tip)); no
+    /// other call may spend it. The default: a store that reserves nothing.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, BillingError> {
+        let _ = (caller, now);
+        Ok(0)
+    }
 
     /// [`charge`](Self::charge), keeping with the charge where its caller waits for the
     /// answer, so that after a crash the next harness can tell the caller the call was
@@ -172,6 +202,20 @@ pub trait Billing: Send + Sync {
     fn interrupted(&self, now: UnixTime) -> Result<Vec<Interrupted>, BillingError> {
         let _ = now;
         Ok(Vec::new())
+    }
+
+    /// Give a charged call's price back because the harness stops it (a graceful
+    /// stop), and keep its caller to be told like a call refunded at open: listed by
+    /// [`interrupted`](Self::interrupted) until [`told`](Self::told). The refund and
+    /// the mark commit together. The key is released, so the caller's retry runs
+    /// afresh. The default refunds with reason [`INTERRUPTED`](super::INTERRUPTED) and
+    /// keeps no mark (a store that keeps no origins tells nobody later).
+    ///
+    /// # Errors
+    ///
+    /// As [`refund`](Self::refund).
+    fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), BillingError> {
+        self.refund(call, super::ledger::INTERRUPTED, None, now)
     }
 
     /// The caller of an [`interrupted`](Self::interrupted) call was told (or will not
@@ -273,7 +317,8 @@ impl fmt::Display for CallId {
 pub enum Charge {
     /// Charged and journaled as pending: run the handler, then complete or refund `0`.
     Run(CallId),
-    /// The balance does not cover the price; nothing changed, the key is not consumed.
+    /// The balance (less credit reserved for other calls) does not cover the price;
+    /// the key is not consumed, and a keyed call waits for its caller's tip.
     Insufficient(Shortfall),
     /// The key's call already finished: answer with this outcome, run and charge nothing.
     Replay(String),

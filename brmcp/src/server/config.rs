@@ -7,6 +7,10 @@
 //! `upstreams` (this implementation's own) lists the MCP servers `brmcp serve` sells;
 //! see [`UpstreamConfig`] for its strict format.
 //!
+//! `tell_refused` (ours, default `true`): a caller not on `allowed_uids` is answered a
+//! JSON-RPC `NOT_ALLOWED` error at once (at most once per 10 s per caller); `false`
+//! keeps the bot silent to it, as the Go harness is.
+//!
 //! `directory` (the Go host's block, read by the directory's `RegistrantBlock`) makes `brmcp serve` a
 //! registrant with directories; absent, it is none.
 //!
@@ -34,7 +38,13 @@ pub const CONFIG_TEMPLATE: &str = "{\"allowed_uids\": [], \"calls_per_minute\": 
 
 /// The top-level keys of `brmcp.json`: the Go harness's three, then ours. Any other
 /// key is refused ([`ConfigError::UnknownKey`]).
-pub const CONFIG_KEYS: [&str; 4] = ["allowed_uids", "calls_per_minute", "directory", "upstreams"];
+pub const CONFIG_KEYS: [&str; 5] = [
+    "allowed_uids",
+    "calls_per_minute",
+    "directory",
+    "tell_refused",
+    "upstreams",
+];
 
 /// The serving harness's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +60,11 @@ pub struct ServeConfig {
     /// directory reads it (`RegistrantBlock::from_config`), failing with
     /// [`ConfigError::BadDirectory`].
     pub directory: Option<serde_json::Value>,
+    /// Whether a caller not on `allowed_uids` is told so at once (a JSON-RPC
+    /// `NOT_ALLOWED` error, rate limited per caller) instead of hearing nothing;
+    /// `"tell_refused": false` keeps the bot silent to it. Default: `true`. Read at
+    /// start.
+    pub tell_refused: bool,
 }
 
 impl Default for ServeConfig {
@@ -59,6 +74,7 @@ impl Default for ServeConfig {
             calls_per_minute: DEFAULT_CALLS_PER_MINUTE,
             upstreams: Vec::new(),
             directory: None,
+            tell_refused: true,
         }
     }
 }
@@ -160,6 +176,7 @@ struct Raw {
     calls_per_minute: Option<i64>,
     upstreams: Option<serde_json::Value>,
     directory: Option<serde_json::Value>,
+    tell_refused: Option<bool>,
 }
 
 impl Raw {
@@ -195,9 +212,11 @@ impl Raw {
         }
         let allowed_uids = take("allowed_uids");
         let calls_per_minute = take("calls_per_minute");
+        let tell_refused = take("tell_refused");
         Ok(Self {
             allowed_uids: field(path, "allowed_uids", allowed_uids)?,
             calls_per_minute: field(path, "calls_per_minute", calls_per_minute)?,
+            tell_refused: field(path, "tell_refused", tell_refused)?,
             upstreams: take("upstreams"),
             directory: take("directory"),
         })
@@ -270,6 +289,7 @@ impl ServeConfig {
             calls_per_minute,
             upstreams,
             directory,
+            tell_refused: raw.tell_refused.unwrap_or(true),
         })
     }
 
@@ -312,6 +332,17 @@ mod tests {
 
     fn parse(text: &str) -> Result<ServeConfig, ConfigError> {
         ServeConfig::parse(text, Path::new("brmcp.json"))
+    }
+
+    #[test]
+    fn tell_refused_defaults_on_and_must_be_a_boolean() {
+        assert!(parse("{}").unwrap().tell_refused);
+        assert!(!parse(r#"{"tell_refused": false}"#).unwrap().tell_refused);
+        let err = parse(r#"{"tell_refused": "no"}"#).unwrap_err().to_string();
+        assert!(
+            err.starts_with("config brmcp.json: tell_refused: "),
+            "{err}"
+        );
     }
 
     #[test]
@@ -394,7 +425,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "config brmcp.json: allowed_uid: unknown key \
-             (known: allowed_uids, calls_per_minute, directory, upstreams)"
+             (known: allowed_uids, calls_per_minute, directory, tell_refused, upstreams)"
         );
         // Refused whatever its value, null included, and beside every known key.
         let uid = "ab".repeat(32);

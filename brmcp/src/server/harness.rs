@@ -34,11 +34,13 @@ mod call;
 mod fit;
 mod interrupted;
 mod session;
+mod stop;
 pub use builder::{DEFAULT_PARK_AFTER, HarnessBuilder};
 pub use call::ANSWER_TOO_LARGE;
 pub use fit::{ANSWER_WRAPPER_BYTES, max_answer_bytes, max_message_bytes};
 pub use interrupted::INTERRUPTED_NOTICE;
 use session::Session;
+pub use stop::{STOPPED_NOTICE, STOPPING};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -162,6 +164,17 @@ impl Counters {
     }
 }
 
+/// What a graceful [`Harness::stop`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stopped {
+    /// Charged calls it stopped and refunded.
+    pub calls: usize,
+    /// Of those, the callers answered `CALL_INTERRUPTED` before the sessions closed;
+    /// the others are told by the next start.
+    pub told: usize,
+}
+
 /// Why the harness could not be built or used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -230,6 +243,8 @@ struct Shared {
     /// Told when the dynamic tools or the catalog change.
     listeners: Arc<Listeners>,
     in_flight: Arc<InFlight<CallToolResult>>,
+    /// The charged calls whose handlers run, for a graceful stop.
+    running: stop::RunningCalls,
     clock: Arc<dyn Clock>,
     chat_hook: Option<ChatHook>,
     auto_reply: Option<(Throttle, AutoReply)>,
@@ -434,8 +449,20 @@ impl Harness {
         self.shared.started.get().map(|s| &s.router)
     }
 
+    /// A graceful stop: no call is charged from now on; every charged call still
+    /// running is stopped, refunded and its caller answered `CALL_INTERRUPTED`
+    /// (waiting up to `wait` for those answers to be sent; a caller not told by then is
+    /// told by the next start, as after a crash); then the router and every session
+    /// close.
+    pub async fn stop(&self, wait: std::time::Duration) -> Stopped {
+        let (calls, told) = self.shared.clone().stop(wait).await;
+        self.close();
+        Stopped { calls, told }
+    }
+
     /// Closes the router and every session. Calls already running finish and record
-    /// their outcome.
+    /// their outcome, but their answers are not sent: [`stop`](Self::stop) answers
+    /// them first.
     pub fn close(&self) {
         if let Some(started) = self.shared.started.get() {
             started.router.close();

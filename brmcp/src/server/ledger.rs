@@ -46,6 +46,7 @@ mod operator;
 mod records;
 mod retention;
 mod totals;
+mod waiting;
 pub use error::LedgerError;
 pub use records::{
     AuditAction, AuditEntry, Balance, CallState, JournalEntry, Opened, PrunedCalls, TipRecord,
@@ -54,6 +55,7 @@ use retention::WAL_SIZE_LIMIT;
 pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
 use retention::{prune_journal, reclaim, release_expired};
 pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
+pub use waiting::{MAX_WAITING_PER_CALLER, RESERVATION_WAIT_SECS};
 
 /// The ledger's file name inside the data directory.
 pub const FILE_NAME: &str = "brmcp.sqlite";
@@ -62,7 +64,7 @@ pub const FILE_NAME: &str = "brmcp.sqlite";
 pub const LOCK_FILE_NAME: &str = "brmcp.sqlite.lock";
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// `PRAGMA application_id` of a brmcp ledger: "brmc" in ASCII. Tells our file apart
 /// from any other SQLite database, whatever its tables.
@@ -145,15 +147,46 @@ impl Ledger {
             return Ok(answer);
         }
 
-        let balance = balance(&tx, &caller)?;
-        let Some(left) = balance.checked_sub(price_matoms) else {
+        // What this call may spend: the balance less every reservation, plus the one
+        // a tip made for this very call.
+        let waiting_call = match request.keyed {
+            Some(keyed) => {
+                waiting::find(&tx, &caller, request.tool, keyed)?.filter(|w| w.same_call)
+            }
+            None => None,
+        };
+        let reserved_here = waiting_call.as_ref().map_or(0, |w| w.reserved_matoms);
+        let mut available = waiting::spendable(&tx, &caller)?.saturating_add(reserved_here);
+        if available < price_matoms
+            && let (Some(keyed), Some(w)) = (request.keyed, &waiting_call)
+            && let Some(freed) = waiting::take_over(
+                &tx,
+                &caller,
+                keyed.key.as_str(),
+                price_matoms - available,
+                w.refused_seq,
+            )?
+        {
+            available = available.saturating_add(freed);
+        }
+        if available < price_matoms {
+            if let Some(keyed) = request.keyed {
+                waiting::wait(&tx, &caller, request.tool, keyed, request.price_atoms, now)?;
+            }
             tx.commit()?;
             return Ok(Charge::Insufficient(Shortfall::new(
                 request.price_atoms,
-                balance,
+                available,
             )));
-        };
+        }
+        if let Some(keyed) = request.keyed {
+            // Its reservation is spent with this debit (any rest is unreserved).
+            waiting::remove(&tx, &caller, keyed.key.as_str())?;
+        }
         if price_matoms > 0 {
+            let left = balance(&tx, &caller)?
+                .checked_sub(price_matoms)
+                .ok_or(LedgerError::AmountOutOfRange)?;
             set_balance(&tx, &caller, left)?;
         }
         let (session, request_id) = notices::origin_to_sql(origin);
@@ -312,6 +345,10 @@ impl Ledger {
         )?;
         if allowed {
             add_balance(&tx, &caller, tip.matoms)?;
+            // The credit goes to the calls refused for payment that wait for it, in the
+            // tip's transaction: no crash leaves it credited and not reserved.
+            waiting::expire(&tx, now)?;
+            waiting::reserve(&tx, &caller, now)?;
         }
         tx.commit()?;
         Ok(if allowed {
@@ -352,6 +389,10 @@ impl Billing for Ledger {
         Ok(Self::told(self, call)?)
     }
 
+    fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), BillingError> {
+        Ok(Self::interrupt(self, call, now)?)
+    }
+
     fn held(
         &self,
         caller: &PeerId,
@@ -387,6 +428,10 @@ impl Billing for Ledger {
 
     fn balance_matoms(&self, caller: &PeerId) -> Result<u64, BillingError> {
         Ok(Self::balance_matoms(self, caller)?)
+    }
+
+    fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, BillingError> {
+        Ok(Self::reserved_matoms(self, caller, now)?)
     }
 }
 

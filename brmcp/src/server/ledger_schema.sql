@@ -1,4 +1,4 @@
--- The brmcp ledger, schema version 4 (`PRAGMA user_version`).
+-- The brmcp ledger, schema version 5 (`PRAGMA user_version`).
 -- Amounts: `matoms` milliatoms, `*_atoms` atoms. Times: unix seconds. Callers: a
 -- Bison Relay uid as 64 lowercase hex characters. Tables are STRICT so a wrong type is an
 -- error, not a silent conversion.
@@ -68,6 +68,27 @@ CREATE TABLE pruned (
     completed_atoms INTEGER NOT NULL CHECK (completed_atoms >= 0),
     refunded INTEGER NOT NULL CHECK (refunded >= 0)
 ) STRICT, WITHOUT ROWID;
+
+-- Keyed calls refused `payment_required` that wait for their caller's tip, and the
+-- credit a tip reserved for each (part of the caller's balance only that call may
+-- spend), oldest first by id. A row goes when its call is charged or at expires_at.
+CREATE TABLE waiting (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    caller TEXT NOT NULL,
+    call_key TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_hash BLOB NOT NULL,
+    price_atoms INTEGER NOT NULL CHECK (price_atoms >= 0),
+    refused_at INTEGER NOT NULL,
+    reserved_matoms INTEGER NOT NULL DEFAULT 0 CHECK (reserved_matoms >= 0),
+    expires_at INTEGER NOT NULL,
+    -- The caller's event order: its latest refusal, and the tip that reserved for it.
+    refused_seq INTEGER NOT NULL DEFAULT 0,
+    reserved_seq INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (caller, call_key)
+) STRICT;
+
+CREATE INDEX waiting_expires ON waiting (expires_at);
 
 -- Operator actions on money.
 CREATE TABLE audit (

@@ -79,14 +79,15 @@ pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
 pub use harness::{
     ANSWER_TOO_LARGE, ANSWER_WRAPPER_BYTES, ChatHook, DEFAULT_PARK_AFTER, Harness, HarnessBuilder,
-    HarnessError, HarnessStats, INTERRUPTED_NOTICE, TipEvent, TipHook, Visibility,
-    max_answer_bytes, max_message_bytes,
+    HarnessError, HarnessStats, INTERRUPTED_NOTICE, STOPPED_NOTICE, STOPPING, Stopped, TipEvent,
+    TipHook, Visibility, max_answer_bytes, max_message_bytes,
 };
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, DailyRevenue, FILE_NAME,
     INTERRUPTED, JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals,
-    MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, Opened, PrunedCalls, SCHEMA_VERSION,
-    TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES,
+    MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, MAX_WAITING_PER_CALLER, Opened,
+    PrunedCalls, RESERVATION_WAIT_SECS, SCHEMA_VERSION, TOTALS_WINDOW_SECS, TipRecord,
+    VACUUM_FREE_PAGES,
 };
 pub use money::{
     ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms, matoms_as_atoms,

@@ -8,8 +8,12 @@
 //!   under its key), not at the 600 s request timeout;
 //! - an agent that stopped waiting (its request timed out) before serve was killed:
 //!   nothing is re-sent or paid for its call after the restart;
-//! - a caller removed from the bot's allowlist: the agent's call fails within the
-//!   answer bound with an error naming the bot and the reason.
+//! - serve stopped with SIGTERM: the call is refunded and its caller told at the stop,
+//!   and the bridge's retry runs within seconds of the restart;
+//! - a caller removed from the bot's allowlist: the bot tells it so at once (the agent
+//!   gets the bot's `NOT_ALLOWED` error within two seconds); a bot whose operator set
+//!   `"tell_refused": false` stays silent and the call fails within the answer bound
+//!   with an error naming the bot and the reason.
 //!
 //! Each ends with the bridge's spend log and serve's ledger in agreement.
 
@@ -36,6 +40,10 @@ pub(super) const PRICE_ATOMS: u64 = 2_000;
 
 /// How long the slow call runs, in seconds.
 const RUN_SECS: u64 = 8;
+
+/// After a graceful stop (SIGTERM), the bound within which the bridge's retry reaches
+/// the restarted serve: it was sent at once on the stop's CALL_INTERRUPTED answer.
+const RETRIED_WITHIN: Duration = Duration::from_secs(10);
 
 /// The bound the agent must hear the outcome within after serve is back: the silence
 /// probe (10 s), a re-initialize, the call again (8 s), with room for a loaded
@@ -263,8 +271,31 @@ async fn outlives_a_restart(signal: &str) {
         );
     }
     stack.stop_serve(serve, signal);
+    if signal == "TERM" {
+        // A graceful stop refunded the call itself and told the bridge, which retries
+        // under its key while the agent waits.
+        let calls = stack.slow_calls();
+        assert!(
+            calls
+                .iter()
+                .all(|c| c["state"] == "refunded" && c["reason"] == "interrupted"),
+            "refunded at the stop: {calls:?}"
+        );
+    }
     stack.serve().await;
     let back = Instant::now();
+    if signal == "TERM" {
+        // The bridge's retry, sent on CALL_INTERRUPTED, runs as soon as serve is back.
+        while stack.slow_calls().len() < 2 {
+            assert!(
+                back.elapsed() < RETRIED_WITHIN,
+                "no retry within {RETRIED_WITHIN:?} of the restart: {:?}",
+                stack.slow_calls()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!("TERM: the retry ran {:?} after the restart", back.elapsed());
+    }
     let outcome = tokio::time::timeout(AFTER_RESTART, call)
         .await
         .unwrap_or_else(|_| panic!("{signal}: no outcome within {AFTER_RESTART:?} of the restart"))
@@ -278,11 +309,12 @@ async fn outlives_a_restart(signal: &str) {
         "{signal}: the outcome came {:?} after the restart",
         back.elapsed()
     );
-    // The interrupted run was refunded; the call ran once more, under its key.
+    // The interrupted run was refunded once; the call ran once more, under its key.
     let calls = stack.slow_calls();
-    assert!(
-        calls.iter().any(|c| c["state"] == "refunded")
-            && calls.iter().any(|c| c["state"] == "completed"),
+    let count = |state: &str| calls.iter().filter(|c| c["state"] == state).count();
+    assert_eq!(
+        (count("refunded"), count("completed")),
+        (1, 1),
         "{signal}: {calls:?}"
     );
     let keys: Vec<&Value> = calls.iter().map(|c| &c["call_key"]).collect();
@@ -379,13 +411,21 @@ fn assert_reason(outcome: Result<rmcp::model::CallToolResult, ServiceError>, bot
     assert!(message.contains(why), "says why: {message}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_caller_removed_from_the_allowlist_hears_why_within_the_bound() {
+/// A refused caller is told within this: one PM round trip on the devnet.
+const TOLD_WITHIN: Duration = Duration::from_secs(2);
+
+/// Alice's bot serving a free `echo`, the bridge's agent using it, then bob removed
+/// from the allowlist (SIGHUP applies it at once), `tell_refused` as given; returns the
+/// stack and the agent, whose next call is refused.
+async fn refused_caller(tell_refused: Option<bool>) -> (Stack, RunningService<RoleClient, ()>) {
     let mut stack = Stack::new();
     let path = stack.alice_dir().join("brmcp.json");
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("brmcp.json")).expect("json");
     config["upstreams"][0]["tools"]["echo"] = json!(0);
+    if let Some(tell) = tell_refused {
+        config["tell_refused"] = json!(tell);
+    }
     std::fs::write(&path, config.to_string()).expect("write brmcp.json");
     let serve = stack.serve().await;
     let (_bridge_dir, listen, token) =
@@ -404,10 +444,40 @@ async fn a_caller_removed_from_the_allowlist_hears_why_within_the_bound() {
             .success()
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
+    (stack, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_removed_from_the_allowlist_hears_why_at_once() {
+    let (_stack, client) = refused_caller(None).await;
+    let started = Instant::now();
+    let outcome = echo(&client).await;
+    let took = started.elapsed();
+    let error = match outcome {
+        Err(ServiceError::McpError(error)) => error,
+        other => panic!("a JSON-RPC error the SDK shows, not {other:?}"),
+    };
+    assert_eq!(
+        error.code,
+        brmcp::adapters::protocol::NOT_ALLOWED,
+        "{error:?}"
+    );
+    assert!(error.message.contains("not allowed"), "says why: {error:?}");
+    assert!(
+        took < TOLD_WITHIN,
+        "told after {took:?}, not within {TOLD_WITHIN:?}"
+    );
+    eprintln!("refused caller: told why after {took:?}");
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_refused_by_a_silent_bot_hears_why_within_the_bound() {
+    let (stack, client) = refused_caller(Some(false)).await;
     let started = Instant::now();
     assert_reason(echo(&client).await, &stack.alice, "never answered");
     eprintln!(
-        "refused caller: the reason came after {:?}",
+        "refused caller, silent bot: the reason came after {:?}",
         started.elapsed()
     );
     client.cancel().await.expect("close");

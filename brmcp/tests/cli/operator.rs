@@ -80,7 +80,11 @@ fn ledger_commands_credit_list_and_refuse_bad_input() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("CALLER{}  BALANCE (ATOMS)\n{UID}  5.000\n", " ".repeat(58))
+        format!(
+            "CALLER{}  BALANCE (ATOMS)  RESERVED (ATOMS)\n{UID}  5.000{}  0.000\n",
+            " ".repeat(58),
+            " ".repeat(10)
+        )
     );
     let out = brmcp(&["serve", "--datadir", data, "journal"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -215,7 +219,7 @@ fn journal_refund_and_balances_print_tables_and_json() {
     let balances = json_of(&brmcp(&["serve", "--datadir", data, "balances", "--json"]));
     assert_eq!(
         balances,
-        serde_json::json!([{"caller": UID, "balance_matoms": 15_000, "balance_atoms": 15}])
+        serde_json::json!([{"caller": UID, "balance_matoms": 15_000, "balance_atoms": 15, "reserved_matoms": 0}])
     );
     let credit = json_of(&brmcp(&[
         "serve",
@@ -489,7 +493,7 @@ fn nothing_is_credited_or_refunded_for_zero_atoms() {
     let balances = json_of(&brmcp(&["serve", "--datadir", data, "balances", "--json"]));
     assert_eq!(
         balances,
-        serde_json::json!([{"caller": UID, "balance_matoms": 5_000, "balance_atoms": 5}])
+        serde_json::json!([{"caller": UID, "balance_matoms": 5_000, "balance_atoms": 5, "reserved_matoms": 0}])
     );
 }
 

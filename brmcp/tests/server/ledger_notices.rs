@@ -148,7 +148,7 @@ fn a_schema_3_ledger_is_migrated_and_its_pending_calls_refunded_untold() {
         // Back to schema 3 as it was shipped: no call origins.
         let db = rusqlite::Connection::open(&path).unwrap();
         db.execute_batch(
-            "DROP INDEX calls_notify; ALTER TABLE calls DROP COLUMN notify; \
+            "DROP TABLE waiting; DROP INDEX calls_notify; ALTER TABLE calls DROP COLUMN notify; \
              ALTER TABLE calls DROP COLUMN request_id; ALTER TABLE calls DROP COLUMN session;",
         )
         .unwrap();

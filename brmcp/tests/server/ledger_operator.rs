@@ -111,11 +111,13 @@ fn balances_and_journal_by_caller() {
         [
             Balance {
                 caller: ALICE,
-                matoms: 4_000
+                matoms: 4_000,
+                reserved_matoms: 0,
             },
             Balance {
                 caller: BOB,
-                matoms: 7_000
+                matoms: 7_000,
+                reserved_matoms: 0,
             },
         ]
     );

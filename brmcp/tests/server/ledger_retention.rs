@@ -129,7 +129,7 @@ fn a_schema_2_ledger_is_migrated_to_incremental_vacuum() {
         // vacuum.
         let db = rusqlite::Connection::open(&path).expect("db");
         db.execute_batch(
-            "DROP TABLE pruned; DROP INDEX calls_notify; ALTER TABLE calls DROP COLUMN notify; \
+            "DROP TABLE waiting; DROP TABLE pruned; DROP INDEX calls_notify; ALTER TABLE calls DROP COLUMN notify; \
              ALTER TABLE calls DROP COLUMN request_id; ALTER TABLE calls DROP COLUMN session; \
              PRAGMA auto_vacuum = NONE; VACUUM;",
         )

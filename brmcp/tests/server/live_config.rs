@@ -36,12 +36,13 @@ fn serving(dir: &Path, uids: &[PeerId], rate: u32) -> (Env, ConfigWatch, Arc<Not
     (env, watch, wake)
 }
 
-/// Whether `client`'s echo call is answered (successfully) within half a second.
+/// Whether `client`'s echo call is answered (successfully) within half a second; a
+/// refused caller is answered an error (`NOT_ALLOWED`) or nothing.
 async fn answered(client: &Client) -> bool {
-    let call = call(client, "echo", json!({"text": "x"}), None);
+    let call = client.call_tool(params("echo", json!({"text": "x"}), None));
     tokio::time::timeout(Duration::from_millis(500), call)
         .await
-        .is_ok_and(|r| !is_error(&r))
+        .is_ok_and(|r| r.is_ok_and(|r| !is_error(&r)))
 }
 
 async fn until_applied(harness: &Harness, cond: impl Fn(&Harness) -> bool) {
@@ -184,7 +185,7 @@ async fn a_torn_or_invalid_file_is_refused_naming_file_and_key_and_the_old_confi
         (
             misspelt.to_string(),
             "calls_per_minte: unknown key (known: allowed_uids, calls_per_minute, \
-             directory, upstreams)",
+             directory, tell_refused, upstreams)",
         ),
     ] {
         std::fs::write(&path, body).unwrap();

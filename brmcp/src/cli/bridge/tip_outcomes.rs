@@ -14,7 +14,7 @@ use rmcp::service::{RoleClient, RunningService};
 
 use crate::bridge::{Bridge, SpendEntry, SpendStatus};
 use crate::cli::bridge::start_bridge;
-use crate::server::Harness;
+use crate::server::{Clock, Harness};
 
 /// A devnet with the example bot on alice and the CLI's bridge on bob, tipping
 /// through bob's clientrpc, and an agent connected to the bridge. The bridge waits
@@ -99,17 +99,24 @@ async fn a_tip_paid_after_the_wait_is_recorded_paid() {
     let (entry, today) = settled(&net.bridge).await;
     assert_eq!(entry.status, SpendStatus::Paid);
     assert_eq!(today, 10_000);
-    // The bot was credited, so the next call runs on that credit: no new payment.
+    // The bot was credited, and the credit is reserved for the call it paid for (its
+    // retry under its key spends it): another call does not, and pays its own way.
+    let bob = PeerId::from_bytes(net.bob.uid);
+    let reserved = || {
+        let now = crate::server::SystemClock.now();
+        net.harness.billing().reserved_matoms(&bob, now).unwrap()
+    };
     for _ in 0..200 {
-        let bob = PeerId::from_bytes(net.bob.uid);
-        if net.harness.balance_matoms(bob).await.unwrap() > 0 {
+        if reserved() > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert_eq!(reserved(), 10_000_000, "the late tip is the refused call's");
     let text = fortune(&net).await;
     assert!(!text.starts_with("brmcp-bridge"), "{text}");
-    assert_eq!(net.bridge.spend_log().unwrap().0.len(), 1);
+    assert_eq!(net.bridge.spend_log().unwrap().0.len(), 2);
+    assert_eq!(reserved(), 10_000_000, "still the refused call's");
     net.devnet.shutdown().await;
 }
 

@@ -169,15 +169,20 @@ fn print_balances(balances: &[Balance], json: bool) {
                     "caller": b.caller.to_string(),
                     "balance_matoms": b.matoms,
                     "balance_atoms": b.matoms / MATOMS_PER_ATOM,
+                    "reserved_matoms": b.reserved_matoms,
                 })
             })
             .collect();
         print_json(&json!(rows));
         return;
     }
-    let mut table = Table::new(&["CALLER", "BALANCE (ATOMS)"]);
+    let mut table = Table::new(&["CALLER", "BALANCE (ATOMS)", "RESERVED (ATOMS)"]);
     for b in balances {
-        table.row(vec![b.caller.to_string(), matoms_as_atoms(b.matoms)]);
+        table.row(vec![
+            b.caller.to_string(),
+            matoms_as_atoms(b.matoms),
+            matoms_as_atoms(b.reserved_matoms),
+        ]);
     }
     print!("{table}");
 }

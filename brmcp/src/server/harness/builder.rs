@@ -55,6 +55,7 @@ pub struct HarnessBuilder {
     tip_hook: Option<TipHook>,
     clock: Arc<dyn Clock>,
     router_config: RouterConfig,
+    tell_refused: bool,
     info: Implementation,
     instructions: Option<String>,
 }
@@ -86,6 +87,7 @@ impl HarnessBuilder {
             tip_hook: None,
             clock: Arc::new(SystemClock),
             router_config: parking(RouterConfig::server()),
+            tell_refused: true,
             info: Implementation::new("brmcp", env!("CARGO_PKG_VERSION")),
             instructions: None,
         }
@@ -103,10 +105,21 @@ impl HarnessBuilder {
         self
     }
 
-    /// The allowed callers from a settings file, and its rate limit.
+    /// The allowed callers from a settings file, its rate limit, and whether refused
+    /// callers are told.
     pub fn config(self, config: &ServeConfig) -> Self {
         self.allowed_uids(config.allowed_uids.iter().copied())
             .calls_per_minute(config.calls_per_minute)
+            .tell_refused(config.tell_refused)
+    }
+
+    /// Whether a caller the allow gate refuses is answered at once with a JSON-RPC
+    /// `NOT_ALLOWED` error (on its session, to its request; at most once per
+    /// [`REFUSAL_REPLY_INTERVAL`](brmcp_adapters::REFUSAL_REPLY_INTERVAL) per caller)
+    /// instead of hearing nothing. Default: on.
+    pub fn tell_refused(mut self, tell: bool) -> Self {
+        self.tell_refused = tell;
+        self
     }
 
     /// Allow exactly these callers (the default allows nobody).
@@ -285,11 +298,12 @@ impl HarnessBuilder {
                 catalog: self.catalog,
                 listeners: Arc::default(),
                 in_flight: InFlight::new(),
+                running: super::stop::RunningCalls::default(),
                 clock: self.clock,
                 chat_hook: self.chat_hook,
                 auto_reply: throttle,
                 tip_hook: self.tip_hook,
-                router_config: self.router_config,
+                router_config: self.router_config.with_tell_refused(self.tell_refused),
                 info,
                 counters: Counters::default(),
                 started: OnceLock::new(),

@@ -9,6 +9,9 @@ use brmcp_adapters::wire::SessionId;
 use rmcp::model::{CallToolResult, ContentBlock, RequestId};
 use rmcp::service::{RequestContext, RoleServer};
 
+use tokio::sync::oneshot;
+
+use super::stop::{Running, STOPPING, Stop};
 use super::{Counters, HarnessError, Shared, fit};
 use crate::server::billing::{CallId, CallRequest, Charge, Keyed, Origin};
 use crate::server::call_key::{ArgsHash, CallKey};
@@ -27,24 +30,26 @@ const ANSWER_UNSENDABLE: &str = "answer does not serialize";
 
 impl Shared {
     /// One `tools/call` after lookup and argument decoding: steps 3 to 9.
+    ///
+    /// [`Stop`] when a graceful stop took the call, or refused it as it began.
     pub(super) async fn call(
         self: Arc<Self>,
         call: Call,
         prepared: Box<dyn PreparedCall>,
         request: RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> Result<CallToolResult, Stop> {
         let owner = match &call.keyed {
             None => None,
             Some((key, args)) => match self.in_flight.claim(call.caller, key, &call.tool, *args) {
                 Claim::Conflict(conflict) => {
                     Counters::bump(&self.counters.key_conflicts);
-                    return refusal(conflict.to_string());
+                    return Ok(refusal(conflict.to_string()));
                 }
                 Claim::Wait(waiter) => {
                     Counters::bump(&self.counters.waited);
-                    return waiter.answer().await.unwrap_or_else(|| {
+                    return Ok(waiter.answer().await.unwrap_or_else(|| {
                         refusal("the original call with this key failed; retry")
-                    });
+                    }));
                 }
                 Claim::Owner(owner) => Some(owner),
             },
@@ -53,14 +58,16 @@ impl Shared {
         // charge must still be completed or refunded and duplicates answered.
         let task = tokio::spawn(async move {
             let answer = self.run(call, prepared, request).await;
-            if let Some(owner) = owner {
+            if let Some(owner) = owner
+                && let Ok(answer) = &answer
+            {
                 owner.finish(answer.clone());
             }
             answer
         });
         task.await.unwrap_or_else(|e| {
             tracing::error!(error = %e, "tool call task failed");
-            refusal("internal error")
+            Ok(refusal("internal error"))
         })
     }
 
@@ -70,7 +77,7 @@ impl Shared {
         call: Call,
         prepared: Box<dyn PreparedCall>,
         request: RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> Result<CallToolResult, Stop> {
         let Call {
             caller,
             tool,
@@ -85,8 +92,8 @@ impl Shared {
                 .await;
             match held {
                 Ok(None) => {}
-                Ok(Some(answer)) => return self.answer(answer, &tool),
-                Err(e) => return store_failure(&e),
+                Ok(Some(answer)) => return Ok(self.answer(answer, &tool)),
+                Err(e) => return Ok(store_failure(&e)),
             }
         }
         let call_ref = match &keyed {
@@ -98,7 +105,7 @@ impl Shared {
             .take_for(&caller, &call_ref, self.clock.since_epoch())
         else {
             Counters::bump(&self.counters.rate_limited);
-            return refusal(RATE_LIMITED);
+            return Ok(refusal(RATE_LIMITED));
         };
         // The rate counts runs: a call refused from here on hands its ticket back, or
         // (refused for payment) keeps it for its reissue.
@@ -111,11 +118,14 @@ impl Shared {
             Ok(price) => price,
             Err(message) => {
                 give_back(ticket);
-                return refusal(message);
+                return Ok(refusal(message));
             }
         };
         let charged = if price_atoms == 0 && keyed.is_none() {
             None
+        } else if self.running.stopping() {
+            give_back(ticket);
+            return Err(Stop::Refused);
         } else {
             let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.now());
             let (sid, request_id) = origin;
@@ -139,20 +149,42 @@ impl Shared {
                 Ok(answer @ Charge::Insufficient(_)) => {
                     let now = self.clock.since_epoch();
                     self.limiter.reserve(&caller, call_ref.clone(), ticket, now);
-                    return self.answer(answer, &tool);
+                    return Ok(self.answer(answer, &tool));
                 }
                 Ok(answer) => {
                     give_back(ticket);
-                    return self.answer(answer, &tool);
+                    return Ok(self.answer(answer, &tool));
                 }
                 Err(e) => {
                     give_back(ticket);
-                    return store_failure(&e);
+                    return Ok(store_failure(&e));
                 }
             }
         };
 
         let request_id = request.id.clone();
+        // A charged call registers, so a graceful stop can end it (and then owns its
+        // end); one charged as the stop began is refunded here and told so.
+        let (stop_tx, stop_rx) = oneshot::channel();
+        if let Some(id) = charged {
+            let running = Running {
+                caller,
+                sid: origin.0,
+                request_id: request_id.clone(),
+                stop: stop_tx,
+            };
+            if !self.running.start(id, running) {
+                // No outcome kept: the key is released, so the retry runs afresh.
+                let now = self.clock.now();
+                let refunded = self
+                    .blocking(move |b| b.refund(id, STOPPING, None, now))
+                    .await;
+                if let Err(e) = refunded {
+                    tracing::error!(call = %id, error = %e, "call refused at the stop not refunded; refunded at the next start");
+                }
+                return Err(Stop::Refused);
+            }
+        }
         let context = CallContext {
             caller,
             tool: tool.clone(),
@@ -162,7 +194,22 @@ impl Shared {
         };
         // Its own task, so a panicking handler is an error answer, not a lost charge.
         Counters::bump(&self.counters.runs);
-        let (result, refund_reason) = match tokio::spawn(prepared.run(context)).await {
+        let handler = tokio::spawn(prepared.run(context));
+        let abort = handler.abort_handle();
+        let joined = match charged {
+            Some(_) => tokio::select! {
+                joined = handler => Some(joined),
+                _ = stop_rx => None,
+            },
+            None => Some(handler.await),
+        };
+        let stopped = joined.is_none() || charged.is_some_and(|id| !self.running.finish(id));
+        let Some(joined) = joined.filter(|_| !stopped) else {
+            // The stop owns the call's end: it refunds it and answers its caller.
+            abort.abort();
+            return Err(Stop::Answered);
+        };
+        let (result, refund_reason) = match joined {
             Ok(Ok(result)) => (result, None),
             Ok(Err(e)) => self.failed(e.message()),
             Err(e) => {
@@ -177,7 +224,7 @@ impl Shared {
         if let Some(id) = charged {
             self.finish(id, outcome, refund_reason).await;
         }
-        result
+        Ok(result)
     }
 
     /// A handler's failure: its message as the answer, and the refund reason.

@@ -13,10 +13,12 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 
 use super::call::{Call, refusal};
+use super::stop::{STOPPED_NOTICE, STOPPING, Stop};
 use super::{Counters, Shared};
 use crate::server::call_key::{ArgsHash, CALL_KEY_META, CallKey};
 use crate::server::catalog::Catalog;
 use crate::server::rate_limit::RATE_LIMITED;
+use brmcp_adapters::protocol::CALL_INTERRUPTED;
 
 /// One session: an rmcp server on behalf of the peer that opened it.
 pub(super) struct Session {
@@ -180,7 +182,19 @@ impl ServerHandler for Session {
             origin: (self.sid, context.id.clone()),
         };
         let name = call.tool.clone();
-        let result = shared.call(call, prepared, context).await;
+        let cancelled = context.ct.clone();
+        let result = match shared.call(call, prepared, context).await {
+            Ok(result) => result,
+            Err(Stop::Refused) => {
+                return Err(ErrorData::new(CALL_INTERRUPTED, STOPPING, None));
+            }
+            Err(Stop::Answered) => {
+                // A graceful stop took the call and answers it on the session itself;
+                // this request sends nothing more, and ends with the session.
+                cancelled.cancelled().await;
+                return Err(ErrorData::new(CALL_INTERRUPTED, STOPPED_NOTICE, None));
+            }
+        };
         crate::server::call_log::log_call(
             &self.caller,
             &name,

@@ -6,7 +6,12 @@ use brmcp_adapters::wire::{SessionId, UnixTime};
 use rmcp::model::RequestId;
 use rusqlite::{Connection, TransactionBehavior, params};
 
-use super::{CallId, Interrupted, LedgerError, Origin, peer};
+use super::{
+    CallId, INTERRUPTED, Interrupted, Ledger, LedgerError, Origin, lookup_pending, peer,
+    refund_pending,
+};
+#[cfg(doc)]
+use crate::server::billing::Billing;
 use crate::server::billing::{MAX_REQUEST_ID_BYTES, NOTICE_WINDOW_SECS};
 
 /// A charge's origin as stored: the session id and the request id's JSON, both or
@@ -94,4 +99,21 @@ pub(super) fn told(conn: &Connection, call: CallId) -> Result<(), LedgerError> {
         params![call.get()],
     )?;
     Ok(())
+}
+
+impl Ledger {
+    /// [`Billing::interrupt`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::interrupt`].
+    pub fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), LedgerError> {
+        self.owner()?;
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found = lookup_pending(&tx, call)?;
+        refund_pending(&tx, &found, INTERRUPTED, None, now)?;
+        mark(&tx, call)?;
+        tx.commit()?;
+        Ok(())
+    }
 }

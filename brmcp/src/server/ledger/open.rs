@@ -61,6 +61,27 @@ ALTER TABLE calls ADD COLUMN notify INTEGER NOT NULL DEFAULT 0 CHECK (notify IN 
 CREATE INDEX calls_notify ON calls (id) WHERE notify = 1;
 ";
 
+/// Schema 4 to 5: keyed calls waiting for their caller's tip, and the credit reserved
+/// for them (see `waiting`). Nothing waits yet.
+const MIGRATE_4_TO_5: &str = "
+CREATE TABLE waiting (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    caller TEXT NOT NULL,
+    call_key TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_hash BLOB NOT NULL,
+    price_atoms INTEGER NOT NULL CHECK (price_atoms >= 0),
+    refused_at INTEGER NOT NULL,
+    reserved_matoms INTEGER NOT NULL DEFAULT 0 CHECK (reserved_matoms >= 0),
+    expires_at INTEGER NOT NULL,
+    -- The caller's event order: its latest refusal, and the tip that reserved for it.
+    refused_seq INTEGER NOT NULL DEFAULT 0,
+    reserved_seq INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (caller, call_key)
+) STRICT;
+CREATE INDEX waiting_expires ON waiting (expires_at);
+";
+
 /// How long open waits for the directory lock. Rides out a previous process that is
 /// still closing, or an operator command that took the lock while no server ran; a
 /// live server holds it for its lifetime, so waiting longer gains nothing.
@@ -189,7 +210,12 @@ const KIND: SqliteKind = SqliteKind {
     version: SCHEMA_VERSION,
     schema: SCHEMA,
     unstamped_table: "",
-    migrations: &[MIGRATE_1_TO_2, MIGRATE_2_TO_3, MIGRATE_3_TO_4],
+    migrations: &[
+        MIGRATE_1_TO_2,
+        MIGRATE_2_TO_3,
+        MIGRATE_3_TO_4,
+        MIGRATE_4_TO_5,
+    ],
 };
 
 /// Open, check and (when new and `create`) create the database. Reads the file before

@@ -36,18 +36,25 @@ impl Ledger {
         Ok(released)
     }
 
-    /// Every caller's balance, by caller.
+    /// Every caller's balance, by caller, with the part reserved for its waiting calls
+    /// (until [`purge_expired`](Self::purge_expired) or a charge drops the expired).
     ///
     /// # Errors
     ///
     /// A SQLite failure.
     pub fn balances(&self) -> Result<Vec<Balance>, LedgerError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT caller, matoms FROM balances ORDER BY caller")?;
+        let mut stmt = conn.prepare(
+            "SELECT caller, matoms, \
+               (SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting w \
+                WHERE w.caller = b.caller) \
+             FROM balances b ORDER BY caller",
+        )?;
         let rows = stmt.query_map([], |row| {
             Ok(Balance {
                 caller: peer(row, 0)?,
                 matoms: amount(row, 1)?,
+                reserved_matoms: amount(row, 2)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -55,8 +55,11 @@ impl fmt::Display for CallState {
 pub struct Balance {
     /// The caller.
     pub caller: PeerId,
-    /// The balance in milliatoms.
+    /// The balance in milliatoms, reserved credit included.
     pub matoms: u64,
+    /// The part of it reserved for calls waiting for their retry (only they may spend
+    /// it).
+    pub reserved_matoms: u64,
 }
 
 /// One paid call in the journal.

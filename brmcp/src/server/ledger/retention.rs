@@ -34,8 +34,11 @@ pub const VACUUM_FREE_PAGES: i64 = 1024;
 pub(crate) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 
 /// Release keys whose replay window closed at or before `now`, dropping their outcomes
-/// and argument hashes. The row stays: it records money.
+/// and argument hashes, and drop waiting calls whose time ran out. The row stays: it
+/// records money.
 pub(super) fn release_expired(conn: &Connection, now: UnixTime) -> Result<usize, LedgerError> {
+    // Reservations whose call never came back go too: their credit is spendable again.
+    super::waiting::expire(conn, now)?;
     Ok(conn.execute(
         "UPDATE calls SET key_held = 0, outcome = NULL, args_hash = NULL \
          WHERE key_held = 1 AND state != 'pending' AND replay_until <= ?1",

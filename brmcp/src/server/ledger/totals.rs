@@ -15,8 +15,12 @@ pub const TOTALS_WINDOW_SECS: i64 = 24 * 60 * 60;
 pub struct LedgerTotals {
     /// Callers with a balance row.
     pub callers: u64,
-    /// The sum of every balance, in milliatoms.
+    /// The sum of every balance, in milliatoms (reserved credit included).
     pub balances_matoms: u64,
+    /// The part of those balances reserved for calls refused for payment that wait
+    /// for their retry, in milliatoms.
+    #[serde(default)]
+    pub reserved_matoms: u64,
     /// Paid (or keyed) calls started in the window.
     pub calls_24h: u64,
     /// Atoms charged for calls of the window that completed.
@@ -42,6 +46,11 @@ impl Ledger {
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+        let reserved: i64 = conn.query_row(
+            "SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting WHERE expires_at > ?1",
+            [now.secs()],
+            |r| r.get(0),
+        )?;
         let (calls, earned, refunds, pending): (i64, i64, i64, i64) = conn.query_row(
             "SELECT \
                COUNT(*) FILTER (WHERE started_at >= ?1), \
@@ -56,6 +65,7 @@ impl Ledger {
         Ok(LedgerTotals {
             callers: n(callers),
             balances_matoms: n(balances),
+            reserved_matoms: n(reserved),
             calls_24h: n(calls),
             earned_atoms_24h: n(earned),
             refunds_24h: n(refunds),

@@ -1,0 +1,155 @@
+//! A graceful stop that keeps its word: every charged call still running when the
+//! harness stops is stopped, refunded and answered [`CALL_INTERRUPTED`] on its session
+//! before the sessions close, or, if the answer cannot be sent in time, left to be told
+//! by the next start.
+//!
+//! Each charged call registers while its handler runs; whoever takes it out of the
+//! register (the call, with its handler's answer, or [`Shared::stop`]) owns its end, so
+//! a call is completed or interrupted, never both. The interruption is durable before
+//! anything is sent: one store transaction refunds the call and marks its caller to be
+//! told ([`Billing::interrupt`]); the mark is cleared once the answer is sent, so a
+//! process that dies in between tells the caller at its next start.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::Duration;
+
+use brmcp_adapters::PeerId;
+use brmcp_adapters::protocol::CALL_INTERRUPTED;
+use brmcp_adapters::wire::SessionId;
+use rmcp::model::{ErrorData, RequestId, ServerJsonRpcMessage};
+use tokio::sync::oneshot;
+
+use super::{Counters, Shared};
+#[cfg(doc)]
+use crate::server::billing::Billing;
+use crate::server::billing::CallId;
+
+/// The message of the [`CALL_INTERRUPTED`] answer to a call a graceful stop ended.
+pub const STOPPED_NOTICE: &str =
+    "call interrupted by a stop of the bot; refunded; retry with the same call key";
+
+/// The message of the `CALL_INTERRUPTED` answer to a call that would start while the
+/// harness stops (nothing charged).
+pub const STOPPING: &str = "the bot is stopping; nothing was charged; retry shortly";
+
+/// Why a call has no answer of its own: a graceful stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// The stop took the running call and answers its caller itself.
+    Answered,
+    /// The call came as the harness stopped; nothing was charged: answer it
+    /// `CALL_INTERRUPTED` with [`STOPPING`], so its client retries it.
+    Refused,
+}
+
+/// One charged call whose handler runs.
+pub(super) struct Running {
+    pub(super) caller: PeerId,
+    pub(super) sid: SessionId,
+    pub(super) request_id: RequestId,
+    /// Dropped or fired: the handler is to stop.
+    pub(super) stop: oneshot::Sender<()>,
+}
+
+/// The charged calls whose handlers run, and whether the harness stops.
+#[derive(Default)]
+pub(super) struct RunningCalls {
+    calls: Mutex<HashMap<CallId, Running>>,
+    stopping: AtomicBool,
+}
+
+impl RunningCalls {
+    /// Registers a charged call; `false` (and nothing registered) once the harness
+    /// stops.
+    pub(super) fn start(&self, call: CallId, running: Running) -> bool {
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.stopping.load(SeqCst) {
+            return false;
+        }
+        calls.insert(call, running);
+        true
+    }
+
+    /// Takes a finished call out; `true` when its end is the caller's to record, `false`
+    /// when a stop took it first.
+    pub(super) fn finish(&self, call: CallId) -> bool {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&call)
+            .is_some()
+    }
+
+    /// Whether the harness stops: no call is charged any more.
+    pub(super) fn stopping(&self) -> bool {
+        self.stopping.load(SeqCst)
+    }
+
+    /// Marks the harness stopping and takes every running call.
+    fn stop_all(&self) -> Vec<(CallId, Running)> {
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        self.stopping.store(true, SeqCst);
+        calls.drain().collect()
+    }
+}
+
+impl Shared {
+    /// Stops every running charged call: its handler is stopped, its charge refunded
+    /// with its caller marked to be told (one transaction), and its caller answered
+    /// [`CALL_INTERRUPTED`]; waits up to `wait` for those answers to be sent. Returns
+    /// how many calls it stopped and how many of their callers were told; the rest are
+    /// told by the next start.
+    pub(super) async fn stop(self: std::sync::Arc<Self>, wait: Duration) -> (usize, usize) {
+        let stopped = self.running.stop_all();
+        let count = stopped.len();
+        let mut answers = tokio::task::JoinSet::new();
+        for (call, running) in stopped {
+            let Running {
+                caller,
+                sid,
+                request_id,
+                stop,
+            } = running;
+            let _ = stop.send(());
+            let shared = self.clone();
+            answers.spawn(async move {
+                let now = shared.clock.now();
+                if let Err(e) = shared.blocking(move |b| b.interrupt(call, now)).await {
+                    // Still pending in the store: refunded and told at the next start.
+                    tracing::error!(%call, error = %e, "stopped call not refunded now");
+                    return false;
+                }
+                let Some(router) = shared.started.get().map(|s| s.router.clone()) else {
+                    return false;
+                };
+                let message = ServerJsonRpcMessage::error(
+                    ErrorData::new(CALL_INTERRUPTED, STOPPED_NOTICE, None),
+                    Some(request_id),
+                );
+                if let Err(e) = router.send_on(caller, sid, &message).await {
+                    tracing::warn!(%call, error = %e, "stopped call's caller not told; the next start tells it");
+                    return false;
+                }
+                Counters::bump(&shared.counters.interrupted_told);
+                if let Err(e) = shared.blocking(move |b| b.told(call)).await {
+                    // Told again at the next start: harmless.
+                    tracing::warn!(%call, error = %e, "stopped call's notice not cleared");
+                }
+                true
+            });
+        }
+        let mut told = 0;
+        let all = async {
+            while let Some(sent) = answers.join_next().await {
+                told += usize::from(sent.unwrap_or(false));
+            }
+        };
+        if tokio::time::timeout(wait, all).await.is_err() {
+            tracing::warn!("stop: some interrupted calls' callers are told at the next start");
+        }
+        (count, told)
+    }
+}

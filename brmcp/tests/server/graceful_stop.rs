@@ -1,0 +1,147 @@
+//! A graceful stop keeps its word: a paid call in its handler when the harness stops is
+//! stopped, refunded once and answered `CALL_INTERRUPTED` on its session before the
+//! sessions close; the next start refunds nothing more and tells nobody again. A stop
+//! whose answer is never sent leaves the caller to be told by the next start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use brmcp::adapters::PeerId;
+use brmcp::adapters::mem::Fabric;
+use brmcp::adapters::protocol::CALL_INTERRUPTED;
+use brmcp::adapters::wire::{SessionId, UnixTime};
+use brmcp::server::{
+    CallRequest, CallState, Charge, Clock, Harness, INTERRUPTED, Ledger, ManualClock, NoArgs,
+    Origin, STOPPED_NOTICE, Tip, ToolError, ToolSpec,
+};
+use rmcp::ServiceError;
+use rmcp::model::RequestId;
+use tokio::sync::mpsc;
+
+use crate::support::*;
+
+const KEY: &str = "graceful-stop-key";
+const PRICE: u64 = 300;
+const FUNDS: u64 = 1_000_000;
+
+/// Generous on a loaded machine; it takes milliseconds.
+const WITHIN: Duration = Duration::from_secs(20);
+
+fn hanging(started: mpsc::UnboundedSender<()>) -> ToolSpec {
+    ToolSpec::fixed("slow", "Slow paid work", PRICE, move |_, _: NoArgs| {
+        let _ = started.send(());
+        async {
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>("unreachable")
+        }
+    })
+}
+
+fn harness(dir: &std::path::Path, tool: ToolSpec) -> Harness {
+    Harness::builder()
+        .data_dir(dir)
+        .clock(ManualClock::at_unix(T0))
+        .allowed_uids([peer(ALICE)])
+        .tool(tool)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_answers_the_paid_call_it_ends_before_the_sessions_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = Fabric::new(31);
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let server = harness(dir.path(), hanging(started_tx));
+    tip(&server, 1, ALICE, FUNDS).await;
+    let _router = start(&fabric, &server);
+    let alice = Arc::new(client(&fabric, ALICE).await);
+    let caller = alice.clone();
+    let pending = tokio::spawn(async move {
+        caller
+            .call_tool(params("slow", serde_json::json!({}), Some(KEY)))
+            .await
+    });
+    tokio::time::timeout(WITHIN, started.recv())
+        .await
+        .expect("the handler started");
+    assert_eq!(balance(&server, ALICE).await, FUNDS - PRICE * 1000);
+
+    let stopped = server.stop(WITHIN).await;
+    assert_eq!((stopped.calls, stopped.told), (1, 1));
+    match tokio::time::timeout(WITHIN, pending)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(ServiceError::McpError(e)) => {
+            assert_eq!(e.code, CALL_INTERRUPTED);
+            assert_eq!(e.message, STOPPED_NOTICE);
+        }
+        other => panic!("expected CALL_INTERRUPTED, got {other:?}"),
+    }
+    // Refunded once, the key released for the retry, nobody owed a notice.
+    assert_eq!(balance(&server, ALICE).await, FUNDS);
+    let ledger = server.ledger().unwrap().clone();
+    let journal = ledger.journal(None, 10).unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(journal[0].state, CallState::Refunded);
+    assert_eq!(journal[0].reason.as_deref(), Some(INTERRUPTED));
+    assert!(!journal[0].key_held);
+    let now = ManualClock::at_unix(T0).now();
+    assert!(ledger.interrupted(now).unwrap().is_empty());
+    drop(ledger);
+    drop(server);
+
+    // The next start refunds nothing and tells nobody; the money is where it was.
+    let server = harness(dir.path(), hanging(mpsc::unbounded_channel().0));
+    assert_eq!(server.refunded_at_open(), 0);
+    assert!(
+        server
+            .ledger()
+            .unwrap()
+            .interrupted(now)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(balance(&server, ALICE).await, FUNDS);
+}
+
+#[test]
+fn an_interruption_never_told_is_owed_to_the_next_start() {
+    const ALICE_ID: PeerId = PeerId::from_bytes([0xa1; 32]);
+    let now = UnixTime(1_767_225_600);
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path(), now).unwrap().ledger;
+    let tip = Tip {
+        seq: 1,
+        caller: ALICE_ID,
+        matoms: FUNDS,
+    };
+    ledger.record_tip(&tip, true, now).unwrap();
+    let request = CallRequest {
+        caller: ALICE_ID,
+        tool: "slow",
+        price_atoms: PRICE,
+        keyed: None,
+    };
+    let request_id = RequestId::Number(7);
+    let origin = Origin {
+        sid: SessionId::from_entropy([9; 8]),
+        request_id: &request_id,
+    };
+    let Charge::Run(call) = ledger.charge_from(&request, Some(origin), now).unwrap() else {
+        panic!("charged")
+    };
+    // The stop refunds and marks in one transaction, then dies before telling.
+    ledger.interrupt(call, now).unwrap();
+    assert!(ledger.interrupt(call, now).is_err(), "refunded once");
+    assert_eq!(ledger.balance_matoms(&ALICE_ID).unwrap(), FUNDS);
+    drop(ledger);
+    let opened = Ledger::open(dir.path(), now).unwrap();
+    assert_eq!(opened.refunded, 0);
+    let owed = opened.ledger.interrupted(now).unwrap();
+    assert_eq!(owed.len(), 1);
+    assert_eq!((owed[0].call, &owed[0].request_id), (call, &request_id));
+    assert_eq!(opened.ledger.balance_matoms(&ALICE_ID).unwrap(), FUNDS);
+}
