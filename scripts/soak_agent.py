@@ -6,8 +6,9 @@ streamable HTTP endpoint.
 Calls `echo`, `add` and `slow` one after the other, each with a tag of its own
 (`<NAME>-<n>`), until CONTROL/stop exists; a call that fails (a tool error, a
 JSON-RPC error, a lost connection) is retried with the same tool and the same
-arguments (and, with --call-key, the same `brmcp/callKey` in the request's `_meta`)
-until it is answered or the deadline written in CONTROL/stop passes. A lost connection
+arguments (and, with --call-key, the same `brmcp/callKey` in the request's `_meta`
+after a lost connection, a new one after a tool error, since a key names one call and
+that call has ended) until it is answered or the deadline written in CONTROL/stop passes. A lost connection
 opens a new session. Writes one JSON line per attempt and one per finished call to OUT.
 """
 
@@ -145,6 +146,11 @@ class Agent:
             self.emit(event="attempt", tag=tag, tool=tool, attempt=attempts, t0=t0,
                       t1=time.time(), kind=kind, texts=texts(r))
             if r.is_error:
+                # A key names one call, and that call has ended (in a tool error, which
+                # the bot refunds): the retry is a new call, under a key of its own. A
+                # lost connection (an exception) keeps the key: that call may still end.
+                if key:
+                    self.current = (tag, tool, args, f"soak-{self.seed}-{tag}-r{attempts}", attempts)
                 await anyio.sleep(RETRY_PAUSE_SECS)
             else:
                 self.emit(event="call", tag=tag, tool=tool, final="delivered", attempts=attempts)
