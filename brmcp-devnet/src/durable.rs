@@ -667,3 +667,38 @@ mod tests {
         assert!(err.contains(SNAPSHOT_FILE), "{err}");
     }
 }
+
+#[cfg(test)]
+mod posts_tests {
+    use super::*;
+
+    /// A node kept by a devnet from before posts (no posts log, no subscribers)
+    /// loads with both empty, and a kept one round-trips.
+    #[test]
+    fn a_node_kept_before_posts_loads_and_posts_round_trip() {
+        let mut snap = NodeSnap::new("alice".into(), 1 << 20);
+        let mut old = serde_json::to_value(&snap).unwrap();
+        let map = old.as_object_mut().unwrap();
+        assert!(map.remove("posts").is_some() && map.remove("post_subscribers").is_some());
+        let loaded: NodeSnap = serde_json::from_value(old).unwrap();
+        assert!(loaded.post_subscribers.is_empty() && loaded.posts.inspect().is_empty());
+
+        let post = Event::Post {
+            id: [1; 32],
+            author: [2; 32],
+            author_nick: "bob".into(),
+            date: 5,
+            title: "t".into(),
+            version: 1,
+            attributes: BTreeMap::from([("main".to_owned(), "hi".to_owned())]),
+        };
+        snap.log_mut(Log::Posts).store(post.clone());
+        snap.post_subscribers.push(Uid([3; 32]));
+        let text = serde_json::to_string(&snap).unwrap();
+        let back: NodeSnap = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.post_subscribers, vec![Uid([3; 32])]);
+        let entries = back.posts.inspect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].params["post"]["attributes"]["main"], "hi");
+    }
+}

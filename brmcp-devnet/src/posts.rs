@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::node::{Event, Log};
-use super::{Devnet, DevnetError, Net, NodeId};
+use super::{Devnet, DevnetError, LogEntry, Net, NodeId};
 
 /// The folder of a devnet directory where post requests are dropped.
 pub const POSTS_DIR: &str = "posts";
@@ -110,6 +110,16 @@ impl Devnet {
     pub fn publish_post(&self, author: NodeId, text: &str) -> Result<[u8; 32], DevnetError> {
         self.check(author)?;
         Ok(publish(&self.net, author.index(), text))
+    }
+
+    /// A node's posts log (what `PostsStream` carries), with acked state.
+    ///
+    /// # Errors
+    ///
+    /// [`DevnetError::UnknownNode`].
+    pub fn posts_log(&self, node: NodeId) -> Result<Vec<LogEntry>, DevnetError> {
+        self.check(node)?;
+        Ok(self.net.lock().nodes[node.index()].logs[Log::Posts.index()].inspect())
     }
 
     /// Publishes the post requests dropped in `<dir>/`[`POSTS_DIR`], now and every
