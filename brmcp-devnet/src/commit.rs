@@ -7,6 +7,7 @@ use std::sync::MutexGuard;
 
 use super::State;
 use super::durable;
+use super::node::Log;
 use super::relay::Relay;
 
 impl State {
@@ -53,7 +54,13 @@ impl State {
                 durable::NodeSnap {
                     nick: n.nick.clone(),
                     contacts: n.contacts.clone(),
-                    logs: n.logs.clone(),
+                    logs: std::array::from_fn(|i| n.logs[i].clone()),
+                    posts: n.logs[Log::Posts.index()].clone(),
+                    post_subscribers: n
+                        .post_subscribers
+                        .iter()
+                        .map(|u| durable::Uid(*u))
+                        .collect(),
                     recent_tips: n.recent_tips.clone(),
                 },
             );

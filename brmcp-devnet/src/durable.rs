@@ -32,7 +32,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::DevnetError;
-use super::node::{Contact, Event, ReplayLog, StreamKind};
+use super::node::{Contact, Event, Log, ReplayLog, StreamKind};
 use super::relay::Queued;
 
 /// The snapshot's name in the devnet directory.
@@ -87,19 +87,19 @@ pub(crate) mod hex32 {
     }
 }
 
-/// A stream kind by its name (`pm`, `tipprogress`, `tipstream`, `kx`).
+/// A log by its name (`pm`, `tipprogress`, `tipstream`, `kx`, `posts`).
 mod kind_name {
     use serde::{Deserialize as _, Deserializer, Serializer};
 
-    use super::StreamKind;
+    use super::Log;
 
-    pub(crate) fn serialize<S: Serializer>(k: &StreamKind, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(k: &Log, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(k.name())
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StreamKind, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Log, D::Error> {
         let name = String::deserialize(d)?;
-        StreamKind::ALL
+        Log::ALL
             .into_iter()
             .find(|k| k.name() == name)
             .ok_or_else(|| serde::de::Error::custom(format!("unknown stream {name:?}")))
@@ -142,21 +142,21 @@ pub(crate) enum Op {
     Store {
         node: Uid,
         #[serde(with = "kind_name")]
-        kind: StreamKind,
+        kind: Log,
         event: Event,
     },
     /// A cumulative acknowledgement.
     Ack {
         node: Uid,
         #[serde(with = "kind_name")]
-        kind: StreamKind,
+        kind: Log,
         seq: u64,
     },
     /// The next item of a log opens this file.
     NextFile {
         node: Uid,
         #[serde(with = "kind_name")]
-        kind: StreamKind,
+        kind: Log,
         fid: u32,
     },
     /// A wallet's balance, in milliatoms.
@@ -177,6 +177,12 @@ pub(crate) enum Op {
     TipEnd { id: u64 },
     /// A tip paid, for the wallets' recent tips.
     Tipped { record: TipRecord },
+    /// A user subscribed to (`on`) or unsubscribed from an author's posts.
+    PostSub {
+        author: Uid,
+        subscriber: Uid,
+        on: bool,
+    },
 }
 
 /// A node's kept state.
@@ -187,6 +193,12 @@ pub(crate) struct NodeSnap {
     pub(crate) contacts: Vec<Contact>,
     /// By [`StreamKind::index`].
     pub(crate) logs: [ReplayLog; 4],
+    /// The posts log; a directory kept before posts has none.
+    #[serde(default = "empty_log")]
+    pub(crate) posts: ReplayLog,
+    /// Who subscribed to this node's posts.
+    #[serde(default)]
+    pub(crate) post_subscribers: Vec<Uid>,
     /// Newest last, at most [`RECENT_TIPS`].
     pub(crate) recent_tips: VecDeque<TipRecord>,
 }
@@ -197,9 +209,24 @@ impl NodeSnap {
             nick,
             contacts: Vec::new(),
             logs: StreamKind::ALL.map(|_| ReplayLog::new(replay_file_size)),
+            posts: ReplayLog::new(replay_file_size),
+            post_subscribers: Vec::new(),
             recent_tips: VecDeque::new(),
         }
     }
+
+    /// A log by [`Log::index`].
+    pub(crate) fn log_mut(&mut self, log: Log) -> &mut ReplayLog {
+        match log {
+            Log::Stream(k) => &mut self.logs[k.index()],
+            Log::Posts => &mut self.posts,
+        }
+    }
+}
+
+/// A posts log missing from an older directory (its file size is set on load).
+fn empty_log() -> ReplayLog {
+    ReplayLog::new(0)
 }
 
 /// Appends `record` to a bounded recent-tips list.
@@ -268,11 +295,22 @@ impl Snapshot {
                 }
             }
             Op::Store { node, kind, event } => {
-                self.node(node)?.logs[kind.index()].store(event);
+                self.node(node)?.log_mut(kind).store(event);
             }
-            Op::Ack { node, kind, seq } => self.node(node)?.logs[kind.index()].ack(seq),
+            Op::Ack { node, kind, seq } => self.node(node)?.log_mut(kind).ack(seq),
             Op::NextFile { node, kind, fid } => {
-                self.node(node)?.logs[kind.index()].set_next_file(fid);
+                self.node(node)?.log_mut(kind).set_next_file(fid);
+            }
+            Op::PostSub {
+                author,
+                subscriber,
+                on,
+            } => {
+                let subs = &mut self.node(author)?.post_subscribers;
+                subs.retain(|s| s != &subscriber);
+                if on {
+                    subs.push(subscriber);
+                }
             }
             Op::Balance { uid, matoms } => {
                 self.balances.insert(uid, matoms);
@@ -627,5 +665,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(SNAPSHOT_FILE), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod posts_tests {
+    use super::*;
+
+    /// A node kept by a devnet from before posts (no posts log, no subscribers)
+    /// loads with both empty, and a kept one round-trips.
+    #[test]
+    fn a_node_kept_before_posts_loads_and_posts_round_trip() {
+        let mut snap = NodeSnap::new("alice".into(), 1 << 20);
+        let mut old = serde_json::to_value(&snap).unwrap();
+        let map = old.as_object_mut().unwrap();
+        assert!(map.remove("posts").is_some() && map.remove("post_subscribers").is_some());
+        let loaded: NodeSnap = serde_json::from_value(old).unwrap();
+        assert!(loaded.post_subscribers.is_empty() && loaded.posts.inspect().is_empty());
+
+        let post = Event::Post {
+            id: [1; 32],
+            author: [2; 32],
+            author_nick: "bob".into(),
+            date: 5,
+            title: "t".into(),
+            version: 1,
+            attributes: BTreeMap::from([("main".to_owned(), "hi".to_owned())]),
+        };
+        snap.log_mut(Log::Posts).store(post.clone());
+        snap.post_subscribers.push(Uid([3; 32]));
+        let text = serde_json::to_string(&snap).unwrap();
+        let back: NodeSnap = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.post_subscribers, vec![Uid([3; 32])]);
+        let entries = back.posts.inspect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].params["post"]["attributes"]["main"], "hi");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use super::durable::{Op, TipRecord, Uid};
-use super::node::{Event, Node, NodeCtl};
+use super::node::{Event, Log, Node, NodeCtl};
 use super::relay::Queued;
 use super::server::{self, ServerSettings};
 use super::{
@@ -112,7 +112,9 @@ impl Devnet {
                 // Kept from an earlier run: its address book, logs and tips.
                 Some(kept) => {
                     node.contacts = kept.contacts;
-                    node.logs = kept.logs;
+                    let [a, b, c, d] = kept.logs;
+                    node.logs = [a, b, c, d, kept.posts];
+                    node.post_subscribers = kept.post_subscribers.iter().map(|u| u.0).collect();
                     for log in &mut node.logs {
                         log.set_max_file_size(self.net.cfg.replay_file_size);
                     }
@@ -132,7 +134,7 @@ impl Devnet {
                     // A directory of a devnet that kept no logs: ids above every
                     // earlier run's (the first run keeps the usual ones).
                     if state.first_file() > 0 {
-                        for kind in StreamKind::ALL {
+                        for kind in Log::ALL {
                             node.set_next_file(kind, state.first_file());
                         }
                     }

@@ -97,6 +97,7 @@ mod faults;
 mod hooks;
 mod node;
 mod persist;
+mod posts;
 mod relay;
 mod rpc;
 mod server;
@@ -117,6 +118,7 @@ use tokio::task::JoinHandle;
 pub use certs::{CertMode, CertPaths};
 pub use faults::{FAULTS_FILE, Faults, FaultsError, read_faults, write_faults};
 pub use node::{LogEntry, ReceivedRequest, StreamKind};
+pub use posts::{MAX_POST_BYTES, POSTS_DIR, PostRequest};
 pub use wallets::{TipDirection, Wallet, WalletTip, read_wallets};
 
 use commit::StateGuard;

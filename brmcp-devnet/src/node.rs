@@ -28,6 +28,50 @@ use super::envelope::notification_line;
 
 pub use brmcp_clientrpc::StreamKind;
 
+/// A node's replay log: one per stream the clientrpc client reads, and the posts
+/// stream (`PostsService.PostsStream`), which brclient keeps the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Log {
+    Stream(StreamKind),
+    Posts,
+}
+
+impl Log {
+    /// How many logs a node has.
+    pub(crate) const COUNT: usize = 5;
+
+    /// Every log, by [`index`](Self::index).
+    pub(crate) const ALL: [Self; Self::COUNT] = [
+        Self::Stream(StreamKind::ALL[0]),
+        Self::Stream(StreamKind::ALL[1]),
+        Self::Stream(StreamKind::ALL[2]),
+        Self::Stream(StreamKind::ALL[3]),
+        Self::Posts,
+    ];
+
+    /// The log's position in a node's table.
+    pub(crate) const fn index(self) -> usize {
+        match self {
+            Self::Stream(k) => k.index(),
+            Self::Posts => StreamKind::ALL.len(),
+        }
+    }
+
+    /// brclient's replay log name.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Self::Stream(k) => k.name(),
+            Self::Posts => "posts",
+        }
+    }
+}
+
+impl From<StreamKind> for Log {
+    fn from(k: StreamKind) -> Self {
+        Self::Stream(k)
+    }
+}
+
 /// How many received requests a node keeps for inspection (the oldest are dropped).
 pub(crate) const REQUEST_LOG_LIMIT: usize = 4096;
 
@@ -74,6 +118,19 @@ pub(crate) enum Event {
         #[serde(with = "hex32")]
         uid: [u8; 32],
         nick: String,
+    },
+    /// A post received from a subscription (the author relayed it).
+    Post {
+        #[serde(with = "hex32")]
+        id: [u8; 32],
+        #[serde(with = "hex32")]
+        author: [u8; 32],
+        author_nick: String,
+        /// Unix seconds.
+        date: i64,
+        title: String,
+        version: u64,
+        attributes: BTreeMap<String, String>,
     },
 }
 
@@ -125,6 +182,32 @@ impl Event {
                 uid: uid.to_vec(),
                 nick: nick.clone(),
                 initial_rendezvous: Vec::new(),
+            }),
+            Self::Post {
+                id,
+                author,
+                author_nick,
+                date,
+                title,
+                version,
+                attributes,
+            } => encode(&proto::ReceivedPost {
+                sequence_id: seq,
+                relayer_id: author.to_vec(),
+                summary: Some(proto::PostSummary {
+                    id: id.to_vec(),
+                    from: author.to_vec(),
+                    author_id: author.to_vec(),
+                    author_nick: author_nick.clone(),
+                    date: *date,
+                    // No status updates yet: brclient records the post's own date.
+                    last_status_ts: *date,
+                    title: title.clone(),
+                }),
+                post: Some(proto::PostMetadata {
+                    version: *version,
+                    attributes: attributes.clone().into_iter().collect(),
+                }),
             }),
         }
     }
@@ -305,7 +388,7 @@ pub(crate) struct Contact {
 #[derive(Debug)]
 pub(crate) struct Sub {
     pub(crate) conn: u64,
-    pub(crate) kind: StreamKind,
+    pub(crate) kind: Log,
     /// The method exactly as requested, suffix included; notifications echo it.
     pub(crate) method: String,
     pub(crate) out: mpsc::UnboundedSender<String>,
@@ -359,7 +442,9 @@ pub(crate) struct Node {
     pub(crate) app_name: &'static str,
     pub(crate) contacts: Vec<Contact>,
     pub(crate) online: bool,
-    pub(crate) logs: [ReplayLog; 4],
+    pub(crate) logs: [ReplayLog; Log::COUNT],
+    /// Who subscribed to this node's posts (brclient keeps this on the author's side).
+    pub(crate) post_subscribers: Vec<[u8; 32]>,
     pub(crate) subs: Vec<Sub>,
     pub(crate) conns: usize,
     pub(crate) ctl: watch::Sender<NodeCtl>,
@@ -397,7 +482,8 @@ impl Node {
             app_name,
             contacts: Vec::new(),
             online,
-            logs: StreamKind::ALL.map(|_| ReplayLog::new(replay_file_size)),
+            logs: Log::ALL.map(|_| ReplayLog::new(replay_file_size)),
+            post_subscribers: Vec::new(),
             subs: Vec::new(),
             conns: 0,
             ctl: watch::Sender::new(NodeCtl::default()),
@@ -455,7 +541,8 @@ impl Node {
 
     /// Stores `event` in its log, then queues it for every live stream of that kind
     /// (sent once the change is journaled).
-    pub(crate) fn append(&mut self, kind: StreamKind, event: Event) -> u64 {
+    pub(crate) fn append(&mut self, kind: impl Into<Log>, event: Event) -> u64 {
+        let kind = kind.into();
         let id = self.logs[kind.index()].store(event.clone());
         let params = event.encode(id);
         self.subs.retain(|s| !s.out.is_closed());
@@ -472,7 +559,8 @@ impl Node {
     }
 
     /// A cumulative acknowledgement of `kind`'s log.
-    pub(crate) fn ack(&mut self, kind: StreamKind, seq: u64) {
+    pub(crate) fn ack(&mut self, kind: impl Into<Log>, seq: u64) {
+        let kind = kind.into();
         self.logs[kind.index()].ack(seq);
         self.pending.push(Op::Ack {
             node: self.me(),
@@ -482,7 +570,8 @@ impl Node {
     }
 
     /// Makes the next entry of `kind`'s log open file `fid`.
-    pub(crate) fn set_next_file(&mut self, kind: StreamKind, fid: u32) {
+    pub(crate) fn set_next_file(&mut self, kind: impl Into<Log>, fid: u32) {
+        let kind = kind.into();
         self.logs[kind.index()].set_next_file(fid);
         self.pending.push(Op::NextFile {
             node: self.me(),
@@ -504,6 +593,24 @@ impl Node {
             }
         }
         self.subs.push(sub);
+    }
+
+    /// Adds or removes `subscriber` from this node's post subscribers.
+    pub(crate) fn set_post_subscriber(&mut self, subscriber: [u8; 32], on: bool) {
+        let had = self.post_subscribers.contains(&subscriber);
+        if had == on {
+            return;
+        }
+        if on {
+            self.post_subscribers.push(subscriber);
+        } else {
+            self.post_subscribers.retain(|s| s != &subscriber);
+        }
+        self.pending.push(Op::PostSub {
+            author: self.me(),
+            subscriber: Uid(subscriber),
+            on,
+        });
     }
 
     pub(crate) fn record(&mut self, request: ReceivedRequest) {

@@ -21,7 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use super::Net;
 use super::codec::{decode, encode};
 use super::envelope::{error_line, go_reencode, json_string, notification_line, response_line};
-use super::node::{StreamKind, Sub};
+use super::node::{Log, StreamKind, Sub};
 use super::relay;
 
 /// JSON-RPC "internal error": every handler error, and unknown service or method.
@@ -165,6 +165,18 @@ pub(crate) enum Method {
     AckTipProgress,
     TipStream,
     AckTipReceived,
+    SubscribeToPosts,
+    UnsubscribeToPosts,
+    PostsStream,
+    AckReceivedPost,
+}
+
+/// `PostsService` methods (the client crate names only those it calls).
+mod posts_method {
+    pub(super) const SUBSCRIBE: &str = "PostsService.SubscribeToPosts";
+    pub(super) const UNSUBSCRIBE: &str = "PostsService.UnsubscribeToPosts";
+    pub(super) const STREAM: &str = "PostsService.PostsStream";
+    pub(super) const ACK: &str = "PostsService.AckReceivedPost";
 }
 
 /// A request's params, decoded into its method's message.
@@ -181,6 +193,8 @@ enum Params {
     Ack(u64),
     TipUser(proto::TipUserRequest),
     MediateKx(proto::MediateKxRequest),
+    /// `SubscribeToPosts` (true) or `UnsubscribeToPosts`: the user.
+    PostSub(String, bool),
 }
 
 impl Method {
@@ -209,6 +223,10 @@ impl Method {
             m::ACK_TIP_PROGRESS => Self::AckTipProgress,
             m::TIP_STREAM => Self::TipStream,
             m::ACK_TIP_RECEIVED => Self::AckTipReceived,
+            posts_method::SUBSCRIBE => Self::SubscribeToPosts,
+            posts_method::UNSUBSCRIBE => Self::UnsubscribeToPosts,
+            posts_method::STREAM => Self::PostsStream,
+            posts_method::ACK => Self::AckReceivedPost,
             _ => return Err("unknown method"),
         })
     }
@@ -235,7 +253,21 @@ impl Method {
             Self::TipStream => {
                 Params::Stream(decode::<proto::TipStreamRequest>(params)?.unacked_from)
             }
-            Self::AckPm | Self::AckKx | Self::AckTipProgress | Self::AckTipReceived => {
+            Self::PostsStream => {
+                Params::Stream(decode::<proto::PostsStreamRequest>(params)?.unacked_from)
+            }
+            Self::SubscribeToPosts => {
+                Params::PostSub(decode::<proto::SubscribeToPostsRequest>(params)?.user, true)
+            }
+            Self::UnsubscribeToPosts => Params::PostSub(
+                decode::<proto::UnsubscribeToPostsRequest>(params)?.user,
+                false,
+            ),
+            Self::AckPm
+            | Self::AckKx
+            | Self::AckTipProgress
+            | Self::AckTipReceived
+            | Self::AckReceivedPost => {
                 Params::Ack(decode::<proto::AckRequest>(params)?.sequence_id)
             }
             Self::TipUser => Params::TipUser(decode(params)?),
@@ -244,12 +276,13 @@ impl Method {
     }
 
     /// The replay log behind a stream or an ack.
-    fn kind(self) -> Option<StreamKind> {
+    fn kind(self) -> Option<Log> {
         match self {
-            Self::PmStream | Self::AckPm => Some(StreamKind::Pm),
-            Self::KxStream | Self::AckKx => Some(StreamKind::Kx),
-            Self::TipProgress | Self::AckTipProgress => Some(StreamKind::TipProgress),
-            Self::TipStream | Self::AckTipReceived => Some(StreamKind::TipReceived),
+            Self::PmStream | Self::AckPm => Some(StreamKind::Pm.into()),
+            Self::KxStream | Self::AckKx => Some(StreamKind::Kx.into()),
+            Self::TipProgress | Self::AckTipProgress => Some(StreamKind::TipProgress.into()),
+            Self::TipStream | Self::AckTipReceived => Some(StreamKind::TipReceived.into()),
+            Self::PostsStream | Self::AckReceivedPost => Some(Log::Posts),
             _ => None,
         }
     }
@@ -396,6 +429,7 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result
         (Method::Pm, Params::Pm(p)) => pm(net, node, p).await,
         (Method::TipUser, Params::TipUser(p)) => tip_user(net, node, &p).await,
         (Method::MediateKx, Params::MediateKx(p)) => mediate_kx(net, node, &p),
+        (_, Params::PostSub(user, on)) => subscribe_to_posts(net, node, &user, on),
         (_, Params::Ack(sequence_id)) => {
             if let Some(kind) = method.kind() {
                 net.lock().nodes[node].ack(kind, sequence_id);
@@ -404,6 +438,26 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result
         }
         _ => Err("unknown method".to_owned()),
     }
+}
+
+/// `PostsService.SubscribeToPosts` / `UnsubscribeToPosts`: as brclient, the user is
+/// resolved in the address book (`UserByNick`) first; the author then keeps (or
+/// drops) the subscriber, as the author's client does on the request.
+fn subscribe_to_posts(net: &Net, node: usize, user: &str, on: bool) -> Result<String, String> {
+    let mut st = net.lock();
+    let author = st.nodes[node]
+        .resolve(user)
+        .ok_or_else(|| format!("user {user} not found"))?
+        .uid;
+    let me = st.nodes[node].uid;
+    if let Some(a) = st.node_by_uid(&author) {
+        st.nodes[a].set_post_subscriber(me, on);
+    }
+    Ok(if on {
+        encode(&proto::SubscribeToPostsResponse {})
+    } else {
+        encode(&proto::UnsubscribeToPostsResponse {})
+    })
 }
 
 /// `ChatService.MediateKX`: as brclient, the mediator is resolved first (it must be

@@ -8,5 +8,6 @@ mod framing;
 mod keep;
 mod kx;
 mod pm;
+mod posts;
 mod tips;
 mod tls_http;

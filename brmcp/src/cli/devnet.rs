@@ -10,7 +10,9 @@ use super::CliError;
 use super::table::{Table, print_json, rfc3339};
 use crate::directory::{POLICY_FILE, Policy};
 use brmcp_adapters::protocol::{ATOMS_PER_DCR, MATOMS_PER_ATOM};
-use brmcp_devnet::{Devnet, FAULTS_FILE, Faults, NodeInfo, Wallet};
+use brmcp_devnet::{
+    Devnet, FAULTS_FILE, Faults, MAX_POST_BYTES, NodeInfo, POSTS_DIR, PostRequest, Wallet,
+};
 
 /// Nicks of the first nodes; more are `node5`, `node6`, ...
 const NICKS: [&str; 4] = ["alice", "bob", "carol", "dave"];
@@ -20,6 +22,13 @@ const MAX_NODES: usize = 64;
 
 /// The nick of the directory node (`--directory`); no other node is named so.
 pub(super) const DIRECTORY_NICK: &str = "directory";
+
+/// How long `devnet post` waits for the running devnet's answer: it looks for
+/// requests every 200 ms, so this is ample on a loaded machine.
+const POST_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// How often `devnet post` looks for the answer.
+const POST_ANSWER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The devnet directory's name in its policy.
 const DIRECTORY_NAME: &str = "devnet-directory";
@@ -110,6 +119,23 @@ enum DevnetCommand {
     Offline(NodeArgs),
     /// Bring a node back onto the relay: what waited arrives, in order.
     Online(NodeArgs),
+    /// Publish FILE's text as a post by node NAME (clientrpc has no method to create
+    /// a post): the users subscribed to NAME receive it on `PostsStream`. Prints the
+    /// post id.
+    Post(PostArgs),
+}
+
+#[derive(Debug, Args)]
+struct PostArgs {
+    /// The author's nick.
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// The post's text (UTF-8).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// The running devnet's directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -149,6 +175,7 @@ pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
         Some(DevnetCommand::Wallets(w)) => return wallets(&w),
         Some(DevnetCommand::Offline(n)) => return set_offline(&n, true),
         Some(DevnetCommand::Online(n)) => return set_offline(&n, false),
+        Some(DevnetCommand::Post(p)) => return post(&p),
         None => {}
     }
     let Some(dir) = args.dir else {
@@ -173,6 +200,9 @@ pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
         devnet
             .watch_faults()
             .map_err(|e| CliError(e.to_string()))?;
+        devnet
+            .watch_posts()
+            .map_err(|e| CliError(format!("{}: {e}", dir.join(POSTS_DIR).display())))?;
         let mut nodes = devnet.nodes();
         let directory = if args.directory { nodes.pop() } else { None };
         println!(
@@ -197,6 +227,10 @@ pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
             "Fault dial {} ({}, read live; or `brmcp devnet offline|online NAME --dir {}`).",
             if faults.is_off() { "off" } else { "on" },
             dir.join(FAULTS_FILE).display(),
+            dir.display()
+        );
+        println!(
+            "Publish a post as a node: brmcp devnet post NAME FILE --dir {}",
             dir.display()
         );
         println!("Ctrl-C stops the devnet.");
@@ -391,6 +425,69 @@ fn set_offline(args: &NodeArgs, offline: bool) -> Result<ExitCode, CliError> {
         dir.join(FAULTS_FILE).display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `brmcp devnet post NAME FILE`: drops a post request in the running devnet's
+/// directory and prints the post id it answers with.
+fn post(args: &PostArgs) -> Result<ExitCode, CliError> {
+    let dir = &args.dir;
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|e| CliError(format!("{}: {e}", args.file.display())))?;
+    if text.len() > MAX_POST_BYTES {
+        return Err(CliError(format!(
+            "{}: larger than a post's {MAX_POST_BYTES} bytes",
+            args.file.display()
+        )));
+    }
+    let posts = dir.join(POSTS_DIR);
+    if !posts.is_dir() {
+        return Err(CliError(format!(
+            "no running devnet in {} (run `brmcp devnet --dir {}` first)",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = format!("{}-{nanos}", std::process::id());
+    let request = posts.join(format!("{name}.json"));
+    let req = PostRequest {
+        author: args.name.clone(),
+        text,
+    };
+    let body = serde_json::to_string(&req).map_err(|e| CliError(e.to_string()))?;
+    // Written whole before it appears: the devnet reads only `.json` files.
+    let tmp = posts.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, body)
+        .and_then(|()| std::fs::rename(&tmp, &request))
+        .map_err(|e| CliError(format!("{}: {e}", request.display())))?;
+    let (id_path, err_path) = (request.with_extension("id"), request.with_extension("err"));
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        if let Ok(id) = std::fs::read_to_string(&id_path) {
+            let _ = std::fs::remove_file(&id_path);
+            println!("{id}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Ok(why) = std::fs::read_to_string(&err_path) {
+            let _ = std::fs::remove_file(&err_path);
+            return Err(CliError(format!("post refused: {why}")));
+        }
+        if waited >= POST_ANSWER_WAIT {
+            // Taken back if the devnet has not taken it: nothing is published later.
+            if std::fs::remove_file(&request).is_ok() {
+                return Err(CliError(format!(
+                    "no running devnet in {} answered; nothing published",
+                    dir.display()
+                )));
+            }
+            // Taken: its answer is being written.
+            waited = std::time::Duration::ZERO;
+        }
+        std::thread::sleep(POST_ANSWER_POLL);
+        waited += POST_ANSWER_POLL;
+    }
 }
 
 /// Whole atoms of a milliatom amount (rounded down).

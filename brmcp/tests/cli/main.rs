@@ -9,6 +9,7 @@ mod demo;
 mod devnet_directory;
 mod devnet_faults;
 mod devnet_keep;
+mod devnet_posts;
 mod directory;
 mod directory_exits;
 mod doctor;
