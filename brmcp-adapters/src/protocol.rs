@@ -9,8 +9,12 @@
 
 use rmcp::model::{CallToolResult, ErrorCode, ErrorData};
 
+mod call_key;
 mod money;
 
+pub use call_key::{
+    MAX_CALL_KEY_LEN, MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS, canonical_arguments, canonical_value,
+};
 pub use money::{
     ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired,
     PaymentRequiredError, PriceMetaError, TIP_RAIL, ToolPrice,

@@ -66,7 +66,7 @@ use super::spend::{SpendError, SpendLog};
 
 /// How long, in autopay mode, uncollected credit stays its paying agent's alone: 30
 /// minutes, the call key's replay window, within which its call may come back for it.
-pub const CREDIT_HOLD_SECS: i64 = 30 * 60;
+pub const CREDIT_HOLD_SECS: i64 = brmcp_adapters::protocol::OUTCOME_TTL_SECS as i64;
 
 /// How long, in approval mode, uncollected credit stays its paying agent's alone: a
 /// day, the daily cap's window: the user approved it for that agent, and another

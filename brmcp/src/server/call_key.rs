@@ -12,17 +12,9 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 pub use brmcp_adapters::protocol::CALL_KEY_META;
+use brmcp_adapters::protocol::{canonical_arguments, canonical_value};
 
-/// Shortest call key, in bytes (WIRE.md §10): shorter keys collide too easily.
-pub const MIN_CALL_KEY_LEN: usize = 8;
-
-/// Longest call key, in bytes (WIRE.md §10): bounds what one journal row stores.
-pub const MAX_CALL_KEY_LEN: usize = 128;
-
-/// How long a completed keyed call's outcome is replayed, in seconds: 30 minutes.
-///
-/// The Go harness's `callKeyTTL`; clients size their retry loops to it.
-pub const OUTCOME_TTL_SECS: u64 = 30 * 60;
+pub use brmcp_adapters::protocol::{MAX_CALL_KEY_LEN, MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS};
 
 /// Largest tool result kept for replay, in bytes: 1 MiB.
 ///
@@ -86,19 +78,12 @@ pub struct ArgsHash([u8; 32]);
 impl ArgsHash {
     /// The hash of a `tools/call`'s `arguments`.
     pub fn of_arguments(args: Option<&Map<String, Value>>) -> Self {
-        let mut text = String::new();
-        match args {
-            Some(map) => write_object(map, &mut text),
-            None => text.push_str("{}"),
-        }
-        Self::of_canonical(&text)
+        Self::of_canonical(&canonical_arguments(args))
     }
 
     /// The hash of any JSON value (for a harness that holds arguments as a [`Value`]).
     pub fn of_value(value: &Value) -> Self {
-        let mut text = String::new();
-        write_canonical(value, &mut text);
-        Self::of_canonical(&text)
+        Self::of_canonical(&canonical_value(value))
     }
 
     fn of_canonical(text: &str) -> Self {
@@ -124,39 +109,6 @@ impl fmt::Debug for ArgsHash {
         }
         f.write_str(")")
     }
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => write_object(map, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        // `Display` of a scalar `Value` is its compact JSON, escapes included.
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-fn write_object(map: &Map<String, Value>, out: &mut String) {
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    out.push('{');
-    for (i, (key, value)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&Value::from(key.as_str()).to_string());
-        out.push(':');
-        write_canonical(value, out);
-    }
-    out.push('}');
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! undelivered outcomes of unpaid calls, and last its undelivered outcomes of paid
 //! calls; a call in flight is never evicted: a new call that would need it is refused.
 
+use brmcp_adapters::protocol::OUTCOME_TTL_SECS;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -21,9 +22,9 @@ use super::state::{Event, State};
 /// The journal's file name inside the data directory.
 pub const CALLS_FILE: &str = "mcpcalls.sqlite";
 
-/// How long a call is kept after its last change, in seconds: 30 minutes, the
-/// harness's replay window for a call key (`server::OUTCOME_TTL_SECS`, WIRE.md §10).
-pub(crate) const HELD_SECS: i64 = 30 * 60;
+/// How long a call is kept after its last change, in seconds: the harness's replay
+/// window for a call key ([`OUTCOME_TTL_SECS`], 30 minutes, WIRE.md §10).
+pub(crate) const HELD_SECS: i64 = OUTCOME_TTL_SECS as i64;
 
 /// Largest outcome kept, in bytes: 1 MiB, the harness's own bound on a replayed result
 /// (`server::MAX_OUTCOME_BYTES`); the bot would not replay a larger one either.

@@ -5,13 +5,15 @@ use rmcp::model::RequestMetaObject;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use brmcp_adapters::protocol::CALL_KEY_META;
+use brmcp_adapters::protocol::{
+    CALL_KEY_META, MAX_CALL_KEY_LEN, MIN_CALL_KEY_LEN, canonical_arguments,
+};
 
 /// Shortest call key an agent may give, in bytes: the harness's rule (WIRE.md §10).
-pub(crate) const MIN_AGENT_KEY_LEN: usize = 8;
+pub(crate) const MIN_AGENT_KEY_LEN: usize = MIN_CALL_KEY_LEN;
 
 /// Longest call key an agent may give, in bytes: the harness's rule (WIRE.md §10).
-pub(crate) const MAX_AGENT_KEY_LEN: usize = 128;
+pub(crate) const MAX_AGENT_KEY_LEN: usize = MAX_CALL_KEY_LEN;
 
 /// Bytes of the key sent to the bot for an agent's own key: 16 (32 hex digits), as
 /// many as a fresh key has.
@@ -65,44 +67,7 @@ pub(crate) fn derived_key(agent: &str, key: &str) -> String {
 /// their bytes at every depth, no whitespace; absent arguments as `{}`), so one
 /// call's digest does not depend on the order the agent wrote its keys in.
 pub(crate) fn args_digest(args: Option<&Map<String, Value>>) -> [u8; 32] {
-    let mut text = String::new();
-    match args {
-        Some(map) => write_object(map, &mut text),
-        None => text.push_str("{}"),
-    }
-    Sha256::digest(text.as_bytes()).into()
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => write_object(map, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-fn write_object(map: &Map<String, Value>, out: &mut String) {
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    out.push('{');
-    for (i, (key, value)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&Value::from(key.as_str()).to_string());
-        out.push(':');
-        write_canonical(value, out);
-    }
-    out.push('}');
+    Sha256::digest(canonical_arguments(args).as_bytes()).into()
 }
 
 #[cfg(test)]
