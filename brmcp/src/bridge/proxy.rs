@@ -26,7 +26,7 @@ use rmcp::model::{
     ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ResultType,
     RootsListChangedNotification, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest,
     SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, TASKS_EXTENSION_ID, Tool,
-    UnsubscribeRequest, UnsubscribeRequestParams,
+    UnsubscribeRequest, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceError};
@@ -683,6 +683,14 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         self.get_task_of(&request, &context)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.update_task_of(request, &context)
     }
 
     async fn cancel_task(

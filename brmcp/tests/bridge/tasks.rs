@@ -11,10 +11,11 @@ use crate::common::{
 };
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{PeerId, RouterConfig};
-use brmcp::bridge::{AgentEntry, Bridge};
+use brmcp::bridge::{AgentEntry, Bridge, Mode};
 use rmcp::model::{
     CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
-    GetTaskParams, Implementation, ProtocolVersion, TaskPayload, TaskStatus,
+    GetTaskParams, Implementation, InputResponses, ProtocolVersion, TaskPayload, TaskStatus,
+    UpdateTaskParams,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -24,15 +25,18 @@ use serde_json::json;
 /// How long a task may take to end on this (noisy) machine.
 const TASK_BOUND: Duration = Duration::from_secs(30);
 
-/// An agent that declares the tasks extension.
+/// An agent that declares the tasks extension (and form elicitation: it can be asked
+/// to approve a payment).
 #[derive(Clone)]
 struct Tasker;
 
 impl ClientHandler for Tasker {
     fn get_info(&self) -> ClientConfig {
-        let capabilities: ClientCapabilities =
-            serde_json::from_value(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}))
-                .unwrap();
+        let capabilities: ClientCapabilities = serde_json::from_value(json!({
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
+            "elicitation": {"form": {}},
+        }))
+        .unwrap();
         ClientConfig::new(capabilities, Implementation::new("tasker", "1"))
     }
 }
@@ -235,4 +239,50 @@ async fn a_task_cut_by_a_restart_is_resumed_and_its_result_served() {
     assert!(text(&result).contains("fortune"), "{result:?}");
     assert_eq!(payer.count(), 1, "paid once");
     assert_eq!(bot.executions("fortune"), 1, "run once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_is_the_tasks_input_required_state() {
+    let env = env(|bot| {
+        let mut s = autopay(bot);
+        s.mode = Mode::Approval;
+        s.approval_timeout_secs = 30;
+        s
+    })
+    .await;
+    let agent = tasker(&env.bridge, env.bot_id).await;
+    let id = task_of(&agent, "fortune").await;
+    let start = tokio::time::Instant::now();
+    let requests = loop {
+        let got = agent
+            .get_task(GetTaskParams::new(&id))
+            .await
+            .expect("tasks/get");
+        if let TaskPayload::InputRequired { input_requests } = got.task.payload {
+            break input_requests;
+        }
+        assert_eq!(got.task.task.status, TaskStatus::Working, "{got:?}");
+        assert!(start.elapsed() < TASK_BOUND, "never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(env.payer.count(), 0, "nothing paid before the approval");
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let key = requests.keys().next().unwrap().clone();
+    let mut responses = InputResponses::new();
+    responses.insert(key, json!({"action": "accept"}));
+    agent
+        .update_task(UpdateTaskParams::new(&id, responses.clone()))
+        .await
+        .expect("tasks/update");
+    let result = completed(ended(&agent, &id).await);
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    assert_eq!(env.payer.count(), 1, "paid once");
+    assert_eq!(env.bot.executions("fortune"), 1);
+    // The task waits for nothing now.
+    let again = agent
+        .update_task(UpdateTaskParams::new(&id, responses))
+        .await
+        .expect_err("not waiting");
+    assert!(again.to_string().contains("not waiting"), "{again}");
+    assert_eq!(env.payer.count(), 1);
 }

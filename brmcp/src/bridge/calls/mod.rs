@@ -48,7 +48,7 @@ pub(crate) struct Calls {
     /// The calls of earlier runs were resumed (once per process).
     resumed: AtomicBool,
     /// The tasks this process runs.
-    tasks: tasks::Running,
+    tasks: Arc<tasks::Running>,
     clock: Arc<dyn Clock>,
 }
 
@@ -96,7 +96,7 @@ impl Calls {
             live: Arc::default(),
             closing: AtomicBool::new(false),
             resumed: AtomicBool::new(false),
-            tasks: tasks::Running::default(),
+            tasks: Arc::default(),
             clock,
         })
     }

@@ -4,10 +4,11 @@
 //! made it, and only on its bot.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
-    CallToolResult, DetailedTask, ErrorData, JsonObject, Task, TaskPayload, TaskStatus,
+    CallToolResult, DetailedTask, ErrorData, InputRequests, InputRequiredResult, JsonObject, Task,
+    TaskPayload, TaskStatus,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -19,45 +20,120 @@ use super::{Calls, Journaled, logged};
 /// over Bison Relay takes seconds, so polling faster only loads the bridge.
 pub(crate) const POLL_INTERVAL_MS: u64 = 1_000;
 
-/// The tasks this process runs: how each is stopped. Bounded by the journal's
-/// bounds on calls in flight per agent (a task is a call in flight).
+/// The tasks this process runs, and those held for their agent's input: how each is
+/// stopped, and what it asks. Bounded by the journal's bounds on calls in flight per
+/// agent (a task is a call in flight).
 #[derive(Debug, Default)]
-pub(crate) struct Running(Mutex<HashMap<i64, CancellationToken>>);
+pub(crate) struct Running(Mutex<HashMap<i64, Entry>>);
+
+#[derive(Debug)]
+enum Entry {
+    /// Running in this process.
+    Run(CancellationToken),
+    /// Held for the agent's input (`input_required`), answered by `tasks/update`.
+    Asks(InputRequiredResult),
+}
 
 impl Running {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, CancellationToken>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Entry>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// A running task's stop, removed when its run ends.
+/// A running task's stop, removed when its run ends (or replaced by what it asks).
 #[derive(Debug)]
-pub(crate) struct TaskRun<'a> {
-    calls: &'a Calls,
+pub(crate) struct TaskRun {
+    set: Arc<Running>,
     id: i64,
+    asks: Option<InputRequiredResult>,
 }
 
-impl Drop for TaskRun<'_> {
-    fn drop(&mut self) {
-        self.calls.tasks.lock().remove(&self.id);
+impl TaskRun {
+    /// The run ended held for the agent's input: the task waits on `asks`.
+    pub(crate) fn asks(&mut self, asks: InputRequiredResult) {
+        self.asks = Some(asks);
     }
+}
+
+impl Drop for TaskRun {
+    fn drop(&mut self) {
+        let mut set = self.set.lock();
+        match self.asks.take() {
+            Some(asks) => set.insert(self.id, Entry::Asks(asks)),
+            None => set.remove(&self.id),
+        };
+    }
+}
+
+/// Why `tasks/update` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpdateError {
+    /// No such task for this agent.
+    NotFound,
+    /// The task does not wait for input.
+    NotWaiting,
+}
+
+/// A task's run resumed with the agent's input.
+#[derive(Debug)]
+pub(crate) struct Answered {
+    /// The run's guard.
+    pub run: TaskRun,
+    /// The call as the agent made it (`name`, `arguments`), as JSON.
+    pub params: String,
+    /// The held call's `requestState`.
+    pub state: Option<String>,
 }
 
 impl Calls {
     /// Registers `call` as a task this process runs, stopped by `stop`.
-    pub(crate) fn task_started(&self, call: &Journaled, stop: CancellationToken) -> TaskRun<'_> {
-        self.tasks.lock().insert(call.id, stop);
+    pub(crate) fn task_started(&self, call: &Journaled, stop: CancellationToken) -> TaskRun {
+        self.tasks.lock().insert(call.id, Entry::Run(stop));
         TaskRun {
-            calls: self,
+            set: self.tasks.clone(),
             id: call.id,
+            asks: None,
         }
+    }
+
+    /// The task `task_id` of `agent` on `bot` takes the agent's input: its run
+    /// resumes under `stop`.
+    pub(crate) fn task_answered(
+        &self,
+        agent: &str,
+        bot: &str,
+        task_id: &str,
+        stop: CancellationToken,
+    ) -> Result<Answered, UpdateError> {
+        let row = self
+            .task_row(agent, bot, task_id)
+            .ok_or(UpdateError::NotFound)?;
+        let mut set = self.tasks.lock();
+        let Some(Entry::Asks(asks)) = set.remove(&row.id) else {
+            return Err(UpdateError::NotWaiting);
+        };
+        set.insert(row.id, Entry::Run(stop));
+        drop(set);
+        Ok(Answered {
+            run: TaskRun {
+                set: self.tasks.clone(),
+                id: row.id,
+                asks: None,
+            },
+            params: row.params,
+            state: asks.request_state,
+        })
     }
 
     /// The task `task_id` of `agent` on `bot`; `None` for another agent's, another
     /// bot's, or one the journal no longer holds.
     pub(crate) fn task(&self, agent: &str, bot: &str, task_id: &str) -> Option<DetailedTask> {
         let row = self.task_row(agent, bot, task_id)?;
-        Some(detailed(&row))
+        let asks = match self.tasks.lock().get(&row.id) {
+            Some(Entry::Asks(asks)) if row.state.in_flight() => asks.input_requests.clone(),
+            _ => None,
+        };
+        Some(detailed(&row, asks))
     }
 
     fn task_row(&self, agent: &str, bot: &str, task_id: &str) -> Option<Row> {
@@ -72,8 +148,9 @@ impl Calls {
         let Some(row) = self.task_row(agent, bot, task_id) else {
             return false;
         };
-        if let Some(stop) = self.tasks.lock().get(&row.id) {
-            stop.cancel();
+        match self.tasks.lock().remove(&row.id) {
+            Some(Entry::Run(stop)) => stop.cancel(),
+            Some(Entry::Asks(_)) | None => {}
         }
         if row.state.in_flight() {
             logged("cancel", self.journal.cancel(row.id, self.now()));
@@ -83,7 +160,7 @@ impl Calls {
 }
 
 /// The task a journal row is.
-fn detailed(row: &Row) -> DetailedTask {
+fn detailed(row: &Row, asks: Option<InputRequests>) -> DetailedTask {
     let created = crate::cli::table::rfc3339(row.created);
     let updated = crate::cli::table::rfc3339(row.updated);
     let ttl_ms = u64::try_from(HELD_SECS).unwrap_or(0).saturating_mul(1_000);
@@ -105,7 +182,10 @@ fn detailed(row: &Row) -> DetailedTask {
         (_, Some(Outcome::TooLarge(n))) => failed(&format!(
             "the result ({n} bytes) was larger than the bridge keeps"
         )),
-        (_, None) => TaskPayload::Working,
+        (_, None) => match asks {
+            Some(input_requests) => TaskPayload::InputRequired { input_requests },
+            None => TaskPayload::Working,
+        },
     };
     DetailedTask::new(task, payload)
 }

@@ -1,17 +1,19 @@
 //! Tasks (SEP-2663) for agents that declare them: a `tools/call` is recorded in the
 //! call journal and answered at once with its task; the call runs on in the
-//! background through the same paid-call loop, and `tasks/get` and `tasks/cancel`
-//! are answered from the journal (see `bridge::calls::tasks`), across restarts.
+//! background through the same paid-call loop, and `tasks/get`, `tasks/update` (the
+//! agent's input, e.g. its approval of a payment) and `tasks/cancel` are answered
+//! from the journal (see `bridge::calls::tasks`), across restarts.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, ErrorData,
-    GetTaskParams, GetTaskResult,
+    GetTaskParams, GetTaskResult, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
 use super::{ProxyServer, caller};
-use crate::bridge::calls::Begin;
+use crate::bridge::calls::tasks::{TaskRun, UpdateError};
+use crate::bridge::calls::{Begin, Journaled};
 
 /// The error of a task id this agent has not (on this bot, within the journal's
 /// window): another agent's task is not found either.
@@ -46,14 +48,8 @@ impl ProxyServer {
         };
         let task_id = journal.key.clone();
         let stop = CancellationToken::new();
-        let mut run_ctx = ctx.clone();
-        run_ctx.ct = stop.clone();
-        let server = self.clone();
-        tokio::spawn(async move {
-            let _run = server.bridge.calls.task_started(&journal, stop);
-            // The outcome is kept in the journal, where `tasks/get` reads it.
-            let _ = server.call_begun(params, journal, &run_ctx).await;
-        });
+        let run = self.bridge.calls.task_started(&journal, stop.clone());
+        self.spawn_run(run, params, Some(journal), ctx, stop);
         let bot = self.link.bot.to_string();
         let task = self
             .bridge
@@ -61,6 +57,58 @@ impl ProxyServer {
             .task(agent.name(), &bot, &task_id)
             .ok_or_else(|| ErrorData::internal_error("task not recorded", None))?;
         Ok(CallToolResponse::Task(CreateTaskResult::new(task.task)))
+    }
+
+    /// Runs a task's call (its first run, from `journal`, or its resume with the
+    /// agent's input) in the background under `stop`, not the request's, which ends
+    /// with its answer; its outcome is kept in the journal, where `tasks/get` reads it,
+    /// and a call held for the agent's input leaves the task `input_required`.
+    fn spawn_run(
+        &self,
+        mut run: TaskRun,
+        params: CallToolRequestParams,
+        journal: Option<Journaled>,
+        ctx: &RequestContext<RoleServer>,
+        stop: CancellationToken,
+    ) {
+        let mut run_ctx = ctx.clone();
+        run_ctx.ct = stop;
+        let server = self.clone();
+        tokio::spawn(async move {
+            let outcome = match journal {
+                Some(journal) => server.call_begun(params, journal, &run_ctx).await,
+                None => server.call(params, &run_ctx).await,
+            };
+            if let Ok(CallToolResponse::InputRequired(asks)) = outcome {
+                run.asks(asks);
+            }
+        });
+    }
+
+    /// `tasks/update`: the agent's input to a task held for it; its call resumes.
+    pub(super) fn update_task_of(
+        &self,
+        params: UpdateTaskParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let bot = self.link.bot.to_string();
+        let stop = CancellationToken::new();
+        let answered = self
+            .bridge
+            .calls
+            .task_answered(caller(ctx).name(), &bot, &params.task_id, stop.clone())
+            .map_err(|e| match e {
+                UpdateError::NotFound => not_found(),
+                UpdateError::NotWaiting => {
+                    ErrorData::invalid_params("task is not waiting for input", None)
+                }
+            })?;
+        let mut call: CallToolRequestParams = serde_json::from_str(&answered.params)
+            .map_err(|e| ErrorData::internal_error(format!("task's call: {e}"), None))?;
+        call.request_state = answered.state;
+        call.input_responses = Some(params.input_responses);
+        self.spawn_run(answered.run, call, None, ctx, stop);
+        Ok(())
     }
 
     /// `tasks/get`: the task as the journal holds it.
