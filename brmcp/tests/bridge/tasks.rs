@@ -241,21 +241,22 @@ async fn a_task_cut_by_a_restart_is_resumed_and_its_result_served() {
     assert_eq!(bot.executions("fortune"), 1, "run once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approval_is_the_tasks_input_required_state() {
-    let env = env(|bot| {
+async fn approval_env() -> crate::common::Env {
+    env(|bot| {
         let mut s = autopay(bot);
         s.mode = Mode::Approval;
         s.approval_timeout_secs = 30;
         s
     })
-    .await;
-    let agent = tasker(&env.bridge, env.bot_id).await;
-    let id = task_of(&agent, "fortune").await;
+    .await
+}
+
+/// Polls the task until it asks for input; returns the input's keys.
+async fn asked(agent: &Agent<Tasker>, id: &str) -> Vec<String> {
     let start = tokio::time::Instant::now();
     let requests = loop {
         let got = agent
-            .get_task(GetTaskParams::new(&id))
+            .get_task(GetTaskParams::new(id))
             .await
             .expect("tasks/get");
         if let TaskPayload::InputRequired { input_requests } = got.task.payload {
@@ -265,9 +266,18 @@ async fn approval_is_the_tasks_input_required_state() {
         assert!(start.elapsed() < TASK_BOUND, "never asked");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    requests.keys().cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_is_the_tasks_input_required_state() {
+    let env = approval_env().await;
+    let agent = tasker(&env.bridge, env.bot_id).await;
+    let id = task_of(&agent, "fortune").await;
+    let keys = asked(&agent, &id).await;
     assert_eq!(env.payer.count(), 0, "nothing paid before the approval");
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    let key = requests.keys().next().unwrap().clone();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let key = keys[0].clone();
     let mut responses = InputResponses::new();
     responses.insert(key, json!({"action": "accept"}));
     agent
@@ -285,4 +295,31 @@ async fn approval_is_the_tasks_input_required_state() {
         .expect_err("not waiting");
     assert!(again.to_string().contains("not waiting"), "{again}");
     assert_eq!(env.payer.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_cancelled_while_asked_is_never_paid() {
+    let env = approval_env().await;
+    let agent = tasker(&env.bridge, env.bot_id).await;
+    let id = task_of(&agent, "fortune").await;
+    asked(&agent, &id).await;
+    assert_eq!(env.bridge.pending_payments().len(), 1, "the payment waits");
+    agent
+        .cancel_task(CancelTaskParams::new(&id))
+        .await
+        .expect("tasks/cancel");
+    assert_eq!(ended(&agent, &id).await, TaskPayload::Cancelled);
+    let bridge = env.bridge.clone();
+    assert!(
+        // Well within the approval's 30 s timeout: the cancel dropped it, not the timeout.
+        eventually(Duration::from_secs(10), || bridge
+            .pending_payments()
+            .is_empty())
+        .await,
+        "the held payment is dropped"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(env.payer.count(), 0, "nothing paid");
+    assert_eq!(env.bot.executions("fortune"), 0);
+    assert_eq!(ended(&agent, &id).await, TaskPayload::Cancelled);
 }

@@ -83,6 +83,8 @@ pub(crate) struct Answered {
     pub params: String,
     /// The held call's `requestState`.
     pub state: Option<String>,
+    /// The keys of the input the call was held for.
+    pub keys: Vec<String>,
 }
 
 impl Calls {
@@ -120,6 +122,7 @@ impl Calls {
                 id: row.id,
                 asks: None,
             },
+            keys: Vec::new(),
             params: row.params,
             state: asks.request_state,
         })
@@ -143,19 +146,48 @@ impl Calls {
 
     /// Cancels the task `task_id` of `agent` on `bot`: a run of this process is
     /// stopped (which cancels the call at the bot); the journal marks it cancelled
-    /// unless it already ended. `false` if there is no such task.
-    pub(crate) fn cancel_task(&self, agent: &str, bot: &str, task_id: &str) -> bool {
-        let Some(row) = self.task_row(agent, bot, task_id) else {
-            return false;
+    /// unless it already ended. A task held for its agent's input is handed back to
+    /// be answered "cancel" under `stop`, so its held payment is never made.
+    pub(crate) fn cancel_task(
+        &self,
+        agent: &str,
+        bot: &str,
+        task_id: &str,
+        stop: CancellationToken,
+    ) -> Result<Option<Answered>, UpdateError> {
+        let row = self
+            .task_row(agent, bot, task_id)
+            .ok_or(UpdateError::NotFound)?;
+        let mut set = self.tasks.lock();
+        let held = match set.remove(&row.id) {
+            Some(Entry::Run(running)) => {
+                running.cancel();
+                None
+            }
+            Some(Entry::Asks(asks)) => {
+                set.insert(row.id, Entry::Run(stop));
+                Some(Answered {
+                    run: TaskRun {
+                        set: self.tasks.clone(),
+                        id: row.id,
+                        asks: None,
+                    },
+                    keys: asks
+                        .input_requests
+                        .as_ref()
+                        .map(|r| r.keys().cloned().collect())
+                        .unwrap_or_default(),
+                    params: row.params.clone(),
+                    state: asks.request_state,
+                })
+            }
+            None => None,
         };
-        match self.tasks.lock().remove(&row.id) {
-            Some(Entry::Run(stop)) => stop.cancel(),
-            Some(Entry::Asks(_)) | None => {}
-        }
+        drop(set);
         if row.state.in_flight() {
             logged("cancel", self.journal.cancel(row.id, self.now()));
         }
-        true
+        Ok(held)
     }
 }
 

@@ -6,14 +6,15 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, ErrorData,
-    GetTaskParams, GetTaskResult, UpdateTaskParams,
+    GetTaskParams, GetTaskResult, InputResponses, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
 use super::{ProxyServer, caller};
-use crate::bridge::calls::tasks::{TaskRun, UpdateError};
+use crate::bridge::calls::tasks::{Answered, TaskRun, UpdateError};
 use crate::bridge::calls::{Begin, Journaled};
+use serde_json::json;
 
 /// The error of a task id this agent has not (on this bot, within the journal's
 /// window): another agent's task is not found either.
@@ -103,10 +104,21 @@ impl ProxyServer {
                     ErrorData::invalid_params("task is not waiting for input", None)
                 }
             })?;
+        self.resume_task(answered, params.input_responses, ctx, stop)
+    }
+
+    /// Resumes a task held for its agent's input with `responses`.
+    fn resume_task(
+        &self,
+        answered: Answered,
+        responses: InputResponses,
+        ctx: &RequestContext<RoleServer>,
+        stop: CancellationToken,
+    ) -> Result<(), ErrorData> {
         let mut call: CallToolRequestParams = serde_json::from_str(&answered.params)
             .map_err(|e| ErrorData::internal_error(format!("task's call: {e}"), None))?;
         call.request_state = answered.state;
-        call.input_responses = Some(params.input_responses);
+        call.input_responses = Some(responses);
         self.spawn_run(answered.run, call, None, ctx, stop);
         Ok(())
     }
@@ -125,21 +137,29 @@ impl ProxyServer {
             .ok_or_else(not_found)
     }
 
-    /// `tasks/cancel`: the call is cancelled at the bot and paid for no further.
+    /// `tasks/cancel`: the call is cancelled at the bot and paid for no further; a
+    /// call held for the agent's input is answered "cancel" (its held payment is
+    /// never made).
     pub(super) fn cancel_task_of(
         &self,
         params: &CancelTaskParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let bot = self.link.bot.to_string();
-        if self
+        let stop = CancellationToken::new();
+        let held = self
             .bridge
             .calls
-            .cancel_task(caller(ctx).name(), &bot, &params.task_id)
-        {
-            Ok(())
-        } else {
-            Err(not_found())
+            .cancel_task(caller(ctx).name(), &bot, &params.task_id, stop.clone())
+            .map_err(|_| not_found())?;
+        if let Some(held) = held {
+            let responses: InputResponses = held
+                .keys
+                .iter()
+                .map(|k| (k.clone(), json!({"action": "cancel"})))
+                .collect();
+            self.resume_task(held, responses, ctx, stop)?;
         }
+        Ok(())
     }
 }
