@@ -108,6 +108,7 @@ impl Calls {
     /// The bridge is stopping: requests it cuts are left for the next start.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
+        self.tasks.close();
     }
 
     /// Whether the bridge is stopping (see [`close`](Self::close)).

@@ -24,7 +24,12 @@ pub(crate) const POLL_INTERVAL_MS: u64 = 1_000;
 /// stopped, and what it asks. Bounded by the journal's bounds on calls in flight per
 /// agent (a task is a call in flight).
 #[derive(Debug, Default)]
-pub(crate) struct Running(Mutex<HashMap<i64, Entry>>);
+pub(crate) struct Running {
+    set: Mutex<HashMap<i64, Entry>>,
+    /// The bridge stops: every run is dropped, left in the journal for the next start
+    /// (as an agent's request cut by the stop is), not cancelled at the bot.
+    closed: CancellationToken,
+}
 
 #[derive(Debug)]
 enum Entry {
@@ -36,7 +41,19 @@ enum Entry {
 
 impl Running {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Entry>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.set.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The bridge stops (see [`closed`](Calls::tasks_closed)).
+    pub(crate) fn close(&self) {
+        self.closed.cancel();
+        // A run the stop cuts mid-step sees its stop too: with the bridge closing, its
+        // call is left for the next start, neither answered nor cancelled at the bot.
+        for entry in self.lock().values() {
+            if let Entry::Run(stop) = entry {
+                stop.cancel();
+            }
+        }
     }
 }
 
@@ -88,6 +105,12 @@ pub(crate) struct Answered {
 }
 
 impl Calls {
+    /// Cancelled when the bridge stops: a task's run ends with it, left to the next
+    /// start.
+    pub(crate) fn tasks_closed(&self) -> CancellationToken {
+        self.tasks.closed.clone()
+    }
+
     /// Registers `call` as a task this process runs, stopped by `stop`.
     pub(crate) fn task_started(&self, call: &Journaled, stop: CancellationToken) -> TaskRun {
         self.tasks.lock().insert(call.id, Entry::Run(stop));

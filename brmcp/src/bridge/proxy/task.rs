@@ -75,10 +75,19 @@ impl ProxyServer {
         let mut run_ctx = ctx.clone();
         run_ctx.ct = stop;
         let server = self.clone();
+        let closed = self.bridge.calls.tasks_closed();
         tokio::spawn(async move {
-            let outcome = match journal {
-                Some(journal) => server.call_begun(params, journal, &run_ctx).await,
-                None => server.call(params, &run_ctx).await,
+            let running = async {
+                match journal {
+                    Some(journal) => server.call_begun(params, journal, &run_ctx).await,
+                    None => server.call(params, &run_ctx).await,
+                }
+            };
+            let outcome = tokio::select! {
+                biased;
+                // The bridge stops: the call is left in the journal for the next start.
+                () = closed.cancelled() => return,
+                outcome = running => outcome,
             };
             if let Ok(CallToolResponse::InputRequired(asks)) = outcome {
                 run.asks(asks);
