@@ -10,22 +10,24 @@ mod credit_gate;
 mod held;
 pub(crate) mod input_required;
 mod read;
+mod task;
 
 pub(crate) use held::Held;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientNotification, ClientRequest, CompleteRequest,
-    CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
-    ErrorData, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
-    InitializeRequestParams, InitializeResult, ListPromptsRequest, ListPromptsResult,
-    ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
-    ListResourcesResult, ListToolsRequest, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResponse, RequestMetaObject, ResultType, RootsListChangedNotification,
-    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
-    SubscribeRequest, SubscribeRequestParams, Tool, UnsubscribeRequest, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientNotification, ClientRequest,
+    CompleteRequest, CompleteRequestParams, CompleteResult, CustomRequest, CustomResult,
+    DiscoverResult, ErrorCode, ErrorData, GetPromptRequest, GetPromptRequestParams,
+    GetPromptResponse, GetTaskParams, GetTaskResult, InitializeRequestParams, InitializeResult,
+    ListPromptsRequest, ListPromptsResult, ListResourceTemplatesRequest,
+    ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, ListToolsRequest,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ResultType,
+    RootsListChangedNotification, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest,
+    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, TASKS_EXTENSION_ID, Tool,
+    UnsubscribeRequest, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceError};
@@ -462,13 +464,23 @@ impl ProxyServer {
 
     fn mirrored_info(&self) -> ServerConfig {
         let Some(conn) = self.link.live() else {
-            return ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+            return ServerConfig::new(
+                ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_tasks()
+                    .build(),
+            );
         };
         let upstream = &conn.info;
         let mut capabilities = upstream.capabilities.clone();
         // Extensions (tasks, skills) and experimental features are not proxied.
         capabilities.extensions = None;
         capabilities.experimental = None;
+        // The bridge's own tasks (the journal's calls), not the bot's.
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), Default::default());
         let mut info = ServerConfig::new(capabilities);
         if let Some(server_info) = &upstream.server_info {
             info = info.with_server_info(server_info.clone());
@@ -660,7 +672,34 @@ impl ServerHandler for ProxyServer {
         {
             return Ok(CallToolResponse::Complete(over));
         }
+        if task::declares_tasks(&context) && request.request_state.is_none() {
+            return self.call_as_task(request, &context).await;
+        }
         self.call(request, &context).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.get_task_of(&request, &context)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.update_task_of(request, &context)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.cancel_task_of(&request, &context)
     }
 
     async fn list_tools(

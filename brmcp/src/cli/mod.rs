@@ -17,7 +17,7 @@ mod doctor;
 mod log;
 mod serve;
 mod status;
-mod table;
+pub(crate) mod table;
 #[cfg(test)]
 mod testing;
 mod wire;

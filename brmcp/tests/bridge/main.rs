@@ -35,6 +35,7 @@ mod settings;
 mod spend_log_prop;
 mod spend_outcomes;
 mod spending_caps;
+mod tasks;
 mod tip_attribution;
 mod transport_retry;
 mod ts_elicit;

@@ -31,7 +31,7 @@ pub(crate) enum Begin {
 /// A journaled call the proxy runs; a clone keeps it live in this process.
 #[derive(Debug, Clone)]
 pub(crate) struct Journaled {
-    id: i64,
+    pub(super) id: i64,
     /// The key sent to the bot.
     pub(crate) key: String,
     /// What the call paid already (a call taken over from an earlier run): never

@@ -173,6 +173,7 @@ pub(crate) struct Row {
     pub outcome: Option<Outcome>,
     pub run: String,
     pub claimed: bool,
+    pub created: i64,
     pub updated: i64,
 }
 
@@ -204,7 +205,7 @@ pub(crate) struct Journal {
 
 const COLUMNS: &str = "id, agent, call_key, own_key, bot, tool, args, params, state, \
     price_atoms, paying_atoms, paid_atoms, spend_id, outcome_kind, outcome, run, claimed, \
-    updated";
+    updated, created";
 
 fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -255,6 +256,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Row, (i64, &'stati
         run: r.get(15)?,
         claimed: r.get(16)?,
         updated: r.get(17)?,
+        created: r.get(18)?,
     }))
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod journal;
 pub(crate) mod key;
 mod resume;
 pub(crate) mod state;
+pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -46,6 +47,8 @@ pub(crate) struct Calls {
     closing: AtomicBool,
     /// The calls of earlier runs were resumed (once per process).
     resumed: AtomicBool,
+    /// The tasks this process runs.
+    tasks: Arc<tasks::Running>,
     clock: Arc<dyn Clock>,
 }
 
@@ -93,6 +96,7 @@ impl Calls {
             live: Arc::default(),
             closing: AtomicBool::new(false),
             resumed: AtomicBool::new(false),
+            tasks: Arc::default(),
             clock,
         })
     }
@@ -104,6 +108,7 @@ impl Calls {
     /// The bridge is stopping: requests it cuts are left for the next start.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
+        self.tasks.close();
     }
 
     /// Whether the bridge is stopping (see [`close`](Self::close)).

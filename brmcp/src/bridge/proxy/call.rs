@@ -145,6 +145,16 @@ impl ProxyServer {
             Begin::Held(outcome) => return outcome,
             Begin::Run(journal) => journal,
         };
+        self.call_begun(params, journal, ctx).await
+    }
+
+    /// [`call`](Self::call) once recorded in the call journal (also the run of a task).
+    pub(super) async fn call_begun(
+        &self,
+        params: CallToolRequestParams,
+        journal: Journaled,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let mut meta = forwarded_meta(&ctx.meta);
         meta.insert(CALL_KEY_META.into(), Value::String(journal.key.clone()));
         let tool = params.name.to_string();
