@@ -31,7 +31,7 @@ use super::{Inner, lock};
 
 /// The bot's calls per minute per caller when the bridge knows no better: 30, the
 /// default of both harnesses (a bucket of 30 calls that refills in a minute).
-pub(crate) const BOT_CALLS_PER_MINUTE: u32 = 30;
+pub const BOT_CALLS_PER_MINUTE: u32 = 30;
 
 /// The fraction of the bot's limit the bridge lets its agents use: 9/10, leaving a
 /// tenth for timing (calls reach the bot later than they pass here, some closer
@@ -219,13 +219,12 @@ impl Shares {
 /// [`Shares`] behind a lock, on the bridge's clock.
 pub(crate) struct FairShares(Mutex<Shares>);
 
-impl Default for FairShares {
-    fn default() -> Self {
-        Self(Mutex::new(Shares::new(BOT_CALLS_PER_MINUTE)))
-    }
-}
-
 impl FairShares {
+    /// Shares of bots that each allow `bot_calls_per_minute`.
+    pub(crate) fn new(bot_calls_per_minute: u32) -> Self {
+        Self(Mutex::new(Shares::new(bot_calls_per_minute)))
+    }
+
     /// Takes a call of `agent` to `bot` now, or the refusal's text naming the agent
     /// and `label` (the bot's name): see [`Shares::admit`].
     pub(crate) fn admit(

@@ -208,7 +208,8 @@ pub(crate) struct HttpState {
 }
 
 impl HttpState {
-    pub(crate) fn new() -> Self {
+    /// The state of a bridge whose bots each allow `bot_calls_per_minute`.
+    pub(crate) fn new(bot_calls_per_minute: u32) -> Self {
         Self {
             state: tokio::sync::Mutex::default(),
             addr: Mutex::new(None),
@@ -218,7 +219,7 @@ impl HttpState {
             owner: Mutex::new(None),
             refusals: Refusals::default(),
             ui: super::ui::UiState::default(),
-            fair_shares: super::fair_share::FairShares::default(),
+            fair_shares: super::fair_share::FairShares::new(bot_calls_per_minute),
         }
     }
 

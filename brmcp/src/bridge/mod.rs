@@ -55,6 +55,7 @@ mod calls;
 mod credit;
 pub(crate) mod directory;
 mod fair_share;
+pub use fair_share::BOT_CALLS_PER_MINUTE;
 mod http;
 mod link;
 mod policy;
@@ -184,6 +185,10 @@ pub struct Config {
     /// How long a priced call waits for another agent's calls or uncollected credit
     /// at its bot before it is refused (see [`DEFAULT_CREDIT_WAIT`]).
     pub credit_wait: Duration,
+    /// The calls a minute each bot allows the bridge's identity, which the agents'
+    /// fair shares divide (see [`BOT_CALLS_PER_MINUTE`]): a bot's limit is not on the
+    /// wire, so an embedder that knows its bots' limits says so here.
+    pub bot_calls_per_minute: u32,
 }
 
 impl Config {
@@ -207,6 +212,7 @@ impl Config {
             settings_poll: SETTINGS_POLL,
             input_hold: INPUT_HOLD,
             credit_wait: DEFAULT_CREDIT_WAIT,
+            bot_calls_per_minute: BOT_CALLS_PER_MINUTE,
         }
     }
 
@@ -357,7 +363,7 @@ impl Bridge {
         let policy = Policy::new(Arc::new(payer), spend, config.clock.clone());
         let calls = calls::Calls::open(&config.data_dir, config.clock.clone())?;
         let inner = Arc::new(Inner {
-            http: http::HttpState::new(),
+            http: http::HttpState::new(config.bot_calls_per_minute),
             config,
             router,
             settings: Mutex::new(settings),

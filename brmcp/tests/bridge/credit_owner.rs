@@ -115,6 +115,8 @@ async fn harness_net(per_minute: u32, settings: impl FnOnce(PeerId) -> Settings)
     // Room for a slow machine: a call whose credit another call took learns it from
     // that call's answer, which may come late.
     config.poll_attempts = 40;
+    // The agents' fair shares divide the limit this harness really has.
+    config.bot_calls_per_minute = per_minute;
     let bridge = Bridge::new(
         config,
         fabric.router(me, RouterConfig::client()),

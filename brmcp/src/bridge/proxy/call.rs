@@ -166,6 +166,7 @@ impl ProxyServer {
                 complete(&mut result.result_type);
                 // Refused before any send: the journal keeps the refusal as the answer.
                 let outcome = Ok(CallToolResponse::Complete(result));
+                let calls = &self.bridge.calls;
                 calls.finish(calls.running(&journal), &outcome, false);
                 return outcome;
             }
