@@ -180,10 +180,7 @@ pub fn read_faults(dir: &Path) -> Result<Option<Faults>, FaultsError> {
 ///
 /// The file cannot be written.
 pub fn write_faults(dir: &Path, faults: &Faults) -> std::io::Result<()> {
-    let path = dir.join(FAULTS_FILE);
-    let tmp = dir.join(format!(".{FAULTS_FILE}.tmp"));
-    std::fs::write(&tmp, faults.to_json())?;
-    std::fs::rename(&tmp, &path)
+    brmcp_fs::write_atomic(&dir.join(FAULTS_FILE), faults.to_json().as_bytes())
 }
 
 impl super::Devnet {

@@ -131,7 +131,7 @@ impl Devnet {
     /// The folder cannot be created.
     pub fn watch_posts(&self) -> std::io::Result<()> {
         let dir = self.dir.join(POSTS_DIR);
-        std::fs::create_dir_all(&dir)?;
+        brmcp_fs::create_dir(&dir)?;
         let net = self.net.clone();
         self.net.spawn(async move {
             loop {
@@ -181,12 +181,9 @@ fn answer(net: &Net, path: &PathBuf) {
         Ok(id) => (id_path, hex::encode(id)),
         Err(e) => (path.with_extension("err"), e),
     };
-    // Written whole before it appears: the command never reads half an answer.
-    let tmp = answer_path.with_extension("tmp");
-    if std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, &answer_path))
-        .is_ok()
-    {
+    // Written whole before it appears, only its user reading it: the command never
+    // reads half an answer.
+    if brmcp_fs::write_atomic(&answer_path, text.as_bytes()).is_ok() {
         let _ = std::fs::remove_file(path);
     }
 }

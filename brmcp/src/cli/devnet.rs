@@ -457,10 +457,9 @@ fn post(args: &PostArgs) -> Result<ExitCode, CliError> {
         text,
     };
     let body = serde_json::to_string(&req).map_err(|e| CliError(e.to_string()))?;
-    // Written whole before it appears: the devnet reads only `.json` files.
-    let tmp = posts.join(format!("{name}.tmp"));
-    std::fs::write(&tmp, body)
-        .and_then(|()| std::fs::rename(&tmp, &request))
+    // Written whole before it appears (the devnet reads only `.json` files), only its
+    // user reading it.
+    crate::secure_fs::write_atomic(&request, body.as_bytes())
         .map_err(|e| CliError(format!("{}: {e}", request.display())))?;
     let (id_path, err_path) = (request.with_extension("id"), request.with_extension("err"));
     let mut waited = std::time::Duration::ZERO;
