@@ -24,6 +24,8 @@ mod file_watch;
 pub mod fuzzing;
 #[cfg(feature = "host")]
 pub mod host;
+#[cfg(any(feature = "bridge", feature = "cli"))]
+mod rfc3339;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(all(feature = "server", feature = "host"))]

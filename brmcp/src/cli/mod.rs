@@ -17,7 +17,7 @@ mod doctor;
 mod log;
 mod serve;
 mod status;
-pub(crate) mod table;
+mod table;
 #[cfg(test)]
 mod testing;
 mod wire;

@@ -216,8 +216,8 @@ impl Calls {
 
 /// The task a journal row is.
 fn detailed(row: &Row, asks: Option<InputRequests>) -> DetailedTask {
-    let created = crate::cli::table::rfc3339(row.created);
-    let updated = crate::cli::table::rfc3339(row.updated);
+    let created = crate::rfc3339::rfc3339(row.created);
+    let updated = crate::rfc3339::rfc3339(row.updated);
     let ttl_ms = u64::try_from(HELD_SECS).unwrap_or(0).saturating_mul(1_000);
     let task = Task::new(row.key.clone(), TaskStatus::Working, created, updated)
         .with_ttl_ms(ttl_ms)
