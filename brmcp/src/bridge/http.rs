@@ -93,6 +93,14 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// proved a credential (an agent's token, the approval secret, a page's session).
 pub const MAX_UNPROVEN_CONNECTIONS: usize = 192;
 
+/// Default time a connection just accepted keeps its slot before a newer one may take
+/// it: 250 ms, ample for a client to send its headers at once. Without it a process
+/// that reconnects as fast as it is dropped turns the unproven slots over faster than
+/// a real client's headers arrive on a loaded machine; with it, the slots turn over at
+/// most [`MAX_UNPROVEN_CONNECTIONS`] times per grace, and a new connection waits at most
+/// about one grace in the backlog.
+pub const UNPROVEN_GRACE: Duration = Duration::from_millis(250);
+
 /// Default time a connection has to send a request's headers (and an idle
 /// keep-alive connection to start its next request): 10 s. Real clients send their
 /// headers at once.
@@ -126,6 +134,8 @@ pub struct HttpLimits {
     /// Open connections that have not yet carried a credential (at most
     /// `max_connections`); past it the oldest of them is dropped for a new one.
     pub max_unproven_connections: usize,
+    /// Time an unproven connection keeps its slot before a newer one may take it.
+    pub unproven_grace: Duration,
     /// Time to send a request's headers.
     pub header_read_timeout: Duration,
     /// Time to send a request's whole body once its headers are in.
@@ -143,6 +153,7 @@ impl Default for HttpLimits {
         Self {
             max_connections: MAX_CONNECTIONS,
             max_unproven_connections: MAX_UNPROVEN_CONNECTIONS,
+            unproven_grace: UNPROVEN_GRACE,
             header_read_timeout: HEADER_READ_TIMEOUT,
             body_read_timeout: BODY_READ_TIMEOUT,
             max_sessions_per_token: MAX_SESSIONS_PER_TOKEN,

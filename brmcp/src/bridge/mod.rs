@@ -90,7 +90,7 @@ pub use directory::{
 };
 pub use http::{
     BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS,
-    MAX_SESSIONS_PER_TOKEN, MAX_UNPROVEN_CONNECTIONS, RefusedAddress, SESSION_IDLE,
+    MAX_SESSIONS_PER_TOKEN, MAX_UNPROVEN_CONNECTIONS, RefusedAddress, SESSION_IDLE, UNPROVEN_GRACE,
 };
 pub use link::{LinkError, Silence};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};

@@ -8,10 +8,12 @@
 //! credential, and *unproven* ones, which have not yet. At most
 //! [`HttpLimits::max_connections`] are open at once and at most
 //! [`HttpLimits::max_unproven_connections`] unproven; a new connection that finds
-//! either bound reached drops the oldest unproven connection, and only when every slot
-//! holds a proven connection does the next wait in the kernel's backlog. So however
-//! many connections a local process opens and holds without a credential, an agent,
-//! `bridge stdio`, `approvals` and a logged-in page get a slot at once, and keep it.
+//! either bound reached drops the oldest unproven connection once that one has had
+//! [`HttpLimits::unproven_grace`] to send its request, and waits in the kernel's
+//! backlog until then (or, when every slot holds a proven connection, until one
+//! ends). So however many connections a local process opens, holds and reopens
+//! without a credential, an agent, `bridge stdio`, `approvals` and a logged-in page
+//! get a slot within about one grace, have time to prove themselves, and keep it.
 //!
 //! Each connection must send a request's headers within
 //! [`HttpLimits::header_read_timeout`] (idle keep-alive included), and each request's
@@ -38,6 +40,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::HttpLimits;
@@ -239,8 +242,9 @@ struct Table {
 struct TableState {
     /// Accepted connections so far: the next one's number (its age).
     accepted: u64,
-    /// The unproven connections by number, oldest first: each one's token drops it.
-    unproven: BTreeMap<u64, CancellationToken>,
+    /// The unproven connections by number, oldest first: when each was admitted, and
+    /// the token that drops it.
+    unproven: BTreeMap<u64, (Instant, CancellationToken)>,
     proven: usize,
 }
 
@@ -278,38 +282,57 @@ impl Table {
             .clamp(1, self.max_connections())
     }
 
+    fn full(&self, state: &TableState) -> bool {
+        state.unproven.len() >= self.max_unproven() || state.open() >= self.max_connections()
+    }
+
+    /// When the oldest unproven connection may be dropped for a newer one.
+    fn droppable_at(&self, state: &TableState) -> Option<Instant> {
+        let (_, (admitted, _)) = state.unproven.first_key_value()?;
+        Some(*admitted + self.limits.unproven_grace)
+    }
+
     /// Returns once a new connection can have a slot: a free one, or one an unproven
-    /// connection gives up.
+    /// connection past its grace gives up.
     async fn room(&self) {
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            {
+            let droppable_at = {
                 let state = lock(&self.state);
-                if state.open() < self.max_connections() || !state.unproven.is_empty() {
+                if !self.full(&state) {
                     return;
                 }
+                self.droppable_at(&state)
+            };
+            match droppable_at {
+                Some(at) if at <= Instant::now() => return,
+                Some(at) => {
+                    tokio::select! {
+                        () = freed => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => freed.await,
             }
-            freed.await;
         }
     }
 
     /// A slot for a connection just accepted, unproven, dropping the oldest unproven
-    /// connections the bounds require.
+    /// connections past their grace that the bounds require.
     fn admit(self: &Arc<Self>) -> Slot {
+        let now = Instant::now();
         let mut state = lock(&self.state);
-        while state.unproven.len() >= self.max_unproven() || state.open() >= self.max_connections()
-        {
-            let Some((_, oldest)) = state.unproven.pop_first() else {
-                break;
-            };
-            oldest.cancel();
+        while self.full(&state) && self.droppable_at(&state).is_some_and(|at| at <= now) {
+            if let Some((_, (_, oldest))) = state.unproven.pop_first() {
+                oldest.cancel();
+            }
         }
         let number = state.accepted;
         state.accepted += 1;
         let dropped = CancellationToken::new();
-        state.unproven.insert(number, dropped.clone());
+        state.unproven.insert(number, (now, dropped.clone()));
         Slot {
             table: self.clone(),
             number,
@@ -347,11 +370,46 @@ mod tests {
     use super::*;
 
     fn table(max: usize, unproven: usize) -> Arc<Table> {
+        graced_table(max, unproven, Duration::ZERO)
+    }
+
+    fn graced_table(max: usize, unproven: usize, grace: Duration) -> Arc<Table> {
         Arc::new(Table::new(HttpLimits {
             max_connections: max,
             max_unproven_connections: unproven,
+            unproven_grace: grace,
             ..HttpLimits::default()
         }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_connection_waits_until_the_oldest_unproven_had_its_grace() {
+        let grace = Duration::from_millis(250);
+        let t = graced_table(4, 2, grace);
+        let a = t.admit();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let b = t.admit();
+        // The share is full of connections within their grace: no room yet.
+        let waiting = tokio::spawn({
+            let t = t.clone();
+            async move { t.room().await }
+        });
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "a was dropped within its grace");
+        tokio::time::advance(Duration::from_millis(60)).await;
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("room once a is past its grace")
+            .unwrap();
+        let c = t.admit();
+        assert!(a.dropped.is_cancelled(), "the oldest, past its grace");
+        assert!(!b.dropped.is_cancelled(), "b is still within its grace");
+        assert!(!c.dropped.is_cancelled());
+        // A connection that ends makes room at once, whatever the others' ages.
+        drop(c);
+        tokio::time::timeout(Duration::from_millis(1), t.room())
+            .await
+            .expect("room after c ended");
     }
 
     #[test]
@@ -420,7 +478,7 @@ mod tests {
         tx.send(Ok(Bytes::from_static(b"part"))).await.unwrap();
         assert_eq!(body.next().await.unwrap().unwrap(), "part");
         assert!(!expired.is_cancelled());
-        let at = tokio::time::Instant::now();
+        let at = Instant::now();
         assert!(body.next().await.unwrap().is_err());
         assert!(expired.is_cancelled());
         assert!(at.elapsed() < Duration::from_secs(5));
