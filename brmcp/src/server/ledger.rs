@@ -4,8 +4,14 @@
 //! and amount), the
 //! paid-call journal with the outcomes kept for call-key replay, and the operator's audit
 //! trail (schema in `ledger_schema.sql`). Every method that writes is one
-//! `BEGIN IMMEDIATE` transaction, so money and its record move together or not at all,
-//! and WAL with `synchronous = FULL` makes a committed transaction survive a power cut.
+//! `BEGIN IMMEDIATE` transaction, so money and its record move together or not at all.
+//! Every commit survives the process being killed (SIGKILL included). Those that must
+//! also survive a power cut before their caller acts on them (a tip's credit before it
+//! is acknowledged, a call's completion or refund before it is answered, and so the
+//! charge before it) are synced by group commit ([`group_sync`]): concurrent callers
+//! share one fsync. A charge alone is not synced: a power cut that loses it loses its
+//! call's pending row with it, and that call was never answered (its answer waits for
+//! the completion's sync), so the caller keeps the money.
 //!
 //! [`Ledger::open`] refuses a file that is not a brmcp ledger (it never resets one),
 //! runs `PRAGMA quick_check`, and refunds every call a dead process left pending. It
@@ -40,6 +46,7 @@ macro_rules! found_columns {
 }
 
 mod error;
+mod group_sync;
 mod notices;
 mod open;
 mod operator;
@@ -48,6 +55,7 @@ mod retention;
 mod totals;
 mod waiting;
 pub use error::LedgerError;
+use group_sync::{GroupSync, Ticket};
 pub use records::{
     AuditAction, AuditEntry, Balance, CallState, JournalEntry, Opened, PrunedCalls, TipRecord,
 };
@@ -95,6 +103,9 @@ pub(crate) const MAX_OUTCOMES_PER_CALLER: usize = 1024;
 pub struct Ledger {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// The serving connection's group commit; `None` when attached, whose connection
+    /// syncs every commit itself.
+    sync: Option<GroupSync>,
     /// The data directory's lock, when this ledger serves calls ([`Ledger::open`]).
     _lock: Option<std::fs::File>,
 }
@@ -110,6 +121,26 @@ impl Ledger {
         match self._lock {
             Some(_) => Ok(()),
             None => Err(LedgerError::NotOwner),
+        }
+    }
+
+    /// Commits `tx`: the ticket to wait on, once the connection is released, with
+    /// [`durable`](Self::durable).
+    fn commit(&self, tx: rusqlite::Transaction<'_>) -> Result<Option<Ticket>, LedgerError> {
+        tx.commit()?;
+        Ok(self.sync.as_ref().map(GroupSync::ticket))
+    }
+
+    /// Returns once the commit of `ticket` survives a power cut.
+    fn durable(&self, ticket: Option<Ticket>) -> Result<(), LedgerError> {
+        match (&self.sync, ticket) {
+            (Some(sync), Some(ticket)) => {
+                sync.durable(ticket).map_err(|source| LedgerError::Sync {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -274,12 +305,14 @@ impl Ledger {
     /// As [`Billing::complete`].
     pub fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
         self.owner()?;
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let found = lookup_pending(&tx, call)?;
-        close(&tx, &found, CallState::Completed, None, Some(outcome), now)?;
-        tx.commit()?;
-        Ok(())
+        let ticket = {
+            let mut conn = self.conn();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let found = lookup_pending(&tx, call)?;
+            close(&tx, &found, CallState::Completed, None, Some(outcome), now)?;
+            self.commit(tx)?
+        };
+        self.durable(ticket)
     }
 
     /// [`Billing::refund`], failing with the ledger's own [`LedgerError`].
@@ -294,12 +327,14 @@ impl Ledger {
         now: UnixTime,
     ) -> Result<(), LedgerError> {
         self.owner()?;
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let found = lookup_pending(&tx, call)?;
-        refund_pending(&tx, &found, reason, outcome, now)?;
-        tx.commit()?;
-        Ok(())
+        let ticket = {
+            let mut conn = self.conn();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let found = lookup_pending(&tx, call)?;
+            refund_pending(&tx, &found, reason, outcome, now)?;
+            self.commit(tx)?
+        };
+        self.durable(ticket)
     }
 
     /// [`Billing::record_tip`], failing with the ledger's own [`LedgerError`].
@@ -313,6 +348,19 @@ impl Ledger {
         now: UnixTime,
     ) -> Result<TipOutcome, LedgerError> {
         self.owner()?;
+        let (ticket, outcome) = self.record_tip_unsynced(tip, allowed, now)?;
+        // A tip is acknowledged once this returns: its record survives a power cut by
+        // then, and so does the one a redelivery finds (its sync may still be running).
+        self.durable(ticket)?;
+        Ok(outcome)
+    }
+
+    fn record_tip_unsynced(
+        &self,
+        tip: &Tip,
+        allowed: bool,
+        now: UnixTime,
+    ) -> Result<(Option<Ticket>, TipOutcome), LedgerError> {
         let caller = tip.caller.to_string();
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -324,7 +372,9 @@ impl Ledger {
                 .collect::<Result<_, _>>()?
         };
         if same_id.iter().any(|(c, m)| *c == caller && *m == matoms) {
-            return Ok(TipOutcome::Duplicate);
+            // A barrier: every commit so far, the first delivery's included.
+            let barrier = self.sync.as_ref().map(GroupSync::ticket);
+            return Ok((barrier, TipOutcome::Duplicate));
         }
         if let Some((other, other_matoms)) = same_id.first() {
             // Not a redelivery: the client reused the id (its logs were reset, or it is
@@ -350,12 +400,13 @@ impl Ledger {
             waiting::expire(&tx, now)?;
             waiting::reserve(&tx, &caller, now)?;
         }
-        tx.commit()?;
-        Ok(if allowed {
+        let ticket = self.commit(tx)?;
+        let outcome = if allowed {
             TipOutcome::Credited
         } else {
             TipOutcome::NotCredited
-        })
+        };
+        Ok((ticket, outcome))
     }
 
     /// [`Billing::balance_matoms`], failing with the ledger's own [`LedgerError`].

@@ -125,6 +125,17 @@ pub enum LedgerError {
     /// SQLite failed after open.
     #[error("ledger: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// Syncing committed transactions to disk failed: they may not survive a power
+    /// cut, so their callers act on none of them.
+    #[error("ledger: cannot sync {}: {source}", .path.display())]
+    Sync {
+        /// The database file.
+        path: PathBuf,
+        /// What the sync said.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Another [`Billing`] store failed.
     #[error("ledger: store: {0}")]
     Store(#[source] BoxError),

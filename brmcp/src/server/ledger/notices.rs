@@ -113,7 +113,9 @@ impl Ledger {
         let found = lookup_pending(&tx, call)?;
         refund_pending(&tx, &found, INTERRUPTED, None, now)?;
         mark(&tx, call)?;
-        tx.commit()?;
-        Ok(())
+        // Answered to the caller as refunded once this returns.
+        let ticket = self.commit(tx)?;
+        drop(conn);
+        self.durable(ticket)
     }
 }

@@ -13,6 +13,7 @@ use crate::secure_fs::{SqliteAccess, SqliteKind, StampError, StampedOpen};
 
 #[cfg(doc)]
 use super::Billing;
+use super::group_sync::GroupSync;
 use super::notices;
 use super::retention::enable_incremental_vacuum;
 use super::{
@@ -145,9 +146,13 @@ impl Ledger {
             LedgerError::Sqlite(e) => open_error(&path, e),
             other => other,
         })?;
+        // Commits from here on are synced by group commit (see `group_sync`).
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| open_error(&path, e))?;
         Ok(Opened {
             ledger: Self {
                 conn: Mutex::new(conn),
+                sync: Some(GroupSync::new(&path)),
                 path,
                 _lock: Some(lock),
             },
@@ -175,6 +180,7 @@ impl Ledger {
         Ok(Self {
             conn: Mutex::new(conn),
             path,
+            sync: None,
             _lock: None,
         })
     }

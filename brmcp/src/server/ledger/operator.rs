@@ -32,7 +32,9 @@ impl Ledger {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let released = release_expired(&tx, now)?;
         reclaim(&tx)?;
-        tx.commit()?;
+        // Rare, and answered to the operator as done: synced before it returns.
+        let ticket = self.commit(tx)?;
+        self.durable(ticket)?;
         Ok(released)
     }
 
@@ -78,7 +80,9 @@ impl Ledger {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let balance = add_balance(&tx, &caller, matoms)?;
         audit(&tx, now, &caller, AuditAction::Credit, matoms, None, reason)?;
-        tx.commit()?;
+        // Rare, and answered to the operator as done: synced before it returns.
+        let ticket = self.commit(tx)?;
+        self.durable(ticket)?;
         Ok(balance)
     }
 
@@ -126,7 +130,9 @@ impl Ledger {
             Some(call),
             reason,
         )?;
-        tx.commit()?;
+        // Rare, and answered to the operator as done: synced before it returns.
+        let ticket = self.commit(tx)?;
+        self.durable(ticket)?;
         Ok(balance)
     }
 
