@@ -75,30 +75,46 @@ impl State {
     }
 
     /// Journals the changes made under this lock as one group, then sends the stream
-    /// lines they made: nothing is seen before it is kept.
-    fn commit(&mut self) {
+    /// lines they made: nothing is seen before it is kept. Returns whether the
+    /// changes are kept (none, or journaled); changes not kept (the journal closed
+    /// by a stop, or a failed write) send no stream line, and a request that made
+    /// them is not answered as if they were. Runs again when the lock is released,
+    /// with nothing left to do.
+    pub(crate) fn commit(&mut self) -> bool {
         let mut ops = std::mem::take(&mut self.pending);
         for n in &mut self.nodes {
             ops.append(&mut n.pending);
         }
-        if !ops.is_empty()
-            && let Some(mut journal) = self.journal.take()
-        {
-            if let Err(e) = journal.append(&ops) {
-                tracing::error!(error = %e, "devnet journal: write failed; this change is not kept");
-            }
+        let kept = if ops.is_empty() {
+            true
+        } else if let Some(mut journal) = self.journal.take() {
+            let written = match journal.append(&ops) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(error = %e, "devnet journal: write failed; this change is not kept");
+                    false
+                }
+            };
             if journal.wants_compaction()
                 && let Err(e) = journal.compact(self.snapshot())
             {
                 tracing::error!(error = %e, "devnet journal: compaction failed");
             }
             self.journal = Some(journal);
-        }
+            written
+        } else {
+            // Stopped: a task still winding down changes nothing kept and shows
+            // nothing of it.
+            false
+        };
         for n in &mut self.nodes {
             for (out, line) in n.outbox.drain(..) {
-                let _ = out.send(line);
+                if kept {
+                    let _ = out.send(line);
+                }
             }
         }
+        kept
     }
 }
 
@@ -122,6 +138,6 @@ impl DerefMut for StateGuard<'_> {
 
 impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
-        self.0.commit();
+        let _ = self.0.commit();
     }
 }
