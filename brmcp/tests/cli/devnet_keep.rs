@@ -652,3 +652,84 @@ async fn sigkill_right_after_a_tip_is_acknowledged() {
     assert_eq!(w["bob"].0, START_MATOMS - paid_atoms * 1000, "{w:?}");
     bob.close();
 }
+
+/// `brmcp devnet offline|online NAME --dir D`, which must succeed.
+fn set_offline(dir: &Path, nick: &str, offline: bool) {
+    let verb = if offline { "offline" } else { "online" };
+    let out = brmcp(&["devnet", verb, nick, "--dir", dir.to_str().expect("utf-8")])
+        .output()
+        .expect("devnet offline|online");
+    assert!(out.status.success(), "{out:?}");
+    // The devnet applies the file within a second.
+    std::thread::sleep(Duration::from_secs(1));
+}
+
+/// PMs the devnet accepted (`PM` answered) while their receiver was off the relay
+/// survive a SIGKILL of the devnet: after a restart that keeps the receiver offline
+/// nothing arrives, and once it is back each arrives once, in order; a restart with
+/// the receiver online delivers the next ones at once, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pms_accepted_for_an_offline_receiver_survive_a_sigkill() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let dir_arg = dir.to_str().expect("utf-8");
+    let (procs, uids) = devnet(dir, 2);
+    set_offline(dir, "bob", true);
+    let alice = host(dir, "alice");
+    alice.spawn(Streams::new()).await.expect("alice's client");
+    for text in ["q1", "q2"] {
+        alice.pm(&uids["bob"], text).await.expect("pm accepted");
+    }
+    drop(procs);
+    alice.close();
+
+    // Restarted with bob still offline: his mail waits at the relay.
+    let mut procs = Procs(Vec::new());
+    let lines = spawn(
+        &mut procs,
+        brmcp(&[
+            "devnet",
+            "--dir",
+            dir_arg,
+            "--nodes",
+            "2",
+            "--offline",
+            "bob",
+        ]),
+    );
+    wait_for(&lines, "Ctrl-C stops the devnet.");
+    let bob_seen: Seen<(u64, String)> = Arc::default();
+    let bob = host(dir, "bob");
+    bob.spawn(pm_recorder(&bob_seen, false))
+        .await
+        .expect("bob's client");
+    tokio::time::sleep(QUIET).await;
+    assert!(
+        seen(&bob_seen).is_empty(),
+        "delivered while offline: {:?}",
+        seen(&bob_seen)
+    );
+    set_offline(dir, "bob", false);
+    until("q1 and q2", || seen(&bob_seen).len() >= 2).await;
+    assert!(bob.flush_acks(WAIT).await);
+    let alice = host(dir, "alice");
+    alice.spawn(Streams::new()).await.expect("alice's client");
+    set_offline(dir, "bob", true);
+    alice.pm(&uids["bob"], "q3").await.expect("pm accepted");
+    drop(procs);
+    bob.close();
+    alice.close();
+
+    // Restarted with bob online: q3 arrives at once, and nothing acknowledged again.
+    let (_procs, _) = devnet(dir, 2);
+    let bob = host(dir, "bob");
+    bob.spawn(pm_recorder(&bob_seen, false))
+        .await
+        .expect("bob's client");
+    until("q3", || seen(&bob_seen).len() >= 3).await;
+    assert!(bob.flush_acks(WAIT).await);
+    tokio::time::sleep(QUIET).await;
+    let texts: Vec<String> = seen(&bob_seen).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["q1", "q2", "q3"], "each once, in order");
+    bob.close();
+}
