@@ -56,6 +56,7 @@ impl State {
                     contacts: n.contacts.clone(),
                     logs: std::array::from_fn(|i| n.logs[i].clone()),
                     posts: n.logs[Log::Posts.index()].clone(),
+                    post_statuses: n.logs[Log::PostStatus.index()].clone(),
                     post_subscribers: n
                         .post_subscribers
                         .iter()

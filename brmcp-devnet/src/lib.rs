@@ -87,6 +87,7 @@
 //! without backpressure; TipUser's start-up wait defaults to none
 //! ([`DevnetConfig::tip_warmup`]).
 
+mod blake256;
 mod certs;
 mod codec;
 mod commit;

@@ -173,6 +173,8 @@ pub(crate) enum Method {
     UnsubscribeToPosts,
     PostsStream,
     AckReceivedPost,
+    PostsStatusStream,
+    AckReceivedPostStatus,
 }
 
 /// `PostsService` methods (the client crate names only those it calls).
@@ -181,6 +183,8 @@ mod posts_method {
     pub(super) const UNSUBSCRIBE: &str = "PostsService.UnsubscribeToPosts";
     pub(super) const STREAM: &str = "PostsService.PostsStream";
     pub(super) const ACK: &str = "PostsService.AckReceivedPost";
+    pub(super) const STATUS_STREAM: &str = "PostsService.PostsStatusStream";
+    pub(super) const STATUS_ACK: &str = "PostsService.AckReceivedPostStatus";
 }
 
 /// A request's params, decoded into its method's message.
@@ -231,6 +235,8 @@ impl Method {
             posts_method::UNSUBSCRIBE => Self::UnsubscribeToPosts,
             posts_method::STREAM => Self::PostsStream,
             posts_method::ACK => Self::AckReceivedPost,
+            posts_method::STATUS_STREAM => Self::PostsStatusStream,
+            posts_method::STATUS_ACK => Self::AckReceivedPostStatus,
             _ => return Err("unknown method"),
         })
     }
@@ -260,6 +266,9 @@ impl Method {
             Self::PostsStream => {
                 Params::Stream(decode::<proto::PostsStreamRequest>(params)?.unacked_from)
             }
+            Self::PostsStatusStream => {
+                Params::Stream(decode::<proto::PostsStatusStreamRequest>(params)?.unacked_from)
+            }
             Self::SubscribeToPosts => {
                 Params::PostSub(decode::<proto::SubscribeToPostsRequest>(params)?.user, true)
             }
@@ -271,7 +280,8 @@ impl Method {
             | Self::AckKx
             | Self::AckTipProgress
             | Self::AckTipReceived
-            | Self::AckReceivedPost => {
+            | Self::AckReceivedPost
+            | Self::AckReceivedPostStatus => {
                 Params::Ack(decode::<proto::AckRequest>(params)?.sequence_id)
             }
             Self::TipUser => Params::TipUser(decode(params)?),
@@ -287,6 +297,7 @@ impl Method {
             Self::TipProgress | Self::AckTipProgress => Some(StreamKind::TipProgress.into()),
             Self::TipStream | Self::AckTipReceived => Some(StreamKind::TipReceived.into()),
             Self::PostsStream | Self::AckReceivedPost => Some(Log::Posts),
+            Self::PostsStatusStream | Self::AckReceivedPostStatus => Some(Log::PostStatus),
             _ => None,
         }
     }
