@@ -142,3 +142,56 @@ impl Drop for StateGuard<'_> {
         let _ = self.0.commit();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::node::{Event, Node, StreamKind, Sub};
+
+    fn tip() -> Event {
+        Event::TipReceived {
+            uid: [2; 32],
+            amount_matoms: 1000,
+        }
+    }
+
+    /// A change made after the journal closed (a stop) is reported not kept and sends
+    /// no stream line; one made before is kept, sent, and back after a reload.
+    #[test]
+    fn nothing_after_the_close_is_kept_or_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let (snap, journal) = durable::open(dir.path(), 1 << 20, durable::COMPACT_BYTES).unwrap();
+        let mut st = State::restored(snap, journal);
+        let mut node = Node::new("bob".into(), [1; 32], [0; 32], "brclient", true, 1 << 20);
+        let (out, mut lines) = mpsc::unbounded_channel();
+        node.subs.push(Sub {
+            conn: 1,
+            kind: StreamKind::TipReceived.into(),
+            method: "PaymentsService.TipStream".into(),
+            out,
+        });
+        st.nodes.push(node);
+        st.pending.push(durable::Op::Node {
+            uid: durable::Uid([1; 32]),
+            nick: "bob".into(),
+        });
+        let kept = st.nodes[0].append(StreamKind::TipReceived, tip());
+        assert!(st.commit(), "journaled");
+        assert!(lines.try_recv().is_ok(), "its stream line went out");
+
+        st.close_journal();
+        st.nodes[0].append(StreamKind::TipReceived, tip());
+        st.nodes[0].ack(StreamKind::TipReceived, kept);
+        assert!(!st.commit(), "not kept after the close");
+        assert!(lines.try_recv().is_err(), "and nothing of it shown");
+        assert!(st.commit(), "nothing left to keep");
+
+        let back = durable::read_only(dir.path()).unwrap().unwrap();
+        let log =
+            back.nodes[&durable::Uid([1; 32])].logs[StreamKind::TipReceived.index()].inspect();
+        assert_eq!(log.len(), 1, "only the change before the close");
+        assert!(!log[0].acked, "the ack after the close was not kept");
+    }
+}
