@@ -87,7 +87,7 @@ pub(crate) mod hex32 {
     }
 }
 
-/// A log by its name (`pm`, `tipprogress`, `tipstream`, `kx`, `posts`).
+/// A log by its name (`pm`, `tipprogress`, `tipstream`, `kx`, `posts`, `poststatus`).
 mod kind_name {
     use serde::{Deserialize as _, Deserializer, Serializer};
 
@@ -196,6 +196,9 @@ pub(crate) struct NodeSnap {
     /// The posts log; a directory kept before posts has none.
     #[serde(default = "empty_log")]
     pub(crate) posts: ReplayLog,
+    /// The post status log; a directory kept before it has none.
+    #[serde(default = "empty_log")]
+    pub(crate) post_statuses: ReplayLog,
     /// Who subscribed to this node's posts.
     #[serde(default)]
     pub(crate) post_subscribers: Vec<Uid>,
@@ -210,6 +213,7 @@ impl NodeSnap {
             contacts: Vec::new(),
             logs: StreamKind::ALL.map(|_| ReplayLog::new(replay_file_size)),
             posts: ReplayLog::new(replay_file_size),
+            post_statuses: ReplayLog::new(replay_file_size),
             post_subscribers: Vec::new(),
             recent_tips: VecDeque::new(),
         }
@@ -220,6 +224,7 @@ impl NodeSnap {
         match log {
             Log::Stream(k) => &mut self.logs[k.index()],
             Log::Posts => &mut self.posts,
+            Log::PostStatus => &mut self.post_statuses,
         }
     }
 }

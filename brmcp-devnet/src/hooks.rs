@@ -113,7 +113,7 @@ impl Devnet {
                 Some(kept) => {
                     node.contacts = kept.contacts;
                     let [a, b, c, d] = kept.logs;
-                    node.logs = [a, b, c, d, kept.posts];
+                    node.logs = [a, b, c, d, kept.posts, kept.post_statuses];
                     node.post_subscribers = kept.post_subscribers.iter().map(|u| u.0).collect();
                     for log in &mut node.logs {
                         log.set_max_file_size(self.net.cfg.replay_file_size);

@@ -87,6 +87,7 @@
 //! without backpressure; TipUser's start-up wait defaults to none
 //! ([`DevnetConfig::tip_warmup`]).
 
+mod blake256;
 mod certs;
 mod codec;
 mod commit;
@@ -562,8 +563,10 @@ impl Devnet {
     /// Blocked PMs are abandoned; pending tips are kept and resume at the next start
     /// on this directory.
     pub async fn shutdown(self) {
-        self.net.lock().close_journal();
+        // Stopping first, then the journal closed: a request whose change came after
+        // the close finds the devnet stopping and is not answered.
         self.net.shutdown.send_replace(true);
+        self.net.lock().close_journal();
         self.net.changed.notify_waiters();
         let handles: Vec<JoinHandle<()>> = self
             .runtimes()
@@ -593,8 +596,8 @@ impl Devnet {
 
 impl Drop for Devnet {
     fn drop(&mut self) {
-        self.net.lock().close_journal();
         self.net.shutdown.send_replace(true);
+        self.net.lock().close_journal();
         self.net.changed.notify_waiters();
         for r in self.runtimes().iter_mut() {
             if let Some(h) = r.listener.take() {

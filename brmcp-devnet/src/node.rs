@@ -34,11 +34,13 @@ pub use brmcp_clientrpc::StreamKind;
 pub(crate) enum Log {
     Stream(StreamKind),
     Posts,
+    /// Post status updates (comments, hearts): `PostsService.PostsStatusStream`.
+    PostStatus,
 }
 
 impl Log {
     /// How many logs a node has.
-    pub(crate) const COUNT: usize = 5;
+    pub(crate) const COUNT: usize = 6;
 
     /// Every log, by [`index`](Self::index).
     pub(crate) const ALL: [Self; Self::COUNT] = [
@@ -47,6 +49,7 @@ impl Log {
         Self::Stream(StreamKind::ALL[2]),
         Self::Stream(StreamKind::ALL[3]),
         Self::Posts,
+        Self::PostStatus,
     ];
 
     /// The log's position in a node's table.
@@ -54,6 +57,7 @@ impl Log {
         match self {
             Self::Stream(k) => k.index(),
             Self::Posts => StreamKind::ALL.len(),
+            Self::PostStatus => StreamKind::ALL.len() + 1,
         }
     }
 
@@ -62,6 +66,7 @@ impl Log {
         match self {
             Self::Stream(k) => k.name(),
             Self::Posts => "posts",
+            Self::PostStatus => "poststatus",
         }
     }
 }
@@ -130,6 +135,23 @@ pub(crate) enum Event {
         date: i64,
         title: String,
         version: u64,
+        attributes: BTreeMap<String, String>,
+    },
+    /// A status update of a post (a comment), as the receiving client records it.
+    PostStatus {
+        /// Who the update came from (the commenter, or the author relaying it).
+        #[serde(with = "hex32")]
+        relayer: [u8; 32],
+        #[serde(with = "hex32")]
+        post_id: [u8; 32],
+        #[serde(with = "hex32")]
+        status_from: [u8; 32],
+        status_from_nick: String,
+        version: u64,
+        /// `PostMetadataStatus.from`: the status creator's id in hex.
+        from: String,
+        /// `PostMetadataStatus.link`: the post id in hex.
+        link: String,
         attributes: BTreeMap<String, String>,
     },
 }
@@ -206,6 +228,28 @@ impl Event {
                 }),
                 post: Some(proto::PostMetadata {
                     version: *version,
+                    attributes: attributes.clone().into_iter().collect(),
+                }),
+            }),
+            Self::PostStatus {
+                relayer,
+                post_id,
+                status_from,
+                status_from_nick,
+                version,
+                from,
+                link,
+                attributes,
+            } => encode(&proto::ReceivedPostStatus {
+                sequence_id: seq,
+                relayer_id: relayer.to_vec(),
+                post_id: post_id.to_vec(),
+                status_from: status_from.to_vec(),
+                status_from_nick: status_from_nick.clone(),
+                status: Some(proto::PostMetadataStatus {
+                    version: *version,
+                    from: from.clone(),
+                    link: link.clone(),
                     attributes: attributes.clone().into_iter().collect(),
                 }),
             }),

@@ -1,7 +1,10 @@
 //! Posts, as brclient's `PostsService` serves them: an author keeps who subscribed
 //! to its posts, and a post it publishes lands in each subscriber's `posts` replay
 //! log, streamed by `PostsStream` and kept until `AckReceivedPost`, like every
-//! other stream.
+//! other stream. A comment on a post ([`Devnet::comment_on_post`]) lands in the
+//! author's `poststatus` log and, relayed by the author, in its other subscribers'
+//! (`PostsStatusStream`, `AckReceivedPostStatus`). Post and status ids are brclient's
+//! BLAKE-256 hashes of their metadata.
 //!
 //! clientrpc has no method to create a post (a brclient user posts from its own
 //! interface), so posts are published with [`Devnet::publish_post`], or by dropping a
@@ -13,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use super::blake256::blake256;
 use super::node::{Event, Log};
 use super::{Devnet, DevnetError, LogEntry, Net, NodeId};
 
@@ -44,14 +47,14 @@ pub struct PostRequest {
     pub text: String,
 }
 
-/// The post id as brclient's `PostMetadata.Hash` lays out its input (version as a
-/// 32-byte little-endian block, then description, main, title, statusfrom, parent,
-/// from_nick), hashed with SHA-256 where brclient uses BLAKE-256.
-fn post_id(version: u64, attributes: &BTreeMap<String, String>) -> [u8; 32] {
-    let mut h = Sha256::new();
+/// The post id as brclient's `rpc.PostMetadata.Hash` computes it: BLAKE-256 of the
+/// version as a 32-byte little-endian block, then the description, main, title,
+/// statusfrom, parent and from_nick attributes (a missing one as nothing).
+pub(crate) fn post_id(version: u64, attributes: &BTreeMap<String, String>) -> [u8; 32] {
+    let mut input = Vec::new();
     let mut block = [0u8; 32];
     block[..8].copy_from_slice(&version.to_le_bytes());
-    h.update(block);
+    input.extend_from_slice(&block);
     for key in [
         "description",
         "main",
@@ -60,9 +63,81 @@ fn post_id(version: u64, attributes: &BTreeMap<String, String>) -> [u8; 32] {
         "parent",
         "from_nick",
     ] {
-        h.update(attributes.get(key).map_or(&b""[..], String::as_bytes));
+        input.extend_from_slice(attributes.get(key).map_or(&b""[..], String::as_bytes));
     }
-    h.finalize().into()
+    blake256(&input)
+}
+
+/// brclient's `rpc.PostMetadataStatusVersion`.
+const STATUS_VERSION: u64 = 1;
+
+/// A status update's id as brclient's `rpc.PostMetadataStatus.Hash` computes it:
+/// BLAKE-256 of the version as a 32-byte little-endian block, the creator's id (hex),
+/// then the identifier, description, main, title, parent, heart, comment and nonce
+/// attributes (a missing one as nothing).
+pub(crate) fn status_id(
+    version: u64,
+    from: &str,
+    attributes: &BTreeMap<String, String>,
+) -> [u8; 32] {
+    let mut input = Vec::new();
+    let mut block = [0u8; 32];
+    block[..8].copy_from_slice(&version.to_le_bytes());
+    input.extend_from_slice(&block);
+    input.extend_from_slice(from.as_bytes());
+    for key in [
+        "identifier",
+        "description",
+        "main",
+        "title",
+        "parent",
+        "heart",
+        "comment",
+        "nonce",
+    ] {
+        input.extend_from_slice(attributes.get(key).map_or(&b""[..], String::as_bytes));
+    }
+    blake256(&input)
+}
+
+/// Node `commenter` comments `text` on post `post` of node `author`, as brclient's
+/// `CommentPost` and the author's `handlePostStatus`: the author records it (its
+/// `PostsStatusStream` gets it, relayed by the commenter) and relays it to its other
+/// subscribers that are nodes of this run (relayed by the author). The status id.
+fn comment(net: &Net, commenter: usize, author: usize, post: [u8; 32], text: &str) -> [u8; 32] {
+    let nonce = u64::from_le_bytes(super::random_bytes());
+    let mut st = net.lock();
+    let (from_uid, from_nick) = (st.nodes[commenter].uid, st.nodes[commenter].nick.clone());
+    let author_uid = st.nodes[author].uid;
+    let from = hex::encode(from_uid);
+    let link = hex::encode(post);
+    let mut attributes = BTreeMap::new();
+    attributes.insert("comment".to_owned(), text.to_owned());
+    attributes.insert("version".to_owned(), STATUS_VERSION.to_string());
+    attributes.insert("identifier".to_owned(), link.clone());
+    attributes.insert("statusfrom".to_owned(), from.clone());
+    attributes.insert("nonce".to_owned(), format!("{nonce:x}"));
+    let id = status_id(STATUS_VERSION, &from, &attributes);
+    // The receiver fills in the nick of whom it got the update from.
+    attributes.insert("from_nick".to_owned(), from_nick.clone());
+    let event = |relayer: [u8; 32]| Event::PostStatus {
+        relayer,
+        post_id: post,
+        status_from: from_uid,
+        status_from_nick: from_nick.clone(),
+        version: STATUS_VERSION,
+        from: from.clone(),
+        link: link.clone(),
+        attributes: attributes.clone(),
+    };
+    st.nodes[author].append(Log::PostStatus, event(from_uid));
+    let subscribers = st.nodes[author].post_subscribers.clone();
+    for sub in subscribers.into_iter().filter(|s| *s != from_uid) {
+        if let Some(i) = st.node_by_uid(&sub) {
+            st.nodes[i].append(Log::PostStatus, event(author_uid));
+        }
+    }
+    id
 }
 
 /// brclient's suggested title: the post's first non-empty line, shortened.
@@ -110,6 +185,43 @@ impl Devnet {
     pub fn publish_post(&self, author: NodeId, text: &str) -> Result<[u8; 32], DevnetError> {
         self.check(author)?;
         Ok(publish(&self.net, author.index(), text))
+    }
+
+    /// Node `commenter` comments `text` on the post `post` of node `author` (what a
+    /// brclient user does from its interface; clientrpc has no method for it): the
+    /// author's `PostsStatusStream` gets it, and so does each other subscriber of the
+    /// author. The status id, as brclient computes it. The devnet does not sign it
+    /// (no `signature` attribute).
+    ///
+    /// # Errors
+    ///
+    /// [`DevnetError::UnknownNode`].
+    pub fn comment_on_post(
+        &self,
+        commenter: NodeId,
+        author: NodeId,
+        post: [u8; 32],
+        text: &str,
+    ) -> Result<[u8; 32], DevnetError> {
+        self.check(commenter)?;
+        self.check(author)?;
+        Ok(comment(
+            &self.net,
+            commenter.index(),
+            author.index(),
+            post,
+            text,
+        ))
+    }
+
+    /// A node's post status log (what `PostsStatusStream` carries), with acked state.
+    ///
+    /// # Errors
+    ///
+    /// [`DevnetError::UnknownNode`].
+    pub fn post_status_log(&self, node: NodeId) -> Result<Vec<LogEntry>, DevnetError> {
+        self.check(node)?;
+        Ok(self.net.lock().nodes[node.index()].logs[Log::PostStatus.index()].inspect())
     }
 
     /// A node's posts log (what `PostsStream` carries), with acked state.
@@ -197,6 +309,33 @@ mod tests {
         assert_eq!(suggested_title("\n  Hello world \nmore"), "Hello world");
         assert_eq!(suggested_title(""), "");
         assert_eq!(suggested_title(&"x".repeat(300)).len(), MAX_TITLE_CHARS);
+    }
+
+    /// Ids pinned against another implementation of BLAKE-256 over brclient's
+    /// layouts (`PostMetadata.Hash`, `PostMetadataStatus.Hash`).
+    #[test]
+    fn ids_are_brclients_blake256_hashes() {
+        let post = BTreeMap::from([
+            ("main".to_owned(), "hi".to_owned()),
+            ("statusfrom".to_owned(), "ab".repeat(32)),
+            ("from_nick".to_owned(), "alice".to_owned()),
+        ]);
+        assert_eq!(
+            hex::encode(post_id(1, &post)),
+            "2c1585f0d8993a3a51049dfcc73f08598e8d58f622bef5ee33d069950701810a"
+        );
+        let status = BTreeMap::from([
+            ("identifier".to_owned(), "ef".repeat(32)),
+            ("comment".to_owned(), "nice".to_owned()),
+            ("nonce".to_owned(), "1f".to_owned()),
+            // Outside the hash: filled in by whoever relays it.
+            ("from_nick".to_owned(), "bob".to_owned()),
+            ("statusfrom".to_owned(), "cd".repeat(32)),
+        ]);
+        assert_eq!(
+            hex::encode(status_id(1, &"cd".repeat(32), &status)),
+            "fa50e9c3476f6207fee86787394cede67505702912ecd7fa46ed80c3cc82ce48"
+        );
     }
 
     #[test]

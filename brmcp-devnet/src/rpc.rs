@@ -33,6 +33,10 @@ pub(crate) use brmcp_clientrpc::proto::code::INVALID_PARAMS as ERR_INVALID_PARAM
 /// the bound the client keeps to.
 pub(crate) use brmcp_clientrpc::MAX_IN_FLIGHT;
 
+/// An acknowledgement the devnet could not keep (it is stopping, or its journal
+/// write failed): answered as an error, so the client does not take it as done.
+const ERR_ACK_NOT_KEPT: &str = "acknowledgement not kept: client is quitting";
+
 /// The services brclient binds; a method of one of these that the devnet does not
 /// implement is an "unknown method", any other service an "unknown service".
 const SERVICES: &[&str] = &[
@@ -169,6 +173,8 @@ pub(crate) enum Method {
     UnsubscribeToPosts,
     PostsStream,
     AckReceivedPost,
+    PostsStatusStream,
+    AckReceivedPostStatus,
 }
 
 /// `PostsService` methods (the client crate names only those it calls).
@@ -177,6 +183,8 @@ mod posts_method {
     pub(super) const UNSUBSCRIBE: &str = "PostsService.UnsubscribeToPosts";
     pub(super) const STREAM: &str = "PostsService.PostsStream";
     pub(super) const ACK: &str = "PostsService.AckReceivedPost";
+    pub(super) const STATUS_STREAM: &str = "PostsService.PostsStatusStream";
+    pub(super) const STATUS_ACK: &str = "PostsService.AckReceivedPostStatus";
 }
 
 /// A request's params, decoded into its method's message.
@@ -227,6 +235,8 @@ impl Method {
             posts_method::UNSUBSCRIBE => Self::UnsubscribeToPosts,
             posts_method::STREAM => Self::PostsStream,
             posts_method::ACK => Self::AckReceivedPost,
+            posts_method::STATUS_STREAM => Self::PostsStatusStream,
+            posts_method::STATUS_ACK => Self::AckReceivedPostStatus,
             _ => return Err("unknown method"),
         })
     }
@@ -256,6 +266,9 @@ impl Method {
             Self::PostsStream => {
                 Params::Stream(decode::<proto::PostsStreamRequest>(params)?.unacked_from)
             }
+            Self::PostsStatusStream => {
+                Params::Stream(decode::<proto::PostsStatusStreamRequest>(params)?.unacked_from)
+            }
             Self::SubscribeToPosts => {
                 Params::PostSub(decode::<proto::SubscribeToPostsRequest>(params)?.user, true)
             }
@@ -267,7 +280,8 @@ impl Method {
             | Self::AckKx
             | Self::AckTipProgress
             | Self::AckTipReceived
-            | Self::AckReceivedPost => {
+            | Self::AckReceivedPost
+            | Self::AckReceivedPostStatus => {
                 Params::Ack(decode::<proto::AckRequest>(params)?.sequence_id)
             }
             Self::TipUser => Params::TipUser(decode(params)?),
@@ -283,6 +297,7 @@ impl Method {
             Self::TipProgress | Self::AckTipProgress => Some(StreamKind::TipProgress.into()),
             Self::TipStream | Self::AckTipReceived => Some(StreamKind::TipReceived.into()),
             Self::PostsStream | Self::AckReceivedPost => Some(Log::Posts),
+            Self::PostsStatusStream | Self::AckReceivedPostStatus => Some(Log::PostStatus),
             _ => None,
         }
     }
@@ -365,6 +380,11 @@ pub(crate) async fn handle_request(
                 Ok(result) => response_line(&req.id_json, &result),
                 Err(text) => error_line(&req.id_json, ERR_INTERNAL, &text),
             };
+            // Stopping: what the request changed may be past the journal's close, so
+            // it is not answered (the client asks again of the next run).
+            if net.is_shut_down() {
+                return;
+            }
             conn.send(line);
         }
     }
@@ -431,8 +451,14 @@ async fn unary(net: &Arc<Net>, node: usize, method: Method, p: Params) -> Result
         (Method::MediateKx, Params::MediateKx(p)) => mediate_kx(net, node, &p),
         (_, Params::PostSub(user, on)) => subscribe_to_posts(net, node, &user, on),
         (_, Params::Ack(sequence_id)) => {
+            // Kept before it is answered: a client told its ack went through never
+            // gets those items again, as brclient's replay log removes them first.
             if let Some(kind) = method.kind() {
-                net.lock().nodes[node].ack(kind, sequence_id);
+                let mut st = net.lock();
+                st.nodes[node].ack(kind, sequence_id);
+                if !st.commit() {
+                    return Err(ERR_ACK_NOT_KEPT.to_owned());
+                }
             }
             Ok(encode(&proto::AckResponse {}))
         }

@@ -8,6 +8,7 @@ mod framing;
 mod keep;
 mod kx;
 mod pm;
+mod post_status;
 mod posts;
 mod tips;
 mod tls_http;

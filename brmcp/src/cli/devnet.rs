@@ -11,7 +11,8 @@ use super::table::{Table, print_json, rfc3339};
 use crate::directory::{POLICY_FILE, Policy};
 use brmcp_adapters::protocol::{ATOMS_PER_DCR, MATOMS_PER_ATOM};
 use brmcp_devnet::{
-    Devnet, FAULTS_FILE, Faults, MAX_POST_BYTES, NodeInfo, POSTS_DIR, PostRequest, Wallet,
+    Devnet, DevnetConfig, FAULTS_FILE, Faults, MAX_POST_BYTES, NodeInfo, NodeSpec, POSTS_DIR,
+    PostRequest, Wallet,
 };
 
 /// Nicks of the first nodes; more are `node5`, `node6`, ...
@@ -194,7 +195,20 @@ pub(super) fn run(args: DevnetArgs) -> Result<ExitCode, CliError> {
                 nicks.join(", ")
             )));
         }
-        let devnet = Devnet::start(&dir, &nicks).await?;
+        // Nodes the dial keeps offline start off the relay: what waited for them
+        // there (kept across a stop) stays queued until they come back.
+        let specs = nicks
+            .iter()
+            .map(|nick| {
+                let spec = NodeSpec::new(*nick);
+                if faults.offline.contains(*nick) {
+                    spec.offline()
+                } else {
+                    spec
+                }
+            })
+            .collect();
+        let devnet = Devnet::start_with(&dir, specs, DevnetConfig::default()).await?;
         brmcp_devnet::write_faults(devnet.dir(), &faults)
             .map_err(|e| CliError(format!("{}: {e}", dir.join(FAULTS_FILE).display())))?;
         devnet

@@ -52,6 +52,7 @@ mod open;
 mod operator;
 mod records;
 mod retention;
+mod tip_replays;
 mod totals;
 mod waiting;
 pub use error::LedgerError;
@@ -62,6 +63,8 @@ pub use records::{
 use retention::WAL_SIZE_LIMIT;
 pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
 use retention::{prune_journal, reclaim, release_expired};
+use tip_replays::replayed;
+pub use tip_replays::{TIP_REPLAY_ROWS, TIP_REPLAY_WINDOW_SECS};
 pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
 pub use waiting::{MAX_WAITING_PER_CALLER, RESERVATION_WAIT_SECS};
 
@@ -375,6 +378,15 @@ impl Ledger {
             // A barrier: every commit so far, the first delivery's included.
             let barrier = self.sync.as_ref().map(GroupSync::ticket);
             return Ok((barrier, TipOutcome::Duplicate));
+        }
+        if replayed(&tx, tip.seq, &caller, matoms, now)? {
+            tracing::warn!(
+                seq = tip.seq,
+                %caller,
+                matoms,
+                "tip redelivered after its id was cleared; not credited again"
+            );
+            return Ok(TipOutcome::Duplicate);
         }
         if let Some((other, other_matoms)) = same_id.first() {
             // Not a redelivery: the client reused the id (its logs were reset, or it is

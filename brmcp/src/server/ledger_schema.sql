@@ -11,8 +11,9 @@ CREATE TABLE balances (
 
 -- Every tip received, credited or not. A tip is identified by its sequence id, its
 -- caller and its amount: a redelivery matches a row not yet cleared (the client has not
--- confirmed clearing its id), while the same id with another caller or amount, or an id
--- the client cleared already (its logs were reset and ids start over), is a new tip.
+-- confirmed clearing its id), or a cleared one within the replay window
+-- (TIP_REPLAY_WINDOW_SECS); the same id with another caller or amount, or past the
+-- window (the client's logs were reset and ids start over), is a new tip.
 CREATE TABLE tips (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     -- The u64 sequence id stored bit for bit as a signed integer (ids above

@@ -86,8 +86,8 @@ pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, DailyRevenue, FILE_NAME,
     INTERRUPTED, JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals,
     MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, MAX_WAITING_PER_CALLER, Opened,
-    PrunedCalls, RESERVATION_WAIT_SECS, SCHEMA_VERSION, TOTALS_WINDOW_SECS, TipRecord,
-    VACUUM_FREE_PAGES,
+    PrunedCalls, RESERVATION_WAIT_SECS, SCHEMA_VERSION, TIP_REPLAY_ROWS, TIP_REPLAY_WINDOW_SECS,
+    TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES,
 };
 pub use money::{
     ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_MATOMS, Shortfall, atoms_to_matoms, matoms_as_atoms,

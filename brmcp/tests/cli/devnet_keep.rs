@@ -31,22 +31,22 @@ use serde_json::{Value, json};
 use crate::processes::{Procs, assert_fortune, brmcp, serving, spawn, start_bridge, wait_for};
 
 /// Every node's starting wallet, in milliatoms (10 DCR).
-const START_MATOMS: i64 = 10 * 100_000_000 * 1000;
+pub(super) const START_MATOMS: i64 = 10 * 100_000_000 * 1000;
 
 /// The tip in flight: 10,000 atoms.
-const TIP_ATOMS: i64 = 10_000;
+pub(super) const TIP_ATOMS: i64 = 10_000;
 
 /// How long to wait for something that should happen.
-const WAIT: Duration = Duration::from_secs(30);
+pub(super) const WAIT: Duration = Duration::from_secs(30);
 
 /// Bound on one clientrpc call of the test's clients.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long to watch for something that should not happen.
-const QUIET: Duration = Duration::from_secs(2);
+pub(super) const QUIET: Duration = Duration::from_secs(2);
 
 /// `brmcp devnet --dir D --nodes n`: the process and each nick's uid.
-fn devnet(dir: &Path, nodes: u16) -> (Procs, BTreeMap<String, String>) {
+pub(super) fn devnet(dir: &Path, nodes: u16) -> (Procs, BTreeMap<String, String>) {
     let mut procs = Procs(Vec::new());
     let lines = spawn(
         &mut procs,
@@ -77,7 +77,7 @@ fn devnet(dir: &Path, nodes: u16) -> (Procs, BTreeMap<String, String>) {
 }
 
 /// `brmcp devnet wallets --dir D --json`: nick -> (balance in milliatoms, the wallet).
-fn wallets(dir: &Path) -> BTreeMap<String, (i64, Value)> {
+pub(super) fn wallets(dir: &Path) -> BTreeMap<String, (i64, Value)> {
     let out = brmcp(&[
         "devnet",
         "wallets",
@@ -105,7 +105,7 @@ fn wallets(dir: &Path) -> BTreeMap<String, (i64, Value)> {
 }
 
 /// A client of one node, as brclient's clientrpc users run it.
-fn host(dir: &Path, nick: &str) -> ClientRpcHost {
+pub(super) fn host(dir: &Path, nick: &str) -> ClientRpcHost {
     let bot = BotConfig::load(dir.join(nick).join("brmcp-serve.conf")).expect("conf");
     let mut config = ClientRpcConfig::from_bot_config(&bot);
     // A call made while the devnet is down fails soon, so a killed cycle ends.
@@ -114,14 +114,14 @@ fn host(dir: &Path, nick: &str) -> ClientRpcHost {
 }
 
 /// What a client's handlers saw: (sequence id, text) of each PM delivery, in order.
-type Seen<T> = Arc<Mutex<Vec<T>>>;
+pub(super) type Seen<T> = Arc<Mutex<Vec<T>>>;
 
-fn seen<T: Clone>(s: &Seen<T>) -> Vec<T> {
+pub(super) fn seen<T: Clone>(s: &Seen<T>) -> Vec<T> {
     s.lock().expect("lock").clone()
 }
 
 /// Waits until `f` holds, for at most [`WAIT`].
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
+pub(super) async fn until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !f() {
         assert!(
@@ -135,7 +135,7 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
 /// A PM stream consumer that records each delivery and never finishes the ones
 /// whose text starts with `hold` (so they, and everything after them, stay
 /// unacknowledged).
-fn pm_recorder(log: &Seen<(u64, String)>, hold: bool) -> Streams {
+pub(super) fn pm_recorder(log: &Seen<(u64, String)>, hold: bool) -> Streams {
     let log = log.clone();
     Streams::new().pms(move |pm: ReceivedPm| {
         let log = log.clone();

@@ -10,6 +10,7 @@ mod devnet_directory;
 mod devnet_faults;
 mod devnet_keep;
 mod devnet_posts;
+mod devnet_sigkill_edges;
 mod directory;
 mod directory_exits;
 mod doctor;

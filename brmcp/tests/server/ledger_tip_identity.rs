@@ -1,15 +1,22 @@
 //! A tip is identified by its sequence id, its caller and its amount: the same id
-//! with another caller or amount is another tip, credited; an id the client confirmed
-//! clearing is never redelivered, so a tip repeating it (the client's logs were reset)
-//! is new too. A schema 1 ledger is migrated with its tips.
+//! with another caller or amount is another tip, credited; a tip repeating an id the
+//! client confirmed clearing is a redelivery within the replay window
+//! (`TIP_REPLAY_WINDOW_SECS`: a stream reopened while an ack was in flight, a client
+//! that lost an ack in a crash) and new after it (the client's logs were reset). A
+//! schema 1 ledger is migrated with its tips.
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::server::{FILE_NAME, Ledger, SCHEMA_VERSION, Tip, TipOutcome};
+use brmcp::server::{FILE_NAME, Ledger, SCHEMA_VERSION, TIP_REPLAY_WINDOW_SECS, Tip, TipOutcome};
 
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
 const BOB: PeerId = PeerId::from_bytes([0xb0; 32]);
+
+/// A moment past the replay window of a tip received at [`NOW`].
+fn after_window() -> UnixTime {
+    UnixTime(NOW.0 + i64::try_from(TIP_REPLAY_WINDOW_SECS).unwrap() + 1)
+}
 
 fn tip(seq: u64, caller: PeerId, matoms: u64) -> Tip {
     Tip {
@@ -54,7 +61,7 @@ fn a_reused_id_with_another_caller_or_amount_is_credited() {
 }
 
 #[test]
-fn a_tip_repeating_a_cleared_id_is_new() {
+fn a_cleared_id_replayed_within_the_window_is_a_duplicate_and_new_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path(), NOW).unwrap().ledger;
     let t = tip(4_294_967_393, ALICE, 10_000_000);
@@ -68,22 +75,49 @@ fn a_tip_repeating_a_cleared_id_is_new() {
         TipOutcome::Duplicate
     );
     assert_eq!(ledger.clear_tips(t.seq).unwrap(), 1);
-    // The client delivers nothing it cleared again: the same identity once more is a
-    // new tip (its logs were reset and its ids started over).
+    // Cleared, and replayed anyway (a stream reopened while the ack was in flight, or
+    // a client that lost the ack in a crash): still a redelivery, up to the window's
+    // last second.
+    let last = UnixTime(after_window().0 - 1);
+    for at in [NOW, last] {
+        assert_eq!(
+            ledger.record_tip(&t, true, at).unwrap(),
+            TipOutcome::Duplicate,
+            "at {at:?}"
+        );
+    }
+    assert_eq!(ledger.balance_matoms(&ALICE).unwrap(), 10_000_000);
+    // Past the window the same identity is a new tip (the client's logs were reset
+    // and its ids started over), and its own redelivery a duplicate.
+    let later = after_window();
     assert_eq!(
-        ledger.record_tip(&t, true, NOW).unwrap(),
+        ledger.record_tip(&t, true, later).unwrap(),
         TipOutcome::Credited
     );
     assert_eq!(
-        ledger.record_tip(&t, true, NOW).unwrap(),
+        ledger.record_tip(&t, true, later).unwrap(),
         TipOutcome::Duplicate
     );
     assert_eq!(ledger.balance_matoms(&ALICE).unwrap(), 20_000_000);
     // Clearing below an id leaves it uncleared.
     assert_eq!(ledger.clear_tips(t.seq - 1).unwrap(), 0);
     assert_eq!(
-        ledger.record_tip(&t, true, NOW).unwrap(),
+        ledger.record_tip(&t, true, later).unwrap(),
         TipOutcome::Duplicate
+    );
+    // Another caller or amount under the cleared id is another tip, in the window.
+    assert_eq!(ledger.clear_tips(t.seq).unwrap(), 1);
+    assert_eq!(
+        ledger
+            .record_tip(&tip(t.seq, BOB, 10_000_000), true, later)
+            .unwrap(),
+        TipOutcome::Credited
+    );
+    assert_eq!(
+        ledger
+            .record_tip(&tip(t.seq, ALICE, 5), true, later)
+            .unwrap(),
+        TipOutcome::Credited
     );
 }
 
@@ -99,7 +133,7 @@ fn clearing_covers_every_id_up_to_the_bound_over_all_64_bits() {
     assert_eq!(ledger.clear_tips(u64::MAX).unwrap(), 1);
     assert_eq!(
         ledger
-            .record_tip(&tip(u64::MAX, ALICE, 1), true, NOW)
+            .record_tip(&tip(u64::MAX, ALICE, 1), true, after_window())
             .unwrap(),
         TipOutcome::Credited
     );
@@ -113,7 +147,9 @@ fn clearing_is_allowed_beside_the_serving_process() {
     let attached = Ledger::attach(dir.path()).unwrap();
     assert_eq!(attached.clear_tips(7).unwrap(), 1);
     assert_eq!(
-        ledger.record_tip(&tip(7, ALICE, 1), true, NOW).unwrap(),
+        ledger
+            .record_tip(&tip(7, ALICE, 1), true, after_window())
+            .unwrap(),
         TipOutcome::Credited
     );
 }
