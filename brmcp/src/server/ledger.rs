@@ -386,7 +386,8 @@ impl Ledger {
                 matoms,
                 "tip redelivered after its id was cleared; not credited again"
             );
-            return Ok(TipOutcome::Duplicate);
+            // Cleared once its acknowledgement was confirmed: long durable.
+            return Ok((None, TipOutcome::Duplicate));
         }
         if let Some((other, other_matoms)) = same_id.first() {
             // Not a redelivery: the client reused the id (its logs were reset, or it is
