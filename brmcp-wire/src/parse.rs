@@ -420,6 +420,9 @@ mod grammar {
         Some(fields.part(body, canonical))
     }
 
+    /// The length of both ids in the usual form.
+    const USUAL_ID_LEN: u16 = 16;
+
     /// The fields of the usual form, as values. A part built from them where it is
     /// returned gets its ids as four 16-byte stores; one built inside the inlined reader
     /// (or its ids assembled as arrays) went through a temporary on the stack and was
@@ -448,7 +451,7 @@ mod grammar {
                     exp: self.exp,
                     seq: self.seq,
                     total: self.total,
-                    id_lens: [16; 2],
+                    id_lens: [USUAL_ID_LEN; 2],
                 },
                 body,
                 canonical: Language::of(canonical),
@@ -456,7 +459,7 @@ mod grammar {
         }
     }
 
-    /// The fields of [`usual`]'s form; `None` for any other text.
+    /// The fields of the usual form (see `usual`); `None` for any other text.
     #[inline(always)]
     pub(super) fn usual_fields(text: &[u8]) -> Option<Usual> {
         let head: &[u8; USUAL_HEAD] = text.first_chunk()?;
