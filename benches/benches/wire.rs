@@ -2,12 +2,14 @@
 //!
 //! Targets (WIRE.md and README), each as a ratio of throughputs to the bare engine on the
 //! same bytes, in the default configuration:
-//! - `parse_decode` (parse plus body decode) at least 0.9x `base64_decode`, at 1 KiB,
+//! - `parse_decode` (parse plus body decode) at least 0.93x `base64_decode`, at 1 KiB,
 //!   16 KiB and 200 KiB: small parts are most MCP messages, so the header must cost
 //!   little beside the engine (`decode_body/1KiB` shows the body alone);
-//! - `encode` (header plus body) at least 0.9x `base64_encode`, at the same sizes;
-//! - `parse_header/typical` at most 40 ns;
-//! - `reassemble/64x200KiB` at least 0.85x the throughput of 64 bare decodes.
+//! - `encode` (header plus body) at least 0.93x `base64_encode`, at the same sizes;
+//! - `parse_header/typical` at most 10 ns: the part moved out of parse's result, as
+//!   `parse(..).expect(..)` gives it (a line beside it borrows it instead);
+//! - `reassemble/64x200KiB` at least 0.95x the throughput of 64 bare decodes of the
+//!   same bodies (`paired reassemble`).
 //!
 //! The ratio goals are printed as `paired` lines, each routine timed in alternating
 //! batches with the engine (see `paired`), so the machine's load does not skew them,
@@ -156,8 +158,20 @@ fn codec(c: &mut Criterion) {
     g.finish();
 }
 
-/// The lowest ratio of throughputs to the bare engine that meets a goal.
-const GOAL: f64 = 0.9;
+/// The lowest ratio of throughputs to the bare engine that meets a goal
+/// (`parse_decode`, `parse_decode_kept`, `encode`).
+const GOAL: f64 = 0.93;
+
+/// The longest `parse_header/typical` that meets its goal, in nanoseconds.
+const HEADER_GOAL_NS: f64 = 10.0;
+
+/// The lowest ratio of reassembly's throughput to 64 bare decodes that meets its goal.
+const REASSEMBLY_GOAL: f64 = 0.95;
+
+/// What a line adds after its goal when the figure misses it.
+fn miss(met: bool) -> &'static str {
+    if met { "" } else { " (below goal)" }
+}
 
 /// The mean of one figure over the placements' runs.
 fn mean(runs: &[paired::Paired], figure: fn(&paired::Paired) -> f64) -> f64 {
@@ -175,9 +189,10 @@ fn goal_line(ours: &str, theirs: &str, size: &str, runs: &[paired::Paired]) -> f
     );
     let ratio = mean(|p| p.b_over_a);
     println!(
-        "paired {ours}/{size} {:.1} ns vs {theirs}/{size} {:.1} ns: {ratio:.3}x the engine's throughput (goal >= {GOAL}x; {low:.3} to {high:.3} over the placements)",
+        "paired {ours}/{size} {:.1} ns vs {theirs}/{size} {:.1} ns: {ratio:.3}x the engine's throughput (goal >= {GOAL}x{}; {low:.3} to {high:.3} over the placements)",
         mean(|p| p.a_ns),
         mean(|p| p.b_ns),
+        miss(ratio >= GOAL),
     );
     ratio
 }
@@ -347,10 +362,7 @@ fn goals(_: &mut Criterion) {
     ] {
         let sizes: Vec<String> = ratios
             .iter()
-            .map(|(name, r)| {
-                let mark = if *r >= GOAL { "" } else { " (below goal)" };
-                format!("{name} {r:.3}x{mark}")
-            })
+            .map(|(name, r)| format!("{name} {r:.3}x{}", miss(*r >= GOAL)))
             .collect();
         println!(
             "paired {what} ratios: {} (goal >= {GOAL}x each)",
@@ -388,23 +400,81 @@ fn goals(_: &mut Criterion) {
         || engine_decode(&engine, b64, out2),
     );
     println!(
-        "paired parse_header/typical {:.1} ns (goal <= 40 ns), beside base64_decode/1KiB {:.1} ns",
+        "paired parse_header/typical {:.1} ns (goal <= {HEADER_GOAL_NS} ns{}; the part moved out of parse's result), beside base64_decode/1KiB {:.1} ns",
+        p.a_ns,
+        miss(p.a_ns <= HEADER_GOAL_NS),
+        p.b_ns
+    );
+    let p = paired::paired(
+        || {
+            let part = parse(black_box(&typical));
+            black_box(&part);
+        },
+        || engine_decode(&engine, b64, out2),
+    );
+    println!(
+        "paired parse_header/typical_borrowed {:.1} ns (the part borrowed from parse's result, as the router reads it; no goal), beside base64_decode/1KiB {:.1} ns",
         p.a_ns, p.b_ns
     );
 }
 
-fn reassembly(c: &mut Criterion) {
-    let (sid, mid) = ids();
+/// Rounds of the paired reassembly line: each call reassembles 12.5 MiB (about 2 ms).
+const REASSEMBLY_ROUNDS: usize = 31;
+
+/// Reassembly of a 64-part message against 64 bare decodes of the same bodies, in
+/// alternating batches of one message: the throughput ratio and its goal.
+fn reassembly_goal(_: &mut Criterion) {
+    let engine = engine();
+    let message = Message::new(64 * 200 * 1024, 200 * 1024);
     let mut arena = vec![0u8; 16 << 20];
     let mut scratch = vec![0u8; 1 << 20];
     let mut assembler: Assembler<'_, [u8; 32], 64> =
         Assembler::new(&mut arena, &mut scratch, Limits::default());
-    let peer = [7u8; 32];
+    // The engine's side: each part's body alone, read where it lies in its PM (so both
+    // sides load from the same places) and decoded where its chunk belongs.
+    let bodies: Vec<(usize, &[u8])> = message
+        .texts
+        .iter()
+        .map(|t| {
+            let part = parse(t).expect("parse");
+            let at = usize::from(part.seq() - 1) * message.chunk;
+            (at, part.body())
+        })
+        .collect();
+    // Room past each chunk's end: the engine may ask for its estimate of the length.
+    let mut out = vec![0u8; message.len + 3];
+    let p = paired::paired_in(
+        1,
+        REASSEMBLY_ROUNDS,
+        || message.reassemble(&mut assembler),
+        || {
+            for (at, body) in &bodies {
+                engine_decode(&engine, body, &mut out[*at..]);
+            }
+        },
+    );
+    println!(
+        "paired reassemble/64x200KiB {:.2} ms vs 64 base64_decode of its bodies {:.2} ms: {:.3}x their throughput (goal >= {REASSEMBLY_GOAL}x{})",
+        p.a_ns / 1e6,
+        p.b_ns / 1e6,
+        p.b_over_a,
+        miss(p.b_over_a >= REASSEMBLY_GOAL),
+    );
+}
 
-    for (name, len, chunk) in [
-        ("64x200KiB", 64 * 200 * 1024, 200 * 1024),
-        ("1x1KiB", 1024, 200 * 1024),
-    ] {
+/// One message's parts, encoded and shuffled, for the reassembly benchmarks.
+struct Message {
+    /// The payload's length.
+    len: usize,
+    /// The chunk length it was split at.
+    chunk: usize,
+    /// Its parts in a fixed shuffled order.
+    texts: Vec<String>,
+}
+
+impl Message {
+    fn new(len: usize, chunk: usize) -> Self {
+        let (sid, mid) = ids();
         let data = payload(len);
         let mut texts: Vec<String> = Chunks::new(sid, mid, 0, &data, chunk)
             .expect("plan")
@@ -423,28 +493,44 @@ fn reassembly(c: &mut Criterion) {
             x ^= x << 17;
             texts.swap(i, (x % (i as u64 + 1)) as usize);
         }
+        Self { len, chunk, texts }
+    }
+
+    /// Parses and adds every part; the message completes with the last.
+    fn reassemble(&self, assembler: &mut Assembler<'_, [u8; 32], 64>) -> usize {
+        let peer = [7u8; 32];
+        let mut done = 0;
+        for t in &self.texts {
+            let part = parse(black_box(t)).expect("parse");
+            if let Accepted::Complete(bytes) = assembler.add(peer, &part, UnixTime(0)).expect("add")
+            {
+                done = bytes.len();
+            }
+        }
+        assert_eq!(done, self.len);
+        done
+    }
+}
+
+fn reassembly(c: &mut Criterion) {
+    let mut arena = vec![0u8; 16 << 20];
+    let mut scratch = vec![0u8; 1 << 20];
+    let mut assembler: Assembler<'_, [u8; 32], 64> =
+        Assembler::new(&mut arena, &mut scratch, Limits::default());
+    for (name, len, chunk) in [
+        ("64x200KiB", 64 * 200 * 1024, 200 * 1024),
+        ("1x1KiB", 1024, 200 * 1024),
+    ] {
+        let message = Message::new(len, chunk);
         let mut g = c.benchmark_group("reassemble");
         g.throughput(Throughput::Bytes(len as u64));
         if len > 1 << 20 {
             g.sample_size(20);
         }
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                let mut done = 0;
-                for t in &texts {
-                    let part = parse(black_box(t)).expect("parse");
-                    if let Accepted::Complete(bytes) =
-                        assembler.add(peer, &part, UnixTime(0)).expect("add")
-                    {
-                        done = bytes.len();
-                    }
-                }
-                assert_eq!(done, len);
-            })
-        });
+        g.bench_function(name, |b| b.iter(|| message.reassemble(&mut assembler)));
         g.finish();
     }
 }
 
-criterion_group!(benches, codec, goals, reassembly);
+criterion_group!(benches, codec, goals, reassembly_goal, reassembly);
 criterion_main!(benches);

@@ -30,9 +30,9 @@ impl Header {
     /// The exact length of this part's PM body for a chunk of `chunk_len` raw bytes.
     pub const fn encoded_len(&self, chunk_len: usize) -> usize {
         PREFIX.len()
-            + self.sid.len()
+            + self.sid_len()
             + MID.len()
-            + self.mid.len()
+            + self.mid_len()
             + SEQ.len()
             + decimal_len(self.seq as i64)
             + 1
@@ -152,9 +152,9 @@ const fn small_ascii(n: u16) -> u64 {
 #[inline(always)]
 const fn header_len(h: &Header, exp: &Deadline) -> usize {
     PREFIX.len()
-        + h.sid.len()
+        + h.sid_len()
         + MID.len()
-        + h.mid.len()
+        + h.mid_len()
         + SEQ.len()
         + small_len(h.seq)
         + 1
@@ -184,9 +184,9 @@ fn write_header(h: &Header, exp: &Deadline, win: &mut [u8; WINDOW]) -> usize {
     }
     let mut at = 0;
     put(win, &mut at, b"--mcp[v=1,sid=\0\0", PREFIX.len());
-    put(win, &mut at, h.sid.padded(), h.sid.len());
+    put(win, &mut at, h.sid.padded(), h.sid_len());
     put(win, &mut at, &lit(b",mid=\0\0\0"), MID.len());
-    put(win, &mut at, h.mid.padded(), h.mid.len());
+    put(win, &mut at, h.mid.padded(), h.mid_len());
     // `,seq=N/T,exp=` in three words.
     put(win, &mut at, &lit(b",seq=\0\0\0"), SEQ.len());
     let slash = small_ascii(h.seq) | u64::from(b'/') << (8 * small_len(h.seq));
@@ -263,9 +263,9 @@ impl UsualTail {
     fn write(&self, h: &Header, win: &mut [u8; WINDOW]) {
         let mut at = 0;
         put(win, &mut at, b"--mcp[v=1,sid=\0\0", PREFIX.len());
-        put(win, &mut at, h.sid.padded(), h.sid.len());
+        put(win, &mut at, h.sid.padded(), h.sid_len());
         put(win, &mut at, b",mid=\0\0\0", MID.len());
-        put(win, &mut at, h.mid.padded(), h.mid.len());
+        put(win, &mut at, h.mid.padded(), h.mid_len());
         put(win, &mut at, &self.seq.to_le_bytes(), 8);
         put(win, &mut at, &self.exp.to_le_bytes(), EXP.len() + 2);
         put(win, &mut at, &self.low.to_le_bytes(), 3);
@@ -278,7 +278,7 @@ impl UsualTail {
 /// The length of a header whose tail is the usual one.
 #[inline(always)]
 const fn usual_header_len(h: &Header) -> usize {
-    PREFIX.len() + h.sid.len() + MID.len() + h.mid.len() + UsualTail::LEN
+    PREFIX.len() + h.sid_len() + MID.len() + h.mid_len() + UsualTail::LEN
 }
 
 /// Writes one part (header and base64 of `chunk`) into `out`; returns the bytes written.
@@ -293,7 +293,7 @@ pub fn encode_part(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usiz
     // characters), room for the header's window. Inlined into the caller, with no frame
     // of its own; every other part, and an empty chunk, is written out of line.
     if !chunk.is_empty()
-        && header.mid.len() >= USUAL_EXACT_MID
+        && header.mid_len() >= USUAL_EXACT_MID
         && out.len() >= WINDOW
         && let Some(tail) = UsualTail::new(header)
     {
@@ -311,7 +311,7 @@ fn encode_other(header: &Header, chunk: &[u8], out: &mut [u8]) -> Result<usize, 
     }
     if let Some(tail) = UsualTail::new(header) {
         let header_len = usual_header_len(header);
-        if header.mid.len() >= USUAL_EXACT_MID {
+        if header.mid_len() >= USUAL_EXACT_MID {
             return write_body_first(header_len, chunk, out, &Usual { tail, header });
         }
         return write_part(header_len, chunk, out, &Usual { tail, header });
@@ -485,13 +485,7 @@ impl<'a> Chunks<'a> {
 
     /// The header of part `seq` (within `1..=total`).
     const fn header(&self, seq: u16) -> Header {
-        Header {
-            sid: self.sid,
-            mid: self.mid,
-            seq,
-            total: self.total,
-            exp: self.exp,
-        }
+        Header::checked(self.sid, self.mid, seq, self.total, self.exp)
     }
 }
 

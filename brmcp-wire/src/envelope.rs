@@ -1,6 +1,9 @@
 //! The envelope's data model: a [`Header`] (all fields, `Copy`) and a [`Part`] (a header
 //! plus the undecoded body, borrowed from the PM text).
 
+use core::fmt;
+use core::hash::{Hash, Hasher};
+
 use crate::body;
 use crate::error::{BodyError, EncodeError};
 use crate::id::{MessageId, SessionId};
@@ -10,13 +13,42 @@ use crate::time::{UnixTime, is_expired};
 /// Every header field of one part.
 ///
 /// Once constructed, `1 <= seq <= total <= MAX_PARTS` holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+//
+// Laid out for copies of a part just parsed (`repr(C)`): the ids first (64 bytes), then
+// 16 bytes of numbers with no padding, every field as wide as the load a copy makes of
+// it. A copy that reads a padding byte next to a field just stored, or one wide load
+// over several narrower stores, waits for those stores to retire: a part moved out of
+// `parse`'s result then costs more than the parse.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct Header {
     pub(crate) sid: SessionId,
     pub(crate) mid: MessageId,
+    pub(crate) exp: i64,
     pub(crate) seq: u16,
     pub(crate) total: u16,
-    pub(crate) exp: i64,
+    /// `sid.len()` and `mid.len()`, which the encoder reads several times; `u16` each,
+    /// so the numbers fill their 16 bytes.
+    pub(crate) id_lens: [u16; 2],
+}
+
+// Without `id_lens`, which the ids determine, and in the fields' documented order.
+impl fmt::Debug for Header {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Header")
+            .field("sid", &self.sid)
+            .field("mid", &self.mid)
+            .field("seq", &self.seq)
+            .field("total", &self.total)
+            .field("exp", &self.exp)
+            .finish()
+    }
+}
+
+impl Hash for Header {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.sid, self.mid, self.seq, self.total, self.exp).hash(state);
+    }
 }
 
 impl Header {
@@ -35,13 +67,40 @@ impl Header {
         if seq < 1 || seq > total || total > MAX_PARTS {
             return Err(EncodeError::BadSeq);
         }
-        Ok(Self {
+        Ok(Self::checked(sid, mid, seq, total, exp))
+    }
+
+    /// A header whose numbers the caller has checked as [`new`](Self::new) does.
+    #[inline(always)]
+    pub(crate) const fn checked(
+        sid: SessionId,
+        mid: MessageId,
+        seq: u16,
+        total: u16,
+        exp: i64,
+    ) -> Self {
+        #[allow(clippy::cast_possible_truncation)] // at most MAX_ID_LEN
+        let id_lens = [sid.len() as u16, mid.len() as u16];
+        Self {
             sid,
             mid,
+            exp,
             seq,
             total,
-            exp,
-        })
+            id_lens,
+        }
+    }
+
+    /// `sid.len()`, kept.
+    #[inline(always)]
+    pub(crate) const fn sid_len(&self) -> usize {
+        self.id_lens[0] as usize
+    }
+
+    /// `mid.len()`, kept.
+    #[inline(always)]
+    pub(crate) const fn mid_len(&self) -> usize {
+        self.id_lens[1] as usize
     }
 
     /// The envelope version, always [`VERSION`] for a header this crate holds.
@@ -92,11 +151,53 @@ impl Header {
 /// One parsed part: its header and its base64 body, not yet decoded.
 ///
 /// Produced by [`parse`](crate::parse); the body is borrowed from the PM text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+//
+// Laid out as `Header` is, for the same reason: no padding, the mode a word wide.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct Part<'a> {
     pub(crate) header: Header,
     pub(crate) body: &'a [u8],
-    pub(crate) canonical: bool,
+    pub(crate) canonical: Language,
+}
+
+impl fmt::Debug for Part<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Part")
+            .field("header", &self.header)
+            .field("body", &self.body)
+            .field("canonical", &self.canonical.is_canonical())
+            .finish()
+    }
+}
+
+/// Which mode parsed a part, a word wide: a part ends with it, and a copy of the part
+/// reads that word whole, which waits unless one store of the same width wrote it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+pub(crate) enum Language {
+    /// [`Mode::Compatible`](crate::Mode::Compatible).
+    Compatible = 0,
+    /// [`Mode::Canonical`](crate::Mode::Canonical).
+    Canonical = 1,
+}
+
+impl Language {
+    /// The language of the canonical mode or not.
+    #[inline(always)]
+    pub(crate) const fn of(canonical: bool) -> Self {
+        if canonical {
+            Self::Canonical
+        } else {
+            Self::Compatible
+        }
+    }
+
+    /// Whether this is the canonical mode's language.
+    #[inline(always)]
+    pub(crate) const fn is_canonical(self) -> bool {
+        matches!(self, Self::Canonical)
+    }
 }
 
 impl<'a> Part<'a> {
@@ -164,6 +265,6 @@ impl<'a> Part<'a> {
     /// first bad byte), or when `out` is too small.
     #[inline]
     pub fn decode_body(&self, out: &mut [u8]) -> Result<usize, BodyError> {
-        body::decode(self.body, out, self.canonical)
+        body::decode(self.body, out, self.canonical.is_canonical())
     }
 }

@@ -72,13 +72,47 @@ pub(crate) const fn is_id_byte(b: u8) -> bool {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Half an id's storage: the digits of an id of 16, the length this crate draws.
+const HALF: usize = MAX_ID_LEN / 2;
+
+/// The storage of an id: its digits, then zeros to [`MAX_ID_LEN`]. No digit is a zero
+/// byte, so the digits give the length ([`digits_len`]) and an id is exactly 32 bytes:
+/// a header's two ids are 64 bytes at its start, which a parsed part gets as four
+/// 16-byte stores (digits and zeros) and a copy of the part reads back as the same four
+/// (a length byte between them would put the second id across those places, and each
+/// wide load of a copy would then wait for the narrower stores under it to retire).
+type Digits = [[u8; HALF]; 2];
+
+/// The bytes of an id's storage as one array.
+#[inline(always)]
+const fn flat(buf: &Digits) -> &[u8; MAX_ID_LEN] {
+    match buf.as_flattened().first_chunk::<MAX_ID_LEN>() {
+        Some(all) => all,
+        None => &[0; MAX_ID_LEN],
+    }
+}
+
+/// How many digits an id's storage holds: the place after its last non-zero byte, from
+/// the leading zero bits of each half read as a little-endian integer (its last byte
+/// is the most significant).
+#[inline(always)]
+const fn digits_len(buf: &Digits) -> usize {
+    let (low, high) = (u128::from_le_bytes(buf[0]), u128::from_le_bytes(buf[1]));
+    if high != 0 {
+        MAX_ID_LEN - high.leading_zeros() as usize / 8
+    } else {
+        HALF - low.leading_zeros() as usize / 8
+    }
+}
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        #[repr(C)]
         pub struct $name {
-            len: u8,
-            buf: [u8; MAX_ID_LEN],
+            /// The digits, then zeros ([`Digits`]).
+            buf: Digits,
         }
 
         impl $name {
@@ -88,39 +122,45 @@ macro_rules! id_type {
             /// [`IdError`] says which rule the input breaks.
             pub fn from_bytes(bytes: &[u8]) -> Result<Self, IdError> {
                 check_id(bytes)?;
-                let mut buf = [0u8; MAX_ID_LEN];
-                buf[..bytes.len()].copy_from_slice(bytes);
-                #[allow(clippy::cast_possible_truncation)] // checked: len <= MAX_ID_LEN
-                Ok(Self { len: bytes.len() as u8, buf })
+                Ok(Self::from_checked(bytes))
             }
 
             /// Builds an id from bytes the caller has already checked: 1 to
             /// `MAX_ID_LEN` bytes, each [`is_id_byte`].
             #[inline(always)]
             pub(crate) fn from_checked(bytes: &[u8]) -> Self {
-                let mut buf = [0u8; MAX_ID_LEN];
-                buf[..bytes.len()].copy_from_slice(bytes);
-                #[allow(clippy::cast_possible_truncation)] // checked: len <= MAX_ID_LEN
-                Self { len: bytes.len() as u8, buf }
+                let mut id = Self { buf: [[0; HALF]; 2] };
+                if let Some(to) = id.buf.as_flattened_mut().get_mut(..bytes.len()) {
+                    to.copy_from_slice(bytes);
+                }
+                id
+            }
+
+            /// An id of the 16 digits the caller has checked, as one little-endian
+            /// integer: a value the compiler keeps in a register and stores whole,
+            /// where an array would be assembled in a temporary first.
+            #[inline(always)]
+            pub(crate) const fn from_sixteen(digits: u128) -> Self {
+                Self { buf: [digits.to_le_bytes(), [0; HALF]] }
             }
 
             /// The identifier's bytes and zeros after them, to [`MAX_ID_LEN`]: the
             /// encoder copies the whole array, a fixed-size store.
             #[inline(always)]
             pub(crate) const fn padded(&self) -> &[u8; MAX_ID_LEN] {
-                &self.buf
+                flat(&self.buf)
             }
 
             /// 16 lowercase hex characters from 8 bytes of caller-supplied entropy.
             pub const fn from_entropy(entropy: [u8; 8]) -> Self {
-                let mut buf = [0u8; MAX_ID_LEN];
+                let mut digits = [0u8; HALF];
                 let mut i = 0;
                 while i < 8 {
-                    buf[2 * i] = HEX[(entropy[i] >> 4) as usize];
-                    buf[2 * i + 1] = HEX[(entropy[i] & 0x0f) as usize];
+                    digits[2 * i] = HEX[(entropy[i] >> 4) as usize];
+                    digits[2 * i + 1] = HEX[(entropy[i] & 0x0f) as usize];
                     i += 1;
                 }
-                Self { len: 16, buf }
+                Self::from_sixteen(u128::from_le_bytes(digits))
             }
 
             /// A fresh 16-hex identifier from the operating system's entropy source.
@@ -142,13 +182,37 @@ macro_rules! id_type {
 
             /// The identifier's ASCII bytes.
             pub fn as_bytes(&self) -> &[u8] {
-                &self.buf[..usize::from(self.len)]
+                let all = self.buf.as_flattened();
+                all.get(..self.len()).unwrap_or(all)
             }
 
             /// Length in characters (1 to 32).
             #[allow(clippy::len_without_is_empty)] // never empty
+            #[inline(always)]
             pub const fn len(&self) -> usize {
-                self.len as usize
+                digits_len(&self.buf)
+            }
+        }
+
+        // By length, then by digits; hashed as the length then the 32 bytes: the order
+        // and the hash of the derived impls when the length was a field of its own.
+        impl Ord for $name {
+            fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+                (self.len(), self.padded()).cmp(&(other.len(), other.padded()))
+            }
+        }
+
+        impl PartialOrd for $name {
+            fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl core::hash::Hash for $name {
+            fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+                #[allow(clippy::cast_possible_truncation)] // at most MAX_ID_LEN
+                (self.len() as u8).hash(state);
+                self.padded().hash(state);
             }
         }
 
@@ -219,6 +283,59 @@ mod tests {
         assert_eq!(
             " a".parse::<MessageId>(),
             Err(IdError::NotLowerHex { offset: 0 })
+        );
+    }
+
+    #[test]
+    fn digits_len_matches_the_last_non_zero_byte() {
+        // The length is read from leading zero bits: every byte value in every place,
+        // after a run of digits, against a byte-wise search.
+        let reference =
+            |buf: &[u8; MAX_ID_LEN]| buf.iter().rposition(|&b| b != 0).map_or(0, |last| last + 1);
+        for at in 0..MAX_ID_LEN {
+            for byte in 0..=255u8 {
+                for fill in [b'0', b'f', 0xff, 0x01] {
+                    let mut buf = [0u8; MAX_ID_LEN];
+                    buf[..at].fill(fill);
+                    buf[at] = byte;
+                    let mut halves = [[0u8; HALF]; 2];
+                    halves[0].copy_from_slice(&buf[..HALF]);
+                    halves[1].copy_from_slice(&buf[HALF..]);
+                    assert_eq!(digits_len(&halves), reference(&buf), "{buf:?}");
+                }
+            }
+        }
+        for len in 1..=MAX_ID_LEN {
+            let text = "0123456789abcdef".repeat(2);
+            let id: SessionId = text[..len].parse().unwrap_or_else(|_| unreachable!());
+            assert_eq!(id.len(), len);
+            assert_eq!(id.as_str(), &text[..len]);
+        }
+    }
+
+    #[test]
+    fn order_and_hash_are_by_length_then_digits() {
+        use core::hash::{Hash, Hasher};
+        use std::collections::hash_map::DefaultHasher;
+        let id = |s: &str| s.parse::<MessageId>().unwrap_or_else(|_| unreachable!());
+        // Shorter first, whatever the digits.
+        assert!(id("f") < id("00"));
+        assert!(id("0a") < id("0b"));
+        assert_eq!(id("ab").cmp(&id("ab")), core::cmp::Ordering::Equal);
+        // The hash of the length byte then the 32 bytes of storage.
+        let hash = |h: &dyn Fn(&mut DefaultHasher)| {
+            let mut state = DefaultHasher::new();
+            h(&mut state);
+            state.finish()
+        };
+        let mut padded = [0u8; MAX_ID_LEN];
+        padded[..3].copy_from_slice(b"abc");
+        assert_eq!(
+            hash(&|s| id("abc").hash(s)),
+            hash(&|s| {
+                3u8.hash(s);
+                padded.hash(s);
+            })
         );
     }
 

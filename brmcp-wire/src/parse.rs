@@ -8,7 +8,7 @@
 //! Two modes: [`Mode::Compatible`] accepts exactly what the Go implementation accepts
 //! (WIRE.md §7); [`Mode::Canonical`] accepts only what the encoder emits.
 
-use crate::envelope::{Header, Part};
+use crate::envelope::{Header, Language, Part};
 use crate::error::{BodyError, Field, ParseError};
 use crate::id::{MessageId, SessionId};
 
@@ -61,13 +61,16 @@ pub fn parse_canonical(text: &str) -> Result<Part<'_>, ParseError> {
 ///
 /// # Errors
 /// As [`parse`].
-#[inline]
+#[inline(always)]
 pub fn parse_with(bytes: &[u8], mode: Mode) -> Result<Part<'_>, ParseError> {
     let canonical = mode == Mode::Canonical;
     // Nearly every part is in the encoder's form with the ids this crate draws: read at
-    // fixed places, inlined into the caller, which gets the part in place.
-    if let Some(part) = grammar::usual(bytes, canonical) {
-        return Ok(part);
+    // fixed places, inlined into the caller, and built from values right where it is
+    // returned, so the caller gets it in place with each field one store (see `Header`).
+    if let Some(fields) = grammar::usual_fields(bytes)
+        && let Some(body) = bytes.get(fields.body_at..)
+    {
+        return Ok(fields.part(body, canonical));
     }
     other(bytes, canonical)
 }
@@ -110,7 +113,7 @@ fn general<'a>(
     Ok(Part {
         header,
         body,
-        canonical,
+        canonical: Language::of(canonical),
     })
 }
 
@@ -224,7 +227,7 @@ mod grammar {
     use nom::combinator::{all_consuming, recognize};
     use nom::sequence::pair;
 
-    use crate::envelope::{Header, Part};
+    use crate::envelope::{Header, Language, Part};
     use crate::error::ParseError;
     use crate::id::{MessageId, SessionId, is_id_byte};
     use crate::words::{digit_run, digit_run16, ten_digits, word_at};
@@ -360,7 +363,7 @@ mod grammar {
         Some(Part {
             header,
             body,
-            canonical,
+            canonical: Language::of(canonical),
         })
     }
 
@@ -408,9 +411,57 @@ mod grammar {
     /// pair. `None` for anything else, which the byte-wise cursor then reads.
     ///
     /// Kept to few instructions: the decoder that follows runs at several per cycle, so
-    /// every instruction here adds to the call's time.
-    #[inline(always)]
+    /// every instruction here adds to the call's time. [`parse_with`](super::parse_with)
+    /// reads it as [`usual_fields`] and builds the part where it returns it.
+    #[cfg(any(fuzzing, test))]
     pub(super) fn usual(text: &[u8], canonical: bool) -> Option<Part<'_>> {
+        let fields = usual_fields(text)?;
+        let body = text.get(fields.body_at..)?;
+        Some(fields.part(body, canonical))
+    }
+
+    /// The length of both ids in the usual form.
+    const USUAL_ID_LEN: u16 = 16;
+
+    /// The fields of the usual form, as values. A part built from them where it is
+    /// returned gets its ids as four 16-byte stores; one built inside the inlined reader
+    /// (or its ids assembled as arrays) went through a temporary on the stack and was
+    /// copied, each copy waiting on the stores before it.
+    pub(super) struct Usual {
+        /// The session id's 16 digits, little-endian.
+        sid: u128,
+        /// The message id's 16 digits, little-endian.
+        mid: u128,
+        seq: u16,
+        total: u16,
+        exp: i64,
+        /// Where the body starts.
+        pub(super) body_at: usize,
+    }
+
+    impl Usual {
+        /// The part of these fields and `body`.
+        #[inline(always)]
+        pub(super) const fn part(self, body: &[u8], canonical: bool) -> Part<'_> {
+            // Every check of `Header::new` is made by `usual_fields`.
+            Part {
+                header: Header {
+                    sid: SessionId::from_sixteen(self.sid),
+                    mid: MessageId::from_sixteen(self.mid),
+                    exp: self.exp,
+                    seq: self.seq,
+                    total: self.total,
+                    id_lens: [USUAL_ID_LEN; 2],
+                },
+                body,
+                canonical: Language::of(canonical),
+            }
+        }
+    }
+
+    /// The fields of the usual form (see `usual`); `None` for any other text.
+    #[inline(always)]
+    pub(super) fn usual_fields(text: &[u8]) -> Option<Usual> {
         let head: &[u8; USUAL_HEAD] = text.first_chunk()?;
         // Starting with `-` and ending in a printable ASCII byte: nothing to trim.
         if !text.last().is_some_and(u8::is_ascii_graphic) {
@@ -441,18 +492,13 @@ mod grammar {
         } else {
             numbers(head)?
         };
-        // Built in one place, so the caller gets it in place (see `encoder_form`). Every
-        // check of `Header::new` is made above.
-        Some(Part {
-            header: Header {
-                sid: SessionId::from_checked(sid_bytes),
-                mid: MessageId::from_checked(mid_bytes),
-                seq,
-                total,
-                exp,
-            },
-            body: text.get(body_at..)?,
-            canonical,
+        Some(Usual {
+            sid: u128::from_le_bytes(*sid_bytes),
+            mid: u128::from_le_bytes(*mid_bytes),
+            seq,
+            total,
+            exp,
+            body_at,
         })
     }
 

@@ -25,25 +25,38 @@ pub(crate) struct Paired {
 }
 
 /// Runs `a` and `b` in alternating batches.
-pub(crate) fn paired<T, U>(mut a: impl FnMut() -> T, mut b: impl FnMut() -> U) -> Paired {
-    fn time<V>(f: &mut impl FnMut() -> V) -> f64 {
+pub(crate) fn paired<T, U>(a: impl FnMut() -> T, b: impl FnMut() -> U) -> Paired {
+    paired_in(BATCH, ROUNDS, a, b)
+}
+
+/// Runs `a` and `b` in alternating batches of `batch` calls, at least `rounds` rounds
+/// and [`MIN_TIME`]: fewer and smaller for routines of milliseconds.
+#[allow(dead_code)] // the C ABI's bench times short routines only
+pub(crate) fn paired_in<T, U>(
+    batch: u32,
+    rounds: usize,
+    mut a: impl FnMut() -> T,
+    mut b: impl FnMut() -> U,
+) -> Paired {
+    // Generic, so each routine is inlined into its own timing loop.
+    fn time<V>(batch: u32, f: &mut impl FnMut() -> V) -> f64 {
         let start = Instant::now();
-        for _ in 0..BATCH {
+        for _ in 0..batch {
             black_box(f());
         }
-        start.elapsed().as_secs_f64() * 1e9 / f64::from(BATCH)
+        start.elapsed().as_secs_f64() * 1e9 / f64::from(batch)
     }
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     let start = Instant::now();
     let mut round = 0;
-    while round < ROUNDS || start.elapsed() < MIN_TIME {
+    while round < rounds || start.elapsed() < MIN_TIME {
         // Each goes first every other round, so neither gains from its place.
         let (x, y) = if round % 2 == 0 {
-            let x = time(&mut a);
-            (x, time(&mut b))
+            let x = time(batch, &mut a);
+            (x, time(batch, &mut b))
         } else {
-            let y = time(&mut b);
-            (time(&mut a), y)
+            let y = time(batch, &mut b);
+            (time(batch, &mut a), y)
         };
         ta.push(x);
         tb.push(y);
