@@ -36,6 +36,7 @@ mod spend_log_prop;
 mod spend_outcomes;
 mod spending_caps;
 mod tasks;
+mod tasks_2025;
 mod tip_attribution;
 mod transport_retry;
 mod ts_elicit;
