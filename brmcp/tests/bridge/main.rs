@@ -40,4 +40,5 @@ mod tasks_2025;
 mod tip_attribution;
 mod transport_retry;
 mod ts_elicit;
+mod ts_tasks;
 mod user_approvals;
