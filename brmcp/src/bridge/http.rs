@@ -611,8 +611,8 @@ async fn session_request(
     // The 2025-11-25 form of tasks, which rmcp does not speak.
     let (request, seen) = match tasks25::inspect(inner, endpoint, session.as_deref(), request).await
     {
-        Ok(passed) => passed,
-        Err(answer) => return answer,
+        tasks25::Inspected::Passed(request, seen) => (request, seen),
+        tasks25::Inspected::Answered(answer) => return answer,
     };
     let response = match &service.service {
         Handler::Bot(s) => s.handle(request).await.map(Body::new),

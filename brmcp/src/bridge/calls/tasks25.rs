@@ -110,9 +110,9 @@ impl Calls {
         }
     }
 
-    /// Cancels the task `task_id` of `agent` on `bot` (as [`cancel_task`]
-    /// (Self::cancel_task): its run stopped, the call cancelled at the bot and paid for
-    /// no further); the task as it is after.
+    /// Cancels the task `task_id` of `agent` on `bot` as
+    /// [`cancel_task`](Self::cancel_task) does (its run stopped, the call cancelled at
+    /// the bot and paid for no further); the task as it is after.
     pub(crate) fn cancel_task25(
         &self,
         agent: &str,

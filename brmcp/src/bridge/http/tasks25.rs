@@ -90,6 +90,16 @@ pub(super) enum Seen {
     TaskCall { id: Value, agent: String },
 }
 
+/// What became of a request [`inspect`] read.
+#[derive(Debug)]
+pub(super) enum Inspected {
+    /// Answered here.
+    Answered(Response),
+    /// For rmcp (rewritten, for a task-augmented `tools/call`), with what its answer
+    /// needs.
+    Passed(Request, Seen),
+}
+
 /// The agent a request came from (the gate put it there).
 fn agent_of(request: &Request) -> String {
     request
@@ -108,34 +118,30 @@ fn bot_of(endpoint: Endpoint) -> Option<String> {
 }
 
 /// Reads a POST to a bot's endpoint: answers the 2025-11-25 form's task requests
-/// itself (`Err`), or hands the request on (rewritten, for a task-augmented
-/// `tools/call`) with what its answer needs.
+/// itself, or hands the request on.
 pub(super) async fn inspect(
     inner: &Inner,
     endpoint: Endpoint,
     session: Option<&str>,
     request: Request,
-) -> Result<(Request, Seen), Response> {
+) -> Inspected {
     let Some(bot) = bot_of(endpoint) else {
-        return Ok((request, Seen::Other));
+        return Inspected::Passed(request, Seen::Other);
     };
     if request.method() != axum::http::Method::POST {
-        return Ok((request, Seen::Other));
+        return Inspected::Passed(request, Seen::Other);
     }
     let agent = agent_of(&request);
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return Err(Form::JsonRpc.refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("request too large: at most {MAX_BODY_BYTES} bytes"),
-            ));
-        }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return Inspected::Answered(Form::JsonRpc.refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("request too large: at most {MAX_BODY_BYTES} bytes"),
+        ));
     };
     let passed = |bytes: Bytes| Request::from_parts(parts.clone(), Body::from(bytes));
     let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(&bytes) else {
-        return Ok((passed(bytes), Seen::Other));
+        return Inspected::Passed(passed(bytes), Seen::Other);
     };
     let method = message.get("method").and_then(Value::as_str).unwrap_or("");
     let id = message.get("id").cloned();
@@ -146,33 +152,33 @@ pub(super) async fn inspect(
             .and_then(Value::as_str)
             != Some(PROTOCOL)
         {
-            return Ok((passed(bytes), Seen::Other));
+            return Inspected::Passed(passed(bytes), Seen::Other);
         }
         let declared = params
             .and_then(|p| p.get("capabilities"))
             .and_then(Value::as_object)
             .filter(|c| c.get("tasks").is_some_and(Value::is_object))
             .map(with_extension);
-        return Ok((passed(bytes), Seen::Initialize { agent, declared }));
+        return Inspected::Passed(passed(bytes), Seen::Initialize { agent, declared });
     }
     let (Some(id), Some(session)) = (id, session) else {
-        return Ok((passed(bytes), Seen::Other));
+        return Inspected::Passed(passed(bytes), Seen::Other);
     };
     let Some(tasks) = inner.http.sessions.tasks(&endpoint, session) else {
-        return Ok((passed(bytes), Seen::Other));
+        return Inspected::Passed(passed(bytes), Seen::Other);
     };
     if tasks.agent != agent {
         // Another token on this session: rmcp answers it as it would anyone's.
-        return Ok((passed(bytes), Seen::Other));
+        return Inspected::Passed(passed(bytes), Seen::Other);
     }
-    let answer = |result: Result<Value, (i64, String)>| Err(answered(&id, result));
+    let answer = |result: Result<Value, (i64, String)>| Inspected::Answered(answered(&id, result));
     match method {
         "tools/call" => {
             let Some(Value::Object(params)) = message.get_mut("params") else {
-                return Ok((passed(bytes), Seen::Other));
+                return Inspected::Passed(passed(bytes), Seen::Other);
             };
             let Some(task) = params.remove("task") else {
-                return Ok((passed(bytes), Seen::Other));
+                return Inspected::Passed(passed(bytes), Seen::Other);
             };
             if let Err(why) = check_task(&task) {
                 return answer(Err((INVALID_PARAMS, why.to_owned())));
@@ -188,7 +194,7 @@ pub(super) async fn inspect(
                 Value::Object(tasks.capabilities.clone()),
             );
             let body = Bytes::from(Value::Object(message).to_string());
-            Ok((passed(body), Seen::TaskCall { id, agent }))
+            Inspected::Passed(passed(body), Seen::TaskCall { id, agent })
         }
         "tasks/get" => answer(task_id(&message).and_then(|task_id| {
             inner
@@ -225,7 +231,7 @@ pub(super) async fn inspect(
             };
             answer(result)
         }
-        _ => Ok((passed(bytes), Seen::Other)),
+        _ => Inspected::Passed(passed(bytes), Seen::Other),
     }
 }
 
