@@ -49,6 +49,11 @@ pub(crate) const MAX_REQUESTED_TTL_MS: u64 = 30 * 24 * 3_600 * 1_000;
 /// call's seconds, and one journal read per held request.
 const RESULT_POLL: Duration = Duration::from_millis(200);
 
+/// Longest a `tasks/result` is held: 10 minutes, far past a paid call's seconds; past
+/// it the agent is told to ask again, so a request whose client went away does not
+/// hold its connection for as long as a task runs on.
+const MAX_RESULT_HOLD: Duration = Duration::from_secs(600);
+
 /// JSON-RPC's invalid params: a malformed request, an unknown task.
 const INVALID_PARAMS: i64 = -32602;
 
@@ -370,6 +375,7 @@ async fn result_of(
     task_id: &str,
 ) -> Result<Value, (i64, String)> {
     let closed = inner.calls.tasks_closed();
+    let deadline = tokio::time::Instant::now() + MAX_RESULT_HOLD;
     loop {
         let (_, end) = inner
             .calls
@@ -405,6 +411,15 @@ async fn result_of(
                 return Err((INTERNAL_ERROR, "the bridge is stopping; ask again after its restart".into()));
             }
             () = tokio::time::sleep(RESULT_POLL) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err((
+                INTERNAL_ERROR,
+                format!(
+                    "task still running after {} s; ask again",
+                    MAX_RESULT_HOLD.as_secs()
+                ),
+            ));
         }
     }
 }
