@@ -7,6 +7,9 @@
 //   node ts_tasks.mjs foreign <url> <token> <taskId>  the same of another agent's task
 //   node ts_tasks.mjs cancel  <url> <token> <tool>    a task cancelled once a line
 //                                                     arrives on stdin
+//   node ts_tasks.mjs approve <url> <token> <tool>    a task followed to its end by
+//                                                     callToolStream, declaring
+//                                                     elicitation (accepting after 2.5 s)
 //
 // Each connects over streamable HTTP with a bearer token, declaring the tasks
 // capability, and prints one JSON line {"step": ..., ...} per step; a step that failed
@@ -22,7 +25,7 @@ const sdk = (file) =>
   import(pathToFileURL(join(process.env.NODE_MODULES, "@modelcontextprotocol/sdk/dist/esm", file)).href);
 const { Client } = await sdk("client/index.js");
 const { StreamableHTTPClientTransport } = await sdk("client/streamableHttp.js");
-const { CallToolResultSchema, RELATED_TASK_META_KEY } = await sdk("types.js");
+const { CallToolResultSchema, ElicitRequestSchema, RELATED_TASK_META_KEY } = await sdk("types.js");
 
 function emit(step, fields) {
   process.stdout.write(JSON.stringify({ step, ...fields }) + "\n");
@@ -33,10 +36,10 @@ const texts = (result) =>
 
 const failure = (e) => ({ error: String(e?.message ?? e), code: e?.code ?? null });
 
-async function connect(url, token) {
+async function connect(url, token, extra = {}) {
   const client = new Client(
     { name: "brmcp-ts-tasks", version: "1.0.0" },
-    { capabilities: { tasks: { list: {}, cancel: {} } } },
+    { capabilities: { tasks: { list: {}, cancel: {} }, ...extra } },
   );
   const transport = new StreamableHTTPClientTransport(new URL(url), {
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
@@ -134,8 +137,38 @@ async function cancel(url, token, tool) {
   await client.close();
 }
 
+// The approval's delay: past the task's poll interval (1 s), so a poll sees the task
+// wait for it.
+const APPROVE_AFTER_MS = 2500;
+
+async function approve(url, token, tool) {
+  const asked = [];
+  const client = await connect(url, token, { elicitation: { form: {} } });
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    asked.push(request.params.message);
+    await new Promise((resolve) => setTimeout(resolve, APPROVE_AFTER_MS));
+    return { action: "accept", content: {} };
+  });
+  const statuses = [];
+  const stream = client.experimental.tasks.callToolStream(
+    { name: tool, arguments: {} },
+    CallToolResultSchema,
+    { task: { ttl: 60000 } },
+  );
+  for await (const message of stream) {
+    if (message.type === "taskCreated" || message.type === "taskStatus") {
+      statuses.push(message.task.status);
+    } else if (message.type === "result") {
+      emit("approve", { statuses, asked, texts: texts(message.result) });
+    } else if (message.type === "error") {
+      emit("approve", { statuses, asked, ...failure(message.error) });
+    }
+  }
+  await client.close();
+}
+
 const [kind, ...args] = process.argv.slice(2);
-const kinds = { create, result, foreign, cancel };
+const kinds = { create, result, foreign, cancel, approve };
 if (!kinds[kind]) {
   process.stderr.write(`unknown kind ${kind}\n`);
   process.exit(2);

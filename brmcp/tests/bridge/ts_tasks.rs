@@ -225,3 +225,48 @@ async fn typescript_tasks_survive_a_bridge_restart_for_their_agent_only() {
     assert_eq!(payer.count(), 1, "nothing more paid");
     second.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typescript_tasks_payment_is_input_required_until_approved_on_the_page() {
+    let env = crate::common::env(|bot| {
+        let mut s = settings(bot);
+        s.mode = brmcp::bridge::Mode::Approval;
+        s.approval_timeout_secs = 60;
+        s
+    })
+    .await;
+    env.bridge.start().await.expect("start");
+    let url = url(&env.bridge, env.bot_id);
+    // The client declares elicitation too: a task's run asks it nothing (its question
+    // would have no stream to go on), the page decides.
+    let client = tokio::spawn(run_steps(
+        command(&["approve", &url, ONE_TOKEN, "fortune"]),
+        "the TypeScript client",
+    ));
+    let bridge = env.bridge.clone();
+    assert!(
+        eventually(BOUND, || bridge.pending_payments().len() == 1).await,
+        "the payment waits for its approval"
+    );
+    // Long enough for the client to poll the task waiting (its poll interval is 1 s).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(env.payer.count(), 0, "nothing paid before the approval");
+    let pending = env.bridge.pending_payments();
+    assert!(env.bridge.resolve_payment(&pending[0].id, true));
+    let steps = client.await.expect("the client");
+    connected(&steps);
+    let approved = step(&steps, "approve");
+    assert!(approved.get("error").is_none(), "{steps:?}");
+    assert!(
+        approved["texts"][0]
+            .as_str()
+            .is_some_and(|t| t.contains("fortune")),
+        "{steps:?}"
+    );
+    assert_eq!(approved["asked"], json!([]), "{steps:?}");
+    let statuses = approved["statuses"].as_array().expect("statuses");
+    assert!(statuses.contains(&json!("input_required")), "{steps:?}");
+    assert_eq!(env.payer.count(), 1, "paid once");
+    assert_eq!(env.bot.executions("fortune"), 1, "run once");
+    env.bridge.close().await;
+}

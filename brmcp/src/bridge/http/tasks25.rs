@@ -295,11 +295,20 @@ pub(super) async fn finish(
     }
 }
 
+/// Capabilities a task's run does not use: its requests to the agent would go out on
+/// the `tools/call`'s stream, which ended with the created task. So the run asks the
+/// agent nothing: a bot's request to it is refused, and its payment's approval is the
+/// approval page's (`input_required` meanwhile).
+const NOT_IN_A_TASK: [&str; 4] = ["tasks", "elicitation", "sampling", "roots"];
+
 /// `capabilities` as a task-augmented call carries them: `tasks` (this form's)
-/// replaced by the SEP-2663 extension, which the proxy reads.
+/// replaced by the SEP-2663 extension, which the proxy reads, and none the run cannot
+/// use ([`NOT_IN_A_TASK`]).
 fn with_extension(capabilities: &Map<String, Value>) -> Map<String, Value> {
     let mut out = capabilities.clone();
-    out.remove("tasks");
+    for key in NOT_IN_A_TASK {
+        out.remove(key);
+    }
     let extensions = out
         .entry("extensions")
         .or_insert_with(|| Value::Object(Map::new()));

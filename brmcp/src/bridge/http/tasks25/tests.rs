@@ -76,19 +76,23 @@ fn a_task_id_must_be_a_string() {
 }
 
 #[test]
-fn the_tasks_capability_becomes_the_extension_and_the_rest_is_kept() {
+fn the_tasks_capability_becomes_the_extension_and_asking_capabilities_are_dropped() {
     let Value::Object(caps) = json!({
         "tasks": {"list": {}},
         "elicitation": {"form": {}},
+        "sampling": {},
+        "roots": {"listChanged": true},
+        "experimental": {"x": {}},
         "extensions": {"io.example/x": {"a": 1}},
     }) else {
         unreachable!()
     };
     let out = Value::Object(with_extension(&caps));
+    // A task's run asks the agent nothing (its requests would have no stream).
     assert_eq!(
         out,
         json!({
-            "elicitation": {"form": {}},
+            "experimental": {"x": {}},
             "extensions": {"io.example/x": {"a": 1}, TASKS_EXTENSION: {}},
         })
     );
