@@ -144,6 +144,9 @@ pub(super) async fn inspect(
             &format!("request too large: at most {MAX_BODY_BYTES} bytes"),
         ));
     };
+    // The body handed on may be rewritten: its length is the body's own.
+    let mut parts = parts;
+    parts.headers.remove(header::CONTENT_LENGTH);
     let passed = |bytes: Bytes| Request::from_parts(parts.clone(), Body::from(bytes));
     let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(&bytes) else {
         return Inspected::Passed(passed(bytes), Seen::Other);
