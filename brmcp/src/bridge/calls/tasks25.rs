@@ -175,3 +175,6 @@ impl Calls {
 fn is_error(result: &JsonObject) -> bool {
     result.get("isError") == Some(&serde_json::Value::Bool(true))
 }
+
+#[cfg(test)]
+mod tests;
