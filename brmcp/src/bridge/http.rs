@@ -45,6 +45,7 @@ mod payments;
 mod refusal;
 mod remote;
 mod sessions;
+mod tasks25;
 
 pub use remote::RefusedAddress;
 
@@ -607,10 +608,17 @@ async fn session_request(
         }
         None => {}
     }
+    // The 2025-11-25 form of tasks, which rmcp does not speak.
+    let (request, seen) = match tasks25::inspect(inner, endpoint, session.as_deref(), request).await
+    {
+        tasks25::Inspected::Passed(request, seen) => (request, seen),
+        tasks25::Inspected::Answered(answer) => return answer,
+    };
     let response = match &service.service {
         Handler::Bot(s) => s.handle(request).await.map(Body::new),
         Handler::Directory(s) => s.handle(request).await.map(Body::new),
     };
+    let (response, tasks) = tasks25::finish(inner, endpoint, seen, response).await;
     if let Some(held) = reservation
         && let Some(id) = response
             .headers()
@@ -618,6 +626,9 @@ async fn session_request(
             .and_then(|v| v.to_str().ok())
     {
         busy = Some(http.sessions.register(held, endpoint, id));
+        if let Some(tasks) = tasks {
+            http.sessions.set_tasks(id, tasks);
+        }
     }
     if method == axum::http::Method::DELETE {
         if let Some(id) = &session {

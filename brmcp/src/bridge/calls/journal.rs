@@ -424,6 +424,25 @@ impl Journal {
             .pop())
     }
 
+    /// The calls of `agent` at `bot` after the row `after`, oldest first, at most `limit`.
+    ///
+    /// # Errors
+    /// SQLite's, a damaged row.
+    pub(crate) fn of_agent(
+        &self,
+        agent: &str,
+        bot: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Row>, JournalError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.rows(
+            &self.db(),
+            "WHERE agent = ?1 AND bot = ?2 AND id > ?3 ORDER BY id LIMIT ?4",
+            params![agent, bot, after, limit],
+        )
+    }
+
     /// Moves the call `id` by `event` if its state allows it, with `set` (SQL
     /// assignments over `?2`, `?3`) applied in the same write; the state it is in after.
     fn step(

@@ -18,6 +18,7 @@ pub(crate) mod key;
 mod resume;
 pub(crate) mod state;
 pub(crate) mod tasks;
+pub(crate) mod tasks25;
 #[cfg(test)]
 mod tests;
 

@@ -3,7 +3,7 @@
 //! found again from the journal after a restart; it is found only for the agent that
 //! made it, and only on its bot.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
@@ -26,6 +26,9 @@ pub(crate) const POLL_INTERVAL_MS: u64 = 1_000;
 #[derive(Debug, Default)]
 pub(crate) struct Running {
     set: Mutex<HashMap<i64, Entry>>,
+    /// The runs whose payment waits for its approval (the 2025-11-25 form's
+    /// `input_required`; the SEP-2663 form holds the run instead, [`Entry::Asks`]).
+    approving: Mutex<HashSet<i64>>,
     /// The bridge stops: every run is dropped, left in the journal for the next start
     /// (as an agent's request cut by the stop is), not cancelled at the bot.
     closed: CancellationToken,
@@ -40,6 +43,11 @@ enum Entry {
 }
 
 impl Running {
+    /// Whether the run of the call `id` waits for the approval of its payment.
+    pub(super) fn approving(&self, id: i64) -> bool {
+        lock_set(&self.approving).contains(&id)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Entry>> {
         self.set.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -66,6 +74,14 @@ pub(crate) struct TaskRun {
 }
 
 impl TaskRun {
+    /// What the run's payment marks while it waits for its approval.
+    pub(crate) fn approval_mark(&self) -> ApprovalMark {
+        ApprovalMark {
+            set: self.set.clone(),
+            id: self.id,
+        }
+    }
+
     /// The run ended held for the agent's input: the task waits on `asks`.
     pub(crate) fn asks(&mut self, asks: InputRequiredResult) {
         self.asks = Some(asks);
@@ -80,6 +96,36 @@ impl Drop for TaskRun {
             None => set.remove(&self.id),
         };
     }
+}
+
+/// Carried by a task's run (in its request's extensions): while the run's payment
+/// waits for its approval, the task is `input_required` in the 2025-11-25 form.
+#[derive(Debug, Clone)]
+pub(crate) struct ApprovalMark {
+    set: Arc<Running>,
+    id: i64,
+}
+
+impl ApprovalMark {
+    /// The task waits for the approval of its payment until the guard drops.
+    pub(crate) fn waiting(&self) -> ApprovalWait {
+        lock_set(&self.set.approving).insert(self.id);
+        ApprovalWait(self.clone())
+    }
+}
+
+/// The approval a task's payment waits for; the wait ends when it drops.
+#[derive(Debug)]
+pub(crate) struct ApprovalWait(ApprovalMark);
+
+impl Drop for ApprovalWait {
+    fn drop(&mut self) {
+        lock_set(&self.0.set.approving).remove(&self.0.id);
+    }
+}
+
+fn lock_set(set: &Mutex<HashSet<i64>>) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+    set.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Why `tasks/update` was refused.
@@ -162,7 +208,7 @@ impl Calls {
         Some(detailed(&row, asks))
     }
 
-    fn task_row(&self, agent: &str, bot: &str, task_id: &str) -> Option<Row> {
+    pub(super) fn task_row(&self, agent: &str, bot: &str, task_id: &str) -> Option<Row> {
         let row = logged("task lookup", self.journal.by_key(bot, task_id))??;
         (row.agent == agent).then_some(row)
     }
@@ -214,30 +260,55 @@ impl Calls {
     }
 }
 
+/// How a task ended, as its journal row holds it (both task forms read it).
+pub(crate) enum Ended {
+    /// The tool's `CallToolResult`.
+    Completed(JsonObject),
+    /// The JSON-RPC error the call ended with (or one saying why its outcome is lost).
+    Failed(JsonObject),
+    /// Cancelled by its agent.
+    Cancelled,
+}
+
+/// How the call of `row` ended; `None` while it runs.
+pub(crate) fn ended(row: &Row) -> Option<Ended> {
+    Some(match (&row.state, &row.outcome) {
+        (State::Cancelled, _) => Ended::Cancelled,
+        (_, Some(Outcome::Result(json))) => {
+            match serde_json::from_str::<CallToolResult>(json).map(serde_json::to_value) {
+                Ok(Ok(serde_json::Value::Object(result))) => Ended::Completed(result),
+                _ => Ended::Failed(failed("the kept result is not readable")),
+            }
+        }
+        (_, Some(Outcome::Error(json))) => match serde_json::from_str::<JsonObject>(json) {
+            Ok(error) => Ended::Failed(error),
+            Err(_) => Ended::Failed(failed("the kept error is not readable")),
+        },
+        (_, Some(Outcome::TooLarge(n))) => Ended::Failed(failed(&format!(
+            "the result ({n} bytes) was larger than the bridge keeps"
+        ))),
+        (_, None) => return None,
+    })
+}
+
+/// How long a task is kept after its last change, in milliseconds: the journal's
+/// window.
+pub(crate) fn ttl_ms() -> u64 {
+    u64::try_from(HELD_SECS).unwrap_or(0).saturating_mul(1_000)
+}
+
 /// The task a journal row is.
 fn detailed(row: &Row, asks: Option<InputRequests>) -> DetailedTask {
     let created = crate::rfc3339::rfc3339(row.created);
     let updated = crate::rfc3339::rfc3339(row.updated);
-    let ttl_ms = u64::try_from(HELD_SECS).unwrap_or(0).saturating_mul(1_000);
     let task = Task::new(row.key.clone(), TaskStatus::Working, created, updated)
-        .with_ttl_ms(ttl_ms)
+        .with_ttl_ms(ttl_ms())
         .with_poll_interval_ms(POLL_INTERVAL_MS);
-    let payload = match (&row.state, &row.outcome) {
-        (State::Cancelled, _) => TaskPayload::Cancelled,
-        (_, Some(Outcome::Result(json))) => {
-            match serde_json::from_str::<CallToolResult>(json).map(serde_json::to_value) {
-                Ok(Ok(serde_json::Value::Object(result))) => TaskPayload::Completed { result },
-                _ => failed("the kept result is not readable"),
-            }
-        }
-        (_, Some(Outcome::Error(json))) => match serde_json::from_str::<JsonObject>(json) {
-            Ok(error) => TaskPayload::Failed { error },
-            Err(_) => failed("the kept error is not readable"),
-        },
-        (_, Some(Outcome::TooLarge(n))) => failed(&format!(
-            "the result ({n} bytes) was larger than the bridge keeps"
-        )),
-        (_, None) => match asks {
+    let payload = match ended(row) {
+        Some(Ended::Cancelled) => TaskPayload::Cancelled,
+        Some(Ended::Completed(result)) => TaskPayload::Completed { result },
+        Some(Ended::Failed(error)) => TaskPayload::Failed { error },
+        None => match asks {
             Some(input_requests) => TaskPayload::InputRequired { input_requests },
             None => TaskPayload::Working,
         },
@@ -245,12 +316,11 @@ fn detailed(row: &Row, asks: Option<InputRequests>) -> DetailedTask {
     DetailedTask::new(task, payload)
 }
 
-fn failed(message: &str) -> TaskPayload {
+/// A JSON-RPC internal error saying `message`.
+fn failed(message: &str) -> JsonObject {
     let error = ErrorData::internal_error(message.to_owned(), None);
     match serde_json::to_value(error) {
-        Ok(serde_json::Value::Object(error)) => TaskPayload::Failed { error },
-        _ => TaskPayload::Failed {
-            error: JsonObject::new(),
-        },
+        Ok(serde_json::Value::Object(error)) => error,
+        _ => JsonObject::new(),
     }
 }

@@ -28,6 +28,8 @@ struct Entry {
     token: TokenKey,
     last_seen: Instant,
     busy: usize,
+    /// What the session declared for the 2025-11-25 form of tasks, if it speaks it.
+    tasks: Option<Arc<super::tasks25::TaskSession>>,
 }
 
 #[derive(Default)]
@@ -161,6 +163,7 @@ impl Sessions {
                 token: reservation.token,
                 last_seen: Instant::now(),
                 busy: 1,
+                tasks: None,
             },
         );
         drop(reservation);
@@ -181,6 +184,28 @@ impl Sessions {
             sessions: self.clone(),
             id: id.to_owned(),
         })
+    }
+
+    /// Records that the session `id` speaks the 2025-11-25 form of tasks.
+    pub(super) fn set_tasks(&self, id: &str, tasks: super::tasks25::TaskSession) {
+        if let Some(entry) = lock(&self.0).live.get_mut(id) {
+            entry.tasks = Some(Arc::new(tasks));
+        }
+    }
+
+    /// What the session `id` of `bot` declared for the 2025-11-25 form of tasks;
+    /// `None` for a session that does not speak it (or that this registry does not
+    /// hold).
+    pub(super) fn tasks(
+        &self,
+        bot: &Endpoint,
+        id: &str,
+    ) -> Option<Arc<super::tasks25::TaskSession>> {
+        lock(&self.0)
+            .live
+            .get(id)
+            .filter(|e| e.bot == *bot)
+            .and_then(|e| e.tasks.clone())
     }
 
     /// Forgets a session that was closed.

@@ -26,6 +26,7 @@ use super::{
     Attempts, BotInput, Failure, ProxyServer, Waiting, ask, caller, complete, expect,
     forwarded_meta,
 };
+use crate::bridge::calls::tasks::ApprovalMark;
 use crate::bridge::calls::{Begin, Journaled};
 use crate::bridge::credit::{MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
@@ -441,6 +442,14 @@ impl ProxyServer {
             .then(|| ask::ask(ctx, &self.bridge, &label, tool, atoms))
             .flatten();
         let payer = caller(ctx);
+        // A task's run waits for the approval: the 2025-11-25 form shows it.
+        let _waiting = (settings.mode == Mode::Approval)
+            .then(|| {
+                ctx.extensions
+                    .get::<ApprovalMark>()
+                    .map(ApprovalMark::waiting)
+            })
+            .flatten();
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),

@@ -74,6 +74,8 @@ impl ProxyServer {
     ) {
         let mut run_ctx = ctx.clone();
         run_ctx.ct = stop;
+        // The 2025-11-25 form shows the run's wait for its payment's approval.
+        run_ctx.extensions.insert(run.approval_mark());
         let server = self.clone();
         let closed = self.bridge.calls.tasks_closed();
         tokio::spawn(async move {
