@@ -702,3 +702,64 @@ async fn a_hostile_bot_is_paid_at_most_what_it_should() {
         }
     }
 }
+
+/// In approval mode the user is asked about a dynamic quote with the bound it is
+/// within: the parked payment (what the page and `approvals` show) carries both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_approving_a_dynamic_quote_sees_the_quote_and_the_bound() {
+    let fabric = Fabric::new(13);
+    let (bot_id, bridge_id) = (uid(1), uid(2));
+    let script = Arc::new(Script::default());
+    *script.tools.lock().unwrap() = vec![bounded("search", json!(5000))];
+    *script.answers.lock().unwrap() = [Answer::Quote(quote(
+        "search",
+        json!(900),
+        json!(300),
+        json!(600),
+    ))]
+    .into_iter()
+    .collect();
+    let bot_router = fabric.router(bot_id, RouterConfig::server());
+    let handler = HostileBot(script.clone());
+    bot_router.serve(move |_: &PeerId| handler.clone());
+    let payer = PayerState::new(Arc::default(), bridge_id, PayMode::NeverCredit);
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = Bridge::new(
+        base_config(dir.path()),
+        fabric.router(bridge_id, RouterConfig::client()),
+        TestPayer(payer.clone()),
+    )
+    .unwrap();
+    let mut settings = autopay(bot_id);
+    settings.mode = brmcp::bridge::Mode::Approval;
+    settings.approval_timeout_secs = 60;
+    bridge.apply_settings(settings).await.unwrap();
+    let mut parked = bridge.subscribe_payments();
+    let agent = connect(&bridge, bot_id, ()).await;
+    agent.list_all_tools().await.unwrap();
+    let peer = agent.peer().clone();
+    let call = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("search"))
+            .await
+            .unwrap()
+    });
+    let pending = tokio::time::timeout(std::time::Duration::from_secs(20), parked.recv())
+        .await
+        .expect("parked in time")
+        .unwrap();
+    assert_eq!(pending.atoms, 600, "the shortfall is what is paid");
+    let quoted = pending.quoted.expect("a dynamic quote carries its bound");
+    assert_eq!(
+        quoted.to_string(),
+        "quoted 900 atoms, listed at most 5000 atoms"
+    );
+    assert!(bridge.resolve_payment(&pending.id, false));
+    let result = call.await.unwrap();
+    assert_eq!(
+        text(&result),
+        "brmcp-bridge: payment not made: payment denied by the user"
+    );
+    assert!(payer.payments.lock().unwrap().is_empty());
+    agent.cancel().await.unwrap();
+    drop(bot_router);
+}
