@@ -285,6 +285,9 @@ pub(crate) type ToolFuture =
 /// One call with decoded arguments, ready to be priced and run.
 pub(crate) trait PreparedCall: Send {
     fn price(&self, caller: &PeerId) -> PriceFuture;
+    /// Whether pricing asks someone else (a companion tool): its refusal then keeps
+    /// the call's rate-limit ticket, so refused calls cannot ask without bound.
+    fn price_is_asked(&self) -> bool;
     fn run(self: Box<Self>, ctx: CallContext) -> ToolFuture;
 }
 
@@ -335,6 +338,10 @@ where
 {
     fn price(&self, caller: &PeerId) -> PriceFuture {
         self.price.of(caller, &self.args)
+    }
+
+    fn price_is_asked(&self) -> bool {
+        matches!(self.price, Price::Asked(..))
     }
 
     fn run(self: Box<Self>, ctx: CallContext) -> ToolFuture {

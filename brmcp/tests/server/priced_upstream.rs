@@ -32,8 +32,11 @@ fn runs(file: &Path) -> usize {
     std::fs::read_to_string(file).map_or(0, |t| t.lines().count())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tool_priced_by_its_companion_is_charged_only_a_good_price_within_the_bound() {
+/// The upstream beside this file under `search` priced by `search-price` (10 to 5000
+/// atoms), served by a harness `builder` configures; waits until it is up.
+async fn start(
+    configure: impl FnOnce(brmcp::server::HarnessBuilder) -> brmcp::server::HarnessBuilder,
+) -> (Env, Upstreams, tempfile::TempDir) {
     let state = tempfile::tempdir().unwrap();
     let runs_file = state.path().join("runs");
     let config = json!({ "upstreams": [{
@@ -43,9 +46,9 @@ async fn a_tool_priced_by_its_companion_is_charged_only_a_good_price_within_the_
     }]});
     let config = ServeConfig::parse(&config.to_string(), Path::new("brmcp.json")).unwrap();
     let tools = DynamicTools::new();
-    let _upstreams = Upstreams::start(&config.upstreams, &tools, None, None);
+    let upstreams = Upstreams::start(&config.upstreams, &tools, None, None);
     let (b, clock, dir) = builder();
-    let env = env(b.dynamic_tools(tools.clone()), clock, dir);
+    let env = env(configure(b.dynamic_tools(tools.clone())), clock, dir);
     for _ in 0..2_000 {
         if !tools.names("priced").is_empty() {
             break;
@@ -57,6 +60,13 @@ async fn a_tool_priced_by_its_companion_is_charged_only_a_good_price_within_the_
         ["search"],
         "the upstream came up, its companion hidden"
     );
+    (env, upstreams, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_priced_by_its_companion_is_charged_only_a_good_price_within_the_bound() {
+    let (env, _upstreams, state) = start(|b| b).await;
+    let runs_file = state.path().join("runs");
     tip(&env.harness, 1, ALICE, 100_000_000).await;
     let alice = client(&env.fabric, ALICE).await;
 
@@ -143,4 +153,22 @@ async fn a_tool_priced_by_its_companion_is_charged_only_a_good_price_within_the_
         balance(&env.harness, ALICE).await,
         100_000_000 - 6500 * 1000
     );
+}
+
+/// Asking a companion is work: a refused price spends the call's rate-limit token, so
+/// a caller cannot make the upstream answer prices without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_prices_count_against_the_rate_limit() {
+    let (env, _upstreams, _state) = start(|b| b.calls_per_minute(3)).await;
+    let alice = client(&env.fabric, ALICE).await;
+    for _ in 0..3 {
+        let refused = call(&alice, "search", json!({"quote": "lots"}), None).await;
+        assert!(
+            text(&refused).contains("not a whole number of atoms"),
+            "{}",
+            text(&refused)
+        );
+    }
+    let limited = call(&alice, "search", json!({"quote": "lots"}), None).await;
+    assert_eq!(text(&limited), brmcp::server::RATE_LIMITED);
 }

@@ -121,7 +121,10 @@ impl Shared {
                 price
             }
             Err(message) => {
-                give_back(ticket);
+                // A price asked of someone else was work done: its ticket is spent.
+                if !prepared.price_is_asked() {
+                    give_back(ticket);
+                }
                 return Ok(refusal(message));
             }
         };
