@@ -586,6 +586,7 @@ mod tests {
         // An upstream claiming its own price: replaced, never trusted.
         meta.insert(PRICE_META.into(), 0.into());
         meta.insert(PRICING_META.into(), DYNAMIC_PRICING.into());
+        meta.insert("brmcp/priceMaxAtoms".into(), 1.into());
         meta.insert("x-upstream".into(), "kept".into());
         let tool = Tool::new("t", "d", Arc::new(schema.clone())).with_meta(meta);
         let spec =

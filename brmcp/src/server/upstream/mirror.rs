@@ -1,8 +1,9 @@
 //! An upstream's tools as the harness serves them: the ones the configuration exposes,
 //! renamed with the upstream's prefix, with their schemas and annotations as the
 //! upstream lists them and the configured price in `_meta` (a tool priced by its
-//! companion: dynamic, with its bound, each price asked of the companion); each call forwarded over
-//! the current connection, refused (and charged nothing) while the upstream is down.
+//! companion: dynamic, with its bound, each price asked of the companion); each call
+//! forwarded over the current connection, refused (and charged nothing) while the
+//! upstream is down.
 //! The tools reach the connection through the upstream's [`Health`], so a reconnection
 //! changes nothing callers see.
 
