@@ -9,9 +9,13 @@
 
 use rmcp::model::{CallToolResult, ErrorCode, ErrorData};
 
+mod bounds;
 mod call_key;
 mod money;
 
+pub use bounds::{
+    PRICE_MAX_META, PRICE_MIN_META, PriceBounds, bounded_price_note, describe_bounded,
+};
 pub use call_key::{
     MAX_CALL_KEY_LEN, MIN_CALL_KEY_LEN, OUTCOME_TTL_SECS, canonical_arguments, canonical_value,
 };

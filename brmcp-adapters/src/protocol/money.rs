@@ -10,6 +10,7 @@
 use rmcp::model::{CallToolResult, JsonObject};
 use serde_json::{Map, Value};
 
+use super::bounds::{PRICE_MAX_META, PRICE_MIN_META, PriceBounds};
 use super::{DYNAMIC_PRICING, PRICE_META, PRICING_META};
 
 /// The largest amount, in atoms, either role reads or writes: `i64::MAX`, because the
@@ -50,7 +51,8 @@ pub enum ToolPrice {
     Free,
     /// `brmcp/priceAtoms: n` with `n > 0`: exactly `n` atoms per call.
     Fixed(u64),
-    /// `brmcp/pricing: "dynamic"`: the price is known only from the call's refusal.
+    /// `brmcp/pricing: "dynamic"`: the price is known only from the call's refusal
+    /// (within the bounds [`PriceBounds::from_meta`] reads, when listed).
     Dynamic,
 }
 
@@ -60,10 +62,19 @@ impl ToolPrice {
     ///
     /// # Errors
     /// [`PriceMetaError`] for a price that is not an integer in
-    /// `0..=`[`MAX_AMOUNT_ATOMS`], a `brmcp/pricing` other than `"dynamic"`, or both
-    /// keys at once.
+    /// `0..=`[`MAX_AMOUNT_ATOMS`], a `brmcp/pricing` other than `"dynamic"`, both
+    /// keys at once, or a price bound ([`PriceBounds::from_meta`]) that is malformed
+    /// or not beside `brmcp/pricing: "dynamic"`.
     pub fn from_meta(meta: Option<&JsonObject>) -> Result<Option<Self>, PriceMetaError> {
         let Some(meta) = meta else { return Ok(None) };
+        let price = Self::price_from_meta(meta)?;
+        if meta.contains_key(PRICE_MAX_META) || meta.contains_key(PRICE_MIN_META) {
+            PriceBounds::from_meta(Some(meta))?;
+        }
+        Ok(price)
+    }
+
+    fn price_from_meta(meta: &JsonObject) -> Result<Option<Self>, PriceMetaError> {
         let price = meta.get(PRICE_META);
         let pricing = meta.get(PRICING_META);
         match (price, pricing) {
@@ -90,6 +101,12 @@ pub enum PriceMetaError {
     BadPricing,
     /// Both `brmcp/priceAtoms` and `brmcp/pricing`.
     Contradictory,
+    /// A price bound (the key named) is not an integer in `0..=`[`MAX_AMOUNT_ATOMS`].
+    BadBound(&'static str),
+    /// `brmcp/priceMinAtoms` is above `brmcp/priceMaxAtoms`.
+    MinAboveMax,
+    /// A price bound on a tool not listed `brmcp/pricing: "dynamic"`.
+    BoundNotDynamic,
 }
 
 impl std::fmt::Display for PriceMetaError {
@@ -98,6 +115,9 @@ impl std::fmt::Display for PriceMetaError {
             Self::BadPrice => "brmcp/priceAtoms is not a whole number of atoms",
             Self::BadPricing => "brmcp/pricing is not \"dynamic\"",
             Self::Contradictory => "both brmcp/priceAtoms and brmcp/pricing",
+            Self::BadBound(key) => return write!(f, "{key} is not a whole number of atoms"),
+            Self::MinAboveMax => "brmcp/priceMinAtoms is above brmcp/priceMaxAtoms",
+            Self::BoundNotDynamic => "a price bound on a tool not priced \"dynamic\"",
         })
     }
 }
@@ -256,7 +276,7 @@ impl std::fmt::Display for PaymentRequiredError {
 impl std::error::Error for PaymentRequiredError {}
 
 /// A JSON integer in `0..=`[`MAX_AMOUNT_ATOMS`]; `5.0`, `"5"`, `-1` and `2^63` are not.
-fn amount(value: &Value) -> Option<u64> {
+pub(super) fn amount(value: &Value) -> Option<u64> {
     value.as_u64().filter(|n| *n <= MAX_AMOUNT_ATOMS)
 }
 

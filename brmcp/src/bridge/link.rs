@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use super::quote::Listed;
-use brmcp_adapters::protocol::ToolPrice;
+use brmcp_adapters::protocol::{PriceBounds, ToolPrice};
 use brmcp_adapters::wire::SessionId;
 use brmcp_adapters::{BrTransport, IdRange, PeerId, Router, SessionWatch};
 use rmcp::ServiceExt;
@@ -393,6 +393,31 @@ impl BotLink {
             .map_or(Listed::Unknown, |t| {
                 Listed::Tool(ToolPrice::from_meta(t.meta.as_deref()))
             })
+    }
+
+    /// The bound a quote for `tool` is paid within: the one last listed to an agent
+    /// (a raised bound binds once an agent has listed it), or a lower one the bot lists
+    /// since (the lower most and the higher least win); the bridge's own listing of
+    /// the bot where no agent has listed the tool yet.
+    pub(crate) fn quote_bounds(&self, tool: &str) -> PriceBounds {
+        let cached = self
+            .hub
+            .tools()
+            .iter()
+            .find(|t| t.name == tool)
+            .and_then(|t| PriceBounds::from_meta(t.meta.as_deref()).ok())
+            .unwrap_or_default();
+        match self.hub.shown_bound(tool) {
+            None => cached,
+            Some(shown) => shown.narrowed(&cached).unwrap_or_else(|| {
+                // They leave no price: the lower most binds alone.
+                let max = match (shown.max_atoms(), cached.max_atoms()) {
+                    (Some(a), Some(b)) => a.min(b),
+                    (a, b) => a.or(b).unwrap_or(0),
+                };
+                PriceBounds::at_most(max).unwrap_or_default()
+            }),
+        }
     }
 
     /// Lists the bot's tools again on the live session (a quote disagreed with the

@@ -43,6 +43,7 @@ use brmcp_adapters::{BoxError, Clock, PeerId};
 use tokio::sync::{broadcast, oneshot};
 
 use super::credit::CreditBook;
+use super::quote::DynamicQuote;
 use super::settings::{Approver, Caller, Mode, Settings};
 use super::spend::{OverCap, SpendLog, fits_daily_cap};
 
@@ -144,6 +145,8 @@ pub struct PendingPayment {
     pub created: UnixTime,
     /// The agent whose call it pays for.
     pub agent: String,
+    /// For a dynamically priced tool, its quote and the bound it was checked within.
+    pub quoted: Option<DynamicQuote>,
 }
 
 /// The decision's channel and what the user sees.
@@ -285,6 +288,7 @@ impl Policy {
 
     /// Decides and makes one payment of `amount` to `bot` for `tool`: the spend log
     /// row of the payment once made.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn settle(
         &self,
         settings: &Settings,
@@ -292,6 +296,7 @@ impl Policy {
         bot: &PeerId,
         tool: &str,
         amount: u64,
+        quoted: Option<DynamicQuote>,
         ask: Option<Ask<'_>>,
     ) -> Result<i64, Refusal> {
         let agent_cap = self.caps(settings, caller, bot, amount)?;
@@ -304,7 +309,8 @@ impl Policy {
             self.first_look(settings, caller, agent_cap, amount)?;
             // The agent's own answer approves only where the user lets it.
             let ask = ask.filter(|_| settings.approver_of(caller) == Approver::Agent);
-            self.approve(settings, name, bot, tool, amount, ask).await?;
+            self.approve(settings, name, bot, tool, amount, quoted, ask)
+                .await?;
         }
         let position = self.payer.position_dyn();
         let id = match self
@@ -383,6 +389,7 @@ impl Policy {
 
     /// Parks the payment for the user, and asks through `ask` if given; `Ok` once
     /// approved.
+    #[allow(clippy::too_many_arguments)]
     async fn approve(
         &self,
         settings: &Settings,
@@ -390,6 +397,7 @@ impl Policy {
         bot: &PeerId,
         tool: &str,
         atoms: u64,
+        quoted: Option<DynamicQuote>,
         ask: Option<Ask<'_>>,
     ) -> Result<(), Refusal> {
         let id = super::random_hex::<8>().map_err(|e| e.to_string())?;
@@ -400,6 +408,7 @@ impl Policy {
             atoms,
             created: self.clock.now(),
             agent: agent.to_owned(),
+            quoted,
         };
         let (decide, decision) = oneshot::channel();
         self.parked().insert(

@@ -39,7 +39,7 @@ use input_required::{Asks, InputAsk, MAX_ASKS_PER_CALL, Subject};
 use super::Inner;
 use super::link::{AgentSession, BotLink, Conn, Silence, Tracked};
 use super::settings::Caller;
-use brmcp_adapters::protocol::CALL_INTERRUPTED;
+use brmcp_adapters::protocol::{CALL_INTERRUPTED, PriceBounds, ToolPrice, describe_bounded};
 
 /// The `_meta` key prefix of the protocol's own per-request fields, which describe the
 /// agent's request to the bridge, not the bridge's to the bot.
@@ -494,6 +494,25 @@ impl ProxyServer {
     }
 }
 
+impl ProxyServer {
+    /// A dynamically priced tool listed to the agent: its bound is what the bridge
+    /// pays a quote within from now on, and its description ends with it (the model
+    /// rarely sees `_meta`, as for the prices a harness writes there).
+    fn show_price_bound(&self, tool: &mut Tool) {
+        let meta = tool.meta.as_deref();
+        if !matches!(ToolPrice::from_meta(meta), Ok(Some(ToolPrice::Dynamic))) {
+            return;
+        }
+        let Ok(bounds) = PriceBounds::from_meta(meta) else {
+            return;
+        };
+        self.link.hub.show_bound(&tool.name, bounds);
+        if let Some(described) = describe_bounded(tool.description.as_deref(), &bounds) {
+            tool.description = Some(described.into());
+        }
+    }
+}
+
 impl ServerHandler for ProxyServer {
     fn get_info(&self) -> ServerConfig {
         self.mirrored_info()
@@ -711,7 +730,11 @@ impl ServerHandler for ProxyServer {
             params: request,
             ..Default::default()
         };
-        self.forward_complete(request, &context).await
+        let mut listed: ListToolsResult = self.forward_complete(request, &context).await?;
+        for tool in &mut listed.tools {
+            self.show_price_bound(tool);
+        }
+        Ok(listed)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

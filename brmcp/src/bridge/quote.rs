@@ -9,7 +9,9 @@
 //!   tool and accepts tips;
 //! - the tool is listed (`tools/list`), with a well-formed price that is not free;
 //! - a fixed-price tool is quoted at exactly its listed price; a dynamically priced
-//!   one at the quote's own price;
+//!   one at the quote's own price, within the bound it was listed with
+//!   (`brmcp/priceMaxAtoms`, `brmcp/priceMinAtoms`; the caller passes the bound it last
+//!   listed to the agent, or a lower one the bot lists since);
 //! - the shortfall is positive, at most the price, and is the price less the balance
 //!   the bot reports;
 //! - **one payment per call**: once a call has paid, a later `payment_required` for it
@@ -23,7 +25,9 @@
 //! a fresh `tools/list`: a price changed since the bridge listed the tools is then
 //! paid if the fresh listing agrees with the quote.
 
-use brmcp_adapters::protocol::{PaymentRequired, PaymentRequiredError, PriceMetaError, ToolPrice};
+use brmcp_adapters::protocol::{
+    PaymentRequired, PaymentRequiredError, PriceBounds, PriceMetaError, ToolPrice,
+};
 
 /// A tool as the bridge last listed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +45,27 @@ pub struct Paid {
     pub price_atoms: u64,
     /// The amount paid: the quoted shortfall.
     pub atoms: u64,
+}
+
+/// A dynamically priced call's quote as the user is asked about it: the bot's price
+/// and the bound the bridge checked it within.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DynamicQuote {
+    /// The quoted price.
+    pub price_atoms: u64,
+    /// The bound it is within.
+    pub bounds: PriceBounds,
+}
+
+impl std::fmt::Display for DynamicQuote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let price = self.price_atoms;
+        if self.bounds.is_none() {
+            write!(f, "quoted {price} atoms, listed without a bound")
+        } else {
+            write!(f, "quoted {price} atoms, listed {}", self.bounds)
+        }
+    }
 }
 
 /// What to do with one `payment_required` answer.
@@ -86,6 +111,13 @@ pub enum Refusal {
         listed_atoms: u64,
         /// The quoted price.
         quoted_atoms: u64,
+    },
+    /// A dynamically priced tool quoted outside the bound it was listed with.
+    OutsideBound {
+        /// The quoted price.
+        quoted_atoms: u64,
+        /// The listed bound.
+        bounds: PriceBounds,
     },
     /// A shortfall of zero: paying would buy nothing.
     NoShortfall,
@@ -155,6 +187,20 @@ impl std::fmt::Display for Refusal {
                 f,
                 "the tool is listed at {listed_atoms} atoms, the bot quotes {quoted_atoms}"
             ),
+            Self::OutsideBound {
+                quoted_atoms,
+                bounds,
+            } => match bounds.max_atoms() {
+                Some(max) if quoted_atoms > max => write!(
+                    f,
+                    "the bot quotes {quoted_atoms} atoms, above the {max} atoms at most the tool was listed at"
+                ),
+                _ => write!(
+                    f,
+                    "the bot quotes {quoted_atoms} atoms, below the {} atoms at least the tool was listed at",
+                    bounds.min_atoms()
+                ),
+            },
             Self::NoShortfall => f.write_str("the bot quotes a shortfall of 0 atoms"),
             Self::AbovePrice {
                 shortfall_atoms,
@@ -185,13 +231,15 @@ impl std::fmt::Display for Refusal {
 }
 
 /// The decision for a call of `tool` answered with `quote`; see the module docs.
+/// `bounds` bind a dynamically priced tool's quote (and nothing else).
 pub fn decide(
     tool: &str,
     listed: Listed,
+    bounds: PriceBounds,
     quote: &Result<PaymentRequired, PaymentRequiredError>,
     paid: Option<Paid>,
 ) -> Decision {
-    match decide_inner(tool, listed, quote, paid) {
+    match decide_inner(tool, listed, bounds, quote, paid) {
         Ok(decision) => decision,
         Err(refusal) => Decision::Refuse(refusal),
     }
@@ -200,6 +248,7 @@ pub fn decide(
 fn decide_inner(
     tool: &str,
     listed: Listed,
+    bounds: PriceBounds,
     quote: &Result<PaymentRequired, PaymentRequiredError>,
     paid: Option<Paid>,
 ) -> Result<Decision, Refusal> {
@@ -243,6 +292,12 @@ fn decide_inner(
                 quoted_atoms: price,
             });
         }
+        Listed::Tool(Ok(Some(ToolPrice::Dynamic))) if !bounds.admits(price) => {
+            return Err(Refusal::OutsideBound {
+                quoted_atoms: price,
+                bounds,
+            });
+        }
         Listed::Tool(Ok(Some(ToolPrice::Fixed(_) | ToolPrice::Dynamic))) => {}
     }
     if shortfall == 0 {
@@ -279,20 +334,65 @@ mod tests {
         Ok(PaymentRequired::tip("t", price, balance, shortfall))
     }
 
+    fn decide_(
+        tool: &str,
+        listed: Listed,
+        quote: &Result<PaymentRequired, PaymentRequiredError>,
+        paid: Option<Paid>,
+    ) -> Decision {
+        decide(tool, listed, PriceBounds::NONE, quote, paid)
+    }
+
+    #[test]
+    fn a_dynamic_quote_is_paid_only_within_its_listed_bound() {
+        let bounds = PriceBounds::new(10, Some(500)).unwrap();
+        let pay = |price| decide("t", DYNAMIC, bounds, &quote(price, 0, price), None);
+        assert!(matches!(pay(500), Decision::Pay { atoms: 500, .. }));
+        assert!(matches!(pay(10), Decision::Pay { atoms: 10, .. }));
+        let above = pay(501);
+        assert_eq!(
+            above,
+            Decision::Refuse(Refusal::OutsideBound {
+                quoted_atoms: 501,
+                bounds
+            })
+        );
+        let Decision::Refuse(refusal) = above else {
+            unreachable!()
+        };
+        assert_eq!(
+            refusal.to_string(),
+            "the bot quotes 501 atoms, above the 500 atoms at most the tool was listed at"
+        );
+        assert!(!refusal.relist(), "the bound the agent saw binds");
+        let Decision::Refuse(below) = pay(9) else {
+            panic!("below the least was paid")
+        };
+        assert_eq!(
+            below.to_string(),
+            "the bot quotes 9 atoms, below the 10 atoms at least the tool was listed at"
+        );
+        // A bound binds dynamic tools only: a fixed price is checked as listed.
+        assert!(matches!(
+            decide("t", FIXED_10, bounds, &quote(10, 0, 10), None),
+            Decision::Pay { atoms: 10, .. }
+        ));
+    }
+
     const FIXED_10: Listed = Listed::Tool(Ok(Some(ToolPrice::Fixed(10))));
     const DYNAMIC: Listed = Listed::Tool(Ok(Some(ToolPrice::Dynamic)));
 
     #[test]
     fn the_shortfall_of_a_consistent_quote_is_paid() {
         assert_eq!(
-            decide("t", FIXED_10, &quote(10, 4, 6), None),
+            decide_("t", FIXED_10, &quote(10, 4, 6), None),
             Decision::Pay {
                 atoms: 6,
                 price_atoms: 10
             }
         );
         assert_eq!(
-            decide("t", DYNAMIC, &quote(900, 0, 900), None),
+            decide_("t", DYNAMIC, &quote(900, 0, 900), None),
             Decision::Pay {
                 atoms: 900,
                 price_atoms: 900
@@ -304,24 +404,24 @@ mod tests {
     fn the_listing_bounds_the_quote() {
         let free = Listed::Tool(Ok(Some(ToolPrice::Free)));
         assert_eq!(
-            decide("t", free, &quote(900, 0, 900), None),
+            decide_("t", free, &quote(900, 0, 900), None),
             Decision::Refuse(Refusal::Free {
                 shortfall_atoms: 900
             })
         );
         assert_eq!(
-            decide("t", FIXED_10, &quote(900, 0, 900), None),
+            decide_("t", FIXED_10, &quote(900, 0, 900), None),
             Decision::Refuse(Refusal::PriceMismatch {
                 listed_atoms: 10,
                 quoted_atoms: 900
             })
         );
         assert_eq!(
-            decide("t", Listed::Unknown, &quote(9, 0, 9), None),
+            decide_("t", Listed::Unknown, &quote(9, 0, 9), None),
             Decision::Refuse(Refusal::Unlisted)
         );
         assert_eq!(
-            decide("t", Listed::Tool(Ok(None)), &quote(9, 0, 9), None),
+            decide_("t", Listed::Tool(Ok(None)), &quote(9, 0, 9), None),
             Decision::Refuse(Refusal::Unpriced)
         );
         assert!(Refusal::Unlisted.relist() && !Refusal::NoShortfall.relist());
@@ -330,26 +430,26 @@ mod tests {
     #[test]
     fn shortfalls_that_do_not_fit_the_price_are_refused() {
         assert_eq!(
-            decide("t", FIXED_10, &quote(10, 0, 900), None),
+            decide_("t", FIXED_10, &quote(10, 0, 900), None),
             Decision::Refuse(Refusal::AbovePrice {
                 shortfall_atoms: 900,
                 price_atoms: 10
             })
         );
         assert_eq!(
-            decide("t", FIXED_10, &quote(10, 10, 0), None),
+            decide_("t", FIXED_10, &quote(10, 10, 0), None),
             Decision::Refuse(Refusal::NoShortfall)
         );
         assert!(matches!(
-            decide("t", FIXED_10, &quote(10, 0, 6), None),
+            decide_("t", FIXED_10, &quote(10, 0, 6), None),
             Decision::Refuse(Refusal::Inconsistent { .. })
         ));
         assert!(matches!(
-            decide("t", DYNAMIC, &quote(u64::MAX >> 1, u64::MAX >> 1, 5), None),
+            decide_("t", DYNAMIC, &quote(u64::MAX >> 1, u64::MAX >> 1, 5), None),
             Decision::Refuse(Refusal::Inconsistent { .. } | Refusal::AbovePrice { .. })
         ));
         assert_eq!(
-            decide("u", FIXED_10, &quote(10, 0, 10), None),
+            decide_("u", FIXED_10, &quote(10, 0, 10), None),
             Decision::Refuse(Refusal::OtherTool)
         );
     }
@@ -361,19 +461,19 @@ mod tests {
             atoms: 6,
         });
         assert_eq!(
-            decide("t", FIXED_10, &quote(10, 4, 6), paid),
+            decide_("t", FIXED_10, &quote(10, 4, 6), paid),
             Decision::Wait
         );
         assert_eq!(
-            decide("t", FIXED_10, &quote(10, 8, 2), paid),
+            decide_("t", FIXED_10, &quote(10, 8, 2), paid),
             Decision::Wait
         );
         assert!(matches!(
-            decide("t", FIXED_10, &quote(10, 0, 10), paid),
+            decide_("t", FIXED_10, &quote(10, 0, 10), paid),
             Decision::Refuse(Refusal::ChangedAfterPayment { .. })
         ));
         assert!(matches!(
-            decide("t", FIXED_10, &quote(12, 6, 6), paid),
+            decide_("t", FIXED_10, &quote(12, 6, 6), paid),
             Decision::Refuse(Refusal::ChangedAfterPayment { .. })
         ));
     }

@@ -5,7 +5,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, result_text};
+use brmcp_adapters::protocol::{
+    CALL_KEY_META, PaymentRequired, PriceBounds, ToolPrice, result_text,
+};
 use brmcp_adapters::{BoxError, PeerId, Router};
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -149,6 +151,48 @@ pub(crate) fn quote_amount(quote: &PaymentRequired, max_atoms: i64) -> Result<i6
     Ok(amount)
 }
 
+/// The bound `tool` is listed with in `catalog` (a crawled `tools` array): the test
+/// call's quote must be within it. [`PriceBounds::NONE`] for a tool not in the catalog
+/// or listed without one.
+///
+/// # Errors
+/// The tool's price listing is malformed (a bad bound, or a bound on a tool not priced
+/// dynamically): nothing is paid for it.
+pub(crate) fn listed_bounds(
+    catalog: &serde_json::Value,
+    tool: &str,
+) -> Result<PriceBounds, String> {
+    let Some(listed) = catalog
+        .as_array()
+        .and_then(|tools| tools.iter().find(|t| t["name"] == tool))
+    else {
+        return Ok(PriceBounds::NONE);
+    };
+    let meta = listed["_meta"].as_object();
+    let malformed = |e| format!("the tool's listing is malformed: {e}");
+    match ToolPrice::from_meta(meta).map_err(malformed)? {
+        Some(ToolPrice::Dynamic) => PriceBounds::from_meta(meta).map_err(malformed),
+        _ => Ok(PriceBounds::NONE),
+    }
+}
+
+/// Whether a quote's price is within the bound its tool is listed with.
+pub(crate) fn quote_within(quote: &PaymentRequired, bounds: &PriceBounds) -> Result<(), String> {
+    let price = quote.price_atoms;
+    if bounds.admits(price) {
+        return Ok(());
+    }
+    Err(match bounds.max_atoms() {
+        Some(max) if price > max => {
+            format!("quote {price} atoms is above the {max} atoms at most the tool is listed at")
+        }
+        _ => format!(
+            "quote {price} atoms is below the {} atoms at least the tool is listed at",
+            bounds.min_atoms()
+        ),
+    })
+}
+
 /// The final answer of a paid call and how long its last attempt took.
 pub(crate) struct Answer {
     pub(crate) result: CallToolResult,
@@ -163,6 +207,29 @@ pub(crate) fn elapsed_ms(start: Instant) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_quote_is_checked_against_the_listed_bound() {
+        let catalog = serde_json::json!([
+            {"name": "fixed", "_meta": {"brmcp/priceAtoms": 10}},
+            {"name": "search", "_meta": {"brmcp/pricing": "dynamic", "brmcp/priceMaxAtoms": 500}},
+            {"name": "odd", "_meta": {"brmcp/priceAtoms": 10, "brmcp/priceMaxAtoms": 500}},
+        ]);
+        let bounds = listed_bounds(&catalog, "search").unwrap();
+        assert_eq!(bounds, PriceBounds::at_most(500).unwrap());
+        assert_eq!(listed_bounds(&catalog, "fixed"), Ok(PriceBounds::NONE));
+        assert_eq!(listed_bounds(&catalog, "gone"), Ok(PriceBounds::NONE));
+        assert_eq!(
+            listed_bounds(&catalog, "odd").unwrap_err(),
+            "the tool's listing is malformed: a price bound on a tool not priced \"dynamic\""
+        );
+        let q = |price| PaymentRequired::tip("search", price, 0, price);
+        assert_eq!(quote_within(&q(500), &bounds), Ok(()));
+        assert_eq!(
+            quote_within(&q(900), &bounds).unwrap_err(),
+            "quote 900 atoms is above the 500 atoms at most the tool is listed at"
+        );
+    }
 
     #[test]
     fn quotes_are_checked_against_the_budget() {

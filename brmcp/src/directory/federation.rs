@@ -261,7 +261,7 @@ impl Core {
         let budget = self.policy.snapshot_price_atoms * PEER_SNAPSHOT_BUDGET_FACTOR;
         let key = money::new_key()?;
         let answer = self
-            .paid_call(peer_id, "get_snapshot", None, &key, budget, None)
+            .paid_call(peer_id, "get_snapshot", None, &key, budget, None, None)
             .await
             .map_err(|e| DirError::Refused(format!("snapshot purchase: {e}")))?;
         let text = result_text(&answer.result);
@@ -348,7 +348,7 @@ impl Core {
             unreachable!("an object")
         };
         let answer = self
-            .paid_call(uid, "listing_invite", Some(&args), call_key, 0, None)
+            .paid_call(uid, "listing_invite", Some(&args), call_key, 0, None, None)
             .await
             .map_err(Undelivered)?;
         if answer.result.is_error == Some(true) {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use brmcp_adapters::PeerId;
-use brmcp_adapters::protocol::PaymentRequired;
+use brmcp_adapters::protocol::{PaymentRequired, PriceBounds};
 use rmcp::model::JsonObject;
 
 use super::client::{
@@ -178,6 +178,7 @@ impl Core {
                             &reg.call_key,
                             remaining,
                             Some(&fund_key),
+                            reg.catalog.as_ref(),
                         )
                         .await;
                     let (outcome, err, latency) = match &tested {
@@ -223,9 +224,11 @@ impl Core {
     }
 
     /// One logical paid call: every attempt carries `call_key`; at most one payment,
-    /// of the quoted shortfall, if it is within `max_atoms`; with `escrow` (the
-    /// registration's fund key) debited from the provider's balance first, else paid
-    /// from the directory's own wallet.
+    /// of the quoted shortfall, if it is within `max_atoms` (and, with the provider's
+    /// crawled `catalog`, its price within the bound the tool is listed with); with
+    /// `escrow` (the registration's fund key) debited from the provider's balance
+    /// first, else paid from the directory's own wallet.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn paid_call(
         &self,
         uid: PeerId,
@@ -234,7 +237,12 @@ impl Core {
         call_key: &str,
         max_atoms: i64,
         escrow: Option<&str>,
+        catalog: Option<&serde_json::Value>,
     ) -> Result<Answer, String> {
+        let bounds = match catalog {
+            Some(catalog) => client::listed_bounds(catalog, tool)?,
+            None => PriceBounds::NONE,
+        };
         let router = self
             .harness()
             .router()
@@ -291,6 +299,9 @@ impl Core {
                 }
                 polls += 1;
                 continue;
+            }
+            if let Err(e) = client::quote_within(&quote, &bounds) {
+                break Err(e);
             }
             let amount = match client::quote_amount(&quote, max_atoms) {
                 Ok(amount) => amount,

@@ -1,6 +1,6 @@
 //! `search`: a linear scan of the live listings' catalogs.
 
-use brmcp_adapters::protocol::{DYNAMIC_PRICING, PRICE_META, PRICING_META};
+use brmcp_adapters::protocol::{DYNAMIC_PRICING, PRICE_META, PRICING_META, PriceBounds};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -21,7 +21,8 @@ pub struct SearchIn {
     /// Tags the provider must all carry.
     #[serde(default)]
     pub tags: Option<Vec<String>>,
-    /// The highest fixed price to show; dynamic tools are left out. ≤ 0: no ceiling.
+    /// The highest price to show: fixed prices up to it, and dynamic ones listed with
+    /// a bound at most it (unbounded dynamic tools are left out). ≤ 0: no ceiling.
     #[serde(default, rename = "maxPriceAtoms")]
     pub max_price_atoms: Option<i64>,
 }
@@ -43,6 +44,12 @@ pub struct SearchHit {
     /// `"dynamic"` for a dynamically priced tool.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub pricing: String,
+    /// A dynamically priced tool's listed most per call, if it lists one.
+    #[serde(rename = "priceMaxAtoms", skip_serializing_if = "Option::is_none")]
+    pub price_max_atoms: Option<u64>,
+    /// A dynamically priced tool's listed least per call (left out when 0).
+    #[serde(rename = "priceMinAtoms", skip_serializing_if = "is_zero_atoms")]
+    pub price_min_atoms: u64,
     /// The provider's tags.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
@@ -52,6 +59,10 @@ pub struct SearchHit {
     /// The listing's stamp.
     #[serde(rename = "lastVerifiedExecution")]
     pub last_verified_execution: i64,
+}
+
+fn is_zero_atoms(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The output of `search`.
@@ -107,7 +118,21 @@ pub fn search(entries: &[(String, Stored)], input: &SearchIn) -> SearchOut {
             // Truncated toward zero, as Go's int64(float64) does.
             #[allow(clippy::cast_possible_truncation)]
             let price = fixed.map_or(0, |p| p as i64);
-            if ceiling > 0 && (dynamic || price > ceiling) {
+            // A malformed bound is shown as none (the bridge refuses to pay the tool).
+            let bounds = if dynamic {
+                PriceBounds::from_meta(Some(&meta)).unwrap_or_default()
+            } else {
+                PriceBounds::NONE
+            };
+            let most = bounds
+                .max_atoms()
+                .map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+            let over = if dynamic {
+                most.is_none_or(|most| most > ceiling)
+            } else {
+                price > ceiling
+            };
+            if ceiling > 0 && over {
                 continue;
             }
             out.total += 1;
@@ -122,6 +147,8 @@ pub fn search(entries: &[(String, Stored)], input: &SearchIn) -> SearchOut {
                     } else {
                         String::new()
                     },
+                    price_max_atoms: bounds.max_atoms(),
+                    price_min_atoms: bounds.min_atoms(),
                     tags: live.tags.clone(),
                     catalog_checked_at: live.catalog_checked_at,
                     last_verified_execution: live.last_verified_execution,
@@ -204,5 +231,39 @@ mod tests {
             json.starts_with(r#"{"providerUid":"#) && !json.contains("priceAtoms"),
             "{json}"
         );
+    }
+
+    #[test]
+    fn a_bounded_dynamic_tool_shows_its_bound_and_fits_a_ceiling_by_it() {
+        let catalog = serde_json::json!([
+            {"name": "capped", "_meta": {"brmcp/pricing": "dynamic", "brmcp/priceMinAtoms": 5, "brmcp/priceMaxAtoms": 400}},
+            {"name": "open", "_meta": {"brmcp/pricing": "dynamic"}},
+            {"name": "odd", "_meta": {"brmcp/pricing": "dynamic", "brmcp/priceMaxAtoms": "400"}},
+        ]);
+        let entries = vec![("a".repeat(64), listed(&["x"], catalog))];
+        let all = search(&entries, &SearchIn::default());
+        assert_eq!(all.total, 3);
+        let json = serde_json::to_value(&all.hits[0]).unwrap();
+        assert_eq!(json["priceMaxAtoms"], 400);
+        assert_eq!(json["priceMinAtoms"], 5);
+        assert_eq!(
+            all.hits[2].price_max_atoms, None,
+            "a malformed bound shows none"
+        );
+        let names = |ceiling| {
+            search(
+                &entries,
+                &SearchIn {
+                    max_price_atoms: Some(ceiling),
+                    ..SearchIn::default()
+                },
+            )
+            .hits
+            .into_iter()
+            .map(|h| h.tool)
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(names(400), ["capped"]);
+        assert!(names(399).is_empty());
     }
 }

@@ -1,7 +1,7 @@
 //! A client's reading of a bot's answers and the payment it decides on them.
 
 use crate::bridge::quote::{Decision, Listed, Paid, decide};
-use brmcp_adapters::protocol::{MAX_AMOUNT_ATOMS, PaymentRequired, ToolPrice};
+use brmcp_adapters::protocol::{MAX_AMOUNT_ATOMS, PaymentRequired, PriceBounds, ToolPrice};
 use rmcp::model::{CallToolResult, ListToolsResult};
 
 /// Separates the input's pieces: the called tool's name, the bot's `tools/list`
@@ -17,7 +17,7 @@ const SEPARATOR: u8 = 0;
 /// - reading never panics;
 /// - a payment is decided only for a well-formed quote of the called tool that
 ///   accepts tips, for a tool listed at exactly the quoted price or dynamically
-///   priced, and is the quoted shortfall: positive, at most the price, and the price
+///   priced within the bound it is listed with, and is the quoted shortfall: positive, at most the price, and the price
 ///   less the reported balance; amounts are within [`MAX_AMOUNT_ATOMS`];
 /// - a free, unlisted, unpriced or malformed listing, and a malformed quote, are never
 ///   paid;
@@ -31,12 +31,15 @@ pub fn bridge_quote(data: &[u8]) {
     let first: Option<CallToolResult> = pieces.next().and_then(|p| serde_json::from_slice(p).ok());
     let second: Option<CallToolResult> = pieces.next().and_then(|p| serde_json::from_slice(p).ok());
 
-    let listed = tools
+    let listing = tools
         .as_ref()
-        .and_then(|l| l.tools.iter().find(|t| t.name == tool))
-        .map_or(Listed::Unknown, |t| {
-            Listed::Tool(ToolPrice::from_meta(t.meta.as_deref()))
-        });
+        .and_then(|l| l.tools.iter().find(|t| t.name == tool));
+    let listed = listing.map_or(Listed::Unknown, |t| {
+        Listed::Tool(ToolPrice::from_meta(t.meta.as_deref()))
+    });
+    let bounds = listing
+        .and_then(|t| PriceBounds::from_meta(t.meta.as_deref()).ok())
+        .unwrap_or_default();
     let Some(first) = first else { return };
     let Some(quote) = PaymentRequired::from_result(&first).transpose() else {
         return;
@@ -50,7 +53,7 @@ pub fn bridge_quote(data: &[u8]) {
         );
         assert!(q.price_atoms <= MAX_AMOUNT_ATOMS && q.shortfall_atoms <= MAX_AMOUNT_ATOMS);
     }
-    let decision = decide(&tool, listed, &quote, None);
+    let decision = decide(&tool, listed, bounds, &quote, None);
     let Decision::Pay { atoms, price_atoms } = decision else {
         return;
     };
@@ -64,7 +67,12 @@ pub fn bridge_quote(data: &[u8]) {
                 "paid against a price the listing does not show"
             );
         }
-        Listed::Tool(Ok(Some(ToolPrice::Dynamic))) => {}
+        Listed::Tool(Ok(Some(ToolPrice::Dynamic))) => {
+            assert!(
+                bounds.admits(price_atoms),
+                "paid {price_atoms} outside the listed bound {bounds}"
+            );
+        }
         other => panic!("paid for a tool listed as {other:?}"),
     }
     assert_eq!(price_atoms, q.price_atoms);
@@ -80,7 +88,7 @@ pub fn bridge_quote(data: &[u8]) {
         return;
     };
     let paid = Paid { price_atoms, atoms };
-    match decide(&tool, listed, &quote, Some(paid)) {
+    match decide(&tool, listed, bounds, &quote, Some(paid)) {
         Decision::Pay { .. } => panic!("paid twice for one call"),
         Decision::Wait => {
             let q = quote.as_ref().expect("waited on a malformed quote");

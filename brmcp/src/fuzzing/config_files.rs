@@ -61,11 +61,20 @@ fn serve(data: &[u8]) {
                 .default_price_atoms
                 .is_none_or(|p| p <= MAX_PRICE_ATOMS)
         );
-        for price in upstream.tools.values() {
-            assert!(matches!(
-                price,
-                ToolPrice::Off | ToolPrice::Atoms(0..=MAX_PRICE_ATOMS)
-            ));
+        for (tool, price) in &upstream.tools {
+            match price {
+                ToolPrice::Off | ToolPrice::Atoms(0..=MAX_PRICE_ATOMS) => {}
+                ToolPrice::PricedBy { priced_by, bounds } => {
+                    assert!(
+                        bounds.max_atoms().is_some_and(|max| max <= MAX_PRICE_ATOMS)
+                            && bounds.min_atoms() <= MAX_PRICE_ATOMS,
+                        "{bounds:?}"
+                    );
+                    assert_ne!(priced_by, tool, "a tool priced by itself");
+                    assert!(upstream.pricing_of(priced_by).is_none(), "a companion sold");
+                }
+                other => panic!("{other:?}"),
+            }
         }
     }
     #[cfg(feature = "directory")]

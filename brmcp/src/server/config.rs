@@ -411,7 +411,13 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "config brmcp.json: upstreams[0].tools.t: expected a price in atoms \
-             (0 to 9223372036854775) or \"off\""
+             (0 to 9223372036854775), \"off\" or {\"priced_by\": ...}"
+        );
+        assert_eq!(
+            parse(r#"{"upstreams": [{"name": "a", "command": "x", "tools": {"t": {"priced_by": "p", "max_price_atoms": 5, "min_price_atoms": 6}}}]}"#)
+                .unwrap_err()
+                .to_string(),
+            "config brmcp.json: upstreams[0].tools.t.min_price_atoms: above max_price_atoms"
         );
     }
 

@@ -99,6 +99,6 @@ pub use reload::{CONFIG_POLL, ConfigWatch, Reconfigured, follow_config};
 /// without a direct dependency.
 pub use rmcp::schemars;
 pub use tools::{
-    Availability, CallContext, DYNAMIC_PRICING, IntoToolResult, NoArgs, PRICE_META, PRICING_META,
-    Price, PriceFn, ToolError, ToolSpec,
+    AskPriceFn, Availability, CallContext, DYNAMIC_PRICING, IntoToolResult, NoArgs, PRICE_META,
+    PRICING_META, Price, PriceBounds, PriceFn, PriceFuture, ToolError, ToolSpec,
 };

@@ -4,7 +4,8 @@
 //!
 //! `tools/list` advertises the price in the tool's `_meta` (WIRE.md §10):
 //! [`PRICE_META`] with the price in atoms for a free (0) or fixed-price tool,
-//! [`PRICING_META`] = [`DYNAMIC_PRICING`] for a dynamically priced one.
+//! [`PRICING_META`] = [`DYNAMIC_PRICING`] for a dynamically priced one, with its
+//! bounds (`brmcp/priceMaxAtoms`, `brmcp/priceMinAtoms`) when it has them.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -28,6 +29,15 @@ pub use brmcp_adapters::protocol::{DYNAMIC_PRICING, PRICE_META, PRICING_META};
 /// or why the call cannot be priced (the message becomes the tool error).
 pub type PriceFn<In> = Arc<dyn Fn(&PeerId, &In) -> Result<u64, String> + Send + Sync>;
 
+/// A price answered later (say, asked of another server), or why the call cannot be
+/// priced (the message becomes the tool error).
+pub type PriceFuture = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
+
+/// A price function that answers later: it takes what it needs of the arguments.
+pub type AskPriceFn<In> = Arc<dyn Fn(&PeerId, &In) -> PriceFuture + Send + Sync>;
+
+pub use brmcp_adapters::protocol::PriceBounds;
+
 /// What one call of a tool costs.
 pub enum Price<In> {
     /// Nothing; listed with `brmcp/priceAtoms: 0`.
@@ -38,6 +48,15 @@ pub enum Price<In> {
     /// `brmcp/pricing: "dynamic"`. It runs after the rate limit and before the debit,
     /// on the session's task: keep it quick. A price of 0 makes the call free.
     Dynamic(PriceFn<In>),
+    /// A [`Dynamic`](Self::Dynamic) price within bounds, listed with them
+    /// (`brmcp/priceMaxAtoms`, `brmcp/priceMinAtoms`): a price outside them refuses
+    /// the call before anything is charged, so no caller is ever quoted above the
+    /// bound it was shown.
+    Bounded(PriceBounds, PriceFn<In>),
+    /// A price asked for when the call comes (the future runs after the rate limit and
+    /// before the debit), within bounds, listed and enforced as
+    /// [`Bounded`](Self::Bounded).
+    Asked(PriceBounds, AskPriceFn<In>),
 }
 
 impl<In> Price<In> {
@@ -48,12 +67,27 @@ impl<In> Price<In> {
         Self::Dynamic(Arc::new(f))
     }
 
-    fn of(&self, caller: &PeerId, args: &In) -> Result<u64, String> {
-        match self {
-            Self::Free => Ok(0),
-            Self::Fixed(atoms) => Ok(*atoms),
-            Self::Dynamic(f) => f(caller, args),
-        }
+    /// A dynamic price from a closure, within `bounds`.
+    pub fn bounded(
+        bounds: PriceBounds,
+        f: impl Fn(&PeerId, &In) -> Result<u64, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self::Bounded(bounds, Arc::new(f))
+    }
+
+    /// The price of one call, checked against the listed bounds.
+    fn of(&self, caller: &PeerId, args: &In) -> PriceFuture {
+        let (bounds, price) = match self {
+            Self::Free => (PriceBounds::NONE, Ok(0)),
+            Self::Fixed(atoms) => (PriceBounds::NONE, Ok(*atoms)),
+            Self::Dynamic(f) => (PriceBounds::NONE, f(caller, args)),
+            Self::Bounded(bounds, f) => (*bounds, f(caller, args)),
+            Self::Asked(bounds, f) => {
+                let (bounds, price) = (*bounds, f(caller, args));
+                return Box::pin(async move { within(&bounds, price.await?) });
+            }
+        };
+        Box::pin(std::future::ready(price.and_then(|p| within(&bounds, p))))
     }
 
     fn meta(&self) -> MetaObject {
@@ -61,9 +95,26 @@ impl<In> Price<In> {
         match self {
             Self::Free => meta.insert(PRICE_META.into(), 0.into()),
             Self::Fixed(atoms) => meta.insert(PRICE_META.into(), (*atoms).into()),
-            Self::Dynamic(_) => meta.insert(PRICING_META.into(), DYNAMIC_PRICING.into()),
+            Self::Dynamic(_) | Self::Bounded(..) | Self::Asked(..) => {
+                meta.insert(PRICING_META.into(), DYNAMIC_PRICING.into())
+            }
         };
+        if let Self::Bounded(bounds, _) | Self::Asked(bounds, _) = self {
+            bounds.write_meta(&mut meta.0);
+        }
         meta
+    }
+}
+
+/// `atoms` when `bounds` admit it, else the refusal the caller reads: nothing was
+/// charged.
+fn within(bounds: &PriceBounds, atoms: u64) -> Result<u64, String> {
+    if bounds.admits(atoms) {
+        Ok(atoms)
+    } else {
+        Err(format!(
+            "the price of this call, {atoms} atoms, is outside the listed bound ({bounds}); nothing was charged"
+        ))
     }
 }
 
@@ -73,6 +124,8 @@ impl<In> Clone for Price<In> {
             Self::Free => Self::Free,
             Self::Fixed(atoms) => Self::Fixed(*atoms),
             Self::Dynamic(f) => Self::Dynamic(f.clone()),
+            Self::Bounded(bounds, f) => Self::Bounded(*bounds, f.clone()),
+            Self::Asked(bounds, f) => Self::Asked(*bounds, f.clone()),
         }
     }
 }
@@ -83,6 +136,8 @@ impl<In> fmt::Debug for Price<In> {
             Self::Free => f.write_str("Free"),
             Self::Fixed(atoms) => f.debug_tuple("Fixed").field(atoms).finish(),
             Self::Dynamic(_) => f.write_str("Dynamic(..)"),
+            Self::Bounded(bounds, _) => write!(f, "Bounded({bounds}, ..)"),
+            Self::Asked(bounds, _) => write!(f, "Asked({bounds}, ..)"),
         }
     }
 }
@@ -229,7 +284,10 @@ pub(crate) type ToolFuture =
 
 /// One call with decoded arguments, ready to be priced and run.
 pub(crate) trait PreparedCall: Send {
-    fn price(&self, caller: &PeerId) -> Result<u64, String>;
+    fn price(&self, caller: &PeerId) -> PriceFuture;
+    /// Whether pricing asks someone else (a companion tool): its refusal then keeps
+    /// the call's rate-limit ticket, so refused calls cannot ask without bound.
+    fn price_is_asked(&self) -> bool;
     fn run(self: Box<Self>, ctx: CallContext) -> ToolFuture;
 }
 
@@ -278,8 +336,12 @@ where
     F: Fn(CallContext, In) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Out, ToolError>> + Send + 'static,
 {
-    fn price(&self, caller: &PeerId) -> Result<u64, String> {
+    fn price(&self, caller: &PeerId) -> PriceFuture {
         self.price.of(caller, &self.args)
+    }
+
+    fn price_is_asked(&self) -> bool {
+        matches!(self.price, Price::Asked(..))
     }
 
     fn run(self: Box<Self>, ctx: CallContext) -> ToolFuture {
@@ -354,6 +416,7 @@ impl ToolSpec {
         let mut meta = tool.meta.take().unwrap_or_default();
         meta.remove(PRICE_META);
         meta.remove(PRICING_META);
+        PriceBounds::NONE.write_meta(&mut meta.0);
         meta.0.extend(price.meta().0);
         Self {
             tool: tool.with_meta(meta),
@@ -458,6 +521,42 @@ mod tests {
         Ok(String::new())
     }
 
+    /// The answer of a price that is known at once.
+    fn ready(mut price: PriceFuture) -> Result<u64, String> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match price.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(answer) => answer,
+            std::task::Poll::Pending => panic!("a price known at once is pending"),
+        }
+    }
+
+    #[test]
+    fn a_bounded_price_is_listed_with_its_bound_and_refused_outside_it() {
+        let bounds = PriceBounds::new(5, Some(100)).unwrap();
+        let spec = ToolSpec::new("c", "", Price::bounded(bounds, |_, a: &Args| Ok(a.n)), ok);
+        assert_eq!(
+            serde_json::to_value(&spec.definition().meta).unwrap(),
+            serde_json::json!({"brmcp/pricing": "dynamic", "brmcp/priceMinAtoms": 5, "brmcp/priceMaxAtoms": 100})
+        );
+        let price = |n: u64| {
+            let call = spec
+                .prepare(serde_json::json!({ "n": n }).as_object().cloned())
+                .unwrap();
+            ready(call.price(&PeerId::from_bytes([0; 32])))
+        };
+        assert_eq!(price(100), Ok(100));
+        assert_eq!(price(5), Ok(5));
+        assert_eq!(
+            price(101).unwrap_err(),
+            "the price of this call, 101 atoms, is outside the listed bound (5 to 100 atoms); nothing was charged"
+        );
+        assert!(price(4).is_err());
+        assert!(
+            price(0).is_err(),
+            "0 is below a least of 5: refused, not free"
+        );
+    }
+
     #[test]
     fn list_meta_carries_the_price() {
         let free = ToolSpec::free("a", "", ok);
@@ -487,6 +586,7 @@ mod tests {
         // An upstream claiming its own price: replaced, never trusted.
         meta.insert(PRICE_META.into(), 0.into());
         meta.insert(PRICING_META.into(), DYNAMIC_PRICING.into());
+        meta.insert("brmcp/priceMaxAtoms".into(), 1.into());
         meta.insert("x-upstream".into(), "kept".into());
         let tool = Tool::new("t", "d", Arc::new(schema.clone())).with_meta(meta);
         let spec =
@@ -501,7 +601,7 @@ mod tests {
         let call = spec
             .prepare(serde_json::json!({"q": 1}).as_object().cloned())
             .unwrap();
-        assert_eq!(call.price(&PeerId::from_bytes([0; 32])), Ok(700));
+        assert_eq!(ready(call.price(&PeerId::from_bytes([0; 32]))), Ok(700));
     }
 
     #[test]
@@ -527,7 +627,7 @@ mod tests {
         let spec = ToolSpec::new("c", "", Price::dynamic(|_, a: &Args| Ok(a.n * 2)), ok);
         let args = serde_json::json!({"n": 21});
         let call = spec.prepare(args.as_object().cloned()).unwrap();
-        assert_eq!(call.price(&PeerId::from_bytes([0; 32])), Ok(42));
+        assert_eq!(ready(call.price(&PeerId::from_bytes([0; 32]))), Ok(42));
         let err = spec
             .prepare(serde_json::json!({"n": "x"}).as_object().cloned())
             .err()

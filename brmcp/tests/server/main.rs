@@ -37,6 +37,7 @@ mod live_config;
 mod milliatoms;
 mod paid_tool_gate;
 mod parked;
+mod priced_upstream;
 mod rate_limit;
 mod refused_told;
 mod replay_restart;

@@ -5,7 +5,7 @@
 //! quotes decide what is paid.
 
 use brmcp_adapters::PeerId;
-use brmcp_adapters::protocol::{ToolPrice, result_text, result_texts};
+use brmcp_adapters::protocol::{PriceBounds, ToolPrice, result_text, result_texts};
 use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -115,8 +115,8 @@ pub(crate) enum Price {
     Free,
     /// Atoms per call.
     Fixed(u64),
-    /// Quoted per call.
-    Dynamic,
+    /// Quoted per call, within the bound listed (if any).
+    Dynamic(PriceBounds),
 }
 
 impl std::fmt::Display for Price {
@@ -124,7 +124,10 @@ impl std::fmt::Display for Price {
         match self {
             Self::Free => f.write_str("free"),
             Self::Fixed(atoms) => write!(f, "{atoms} atoms"),
-            Self::Dynamic => f.write_str("dynamic price (quoted per call)"),
+            Self::Dynamic(bounds) if bounds.is_none() => {
+                f.write_str("dynamic price (quoted per call)")
+            }
+            Self::Dynamic(bounds) => write!(f, "dynamic price (quoted per call, {bounds})"),
         }
     }
 }
@@ -141,6 +144,10 @@ struct Hit {
     price_atoms: i64,
     #[serde(default)]
     pricing: String,
+    #[serde(rename = "priceMaxAtoms", default)]
+    price_max_atoms: Option<u64>,
+    #[serde(rename = "priceMinAtoms", default)]
+    price_min_atoms: u64,
     #[serde(default)]
     tags: Vec<String>,
 }
@@ -148,7 +155,11 @@ struct Hit {
 impl Hit {
     fn price(&self) -> Price {
         match u64::try_from(self.price_atoms) {
-            Ok(0) | Err(_) if self.pricing == "dynamic" => Price::Dynamic,
+            // A bound that does not hold together is shown as none: the bridge pays
+            // by the bot's own listing, never by the directory's word.
+            Ok(0) | Err(_) if self.pricing == "dynamic" => Price::Dynamic(
+                PriceBounds::new(self.price_min_atoms, self.price_max_atoms).unwrap_or_default(),
+            ),
             Ok(atoms) if atoms > 0 => Price::Fixed(atoms),
             _ => Price::Free,
         }
@@ -312,7 +323,9 @@ pub(crate) fn provider(result: &CallToolResult, uid: &PeerId) -> Result<Provider
             price: match ToolPrice::from_meta(t.meta.as_ref()) {
                 Ok(None | Some(ToolPrice::Free)) => Price::Free,
                 Ok(Some(ToolPrice::Fixed(atoms))) => Price::Fixed(atoms),
-                Ok(Some(_)) | Err(_) => Price::Dynamic,
+                Ok(Some(_)) | Err(_) => {
+                    Price::Dynamic(PriceBounds::from_meta(t.meta.as_ref()).unwrap_or_default())
+                }
             },
         })
         .collect();
@@ -380,6 +393,29 @@ mod tests {
                 .contains(&format!("\"paid\" of bot {uid}: 500 atoms"))
         );
         assert!(found.text.contains("\"dyn\" of bot") && found.text.contains("dynamic"));
+    }
+
+    #[test]
+    fn a_hit_shows_a_dynamic_tool_s_bound() {
+        let uid = "ab".repeat(32);
+        let json = format!(
+            r#"{{"hits":[{{"providerUid":"{uid}","tool":"search","pricing":"dynamic","priceMaxAtoms":400,"priceMinAtoms":5,"catalogCheckedAt":1,"lastVerifiedExecution":1}},{{"providerUid":"{uid}","tool":"odd","pricing":"dynamic","priceMaxAtoms":4,"priceMinAtoms":5,"catalogCheckedAt":1,"lastVerifiedExecution":1}}],"total":2}}"#
+        );
+        let found = search(&result(&json)).unwrap();
+        assert!(
+            found.text.contains(&format!(
+                "\"search\" of bot {uid}: dynamic price (quoted per call, 5 to 400 atoms)"
+            )),
+            "{}",
+            found.text
+        );
+        assert!(
+            found.text.contains(&format!(
+                "\"odd\" of bot {uid}: dynamic price (quoted per call)"
+            )),
+            "{}",
+            found.text
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@ use rmcp::service::{
     OriginatingRequestId, Peer, PeerRequestOptions, RequestContext, RoleClient, RoleServer,
 };
 
+use brmcp_adapters::protocol::PriceBounds;
+
 use crate::bridge::lock;
 use crate::bridge::proxy::input_required::{InputAsk, Inputs};
 use crate::early_progress::EarlyProgress;
@@ -146,7 +148,15 @@ pub(crate) struct Hub {
     /// The serial of the next connection to the bot.
     conns: AtomicU64,
     tools: RwLock<Arc<Vec<Tool>>>,
+    /// The price bound of each dynamically priced tool as last listed to an agent
+    /// (at most [`MAX_SHOWN_BOUNDS`]): a quote is paid only within it.
+    shown: Mutex<HashMap<String, PriceBounds>>,
 }
+
+/// Dynamically priced tools whose listed bound is remembered per bot: 4096, four
+/// times the most tools a harness mirrors from one upstream. Past it the memory starts
+/// over (a tool then falls back on the bridge's own listing of the bot).
+pub(crate) const MAX_SHOWN_BOUNDS: usize = 4096;
 
 impl Hub {
     pub(super) fn new() -> Self {
@@ -157,6 +167,7 @@ impl Hub {
             seq: AtomicU64::new(0),
             conns: AtomicU64::new(0),
             tools: RwLock::new(Arc::new(Vec::new())),
+            shown: Mutex::default(),
         }
     }
 
@@ -175,6 +186,20 @@ impl Hub {
 
     pub(super) fn set_tools(&self, tools: Vec<Tool>) {
         *self.tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tools);
+    }
+
+    /// Keeps the bound `tool` was just listed to an agent with.
+    pub(crate) fn show_bound(&self, tool: &str, bounds: PriceBounds) {
+        let mut shown = lock(&self.shown);
+        if shown.len() >= MAX_SHOWN_BOUNDS && !shown.contains_key(tool) {
+            shown.clear();
+        }
+        shown.insert(tool.to_owned(), bounds);
+    }
+
+    /// The bound `tool` was last listed to an agent with, if it was.
+    pub(crate) fn shown_bound(&self, tool: &str) -> Option<PriceBounds> {
+        lock(&self.shown).get(tool).copied()
     }
 
     /// Registers an agent session for notifications.

@@ -20,6 +20,7 @@ use rmcp::model::{ClientResult, GetExtensions};
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestContext, RoleServer};
 
 use crate::bridge::policy::Ask;
+use crate::bridge::quote::DynamicQuote;
 use crate::bridge::{Approver, Inner};
 
 /// How often the agent hears that its call still waits on a payment. Clients that
@@ -71,10 +72,12 @@ pub(crate) fn declares_form(capabilities: &ClientCapabilities) -> bool {
         .is_some_and(|e| e.form.is_some() || e.url.is_none())
 }
 
-/// The question put to the user about paying `atoms` to `bot` (its label) for `tool`.
-fn question(name: &str, bot: &str, tool: &str, atoms: u64) -> String {
+/// The question put to the user about paying `atoms` to `bot` (its label) for `tool`
+/// (a dynamically priced one with its quote and bound).
+fn question(name: &str, bot: &str, tool: &str, atoms: u64, quoted: Option<DynamicQuote>) -> String {
+    let quoted = quoted.map_or_else(String::new, |q| format!(" ({q})"));
     format!(
-        "{name}: pay {atoms} atoms to bot {bot} for tool {tool:?}? Accept to pay, decline to refuse."
+        "{name}: pay {atoms} atoms to bot {bot} for tool {tool:?}{quoted}? Accept to pay, decline to refuse."
     )
 }
 
@@ -103,13 +106,14 @@ pub(crate) fn ask<'a>(
     bot: &str,
     tool: &str,
     atoms: u64,
+    quoted: Option<DynamicQuote>,
 ) -> Option<Ask<'a>> {
     let agent = super::caller(ctx);
     let answers = move || bridge.settings().approver_of(&agent) == Approver::Agent;
     if !answers() {
         return None;
     }
-    let answer = confirm(ctx, question(&bridge.config.name, bot, tool, atoms))?;
+    let answer = confirm(ctx, question(&bridge.config.name, bot, tool, atoms, quoted))?;
     Some(Box::pin(async move {
         match answer.await {
             Ok(Answer::Accept) if answers() => Ok(()),

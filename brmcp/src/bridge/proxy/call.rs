@@ -30,7 +30,7 @@ use crate::bridge::calls::tasks::ApprovalMark;
 use crate::bridge::calls::{Begin, Journaled};
 use crate::bridge::credit::{MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
-use crate::bridge::quote::{Decision, Paid, decide};
+use crate::bridge::quote::{Decision, DynamicQuote, Listed, Paid, decide};
 use crate::bridge::settings::{Mode, Settings};
 use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, ToolPrice};
 
@@ -316,7 +316,9 @@ impl ProxyServer {
                         return Ok(CallToolResponse::Complete(result));
                     };
                     let tool = &call.tool;
-                    let mut decision = decide(tool, self.link.listed(tool), &quote, call.paid);
+                    let bounds = self.link.quote_bounds(tool);
+                    let mut decision =
+                        decide(tool, self.link.listed(tool), bounds, &quote, call.paid);
                     if let Decision::Refuse(refusal) = decision
                         && refusal.relist()
                         && !call.relisted
@@ -332,7 +334,8 @@ impl ProxyServer {
                         if let Err(e) = relist {
                             tracing::debug!(bot = %self.link.bot, error = %e, "tools not listed again");
                         }
-                        decision = decide(tool, self.link.listed(tool), &quote, call.paid);
+                        let bounds = self.link.quote_bounds(tool);
+                        decision = decide(tool, self.link.listed(tool), bounds, &quote, call.paid);
                     }
                     match decision {
                         Decision::Pay { atoms, price_atoms } => {
@@ -354,9 +357,12 @@ impl ProxyServer {
                                 }
                             }
                             self.bridge.calls.paying(&call.journal, paid);
+                            let quoted = self.dynamic_quote(tool, price_atoms);
                             if settings.mode == Mode::Approval && can_ask_approval(ctx, &settings) {
                                 match self
-                                    .ask_by_input_required(call, &settings, paid, result, ctx)
+                                    .ask_by_input_required(
+                                        call, &settings, paid, quoted, result, ctx,
+                                    )
                                     .await?
                                 {
                                     Asked::Held(response) => return Ok(response),
@@ -366,8 +372,9 @@ impl ProxyServer {
                                     }
                                 }
                             } else {
-                                let settled =
-                                    self.settle(&settings, &call.tool, atoms, ctx).await?;
+                                let settled = self
+                                    .settle(&settings, &call.tool, atoms, quoted, ctx)
+                                    .await?;
                                 (result, Some((settled, paid)))
                             }
                         }
@@ -429,17 +436,31 @@ impl ProxyServer {
 
     /// Decides and makes the payment of `atoms` for `tool` while the agent waits,
     /// asking it by elicitation where its client can be asked.
+    /// For a dynamically priced tool, its quote and the bound it was checked within,
+    /// for the user's approval.
+    fn dynamic_quote(&self, tool: &str, price_atoms: u64) -> Option<DynamicQuote> {
+        matches!(
+            self.link.listed(tool),
+            Listed::Tool(Ok(Some(ToolPrice::Dynamic)))
+        )
+        .then(|| DynamicQuote {
+            price_atoms,
+            bounds: self.link.quote_bounds(tool),
+        })
+    }
+
     async fn settle(
         &self,
         settings: &Settings,
         tool: &str,
         atoms: u64,
+        quoted: Option<DynamicQuote>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<i64, Refusal>, ErrorData> {
         let bot = &self.link.bot;
         let label = settings.bot_label(bot);
         let asked = (settings.mode == Mode::Approval)
-            .then(|| ask::ask(ctx, &self.bridge, &label, tool, atoms))
+            .then(|| ask::ask(ctx, &self.bridge, &label, tool, atoms, quoted))
             .flatten();
         let payer = caller(ctx);
         // A task's run waits for the approval: the 2025-11-25 form shows it.
@@ -453,7 +474,7 @@ impl ProxyServer {
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.settle(settings, &payer, bot, tool, atoms, asked) => s,
+            s = self.bridge.policy.settle(settings, &payer, bot, tool, atoms, quoted, asked) => s,
             never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
         })
     }
@@ -483,6 +504,7 @@ impl ProxyServer {
         call: CallState,
         settings: &Settings,
         paid: Paid,
+        quoted: Option<DynamicQuote>,
         quote: CallToolResult,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Asked, ErrorData> {
@@ -506,7 +528,15 @@ impl ProxyServer {
         tokio::spawn(async move {
             let settled = bridge
                 .policy
-                .settle(&owned, &payer, &bot, &tool, paid.atoms, Some(question))
+                .settle(
+                    &owned,
+                    &payer,
+                    &bot,
+                    &tool,
+                    paid.atoms,
+                    quoted,
+                    Some(question),
+                )
                 .await;
             let _ = settle.send(settled);
         });
@@ -529,7 +559,13 @@ impl ProxyServer {
             return Ok(Asked::Settled(Box::new(call), settled, settling.quote));
         }
         let label = settings.bot_label(&self.link.bot);
-        let request = approval_request(&self.bridge.config.name, &label, &call.tool, paid.atoms);
+        let request = approval_request(
+            &self.bridge.config.name,
+            &label,
+            &call.tool,
+            paid.atoms,
+            quoted,
+        );
         let hold = Duration::from_secs(settings.approval_timeout_secs)
             .saturating_add(Duration::from_secs(settings.tip_wait_secs))
             .saturating_add(self.bridge.config.input_hold);

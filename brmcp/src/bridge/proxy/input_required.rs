@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::ask::{Answer, declares_form};
 use super::caller;
+use crate::bridge::quote::DynamicQuote;
 use crate::bridge::{Approver, Settings, lock};
 
 /// How long a call waits for the agent's retry after its `input_required` (the default
@@ -103,11 +104,18 @@ impl Asks {
 /// The approval question as an `inputRequests` entry: a form with no fields naming the
 /// bot (its [`bot_label`](crate::bridge::Settings::bot_label): name and uid, or the
 /// uid), the tool and the amount.
-pub(crate) fn approval_request(name: &str, bot: &str, tool: &str, atoms: u64) -> InputRequest {
+pub(crate) fn approval_request(
+    name: &str,
+    bot: &str,
+    tool: &str,
+    atoms: u64,
+    quoted: Option<DynamicQuote>,
+) -> InputRequest {
     let whole = brmcp_adapters::protocol::ATOMS_PER_DCR;
     let dcr = format!("{}.{:08}", atoms / whole, atoms % whole);
+    let quoted = quoted.map_or_else(String::new, |q| format!(" ({q})"));
     let message = format!(
-        "{name}: pay {atoms} atoms ({dcr} DCR) to bot {bot} for tool {tool:?}? Accept to pay, decline to refuse."
+        "{name}: pay {atoms} atoms ({dcr} DCR) to bot {bot} for tool {tool:?}{quoted}? Accept to pay, decline to refuse."
     );
     InputRequest::Elicitation(ElicitRequest::new(
         ElicitRequestParams::FormElicitationParams {
@@ -444,7 +452,7 @@ mod tests {
         ] {
             let label = settings.bot_label(&bot);
             let InputRequest::Elicitation(request) =
-                approval_request("brmcp-bridge", &label, "fortune", 150_000_000)
+                approval_request("brmcp-bridge", &label, "fortune", 150_000_000, None)
             else {
                 panic!("not an elicitation");
             };
@@ -459,5 +467,20 @@ mod tests {
             assert_eq!(message.matches(&uid).count(), 1, "the uid once: {message}");
             assert_eq!(value["method"], "elicitation/create");
         }
+        // A dynamically priced tool: the quote and the bound it is paid within.
+        let quoted = DynamicQuote {
+            price_atoms: 900,
+            bounds: brmcp_adapters::protocol::PriceBounds::at_most(5000).unwrap(),
+        };
+        let InputRequest::Elicitation(request) =
+            approval_request("b", "x", "search", 600, Some(quoted))
+        else {
+            panic!("not an elicitation");
+        };
+        let value = serde_json::to_value(&request).unwrap();
+        assert_eq!(
+            value["params"]["message"],
+            "b: pay 600 atoms (0.00000600 DCR) to bot x for tool \"search\" (quoted 900 atoms, listed at most 5000 atoms)? Accept to pay, decline to refuse."
+        );
     }
 }

@@ -96,6 +96,7 @@ fn state(inner: &Inner) -> Result<Value, String> {
                 "bot": label(&p.bot.to_string()),
                 "tool": p.tool,
                 "atoms": p.atoms,
+                "quoted": p.quoted.map(|q| q.to_string()),
                 "created": p.created.secs(),
                 "agent": p.agent,
             })

@@ -84,6 +84,7 @@ impl Shared {
             keyed,
             args,
             origin,
+            priced,
         } = call;
         if let Some((key, args)) = &keyed {
             let (key, args, name, now) = (key.clone(), *args, tool.clone(), self.clock.now());
@@ -114,10 +115,16 @@ impl Shared {
             self.limiter
                 .give_back(&caller, call_ref.clone(), ticket, now);
         };
-        let price_atoms = match prepared.price(&caller) {
-            Ok(price) => price,
+        let price_atoms = match prepared.price(&caller).await {
+            Ok(price) => {
+                let _ = priced.set(price);
+                price
+            }
             Err(message) => {
-                give_back(ticket);
+                // A price asked of someone else was work done: its ticket is spent.
+                if !prepared.price_is_asked() {
+                    give_back(ticket);
+                }
                 return Ok(refusal(message));
             }
         };
@@ -301,6 +308,9 @@ pub(super) struct Call {
     pub(super) args: ArgsHash,
     /// The caller's session and the request's id, kept with a charge.
     pub(super) origin: (SessionId, RequestId),
+    /// Its price, once priced (for the call log; a price asked of an upstream is asked
+    /// once).
+    pub(super) priced: Arc<std::sync::OnceLock<u64>>,
 }
 
 /// A tool error result with one text content.

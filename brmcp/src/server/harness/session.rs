@@ -173,13 +173,14 @@ impl ServerHandler for Session {
             Err(message) => return Ok(refusal(message).into()),
         };
         Counters::bump(&shared.counters.calls);
-        let (started, price) = (std::time::Instant::now(), prepared.price(&self.caller));
+        let (started, price) = (std::time::Instant::now(), Arc::default());
         let call = Call {
             caller: self.caller,
             tool,
             keyed,
             args,
             origin: (self.sid, context.id.clone()),
+            priced: Arc::clone(&price),
         };
         let name = call.tool.clone();
         let cancelled = context.ct.clone();
@@ -198,7 +199,7 @@ impl ServerHandler for Session {
         crate::server::call_log::log_call(
             &self.caller,
             &name,
-            price.ok(),
+            price.get().copied(),
             &result,
             started.elapsed(),
         );

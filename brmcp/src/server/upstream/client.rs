@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::child::{self, Fault, Spawn};
 use super::config::Endpoint;
-use super::limits::UpstreamLimits;
+use super::limits::{PRICE_TIMEOUT, UpstreamLimits};
 use super::progress::Routes;
 use crate::server::{CallContext, ToolError};
 use brmcp_adapters::protocol::result_text;
@@ -306,6 +306,29 @@ impl Link {
             (Ok(_), _) => Err(ToolError::new(format!(
                 "upstream {upstream}: unexpected answer to tools/call"
             ))),
+        }
+    }
+}
+
+impl Link {
+    /// Calls the upstream's tool `name` for a price (a companion tool): free, with no
+    /// progress relayed, bounded by [`PRICE_TIMEOUT`]. The answer, or why none came.
+    pub(crate) async fn price(
+        &self,
+        name: &str,
+        args: JsonObject,
+    ) -> Result<CallToolResult, String> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(name.to_owned()).with_arguments(args),
+        ));
+        match tokio::time::timeout(PRICE_TIMEOUT, self.peer.send_request(request)).await {
+            Err(_) => Err(format!("no answer in {} s", PRICE_TIMEOUT.as_secs())),
+            Ok(Err(e)) => {
+                self.note_lost(&e);
+                Err(self.fault().map_or_else(|| describe(&e), str::to_owned))
+            }
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
+            Ok(Ok(_)) => Err("unexpected answer to tools/call".to_owned()),
         }
     }
 }

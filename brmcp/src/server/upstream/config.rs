@@ -5,7 +5,8 @@
 //!   "name": "everything",
 //!   "command": "npx", "args": ["@modelcontextprotocol/server-everything"],
 //!   "env": {"KEY": "value"}, "pass_env": ["API_TOKEN"], "cwd": "/srv/everything",
-//!   "tools": {"echo": 0, "get-sum": 500, "get-env": "off"},
+//!   "tools": {"echo": 0, "get-sum": 500, "get-env": "off",
+//!             "search": {"priced_by": "search-price", "max_price_atoms": 5000}},
 //!   "default_price_atoms": 1000,
 //!   "resources": true, "prompts": false, "price_in_description": true
 //! }, {
@@ -27,13 +28,20 @@
 //! `-`, so the first `_` ends the name and no two upstreams' tools can collide. A
 //! priced tool's description ends with its price unless `price_in_description` is
 //! `false`.
+//!
+//! A tool priced `{"priced_by": "<tool>", "max_price_atoms": N}` (and optionally
+//! `"min_price_atoms"`) is dynamically priced, listed with that bound: before each
+//! paid call the upstream's tool `<tool>` (its companion, never listed or callable
+//! itself) is called, free, with the same arguments; its answer must be a whole number
+//! of atoms within the bound (a text that is a JSON integer, as `1500`), or the call is
+//! refused and nothing is charged.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use crate::server::{MATOMS_PER_ATOM, MAX_MATOMS};
+use crate::server::{MATOMS_PER_ATOM, MAX_MATOMS, PriceBounds};
 
 /// The most upstreams one server fronts: each is a process or connection to supervise.
 pub const MAX_UPSTREAMS: usize = 32;
@@ -111,22 +119,53 @@ impl Endpoint {
 }
 
 /// What the file says of one tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ToolPrice {
     /// Exposed at this many atoms per call (0: free).
     Atoms(u64),
+    /// Exposed dynamically priced within `bounds`, each call's price the answer of the
+    /// upstream's tool `priced_by` (which is hidden) to the call's arguments.
+    PricedBy {
+        /// The upstream's tool that answers the price.
+        priced_by: String,
+        /// The bound listed and enforced (its most is always given).
+        bounds: PriceBounds,
+    },
     /// Not exposed.
     Off,
 }
 
 impl UpstreamConfig {
-    /// The price of the upstream tool `name`, or `None` when it is not exposed.
+    /// The fixed price of the upstream tool `name`, or `None` when it is not exposed
+    /// at a fixed price (hidden, a companion, or priced by one: see
+    /// [`pricing_of`](Self::pricing_of)).
     pub fn price_of(&self, name: &str) -> Option<u64> {
-        match self.tools.get(name) {
-            Some(ToolPrice::Atoms(atoms)) => Some(*atoms),
-            Some(ToolPrice::Off) => None,
-            None => self.default_price_atoms,
+        match self.pricing_of(name)? {
+            ToolPrice::Atoms(atoms) => Some(atoms),
+            _ => None,
         }
+    }
+
+    /// How the upstream tool `name` is exposed: [`ToolPrice::Atoms`] or
+    /// [`ToolPrice::PricedBy`]; `None` when it is hidden (`"off"`, not named without a
+    /// default price, or the companion that prices another tool).
+    pub fn pricing_of(&self, name: &str) -> Option<ToolPrice> {
+        if self.is_companion(name) {
+            return None;
+        }
+        match self.tools.get(name) {
+            Some(ToolPrice::Off) => None,
+            Some(price) => Some(price.clone()),
+            None => self.default_price_atoms.map(ToolPrice::Atoms),
+        }
+    }
+
+    /// Whether `name` prices another tool (and is therefore hidden from callers).
+    pub fn is_companion(&self, name: &str) -> bool {
+        self.tools
+            .values()
+            .any(|p| matches!(p, ToolPrice::PricedBy { priced_by, .. } if priced_by == name))
     }
 }
 
@@ -243,18 +282,34 @@ fn parse_one(key: &str, value: &Value, several: bool) -> Result<UpstreamConfig, 
         None | Some(Value::Null) => {}
         Some(Value::Object(map)) => {
             for (tool, price) in map {
+                let at = format!("{key}.tools.{tool}");
                 let price = match price {
                     Value::String(s) if s == "off" => ToolPrice::Off,
+                    Value::Object(entry) => priced_by(&at, tool, entry)?,
                     other => ToolPrice::Atoms(atoms(other).ok_or_else(|| {
                         (
-                            format!("{key}.tools.{tool}"),
+                            at.clone(),
                             format!(
-                                "expected a price in atoms (0 to {MAX_PRICE_ATOMS}) or \"off\""
+                                "expected a price in atoms (0 to {MAX_PRICE_ATOMS}), \"off\" or {{\"priced_by\": ...}}"
                             ),
                         )
                     })?),
                 };
                 tools.insert(tool.clone(), price);
+            }
+            // A companion is hidden: the file may not also sell it.
+            for (tool, price) in &tools {
+                if let ToolPrice::PricedBy { priced_by, .. } = price
+                    && matches!(
+                        tools.get(priced_by),
+                        Some(ToolPrice::Atoms(_) | ToolPrice::PricedBy { .. })
+                    )
+                {
+                    return Err((
+                        format!("{key}.tools.{priced_by}"),
+                        format!("prices {tool:?}, so it is hidden: give it no price (or \"off\")"),
+                    ));
+                }
             }
         }
         Some(_) => return Err((at("tools"), "expected an object of tool prices".into())),
@@ -286,6 +341,50 @@ fn parse_one(key: &str, value: &Value, several: bool) -> Result<UpstreamConfig, 
         },
         name,
     })
+}
+
+/// The keys of a tool priced by its companion.
+const PRICED_BY_KEYS: [&str; 3] = ["priced_by", "max_price_atoms", "min_price_atoms"];
+
+/// `{"priced_by": "<tool>", "max_price_atoms": N, "min_price_atoms": M}` at `at`.
+fn priced_by(at: &str, tool: &str, entry: &Map<String, Value>) -> Result<ToolPrice, Bad> {
+    if let Some(unknown) = entry.keys().find(|k| !PRICED_BY_KEYS.contains(&k.as_str())) {
+        return Err((format!("{at}.{unknown}"), "unknown key".into()));
+    }
+    let priced_by = match entry.get("priced_by") {
+        Some(Value::String(name)) if !name.is_empty() && name != tool => name.clone(),
+        Some(Value::String(_)) => {
+            return Err((
+                format!("{at}.priced_by"),
+                "expected the name of another tool of the upstream".into(),
+            ));
+        }
+        Some(_) => return Err((format!("{at}.priced_by"), "expected a string".into())),
+        None => return Err((format!("{at}.priced_by"), "missing".into())),
+    };
+    let bound = |field: &str| match entry.get(field) {
+        None => Ok(None),
+        Some(v) => atoms(v).map(Some).ok_or_else(|| {
+            (
+                format!("{at}.{field}"),
+                format!("expected a price in atoms (0 to {MAX_PRICE_ATOMS})"),
+            )
+        }),
+    };
+    let max = bound("max_price_atoms")?.ok_or_else(|| {
+        (
+            format!("{at}.max_price_atoms"),
+            "missing: the most one call may be charged".to_owned(),
+        )
+    })?;
+    let min = bound("min_price_atoms")?.unwrap_or(0);
+    let bounds = PriceBounds::new(min, Some(max)).map_err(|_| {
+        (
+            format!("{at}.min_price_atoms"),
+            "above max_price_atoms".to_owned(),
+        )
+    })?;
+    Ok(ToolPrice::PricedBy { priced_by, bounds })
 }
 
 fn atoms(value: &Value) -> Option<u64> {
@@ -449,6 +548,80 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_priced_by_its_companion_has_a_bound_and_hides_the_companion() {
+        let parsed = parse_upstreams(&json!([{"name": "s", "command": "x",
+            "tools": {"search": {"priced_by": "search-price", "max_price_atoms": 5000, "min_price_atoms": 10}},
+            "default_price_atoms": 7}]))
+        .unwrap();
+        let s = &parsed[0];
+        assert_eq!(
+            s.pricing_of("search"),
+            Some(ToolPrice::PricedBy {
+                priced_by: "search-price".into(),
+                bounds: PriceBounds::new(10, Some(5000)).unwrap()
+            })
+        );
+        assert_eq!(s.price_of("search"), None, "no fixed price");
+        assert_eq!(
+            s.pricing_of("search-price"),
+            None,
+            "the companion is hidden, even with a default price"
+        );
+        assert_eq!(s.price_of("other"), Some(7));
+        let bad = |tools: Value| {
+            let (key, reason) =
+                parse_upstreams(&json!([{"name": "s", "command": "x", "tools": tools}]))
+                    .unwrap_err();
+            format!("{key}: {reason}")
+        };
+        let cases = [
+            (
+                json!({"t": {"priced_by": "p"}}),
+                "upstreams[0].tools.t.max_price_atoms: missing: the most one call may be charged",
+            ),
+            (
+                json!({"t": {"priced_by": "p", "max_price_atoms": -1}}),
+                "upstreams[0].tools.t.max_price_atoms: expected a price in atoms (0 to 9223372036854775)",
+            ),
+            (
+                json!({"t": {"priced_by": "p", "max_price_atoms": 1.5}}),
+                "upstreams[0].tools.t.max_price_atoms: expected a price in atoms (0 to 9223372036854775)",
+            ),
+            (
+                json!({"t": {"priced_by": "p", "max_price_atoms": "10"}}),
+                "upstreams[0].tools.t.max_price_atoms: expected a price in atoms (0 to 9223372036854775)",
+            ),
+            (
+                json!({"t": {"priced_by": "p", "max_price_atoms": 10, "min_price_atoms": 11}}),
+                "upstreams[0].tools.t.min_price_atoms: above max_price_atoms",
+            ),
+            (
+                json!({"t": {"max_price_atoms": 10}}),
+                "upstreams[0].tools.t.priced_by: missing",
+            ),
+            (
+                json!({"t": {"priced_by": "t", "max_price_atoms": 10}}),
+                "upstreams[0].tools.t.priced_by: expected the name of another tool of the upstream",
+            ),
+            (
+                json!({"t": {"priced_by": 5, "max_price_atoms": 10}}),
+                "upstreams[0].tools.t.priced_by: expected a string",
+            ),
+            (
+                json!({"t": {"priced_by": "p", "max_price_atoms": 10, "max": 1}}),
+                "upstreams[0].tools.t.max: unknown key",
+            ),
+            (
+                json!({"t": {"priced_by": "p", "max_price_atoms": 10}, "p": 5}),
+                "upstreams[0].tools.p: prices \"t\", so it is hidden: give it no price (or \"off\")",
+            ),
+        ];
+        for (tools, want) in cases {
+            assert_eq!(bad(tools.clone()), want, "{tools}");
+        }
+    }
+
+    #[test]
     fn mistakes_name_their_key() {
         let cases = [
             (json!({}), "upstreams: expected a list"),
@@ -503,11 +676,11 @@ mod tests {
             ),
             (
                 json!([{"name": "a", "command": "x", "tools": {"t": -1}}]),
-                "upstreams[0].tools.t: expected a price in atoms (0 to 9223372036854775) or \"off\"",
+                "upstreams[0].tools.t: expected a price in atoms (0 to 9223372036854775), \"off\" or {\"priced_by\": ...}",
             ),
             (
                 json!([{"name": "a", "command": "x", "tools": {"t": "free"}}]),
-                "upstreams[0].tools.t: expected a price in atoms (0 to 9223372036854775) or \"off\"",
+                "upstreams[0].tools.t: expected a price in atoms (0 to 9223372036854775), \"off\" or {\"priced_by\": ...}",
             ),
             (
                 json!([{"name": "a", "command": "x", "default_price_atoms": 1.5}]),

@@ -27,6 +27,11 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// most once per window.
 pub const RELIST_WINDOW: Duration = Duration::from_secs(2);
 
+/// How long a companion tool may take to answer a call's price: the caller waits for
+/// it before anything is charged, and a price is a quick answer from the arguments
+/// alone. Past it the call is refused, uncharged.
+pub const PRICE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long one listing of an upstream (all its pages) may take once it is connected.
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -1,17 +1,21 @@
 //! An upstream's tools as the harness serves them: the ones the configuration exposes,
 //! renamed with the upstream's prefix, with their schemas and annotations as the
-//! upstream lists them and the configured price in `_meta`; each call forwarded over
-//! the current connection, refused (and charged nothing) while the upstream is down.
+//! upstream lists them and the configured price in `_meta` (a tool priced by its
+//! companion: dynamic, with its bound, each price asked of the companion); each call
+//! forwarded over the current connection, refused (and charged nothing) while the
+//! upstream is down.
 //! The tools reach the connection through the upstream's [`Health`], so a reconnection
 //! changes nothing callers see.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use rmcp::model::{JsonObject, Tool};
+use brmcp_adapters::protocol::{describe_bounded, result_text};
+use rmcp::model::{CallToolResult, JsonObject, Tool};
+use serde_json::Value;
 
 use super::client::Link;
-use super::config::UpstreamConfig;
-use crate::server::{CallContext, Price, ToolError, ToolSpec};
+use super::config::{MAX_PRICE_ATOMS, ToolPrice, UpstreamConfig};
+use crate::server::{CallContext, Price, PriceBounds, ToolError, ToolSpec};
 
 /// An upstream's live connection, while it is up: read by each of its tools before a
 /// call is charged, and the call forwarded over it.
@@ -55,6 +59,56 @@ fn priced_description(description: Option<&str>, atoms: u64) -> String {
     }
 }
 
+/// Each call's price asked of the upstream's tool `companion` (free, with the call's
+/// arguments) and read strictly ([`read_price`]); a failure or a malformed answer
+/// refuses the call before anything is charged, and the harness refuses a price
+/// outside `bounds` the same way.
+fn asked_price(
+    health: &Arc<Health>,
+    companion: Arc<str>,
+    bounds: PriceBounds,
+) -> Price<JsonObject> {
+    let health = health.clone();
+    Price::Asked(
+        bounds,
+        Arc::new(move |_, args: &JsonObject| {
+            let (link, companion, args) = (health.link(), companion.clone(), args.clone());
+            let upstream = health.name.clone();
+            Box::pin(async move {
+                let refused = |why: String| {
+                    format!(
+                        "upstream {upstream}: the price tool {companion:?} {why}; nothing was charged"
+                    )
+                };
+                let answer = link?
+                    .price(&companion, args)
+                    .await
+                    .map_err(|e| refused(format!("failed: {e}")))?;
+                read_price(&answer).map_err(refused)
+            })
+        }),
+    )
+}
+
+/// The most of a companion's answer quoted back in a refusal, in characters.
+const MAX_QUOTED_ANSWER: usize = 64;
+
+/// A companion's answer: a result that is not an error, whose text is a JSON integer
+/// in `0..=`[`MAX_PRICE_ATOMS`] (`1500`; not `1500.0`, `"1500"`, `-1` or words).
+fn read_price(result: &CallToolResult) -> Result<u64, String> {
+    let text = result_text(result);
+    let quoted: String = text.chars().take(MAX_QUOTED_ANSWER).collect();
+    if result.is_error == Some(true) {
+        return Err(format!("failed: {quoted:?}"));
+    }
+    match serde_json::from_str::<Value>(text.trim()) {
+        Ok(Value::Number(n)) => n.as_u64(),
+        _ => None,
+    }
+    .filter(|atoms| *atoms <= MAX_PRICE_ATOMS)
+    .ok_or_else(|| format!("answered {quoted:?}, not a whole number of atoms"))
+}
+
 /// The most tools mirrored from one upstream: its listing is held in memory and sent
 /// to every caller that lists, and a runaway upstream must not grow it without end.
 pub const MAX_TOOLS_PER_UPSTREAM: usize = 1024;
@@ -69,19 +123,27 @@ pub(crate) fn mirror_tools(
     listed
         .into_iter()
         .filter_map(|tool| {
-            let atoms = config.price_of(&tool.name)?;
+            let pricing = config.pricing_of(&tool.name)?;
             let upstream_name: Arc<str> = tool.name.as_ref().into();
             let mut tool = tool;
             tool.name = format!("{}{}", config.prefix, tool.name).into();
-            if config.price_in_description && atoms > 0 {
-                tool.description =
-                    Some(priced_description(tool.description.as_deref(), atoms).into());
-            }
-            let price = if atoms == 0 {
-                Price::Free
-            } else {
-                Price::Fixed(atoms)
+            let (price, description) = match pricing {
+                ToolPrice::Off => return None,
+                ToolPrice::Atoms(0) => (Price::Free, None),
+                ToolPrice::Atoms(atoms) => (
+                    Price::Fixed(atoms),
+                    Some(priced_description(tool.description.as_deref(), atoms)),
+                ),
+                ToolPrice::PricedBy { priced_by, bounds } => (
+                    asked_price(health, priced_by.into(), bounds),
+                    describe_bounded(tool.description.as_deref(), &bounds),
+                ),
             };
+            if config.price_in_description
+                && let Some(description) = description
+            {
+                tool.description = Some(description.into());
+            }
             let (calls, health) = (health.clone(), health.clone());
             let spec = ToolSpec::from_definition(
                 tool,

@@ -2,7 +2,8 @@
 //! commands and streamable-HTTP endpoints) named in `brmcp.json`.
 //!
 //! - [`UpstreamConfig`]: the `upstreams` section, parsed strictly; per tool a price
-//!   in atoms or `"off"`, an optional default price, resources and prompts offered or
+//!   in atoms, `"off"`, or a companion tool that answers each call's price within a
+//!   bound, an optional default price, resources and prompts offered or
 //!   not, tool name prefixes when there are several upstreams.
 //! - [`Upstreams`]: the supervisor. Each upstream is connected as an MCP client, its
 //!   exposed tools mirrored into the harness's [`DynamicTools`](crate::server::DynamicTools)
@@ -32,8 +33,8 @@ pub use config::{
     BASE_ENV, Endpoint, MAX_NAME_LEN, MAX_PRICE_ATOMS, MAX_UPSTREAMS, ToolPrice, UpstreamConfig,
 };
 pub use limits::{
-    CALL_IDLE_TIMEOUT, CALL_MAX_TIMEOUT, LIST_TIMEOUT, PROGRESS_INTERVAL, RELIST_WINDOW,
-    UpstreamLimits, max_upstream_message,
+    CALL_IDLE_TIMEOUT, CALL_MAX_TIMEOUT, LIST_TIMEOUT, PRICE_TIMEOUT, PROGRESS_INTERVAL,
+    RELIST_WINDOW, UpstreamLimits, max_upstream_message,
 };
 pub use listing::{MAX_LIST_BYTES, MAX_LIST_ITEMS, MAX_LIST_PAGES};
 pub use mirror::MAX_TOOLS_PER_UPSTREAM;

@@ -32,7 +32,8 @@ function drawPending(st) {
   }
   BR.fill("pending", BR.table(["Bot", "Tool", "Amount", "Agent", "Asked", ""],
     st.pending.map(p => [
-      p.bot, p.tool, BR.atoms(p.atoms), p.agent, BR.time(p.created),
+      p.bot, p.tool, p.quoted ? `${BR.atoms(p.atoms)} (${p.quoted})` : BR.atoms(p.atoms),
+      p.agent, BR.time(p.created),
       BR.el("span", {},
         BR.el("button", { class: "approve", type: "button", "data-id": p.id,
                           onclick: () => decide(p.id, true), text: "Approve" }), " ",
