@@ -22,6 +22,18 @@
 //!    payments put there (see 4). A call waiting for its approval holds its bot
 //!    too: simpler than tracking the moments a call can take credit, at the cost
 //!    that another agent's priced calls to that bot wait meanwhile.
+//!
+//!    A bot that reserves credit per call (it advertises
+//!    [`RESERVES_CREDIT_META`](brmcp_adapters::protocol::RESERVES_CREDIT_META), as our
+//!    harness does) credits each tip to the calls it refused for payment that wait for
+//!    their retry, so a paying call's credit is not another call's to spend while that
+//!    call is under way. There agents' calls run side by side: a call is held back only
+//!    by credit another agent paid and has not collected while that agent has no
+//!    priced calls under way there (its call ended, say answered with an error the bot
+//!    refunded: that credit is anyone's at the bot). A bot that advertises the flag
+//!    and does not honour it gains nothing: rule 1 still bounds every call, and a call
+//!    answered from credit not its agent's is recorded against its agent's daily cap
+//!    (rule 4), its payer's call paying again.
 //! 3. **How long credit stays its agent's.** In approval mode, for
 //!    [`APPROVED_CREDIT_HOLD_SECS`] after the payment: within it, a call is never
 //!    charged from credit the user did not approve for its agent (the user approved
@@ -182,16 +194,21 @@ impl std::fmt::Display for Blocker {
 }
 
 /// Rule 2, without I/O: the first agent other than `agent` with priced calls under way
-/// (`in_flight`) or uncollected credit (`credit`, per agent) at the bot.
+/// (`in_flight`) or uncollected credit (`credit`, per agent) at the bot. At a bot that
+/// `reserves` credit per call, only credit of an agent with no priced calls under way
+/// there.
 pub(crate) fn blocker(
     agent: &str,
     in_flight: Option<&HashMap<String, usize>>,
     credit: &[(String, u64)],
+    reserves: bool,
 ) -> Option<Blocker> {
-    if let Some(other) = in_flight
-        .into_iter()
-        .flatten()
-        .find(|(a, n)| a.as_str() != agent && **n > 0)
+    let busy = |other: &str| in_flight.and_then(|m| m.get(other)).is_some_and(|n| *n > 0);
+    if !reserves
+        && let Some(other) = in_flight
+            .into_iter()
+            .flatten()
+            .find(|(a, n)| a.as_str() != agent && **n > 0)
     {
         return Some(Blocker::Calls {
             agent: other.0.clone(),
@@ -199,7 +216,7 @@ pub(crate) fn blocker(
     }
     credit
         .iter()
-        .find(|(a, n)| a != agent && *n > 0)
+        .find(|(a, n)| a != agent && *n > 0 && !(reserves && busy(a)))
         .map(|(a, n)| Blocker::Credit {
             agent: a.clone(),
             atoms: *n,
@@ -266,13 +283,16 @@ impl Policy {
     }
 
     /// Rule 2: a slot at `bot` for `agent`'s priced call, once no other agent's calls
-    /// or credit are there, waiting up to `wait`; the refusal says what it waited for.
+    /// or credit are there (at a bot that `reserves` credit per call, only credit no
+    /// call of its agent is under way for), waiting up to `wait`; the refusal says what
+    /// it waited for.
     pub(crate) async fn admit(
         &self,
         settings: &Settings,
         bot: &PeerId,
         agent: &str,
         wait: Duration,
+        reserves: bool,
     ) -> Result<Slot, Refusal> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -283,7 +303,7 @@ impl Policy {
                 .map_err(|e| e.to_string())?;
             let blocked = {
                 let mut bots = self.credit.bots();
-                match blocker(agent, bots.get(bot), &credit) {
+                match blocker(agent, bots.get(bot), &credit, reserves) {
                     Some(blocker) => blocker,
                     None => {
                         *bots
@@ -360,20 +380,51 @@ mod tests {
     fn another_agents_calls_or_credit_hold_a_call_back_and_its_own_do_not() {
         let mut in_flight = HashMap::new();
         in_flight.insert("a".to_owned(), 2);
-        assert_eq!(blocker("a", Some(&in_flight), &[("a".into(), 5)]), None);
         assert_eq!(
-            blocker("b", Some(&in_flight), &[]),
+            blocker("a", Some(&in_flight), &[("a".into(), 5)], false),
+            None
+        );
+        assert_eq!(
+            blocker("b", Some(&in_flight), &[], false),
             Some(Blocker::Calls { agent: "a".into() })
         );
         assert_eq!(
-            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)]),
+            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)], false),
             Some(Blocker::Credit {
                 agent: "a".into(),
                 atoms: 7
             })
         );
         in_flight.insert("a".to_owned(), 0);
-        assert_eq!(blocker("b", Some(&in_flight), &[("a".into(), 0)]), None);
+        assert_eq!(
+            blocker("b", Some(&in_flight), &[("a".into(), 0)], false),
+            None
+        );
+    }
+
+    #[test]
+    fn at_a_reserving_bot_only_credit_whose_agent_has_no_calls_under_way_holds_a_call_back() {
+        let mut in_flight = HashMap::new();
+        in_flight.insert("a".to_owned(), 1);
+        let credit = [("a".to_owned(), 7)];
+        assert_eq!(blocker("b", Some(&in_flight), &[], true), None);
+        assert_eq!(blocker("b", Some(&in_flight), &credit, true), None);
+        in_flight.insert("a".to_owned(), 0);
+        assert_eq!(
+            blocker("b", Some(&in_flight), &credit, true),
+            Some(Blocker::Credit {
+                agent: "a".into(),
+                atoms: 7
+            })
+        );
+        assert_eq!(
+            blocker("b", None, &credit, true),
+            Some(Blocker::Credit {
+                agent: "a".into(),
+                atoms: 7
+            })
+        );
+        assert_eq!(blocker("a", None, &credit, true), None);
     }
 
     #[test]
