@@ -221,6 +221,16 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
             );
             return;
         }
+        if result.is_error != Some(true) && row.price_atoms > 0 && may_have_paid(inner, &row) {
+            // Charged: it collects its credit (rule 4 of `credit`), or that credit would
+            // hold other agents back as its agent's, uncollected, for the hold.
+            let own = spend_entry(inner, &row)
+                .filter(|e| e.status != SpendStatus::Failed)
+                .map(|e| e.id);
+            inner
+                .policy
+                .collect(&bot, &row.agent, &row.tool, own, row.price_atoms);
+        }
         match serde_json::to_string(&result) {
             Ok(kept) => {
                 tracing::info!(%bot, key = %row.key, "resumed call answered; held for its agent");
