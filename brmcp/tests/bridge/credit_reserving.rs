@@ -336,3 +336,84 @@ async fn a_bot_that_says_it_reserves_and_does_not_cannot_make_an_agent_spend_ano
     bridge.close().await;
     drop(router);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
+    let fabric = Fabric::new(43);
+    let (bot, me) = (uid(1), uid(2));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let bot_dir = tempfile::tempdir().unwrap();
+    let n = runs.clone();
+    let harness = Harness::builder()
+        .data_dir(bot_dir.path())
+        .allowed_uids([me])
+        .calls_per_minute(6000)
+        .tool(ToolSpec::fixed(
+            "add",
+            "Adds, for a price; its first run fails (and is refunded)",
+            PRICE,
+            move |_call: CallContext, _: NoArgs| {
+                let n = n.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if n == 1 {
+                        return Err(ToolError::new("first run fails"));
+                    }
+                    Ok::<_, ToolError>(format!("sum #{n}"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let router = harness.start(fabric.sender(bot)).unwrap();
+    fabric.attach(bot, &router);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base_config(dir.path());
+    config.credit_wait = Duration::from_millis(300);
+    config.bot_calls_per_minute = 6000;
+    let tips = HarnessTips {
+        harness: harness.clone(),
+        from: me,
+        seq: AtomicU64::new(1),
+    };
+    let bridge = Bridge::new(config, fabric.router(me, RouterConfig::client()), tips).unwrap();
+    bridge
+        .apply_settings(two_agents(bot, 20 * PRICE))
+        .await
+        .unwrap();
+    bridge.start().await.unwrap();
+    let addr = bridge.listen_addr().unwrap();
+    let a = http_agent(addr, bot, A_TOKEN).await;
+    let b = http_agent(addr, bot, B_TOKEN).await;
+
+    // A pays; its call fails and the bot refunds it: the credit is A's, uncollected,
+    // and no call of A is under way for it.
+    let r = a.call_tool(call("add", json!({"who": "a"}))).await.unwrap();
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert_eq!(harness.balance_matoms(me).await.unwrap(), PRICE * 1000);
+
+    // B is not sent while it is there: the bot would charge B's call from it.
+    let r = b.call_tool(call("add", json!({"who": "b"}))).await.unwrap();
+    let said = text(&r);
+    assert_eq!(r.is_error, Some(true), "{said}");
+    assert!(
+        said.contains(&format!("the bot holds {PRICE} atoms agent \"a\" paid")),
+        "{said}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "nothing ran for B");
+
+    // A's next call collects it without paying; then B pays for its own.
+    let r = a
+        .call_tool(call("add", json!({"who": "a", "again": 1})))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let r = b.call_tool(call("add", json!({"who": "b"}))).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let (entries, _) = bridge.spend_log().unwrap();
+    let paid_by = |agent: &str| entries.iter().filter(|e| e.agent == agent).count();
+    assert_eq!((paid_by("a"), paid_by("b")), (1, 1), "{entries:?}");
+    let (uncollected, uses) = bridge.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "{uncollected:?}");
+    assert!(uses.is_empty(), "{uses:?}");
+    bridge.close().await;
+}

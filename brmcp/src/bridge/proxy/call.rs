@@ -397,6 +397,9 @@ impl ProxyServer {
                 Some((Ok(row), paid)) => {
                     call.paid = Some(paid);
                     call.row = Some(row);
+                    if let Some(slot) = call.slot.as_mut() {
+                        slot.paid(row);
+                    }
                     self.bridge.calls.paid(&call.journal, row);
                     continue;
                 }
