@@ -265,6 +265,24 @@ class Checks:
             self.fail("faults", "no process was killed: the run proves nothing (raise --secs)")
         elif not s.kills_in_paid:
             self.fail("faults", "no kill fell during a paid call: the run proves little")
+        # Each bridge kill aimed at paid calls in flight: their results reached their agents.
+        delivered = {}
+        for r in records:
+            if r["event"] == "attempt" and r["kind"] == "result":
+                for text in r.get("texts") or []:
+                    for m in ANSWER.finditer(text):
+                        if m.group(2) == r["tag"]:
+                            delivered.setdefault(r["tag"], m.group(3))
+        s.aimed = []
+        for t, tags in getattr(self.soak, "aimed", []):
+            when = time.strftime("%H:%M:%S", time.localtime(t))
+            if not tags:
+                self.fail("faults", f"the bridge kill at {when} found no paid call in flight")
+            for tag in tags:
+                s.aimed.append((tag, delivered.get(tag)))
+                if tag not in delivered:
+                    self.fail("faults", f"{tag}, a paid call in flight at the bridge kill at "
+                              f"{when}: its result never reached its agent")
 
 
 def report(soak, s):
@@ -280,6 +298,9 @@ def report(soak, s):
                       for t, hs in sorted(kills.items())))
     print(f"  kills during a paid call: {sum(s.kills_in_paid.values())}"
           + "".join(f", {t} {n}" for t, n in sorted(s.kills_in_paid.items())))
+    print("  bridge kills aimed at paid calls: "
+          + (", ".join(f"{tag} " + (f"delivered run={run}" if run else "NOT delivered")
+                       for tag, run in s.aimed) or "none"))
     print(f"  starts: devnet {soak.devnet.starts}, serve {soak.serve.starts}, bridge {soak.bridge.starts}")
     print(f"  calls: {s.calls} started ({s.paid_calls} paid), {s.delivered} delivered, "
           f"{s.gave_up} gave up; {s.attempts} attempts, {s.retries} retries; failed attempts "

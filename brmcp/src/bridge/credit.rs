@@ -22,6 +22,19 @@
 //!    payments put there (see 4). A call waiting for its approval holds its bot
 //!    too: simpler than tracking the moments a call can take credit, at the cost
 //!    that another agent's priced calls to that bot wait meanwhile.
+//!
+//!    A bot that reserves credit per call (it advertises
+//!    [`RESERVES_CREDIT_META`](brmcp_adapters::protocol::RESERVES_CREDIT_META), as our
+//!    harness does) credits each tip to the calls it refused for payment that wait for
+//!    their retry, so a paying call's credit is not another call's to spend while that
+//!    call is under way. There agents' calls run side by side: a call is held back only
+//!    by credit another agent paid and has not collected whose paying call is no longer
+//!    under way (it ended, say answered with an error the bot refunded, or it died with
+//!    an earlier run: that credit is anyone's at the bot); a payment still being made
+//!    counts as its call's while its agent has priced calls under way there. A bot that advertises the flag
+//!    and does not honour it gains nothing: rule 1 still bounds every call, and a call
+//!    answered from credit not its agent's is recorded against its agent's daily cap
+//!    (rule 4), its payer's call paying again.
 //! 3. **How long credit stays its agent's.** In approval mode, for
 //!    [`APPROVED_CREDIT_HOLD_SECS`] after the payment: within it, a call is never
 //!    charged from credit the user did not approve for its agent (the user approved
@@ -53,7 +66,7 @@
 //! above), and is bounded by rule 2 to credit of its own agent (or none the bridge
 //! paid).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -94,6 +107,8 @@ const RECHECK: Duration = Duration::from_secs(1);
 pub(crate) struct CreditBook {
     bots: Mutex<HashMap<PeerId, HashMap<String, usize>>>,
     changed: tokio::sync::Notify,
+    /// Spend-log rows of payments whose calls are under way (held by their [`Slot`]).
+    live_rows: Mutex<HashSet<i64>>,
     /// The price each bot last quoted for each tool.
     quotes: Mutex<HashMap<(PeerId, String), u64>>,
 }
@@ -101,6 +116,12 @@ pub(crate) struct CreditBook {
 impl CreditBook {
     fn bots(&self) -> MutexGuard<'_, HashMap<PeerId, HashMap<String, usize>>> {
         self.bots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn live_rows(&self) -> MutexGuard<'_, HashSet<i64>> {
+        self.live_rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn quotes(&self) -> MutexGuard<'_, HashMap<(PeerId, String), u64>> {
@@ -128,10 +149,25 @@ pub(crate) struct Slot {
     book: Arc<CreditBook>,
     bot: PeerId,
     agent: String,
+    /// The spend-log rows of the call's payments.
+    rows: Vec<i64>,
+}
+
+impl Slot {
+    /// The call paid: payment `row`'s credit is its call's while the slot lives.
+    pub(crate) fn paid(&mut self, row: i64) {
+        self.book.live_rows().insert(row);
+        self.rows.push(row);
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        let mut live = self.book.live_rows();
+        for row in &self.rows {
+            live.remove(row);
+        }
+        drop(live);
         let mut bots = self.book.bots();
         if let Some(agents) = bots.get_mut(&self.bot) {
             if let Some(n) = agents.get_mut(&self.agent) {
@@ -182,16 +218,20 @@ impl std::fmt::Display for Blocker {
 }
 
 /// Rule 2, without I/O: the first agent other than `agent` with priced calls under way
-/// (`in_flight`) or uncollected credit (`credit`, per agent) at the bot.
+/// (`in_flight`) or uncollected credit (`credit`, per agent) at the bot. At a bot that
+/// `reserves` credit per call, calls under way hold no one back (and `credit` is only
+/// that of payments whose calls ended).
 pub(crate) fn blocker(
     agent: &str,
     in_flight: Option<&HashMap<String, usize>>,
     credit: &[(String, u64)],
+    reserves: bool,
 ) -> Option<Blocker> {
-    if let Some(other) = in_flight
-        .into_iter()
-        .flatten()
-        .find(|(a, n)| a.as_str() != agent && **n > 0)
+    if !reserves
+        && let Some(other) = in_flight
+            .into_iter()
+            .flatten()
+            .find(|(a, n)| a.as_str() != agent && **n > 0)
     {
         return Some(Blocker::Calls {
             agent: other.0.clone(),
@@ -226,20 +266,23 @@ pub(crate) const fn least_price(price: Option<ToolPrice>) -> Option<u64> {
 }
 
 /// Uncollected credit at `bot` per agent, within its hold (by `settings`' mode) at
-/// `now`. An agent removed from `settings` can collect nothing: its credit holds no
-/// one back.
+/// `now`, less the payments in `live` (their calls are under way) and those still
+/// being made by an agent in `busy` (its paying call holds a slot). An agent removed
+/// from `settings` can collect nothing: its credit holds no one back.
 fn credit_at(
     spend: &SpendLog,
     settings: &Settings,
     bot: &PeerId,
     now: i64,
+    (live, busy): (&HashSet<i64>, &[String]),
 ) -> Result<Vec<(String, u64)>, SpendError> {
     let hold = hold_secs(settings.mode);
     let mut per_agent: Vec<(String, u64)> = Vec::new();
     for row in spend.uncollected(Some(bot))? {
         let expired = row.ts <= now.saturating_sub(hold);
         let removed = row.agent != DEFAULT_AGENT && settings.agent(&row.agent).is_none();
-        if expired || removed {
+        let paying = row.pending && busy.contains(&row.agent);
+        if expired || removed || paying || live.contains(&row.id) {
             continue;
         }
         match per_agent.iter_mut().find(|(a, _)| *a == row.agent) {
@@ -266,24 +309,39 @@ impl Policy {
     }
 
     /// Rule 2: a slot at `bot` for `agent`'s priced call, once no other agent's calls
-    /// or credit are there, waiting up to `wait`; the refusal says what it waited for.
+    /// or credit are there (at a bot that `reserves` credit per call, only credit whose
+    /// paying call ended), waiting up to `wait`; the refusal says what it waited for.
     pub(crate) async fn admit(
         &self,
         settings: &Settings,
         bot: &PeerId,
         agent: &str,
         wait: Duration,
+        reserves: bool,
     ) -> Result<Slot, Refusal> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let changed = self.credit.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let credit = credit_at(&self.spend, settings, bot, self.clock.now().0)
+            let (live, busy) = if reserves {
+                let busy = self.credit.bots().get(bot).map_or_else(Vec::new, |agents| {
+                    agents
+                        .iter()
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(a, _)| a.clone())
+                        .collect()
+                });
+                (self.credit.live_rows().clone(), busy)
+            } else {
+                (HashSet::new(), Vec::new())
+            };
+            let now = self.clock.now().0;
+            let credit = credit_at(&self.spend, settings, bot, now, (&live, &busy))
                 .map_err(|e| e.to_string())?;
             let blocked = {
                 let mut bots = self.credit.bots();
-                match blocker(agent, bots.get(bot), &credit) {
+                match blocker(agent, bots.get(bot), &credit, reserves) {
                     Some(blocker) => blocker,
                     None => {
                         *bots
@@ -295,6 +353,7 @@ impl Policy {
                             book: self.credit.clone(),
                             bot: *bot,
                             agent: agent.to_owned(),
+                            rows: Vec::new(),
                         });
                     }
                 }
@@ -360,20 +419,51 @@ mod tests {
     fn another_agents_calls_or_credit_hold_a_call_back_and_its_own_do_not() {
         let mut in_flight = HashMap::new();
         in_flight.insert("a".to_owned(), 2);
-        assert_eq!(blocker("a", Some(&in_flight), &[("a".into(), 5)]), None);
         assert_eq!(
-            blocker("b", Some(&in_flight), &[]),
+            blocker("a", Some(&in_flight), &[("a".into(), 5)], false),
+            None
+        );
+        assert_eq!(
+            blocker("b", Some(&in_flight), &[], false),
             Some(Blocker::Calls { agent: "a".into() })
         );
         assert_eq!(
-            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)]),
+            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)], false),
             Some(Blocker::Credit {
                 agent: "a".into(),
                 atoms: 7
             })
         );
         in_flight.insert("a".to_owned(), 0);
-        assert_eq!(blocker("b", Some(&in_flight), &[("a".into(), 0)]), None);
+        assert_eq!(
+            blocker("b", Some(&in_flight), &[("a".into(), 0)], false),
+            None
+        );
+    }
+
+    #[test]
+    fn at_a_reserving_bot_calls_under_way_hold_no_call_back_and_credit_left_over_does() {
+        let mut in_flight = HashMap::new();
+        in_flight.insert("a".to_owned(), 1);
+        let credit = [("a".to_owned(), 7)];
+        assert_eq!(blocker("b", Some(&in_flight), &[], true), None);
+        // The credit given here is of payments whose calls ended (`credit_at` drops
+        // the others).
+        assert_eq!(
+            blocker("b", Some(&in_flight), &credit, true),
+            Some(Blocker::Credit {
+                agent: "a".into(),
+                atoms: 7
+            })
+        );
+        assert_eq!(
+            blocker("b", None, &credit, true),
+            Some(Blocker::Credit {
+                agent: "a".into(),
+                atoms: 7
+            })
+        );
+        assert_eq!(blocker("a", None, &credit, true), None);
     }
 
     #[test]

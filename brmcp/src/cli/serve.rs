@@ -234,6 +234,12 @@ async fn serve(
             stopped.calls, stopped.told
         );
     }
+    if stopped.free_told > 0 {
+        eprintln!(
+            "stopped {} free call(s) in flight; their callers told",
+            stopped.free_told
+        );
+    }
     publisher.stop().await;
     // The publisher held the other handle; a snapshot still being written may too, and
     // dropping the last handle stops the upstreams as well.

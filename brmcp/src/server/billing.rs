@@ -163,6 +163,13 @@ pub trait Billing: Send + Sync {
     /// A store failure.
     fn balance_matoms(&self, caller: &PeerId) -> Result<u64, BillingError>;
 
+    /// Whether a tip is reserved for the caller's calls that wait for it, so no other
+    /// call spends it ([`reserved_matoms`](Self::reserved_matoms)); the harness then
+    /// advertises it to bridges (`brmcp/reservesCredit`). The default: no.
+    fn reserves_credit(&self) -> bool {
+        false
+    }
+
     /// The part of a caller's balance reserved at `now` for its calls refused for
     /// payment that wait for their retry (see [`record_tip`](Self::record_tip)); no
     /// other call may spend it. The default: a store that reserves nothing.

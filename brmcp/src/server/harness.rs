@@ -40,7 +40,7 @@ pub use call::ANSWER_TOO_LARGE;
 pub use fit::{ANSWER_WRAPPER_BYTES, max_answer_bytes, max_message_bytes};
 pub use interrupted::INTERRUPTED_NOTICE;
 use session::Session;
-pub use stop::{STOPPED_NOTICE, STOPPING};
+pub use stop::{FREE_STOPPED_NOTICE, STOPPED_NOTICE, STOPPING};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -173,6 +173,9 @@ pub struct Stopped {
     /// Of those, the callers answered `CALL_INTERRUPTED` before the sessions closed;
     /// the others are told by the next start.
     pub told: usize,
+    /// Free calls without a call key it stopped whose callers were answered
+    /// `CALL_INTERRUPTED` (nothing to refund, and not told later).
+    pub free_told: usize,
 }
 
 /// Why the harness could not be built or used.
@@ -449,15 +452,19 @@ impl Harness {
         self.shared.started.get().map(|s| &s.router)
     }
 
-    /// A graceful stop: no call is charged from now on; every charged call still
-    /// running is stopped, refunded and its caller answered `CALL_INTERRUPTED`
+    /// A graceful stop: no call starts from now on; every call still running is
+    /// stopped, a charged one refunded, and its caller answered `CALL_INTERRUPTED`
     /// (waiting up to `wait` for those answers to be sent; a caller not told by then is
     /// told by the next start, as after a crash); then the router and every session
     /// close.
     pub async fn stop(&self, wait: std::time::Duration) -> Stopped {
-        let (calls, told) = self.shared.clone().stop(wait).await;
+        let (calls, told, free_told) = self.shared.clone().stop(wait).await;
         self.close();
-        Stopped { calls, told }
+        Stopped {
+            calls,
+            told,
+            free_told,
+        }
     }
 
     /// Closes the router and every session. Calls already running finish and record

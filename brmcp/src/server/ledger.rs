@@ -497,6 +497,10 @@ impl Billing for Ledger {
     fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, BillingError> {
         Ok(Self::reserved_matoms(self, caller, now)?)
     }
+
+    fn reserves_credit(&self) -> bool {
+        true
+    }
 }
 
 impl From<LedgerError> for BillingError {

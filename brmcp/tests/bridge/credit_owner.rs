@@ -1,5 +1,6 @@
-//! Credit goes to the call that paid for it, against a bot that keeps one balance for
-//! the bridge (the serving harness without reservations, as the Go harness is): a
+//! Credit goes to the call that paid for it, against the serving harness (which
+//! reserves credit per call, so agents run side by side there) and test bots that
+//! keep one balance for the bridge, as the Go harness does: a
 //! burst of one agent's paid calls at the bot's rate limit gets a result for every
 //! payment and never the bot's raw `payment_required`; an agent whose caps cannot pay
 //! gets nothing while another pays; credit an agent paid and never collected (an

@@ -2,7 +2,8 @@
 //! never paid again: when the bot still asks payment for it (the credit never reached
 //! it), the agent's retry gets an error saying what was paid and that nothing was paid
 //! again, and the payer paid once; when the bot has the credit, the retry gets the
-//! result, run once.
+//! result, run once, and the resumed call collected its credit (none is left to hold
+//! other agents back).
 
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ async fn paid_then_stopped(
     Result<rmcp::model::CallToolResult, ServiceError>,
     std::sync::Arc<PayerState>,
     std::sync::Arc<crate::common::BotState>,
+    Bridge,
 ) {
     let fabric = Fabric::new(11);
     let (bot_id, bridge_id) = (uid(1), uid(2));
@@ -77,12 +79,12 @@ async fn paid_then_stopped(
     )
     .await
     .expect("an answer");
-    (retry, payer, bot)
+    (retry, payer, bot, second)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paid_call_the_bot_asks_payment_for_again_is_not_paid_again_after_a_restart() {
-    let (retry, payer, bot) = paid_then_stopped(false).await;
+    let (retry, payer, bot, _bridge) = paid_then_stopped(false).await;
     let Err(ServiceError::McpError(error)) = retry else {
         panic!("an error saying what was paid: {retry:?}");
     };
@@ -99,11 +101,14 @@ async fn a_paid_call_the_bot_asks_payment_for_again_is_not_paid_again_after_a_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paid_call_whose_credit_arrives_after_the_stop_runs_once_for_the_retry() {
-    let (retry, payer, bot) = paid_then_stopped(true).await;
+    let (retry, payer, bot, bridge) = paid_then_stopped(true).await;
     let result = retry.expect("the result");
     assert_ne!(result.is_error, Some(true), "{result:?}");
     assert_eq!(payer.count(), 1, "paid once");
     assert_eq!(bot.executions("fortune"), 1, "run once");
+    let (uncollected, uses) = bridge.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "collected: {uncollected:?}");
+    assert!(uses.is_empty(), "{uses:?}");
     // Under the key the first run gave it: the call resumed, not a new one.
     let keys = bot.calls_of("fortune");
     assert!(keys.len() >= 3, "paid, waited, resumed: {keys:?}");

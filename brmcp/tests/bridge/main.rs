@@ -11,6 +11,7 @@ mod call_lifetime;
 mod common;
 mod credit_owner;
 mod credit_polling;
+mod credit_reserving;
 mod daily_cap_concurrent;
 mod directory;
 mod durable_resume;

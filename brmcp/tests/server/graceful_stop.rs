@@ -1,7 +1,8 @@
 //! A graceful stop keeps its word: a paid call in its handler when the harness stops is
 //! stopped, refunded once and answered `CALL_INTERRUPTED` on its session before the
 //! sessions close; the next start refunds nothing more and tells nobody again. A stop
-//! whose answer is never sent leaves the caller to be told by the next start.
+//! whose answer is never sent leaves the caller to be told by the next start. A free
+//! call without a call key in its handler is answered `CALL_INTERRUPTED` too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,8 @@ use brmcp::adapters::mem::Fabric;
 use brmcp::adapters::protocol::CALL_INTERRUPTED;
 use brmcp::adapters::wire::{SessionId, UnixTime};
 use brmcp::server::{
-    CallRequest, CallState, Charge, Clock, Harness, INTERRUPTED, Ledger, ManualClock, NoArgs,
-    Origin, STOPPED_NOTICE, Tip, ToolError, ToolSpec,
+    CallRequest, CallState, Charge, Clock, FREE_STOPPED_NOTICE, Harness, INTERRUPTED, Ledger,
+    ManualClock, NoArgs, Origin, STOPPED_NOTICE, Tip, ToolError, ToolSpec,
 };
 use rmcp::ServiceError;
 use rmcp::model::RequestId;
@@ -144,4 +145,57 @@ fn an_interruption_never_told_is_owed_to_the_next_start() {
     assert_eq!(owed.len(), 1);
     assert_eq!((owed[0].call, &owed[0].request_id), (call, &request_id));
     assert_eq!(opened.ledger.balance_matoms(&ALICE_ID).unwrap(), FUNDS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_answers_a_free_call_without_a_key_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = Fabric::new(32);
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let free = ToolSpec::fixed(
+        "wait",
+        "Free work that never ends",
+        0,
+        move |_, _: NoArgs| {
+            let _ = started_tx.send(());
+            async {
+                std::future::pending::<()>().await;
+                Ok::<_, ToolError>("unreachable")
+            }
+        },
+    );
+    let server = harness(dir.path(), free);
+    let _router = start(&fabric, &server);
+    let alice = Arc::new(client(&fabric, ALICE).await);
+    let caller = alice.clone();
+    let pending = tokio::spawn(async move {
+        caller
+            .call_tool(params("wait", serde_json::json!({}), None))
+            .await
+    });
+    tokio::time::timeout(WITHIN, started.recv())
+        .await
+        .expect("the handler started");
+
+    let stopped = server.stop(WITHIN).await;
+    assert_eq!(
+        (stopped.calls, stopped.told, stopped.free_told),
+        (0, 0, 1),
+        "nothing charged, its caller told"
+    );
+    match tokio::time::timeout(WITHIN, pending)
+        .await
+        .expect("answered, not left to time out")
+        .unwrap()
+    {
+        Err(ServiceError::McpError(e)) => {
+            assert_eq!(e.code, CALL_INTERRUPTED);
+            assert_eq!(e.message, FREE_STOPPED_NOTICE);
+        }
+        other => panic!("expected CALL_INTERRUPTED, got {other:?}"),
+    }
+    // Nothing was charged or kept of it.
+    let ledger = server.ledger().unwrap().clone();
+    assert!(ledger.journal(None, 10).unwrap().is_empty());
+    assert_eq!(balance(&server, ALICE).await, 0);
 }

@@ -1,5 +1,6 @@
 //! A refused caller is told at once: a peer not on the allowlist gets a JSON-RPC
-//! `NOT_ALLOWED` error to the request it sent, on its session, within one round trip;
+//! `NOT_ALLOWED` error to the request it sent, on its session, within one round trip,
+//! also for a request that came in several parts;
 //! the operator's `"tell_refused": false` keeps the bot silent; a flood from a refused
 //! peer gets one reply per interval, and the gate still keeps every state out.
 
@@ -76,6 +77,30 @@ async fn a_caller_not_allowed_is_told_at_once() {
     assert!(stats.dropped_disallowed > 0);
     // The allowed caller is served as before.
     assert_eq!(dial(&fabric, ALICE, WITHIN).await, Ok(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_not_allowed_is_told_when_its_request_comes_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let harness = harness(dir.path(), "{}");
+    let fabric = Fabric::new(44);
+    let router = start(&fabric, &harness);
+    // Chunks of 64 bytes: the initialize request takes several parts.
+    let mut config = RouterConfig::client();
+    config.chunk_len = 64;
+    let mallory = fabric.router(uid(MALLORY), config);
+    let carried = fabric.carried();
+    let refused = dial_on(&mallory, WITHIN).await;
+    let (code, message) = refused
+        .expect_err("refused")
+        .expect("answered, not timed out");
+    assert_eq!(code, NOT_ALLOWED.0, "{message}");
+    assert!(message.contains(NOT_ALLOWED_MESSAGE), "{message}");
+    assert!(fabric.carried() - carried > 2, "the request came in parts");
+    // Nothing of it was kept.
+    let stats = router.stats();
+    assert_eq!(stats.sessions_accepted, 0);
+    assert_eq!(stats.parts_received, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

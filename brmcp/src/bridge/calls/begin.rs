@@ -15,7 +15,6 @@ use super::key::{agent_key, args_digest, derived_key};
 use super::state::State;
 use super::{Calls, JournalError, Live, logged};
 use crate::bridge::quote::Paid;
-use crate::bridge::spend::{SpendLog, SpendStatus};
 
 /// The header of the agent's MCP session (streamable HTTP).
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -40,6 +39,21 @@ pub(crate) struct Journaled {
     sent: bool,
     /// Held for its drop: the call stops being live when the last clone goes.
     _live: Arc<Live>,
+}
+
+#[cfg(test)]
+impl Journaled {
+    /// The journal's call `id`, live in `calls`, as a run holds it.
+    pub(super) fn of(calls: &Calls, id: i64) -> Self {
+        let live = calls.take_live(id).expect("not live yet");
+        Self {
+            id,
+            key: String::new(),
+            paid: None,
+            sent: false,
+            _live: Arc::new(live),
+        }
+    }
 }
 
 fn journal_error(e: &JournalError) -> ErrorData {
@@ -263,31 +277,10 @@ impl Calls {
         );
     }
 
-    /// The call's payment settled: recorded with its spend-log row (`agent`'s newest
-    /// payment of these atoms to `bot` for `tool`).
-    pub(crate) fn paid(
-        &self,
-        call: &Journaled,
-        spend: &SpendLog,
-        agent: &str,
-        bot: &PeerId,
-        tool: &str,
-        paid: Paid,
-    ) {
-        let bot = bot.to_string();
-        let row = spend.entries().ok().and_then(|rows| {
-            rows.into_iter()
-                .rev()
-                .find(|r| {
-                    r.agent == agent
-                        && r.bot == bot
-                        && r.tool == tool
-                        && r.atoms == paid.atoms
-                        && r.status != SpendStatus::Failed
-                })
-                .map(|r| r.id)
-        });
-        logged("payment", self.journal.paid(call.id, row, self.now()));
+    /// The call's payment settled: recorded with its spend-log `row`, the one its
+    /// settle wrote (never another payment of the same agent, bot, tool and atoms).
+    pub(crate) fn paid(&self, call: &Journaled, row: i64) {
+        logged("payment", self.journal.paid(call.id, Some(row), self.now()));
     }
 
     /// The call's payment was not made.

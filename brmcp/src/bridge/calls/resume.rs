@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired};
+use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired, ToolPrice};
 use brmcp_adapters::{PeerId, REQUEST_TIMEOUT, is_session_lost};
 use rmcp::ServiceError;
 use rmcp::model::{
@@ -20,7 +20,9 @@ use serde_json::Value;
 use super::journal::{HELD_SECS, Outcome, Row};
 use super::{Live, logged};
 use crate::bridge::Inner;
+use crate::bridge::link::BotLink;
 use crate::bridge::proxy::MAX_INTERRUPTED_RETRIES;
+use crate::bridge::quote::Listed;
 use crate::bridge::spend::{SpendEntry, SpendStatus};
 
 /// Pause before trying a bot again that could not be reached or lost the session: 5 s.
@@ -99,6 +101,22 @@ fn payment_note(inner: &Inner, row: &Row) -> String {
     let status = spend_entry(inner, row)
         .map(|e| format!(" (spend log row {}: {})", e.id, e.status.as_str()));
     format!("{atoms} atoms{}", status.unwrap_or_default())
+}
+
+/// What the bot charged a resumed call it answered: the price its payment was made
+/// against, else the tool's listed price (the last quoted, for a dynamic one); `None`
+/// for a free tool.
+fn charged_price(inner: &Inner, link: &BotLink, bot: &PeerId, row: &Row) -> Option<u64> {
+    if row.price_atoms > 0 {
+        return Some(row.price_atoms);
+    }
+    match link.listed(&row.tool) {
+        Listed::Tool(Ok(Some(ToolPrice::Fixed(n)))) if n > 0 => Some(n),
+        Listed::Tool(Ok(Some(ToolPrice::Dynamic))) => {
+            inner.policy.credit.last_quote(bot, &row.tool)
+        }
+        _ => None,
+    }
 }
 
 async fn resume_one(inner: &Inner, row: Row, live: Live) {
@@ -220,6 +238,20 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                     .answer(row.id, Outcome::Error(kept), false, now),
             );
             return;
+        }
+        if result.is_error != Some(true)
+            && let Some(price) = charged_price(inner, &link, &bot, &row)
+        {
+            // Charged: it collects its credit (rule 4 of `credit`), or the spend log
+            // would keep credit the bot no longer holds, holding other agents back.
+            let own = may_have_paid(inner, &row)
+                .then(|| spend_entry(inner, &row))
+                .flatten()
+                .filter(|e| e.status != SpendStatus::Failed)
+                .map(|e| e.id);
+            inner
+                .policy
+                .collect(&bot, &row.agent, &row.tool, own, price);
         }
         match serde_json::to_string(&result) {
             Ok(kept) => {

@@ -303,3 +303,54 @@ fn a_torn_or_foreign_file_is_refused_naming_it() {
     assert!(matches!(error, JournalError::Foreign(_)), "{error:?}");
     assert!(error.to_string().contains(CALLS_FILE), "{error}");
 }
+
+#[test]
+fn each_paid_call_records_the_spend_row_its_own_payment_wrote() {
+    use std::sync::Arc;
+
+    use brmcp_adapters::PeerId;
+    use brmcp_adapters::SystemClock;
+    use brmcp_adapters::wire::UnixTime;
+
+    use super::{Calls, Journaled};
+    use crate::bridge::quote::Paid;
+    use crate::bridge::spend::SpendLog;
+
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Calls::open(dir.path(), Arc::new(SystemClock)).unwrap();
+    let spend = SpendLog::open(dir.path(), UnixTime(T0)).unwrap();
+    let bot: PeerId = BOT.parse().unwrap();
+    // Two calls of one agent, paying the same atoms to the same bot for the same tool,
+    // their payments settling in the order they were made: the first call's row is
+    // not the newest when it settles.
+    let ids = [1u8, 2].map(|n| {
+        let key = format!("k{n}k{n}k{n}k{n}");
+        new(&calls.journal, &call("ci", &key, "run1", n), T0)
+    });
+    let rows = [0, 1].map(|pos| {
+        spend
+            .reserve_as(UnixTime(T0), "ci", None, &bot, "slow", 2_000, 100_000, pos)
+            .unwrap()
+            .unwrap()
+    });
+    assert_ne!(rows[0], rows[1]);
+    let journaled = ids.map(|id| {
+        let mut call = Journaled::of(&calls, id);
+        calls.sent(&mut call);
+        let paid = Paid {
+            price_atoms: 2_000,
+            atoms: 2_000,
+        };
+        calls.paying(&call, paid);
+        call
+    });
+    for (call, row) in journaled.iter().zip(rows) {
+        spend.settle(row, Ok(())).unwrap();
+        calls.paid(call, row);
+    }
+    for (n, row) in rows.iter().enumerate() {
+        let key = format!("k{0}k{0}k{0}k{0}", n + 1);
+        let kept = calls.journal.by_key(BOT, &key).unwrap().expect("kept");
+        assert_eq!(kept.spend_id, Some(*row), "call {key}");
+    }
+}

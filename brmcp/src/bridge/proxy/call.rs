@@ -405,11 +405,10 @@ impl ProxyServer {
                 Some((Ok(row), paid)) => {
                     call.paid = Some(paid);
                     call.row = Some(row);
-                    let (spend, agent) = (&self.bridge.policy.spend, caller(ctx));
-                    let (bot, tool) = (&self.link.bot, &call.tool);
-                    self.bridge
-                        .calls
-                        .paid(&call.journal, spend, agent.name(), bot, tool, paid);
+                    if let Some(slot) = call.slot.as_mut() {
+                        slot.paid(row);
+                    }
+                    self.bridge.calls.paid(&call.journal, row);
                     continue;
                 }
                 Some((Err(reason), _)) => {

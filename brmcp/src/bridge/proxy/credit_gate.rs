@@ -10,7 +10,7 @@ use crate::bridge::credit::{self, Slot};
 use crate::bridge::policy::Refusal;
 use crate::bridge::quote::{Listed, Paid};
 use crate::bridge::settings::{Caller, Settings};
-use brmcp_adapters::protocol::ToolPrice;
+use brmcp_adapters::protocol::{self, ToolPrice};
 
 impl ProxyServer {
     /// Rules 1 and 2 of [`credit`] before a call's first send: the tool's listed price,
@@ -65,10 +65,25 @@ impl ProxyServer {
     ) -> Result<Result<Slot, Refusal>, ErrorData> {
         let agent: Caller = caller(ctx);
         let wait = self.bridge.config.credit_wait;
+        let reserves = self.reserves_credit();
+        let bot = &self.link.bot;
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.admit(settings, &self.link.bot, agent.name(), wait) => s,
+            s = self.bridge.policy.admit(settings, bot, agent.name(), wait, reserves) => s,
+        })
+    }
+
+    /// Whether the bot's live session says it reserves credit per call (rule 2 of
+    /// [`credit`]); not without a session, nor when the flag is malformed.
+    fn reserves_credit(&self) -> bool {
+        let Some(conn) = self.link.live() else {
+            return false;
+        };
+        let meta = conn.info.meta.as_ref().map(|m| &m.0);
+        protocol::reserves_credit(meta).unwrap_or_else(|e| {
+            tracing::warn!(bot = %self.link.bot, error = %e, "bot's initialize result refused; its calls wait for each other");
+            false
         })
     }
 

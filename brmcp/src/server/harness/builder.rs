@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use brmcp_adapters::{PeerId, RouterConfig};
+use brmcp_adapters::{PeerId, RouterConfig, protocol};
 use rmcp::model::{
     Implementation, PromptsCapability, ResourcesCapability, ServerCapabilities, ServerConfig,
 };
@@ -280,6 +280,12 @@ impl HarnessBuilder {
         let mut info = ServerConfig::new(capabilities).with_server_info(self.info);
         if let Some(text) = self.instructions {
             info = info.with_instructions(text);
+        }
+        if billing.reserves_credit() {
+            // Bridges let their agents' paid calls run side by side here.
+            let mut meta = info.meta.take().unwrap_or_default();
+            protocol::advertise_reserves_credit(&mut meta.0);
+            info.meta = Some(meta);
         }
         let throttle = self
             .auto_reply

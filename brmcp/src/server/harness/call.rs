@@ -11,7 +11,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use tokio::sync::oneshot;
 
-use super::stop::{Running, STOPPING, Stop};
+use super::stop::{Run, Running, STOPPING, Stop};
 use super::{Counters, HarnessError, Shared, fit};
 use crate::server::billing::{CallId, CallRequest, Charge, Keyed, Origin};
 use crate::server::call_key::{ArgsHash, CallKey};
@@ -128,11 +128,11 @@ impl Shared {
                 return Ok(refusal(message));
             }
         };
-        let charged = if price_atoms == 0 && keyed.is_none() {
-            None
-        } else if self.running.stopping() {
+        let charged = if self.running.stopping() {
             give_back(ticket);
             return Err(Stop::Refused);
+        } else if price_atoms == 0 && keyed.is_none() {
+            None
         } else {
             let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.now());
             let (sid, request_id) = origin;
@@ -170,17 +170,18 @@ impl Shared {
         };
 
         let request_id = request.id.clone();
-        // A charged call registers, so a graceful stop can end it (and then owns its
-        // end); one charged as the stop began is refunded here and told so.
+        // Every call registers, so a graceful stop can end it (and then owns its end);
+        // one charged as the stop began is refunded here and told so.
         let (stop_tx, stop_rx) = oneshot::channel();
-        if let Some(id) = charged {
-            let running = Running {
-                caller,
-                sid: origin.0,
-                request_id: request_id.clone(),
-                stop: stop_tx,
-            };
-            if !self.running.start(id, running) {
+        let run = charged.map_or_else(|| self.running.free(), Run::Charged);
+        let running = Running {
+            caller,
+            sid: origin.0,
+            request_id: request_id.clone(),
+            stop: stop_tx,
+        };
+        if !self.running.start(run, running) {
+            if let Some(id) = charged {
                 // No outcome kept: the key is released, so the retry runs afresh.
                 let now = self.clock.now();
                 let refunded = self
@@ -189,8 +190,8 @@ impl Shared {
                 if let Err(e) = refunded {
                     tracing::error!(call = %id, error = %e, "call refused at the stop not refunded; refunded at the next start");
                 }
-                return Err(Stop::Refused);
             }
+            return Err(Stop::Refused);
         }
         let context = CallContext {
             caller,
@@ -203,14 +204,11 @@ impl Shared {
         Counters::bump(&self.counters.runs);
         let handler = tokio::spawn(prepared.run(context));
         let abort = handler.abort_handle();
-        let joined = match charged {
-            Some(_) => tokio::select! {
-                joined = handler => Some(joined),
-                _ = stop_rx => None,
-            },
-            None => Some(handler.await),
+        let joined = tokio::select! {
+            joined = handler => Some(joined),
+            _ = stop_rx => None,
         };
-        let stopped = joined.is_none() || charged.is_some_and(|id| !self.running.finish(id));
+        let stopped = joined.is_none() || !self.running.finish(run);
         let Some(joined) = joined.filter(|_| !stopped) else {
             // The stop owns the call's end: it refunds it and answers its caller.
             abort.abort();

@@ -1,9 +1,11 @@
 //! A graceful stop that keeps its word: every charged call still running when the
 //! harness stops is stopped, refunded and answered [`CALL_INTERRUPTED`] on its session
 //! before the sessions close, or, if the answer cannot be sent in time, left to be told
-//! by the next start.
+//! by the next start. A free call without a call key (nothing charged, nothing kept)
+//! is stopped and answered the same way, with [`FREE_STOPPED_NOTICE`]; one the answer
+//! does not reach in time is not told later (there is nothing to refund).
 //!
-//! Each charged call registers while its handler runs; whoever takes it out of the
+//! Each call registers while its handler runs; whoever takes it out of the
 //! register (the call, with its handler's answer, or [`Shared::stop`]) owns its end, so
 //! a call is completed or interrupted, never both. The interruption is durable before
 //! anything is sent: one store transaction refunds the call and marks its caller to be
@@ -13,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::PoisonError;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use brmcp_adapters::PeerId;
@@ -31,6 +33,11 @@ use crate::server::billing::CallId;
 pub const STOPPED_NOTICE: &str =
     "call interrupted by a stop of the bot; refunded; retry with the same call key";
 
+/// The message of the [`CALL_INTERRUPTED`] answer to a free call without a call key a
+/// graceful stop ended.
+pub const FREE_STOPPED_NOTICE: &str =
+    "call interrupted by a stop of the bot; nothing was charged; retry shortly";
+
 /// The message of the `CALL_INTERRUPTED` answer to a call that would start while the
 /// harness stops (nothing charged).
 pub const STOPPING: &str = "the bot is stopping; nothing was charged; retry shortly";
@@ -45,7 +52,17 @@ pub(super) enum Stop {
     Refused,
 }
 
-/// One charged call whose handler runs.
+/// A running call in the register: a charged one by its charge, a free one without a
+/// call key by a number of this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Run {
+    /// Charged (also at price 0, for a keyed call): refunded when stopped.
+    Charged(CallId),
+    /// Free and unkeyed: nothing to refund, only an answer.
+    Free(u64),
+}
+
+/// One call whose handler runs.
 pub(super) struct Running {
     pub(super) caller: PeerId,
     pub(super) sid: SessionId,
@@ -54,17 +71,23 @@ pub(super) struct Running {
     pub(super) stop: oneshot::Sender<()>,
 }
 
-/// The charged calls whose handlers run, and whether the harness stops.
+/// The calls whose handlers run, and whether the harness stops.
 #[derive(Default)]
 pub(super) struct RunningCalls {
-    calls: Mutex<HashMap<CallId, Running>>,
+    calls: Mutex<HashMap<Run, Running>>,
     stopping: AtomicBool,
+    /// The number of the next free call.
+    next_free: AtomicU64,
 }
 
 impl RunningCalls {
-    /// Registers a charged call; `false` (and nothing registered) once the harness
-    /// stops.
-    pub(super) fn start(&self, call: CallId, running: Running) -> bool {
+    /// A new number for a free call without a call key.
+    pub(super) fn free(&self) -> Run {
+        Run::Free(self.next_free.fetch_add(1, SeqCst))
+    }
+
+    /// Registers a call; `false` (and nothing registered) once the harness stops.
+    pub(super) fn start(&self, call: Run, running: Running) -> bool {
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         if self.stopping.load(SeqCst) {
             return false;
@@ -75,7 +98,7 @@ impl RunningCalls {
 
     /// Takes a finished call out; `true` when its end is the caller's to record, `false`
     /// when a stop took it first.
-    pub(super) fn finish(&self, call: CallId) -> bool {
+    pub(super) fn finish(&self, call: Run) -> bool {
         self.calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -89,7 +112,7 @@ impl RunningCalls {
     }
 
     /// Marks the harness stopping and takes every running call.
-    fn stop_all(&self) -> Vec<(CallId, Running)> {
+    fn stop_all(&self) -> Vec<(Run, Running)> {
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         self.stopping.store(true, SeqCst);
         calls.drain().collect()
@@ -97,16 +120,19 @@ impl RunningCalls {
 }
 
 impl Shared {
-    /// Stops every running charged call: its handler is stopped, its charge refunded
-    /// with its caller marked to be told (one transaction), and its caller answered
+    /// Stops every running call: its handler is stopped, a charge refunded with its
+    /// caller marked to be told (one transaction), and its caller answered
     /// [`CALL_INTERRUPTED`]; waits up to `wait` for those answers to be sent. Returns
-    /// how many calls it stopped and how many of their callers were told; the rest are
-    /// told by the next start.
-    pub(super) async fn stop(self: std::sync::Arc<Self>, wait: Duration) -> (usize, usize) {
+    /// how many charged calls it stopped, how many of their callers were told (the rest
+    /// are told by the next start), and how many free calls' callers were told.
+    pub(super) async fn stop(self: std::sync::Arc<Self>, wait: Duration) -> (usize, usize, usize) {
         let stopped = self.running.stop_all();
-        let count = stopped.len();
+        let count = stopped
+            .iter()
+            .filter(|(run, _)| matches!(run, Run::Charged(_)))
+            .count();
         let mut answers = tokio::task::JoinSet::new();
-        for (call, running) in stopped {
+        for (run, running) in stopped {
             let Running {
                 caller,
                 sid,
@@ -116,8 +142,15 @@ impl Shared {
             let _ = stop.send(());
             let shared = self.clone();
             answers.spawn(async move {
+                let told = async {
                 let now = shared.clock.now();
-                if let Err(e) = shared.blocking(move |b| b.interrupt(call, now)).await {
+                let (charged, notice) = match run {
+                    Run::Charged(call) => (Some(call), STOPPED_NOTICE),
+                    Run::Free(_) => (None, FREE_STOPPED_NOTICE),
+                };
+                if let Some(call) = charged
+                    && let Err(e) = shared.blocking(move |b| b.interrupt(call, now)).await
+                {
                     // Still pending in the store: refunded and told at the next start.
                     tracing::error!(%call, error = %e, "stopped call not refunded now");
                     return false;
@@ -126,30 +159,39 @@ impl Shared {
                     return false;
                 };
                 let message = ServerJsonRpcMessage::error(
-                    ErrorData::new(CALL_INTERRUPTED, STOPPED_NOTICE, None),
+                    ErrorData::new(CALL_INTERRUPTED, notice, None),
                     Some(request_id),
                 );
                 if let Err(e) = router.send_on(caller, sid, &message).await {
-                    tracing::warn!(%call, error = %e, "stopped call's caller not told; the next start tells it");
+                    tracing::warn!(?run, error = %e, "stopped call's caller not told; a charged one is told by the next start");
                     return false;
                 }
+                let Some(call) = charged else {
+                    return true;
+                };
                 Counters::bump(&shared.counters.interrupted_told);
                 if let Err(e) = shared.blocking(move |b| b.told(call)).await {
                     // Told again at the next start: harmless.
                     tracing::warn!(%call, error = %e, "stopped call's notice not cleared");
                 }
                 true
+                };
+                (run, told.await)
             });
         }
-        let mut told = 0;
+        let (mut told, mut free_told) = (0, 0);
         let all = async {
             while let Some(sent) = answers.join_next().await {
-                told += usize::from(sent.unwrap_or(false));
+                match sent {
+                    Ok((Run::Charged(_), true)) => told += 1,
+                    Ok((Run::Free(_), true)) => free_told += 1,
+                    _ => {}
+                }
             }
         };
         if tokio::time::timeout(wait, all).await.is_err() {
             tracing::warn!("stop: some interrupted calls' callers are told at the next start");
         }
-        (count, told)
+        (count, told, free_told)
     }
 }

@@ -1,0 +1,419 @@
+//! Agents run side by side at a bot that reserves credit per call (our harness
+//! advertises `brmcp/reservesCredit`): one agent's priced call is not held back while
+//! another agent's paid call is under way, and each pays for what it gets. A bot that
+//! advertises the flag and keeps one balance (it lies) gains nothing: the call it
+//! answers from another agent's credit is recorded as that use, against its own
+//! agent's daily cap, which then refuses that agent's next call; the paying agent's
+//! call pays again and is answered.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use brmcp::adapters::mem::{Fabric, uid};
+use brmcp::adapters::protocol::RESERVES_CREDIT_META;
+use brmcp::adapters::{BoxError, PeerId, RouterConfig};
+use brmcp::bridge::{AgentEntry, Bridge, Payer, Settings};
+use brmcp::server::{CallContext, Harness, NoArgs, Tip, ToolError, ToolSpec};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, RoleServer, ServerHandler, ServiceExt};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::common::{autopay, base_config, call, eventually, text};
+
+/// The price of `add`, in atoms.
+const PRICE: u64 = 1000;
+
+const DEFAULT_TOKEN: &str = "dddddddddddddddddddddddddddddddd";
+const A_TOKEN: &str = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1";
+const B_TOKEN: &str = "b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+
+/// The bot's raw refusal, which no agent may read.
+const RAW: &str = r#""error":"payment_required""#;
+
+/// Settings with agents `a` and `b`, `b` capped at `b_day` atoms a day.
+fn two_agents(bot: PeerId, b_day: u64) -> Settings {
+    let mut s = autopay(bot);
+    s.enabled = true;
+    s.token = DEFAULT_TOKEN.into();
+    s.agents = vec![
+        AgentEntry::new("a", A_TOKEN, PRICE, 20 * PRICE, Vec::new()),
+        AgentEntry::new("b", B_TOKEN, PRICE, b_day, Vec::new()),
+    ];
+    s
+}
+
+type HttpAgent = RunningService<RoleClient, ()>;
+
+async fn http_agent(addr: std::net::SocketAddr, bot: PeerId, token: &str) -> HttpAgent {
+    ().serve(StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp/{bot}"))
+            .auth_header(token),
+    ))
+    .await
+    .expect("HTTP agent")
+}
+
+/// Pays by recording a tip at the harness, confirmed once it is credited.
+struct HarnessTips {
+    harness: Harness,
+    from: PeerId,
+    seq: AtomicU64,
+}
+
+impl Payer for HarnessTips {
+    async fn pay(&self, _bot: PeerId, atoms: u64) -> Result<(), BoxError> {
+        let tip = Tip {
+            seq: self.seq.fetch_add(1, Ordering::SeqCst),
+            caller: self.from,
+            matoms: atoms * 1000,
+        };
+        self.harness.record_tip(tip).await?;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_way() {
+    let fabric = Fabric::new(37);
+    let (bot, me) = (uid(1), uid(2));
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let bot_dir = tempfile::tempdir().unwrap();
+    let (s, r, n) = (started.clone(), release.clone(), runs.clone());
+    let harness = Harness::builder()
+        .data_dir(bot_dir.path())
+        .allowed_uids([me])
+        .calls_per_minute(6000)
+        .tool(ToolSpec::fixed(
+            "add",
+            "Adds, for a price; the first run waits to be released",
+            PRICE,
+            move |_call: CallContext, _: NoArgs| {
+                let (s, r) = (s.clone(), r.clone());
+                let n = n.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if n == 1 {
+                        s.notify_one();
+                        r.notified().await;
+                    }
+                    Ok::<_, ToolError>(format!("sum #{n}"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let router = harness.start(fabric.sender(bot)).unwrap();
+    fabric.attach(bot, &router);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base_config(dir.path());
+    // Far shorter than the held call: a call held back for it would be refused.
+    config.credit_wait = Duration::from_millis(300);
+    config.bot_calls_per_minute = 6000;
+    let tips = HarnessTips {
+        harness: harness.clone(),
+        from: me,
+        seq: AtomicU64::new(1),
+    };
+    let bridge = Bridge::new(config, fabric.router(me, RouterConfig::client()), tips).unwrap();
+    bridge
+        .apply_settings(two_agents(bot, 20 * PRICE))
+        .await
+        .unwrap();
+    bridge.start().await.unwrap();
+    let addr = bridge.listen_addr().unwrap();
+    let a = http_agent(addr, bot, A_TOKEN).await;
+    let b = http_agent(addr, bot, B_TOKEN).await;
+
+    // A's paid call runs at the bot and stays there.
+    let held = {
+        let peer = a.peer().clone();
+        tokio::spawn(async move { peer.call_tool(call("add", json!({"who": "a"}))).await })
+    };
+    tokio::time::timeout(Duration::from_secs(20), started.notified())
+        .await
+        .expect("A's call ran");
+
+    // B's calls are sent meanwhile, paid by B and answered.
+    for i in 0..3 {
+        let r = b
+            .call_tool(call("add", json!({"who": "b", "i": i})))
+            .await
+            .unwrap();
+        let said = text(&r);
+        assert_eq!(r.is_error, Some(false), "B was held back: {said}");
+        assert!(!said.contains(RAW), "{said}");
+    }
+    release.notify_one();
+    let r = held.await.unwrap().unwrap();
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    assert_eq!(text(&r), "sum #1");
+
+    let (entries, spent) = bridge.spend_log().unwrap();
+    assert_eq!(spent, 4 * PRICE);
+    let paid_by = |agent: &str| entries.iter().filter(|e| e.agent == agent).count();
+    assert_eq!((paid_by("a"), paid_by("b")), (1, 3), "{entries:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+    let (uncollected, uses) = bridge.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "{uncollected:?}");
+    assert!(uses.is_empty(), "no call used credit not its own: {uses:?}");
+    assert_eq!(harness.balance_matoms(me).await.unwrap(), 0);
+    bridge.close().await;
+}
+
+/// A bot that advertises [`RESERVES_CREDIT_META`] and keeps one balance: any call is
+/// charged from it, whichever call's tip put the credit there.
+#[derive(Clone, Default)]
+struct Liar {
+    balance: Arc<AtomicU64>,
+    runs: Arc<AtomicUsize>,
+}
+
+impl ServerHandler for Liar {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let meta: MetaObject =
+            serde_json::from_value(json!({ RESERVES_CREDIT_META: true })).unwrap();
+        info.meta = Some(meta);
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tool: Tool = serde_json::from_value(json!({
+            "name": "add",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": PRICE},
+        }))
+        .unwrap();
+        Ok(ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        _request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let charged = self
+            .balance
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(PRICE));
+        Ok(match charged {
+            Ok(was) => {
+                let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+                let said = format!("sum #{n} (balance was {was})");
+                CallToolResult::success(vec![ContentBlock::text(said)]).into()
+            }
+            Err(balance) => {
+                let body = json!({"error": "payment_required", "tool": "add",
+                    "priceAtoms": PRICE, "balanceAtoms": balance,
+                    "shortfallAtoms": PRICE - balance, "acceptedRails": ["tip"]});
+                CallToolResult::error(vec![ContentBlock::text(body.to_string())]).into()
+            }
+        })
+    }
+}
+
+/// Credits the liar's one balance; the first payment then waits to be released, so
+/// its call's reissue comes after another agent's call.
+struct GatedTips {
+    balance: Arc<AtomicU64>,
+    paid: Arc<Notify>,
+    release: Arc<Notify>,
+    payments: Arc<AtomicUsize>,
+}
+
+impl Payer for GatedTips {
+    async fn pay(&self, _bot: PeerId, atoms: u64) -> Result<(), BoxError> {
+        self.balance.fetch_add(atoms, Ordering::SeqCst);
+        if self.payments.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.paid.notify_one();
+            self.release.notified().await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bot_that_says_it_reserves_and_does_not_cannot_make_an_agent_spend_anothers_credit_unseen()
+ {
+    let fabric = Fabric::new(41);
+    let (bot, me) = (uid(1), uid(2));
+    let router = fabric.router(bot, RouterConfig::server());
+    let liar = Liar::default();
+    let (balance, runs) = (liar.balance.clone(), liar.runs.clone());
+    router.serve(move |_: &PeerId| liar.clone());
+    let (paid, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let payments = Arc::new(AtomicUsize::new(0));
+    let tips = GatedTips {
+        balance: balance.clone(),
+        paid: paid.clone(),
+        release: release.clone(),
+        payments: payments.clone(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base_config(dir.path());
+    config.credit_wait = Duration::from_millis(300);
+    config.poll_attempts = 20;
+    let bridge = Bridge::new(config, fabric.router(me, RouterConfig::client()), tips).unwrap();
+    // B may spend one call's price a day.
+    bridge.apply_settings(two_agents(bot, PRICE)).await.unwrap();
+    bridge.start().await.unwrap();
+    let addr = bridge.listen_addr().unwrap();
+    let a = http_agent(addr, bot, A_TOKEN).await;
+    let b = http_agent(addr, bot, B_TOKEN).await;
+
+    // A pays; its credit is at the bot, its reissue not sent yet.
+    let paying = {
+        let peer = a.peer().clone();
+        tokio::spawn(async move { peer.call_tool(call("add", json!({"who": "a"}))).await })
+    };
+    tokio::time::timeout(Duration::from_secs(20), paid.notified())
+        .await
+        .expect("A paid");
+    assert_eq!(balance.load(Ordering::SeqCst), PRICE);
+
+    // The liar answers B's call from A's credit: the bridge cannot stop that, but it
+    // records it as B's use of A's credit.
+    let r = b.call_tool(call("add", json!({"who": "b"}))).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    assert_eq!(balance.load(Ordering::SeqCst), 0, "B spent A's credit");
+    let (_, uses) = bridge.credit_log().unwrap();
+    assert_eq!(uses.len(), 1, "{uses:?}");
+    assert_eq!(
+        (
+            uses[0].agent.as_str(),
+            uses[0].credit_of.as_deref(),
+            uses[0].atoms
+        ),
+        ("b", Some("a"), PRICE)
+    );
+
+    // That use counts against B's daily cap: its next call is not sent.
+    let before = runs.load(Ordering::SeqCst);
+    let r = b
+        .call_tool(call("add", json!({"who": "b", "again": 1})))
+        .await
+        .unwrap();
+    let said = text(&r);
+    assert_eq!(r.is_error, Some(true), "{said}");
+    assert!(
+        said.contains("agent \"b\"") && said.contains("not sent"),
+        "{said}"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        before,
+        "nothing reached the bot"
+    );
+
+    // A's call learns its credit went elsewhere, pays again and is answered.
+    release.notify_one();
+    let r = paying.await.unwrap().unwrap();
+    let said = text(&r);
+    assert_eq!(r.is_error, Some(false), "{said}");
+    assert!(!said.contains(RAW), "{said}");
+    assert!(
+        eventually(Duration::from_secs(5), || payments.load(Ordering::SeqCst)
+            == 2)
+        .await
+    );
+    let (entries, spent) = bridge.spend_log().unwrap();
+    assert_eq!(spent, 2 * PRICE);
+    assert!(entries.iter().all(|e| e.agent == "a"), "{entries:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let (uncollected, _) = bridge.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "{uncollected:?}");
+    bridge.close().await;
+    drop(router);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
+    let fabric = Fabric::new(43);
+    let (bot, me) = (uid(1), uid(2));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let bot_dir = tempfile::tempdir().unwrap();
+    let n = runs.clone();
+    let harness = Harness::builder()
+        .data_dir(bot_dir.path())
+        .allowed_uids([me])
+        .calls_per_minute(6000)
+        .tool(ToolSpec::fixed(
+            "add",
+            "Adds, for a price; its first run fails (and is refunded)",
+            PRICE,
+            move |_call: CallContext, _: NoArgs| {
+                let n = n.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if n == 1 {
+                        return Err(ToolError::new("first run fails"));
+                    }
+                    Ok::<_, ToolError>(format!("sum #{n}"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let router = harness.start(fabric.sender(bot)).unwrap();
+    fabric.attach(bot, &router);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base_config(dir.path());
+    config.credit_wait = Duration::from_millis(300);
+    config.bot_calls_per_minute = 6000;
+    let tips = HarnessTips {
+        harness: harness.clone(),
+        from: me,
+        seq: AtomicU64::new(1),
+    };
+    let bridge = Bridge::new(config, fabric.router(me, RouterConfig::client()), tips).unwrap();
+    bridge
+        .apply_settings(two_agents(bot, 20 * PRICE))
+        .await
+        .unwrap();
+    bridge.start().await.unwrap();
+    let addr = bridge.listen_addr().unwrap();
+    let a = http_agent(addr, bot, A_TOKEN).await;
+    let b = http_agent(addr, bot, B_TOKEN).await;
+
+    // A pays; its call fails and the bot refunds it: the credit is A's, uncollected,
+    // and no call of A is under way for it.
+    let r = a.call_tool(call("add", json!({"who": "a"}))).await.unwrap();
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert_eq!(harness.balance_matoms(me).await.unwrap(), PRICE * 1000);
+
+    // B is not sent while it is there: the bot would charge B's call from it.
+    let r = b.call_tool(call("add", json!({"who": "b"}))).await.unwrap();
+    let said = text(&r);
+    assert_eq!(r.is_error, Some(true), "{said}");
+    assert!(
+        said.contains(&format!("the bot holds {PRICE} atoms agent \"a\" paid")),
+        "{said}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "nothing ran for B");
+
+    // A's next call collects it without paying; then B pays for its own.
+    let r = a
+        .call_tool(call("add", json!({"who": "a", "again": 1})))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let r = b.call_tool(call("add", json!({"who": "b"}))).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let (entries, _) = bridge.spend_log().unwrap();
+    let paid_by = |agent: &str| entries.iter().filter(|e| e.agent == agent).count();
+    assert_eq!((paid_by("a"), paid_by("b")), (1, 1), "{entries:?}");
+    let (uncollected, uses) = bridge.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "{uncollected:?}");
+    assert!(uses.is_empty(), "{uses:?}");
+    bridge.close().await;
+}
