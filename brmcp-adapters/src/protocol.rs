@@ -1,7 +1,8 @@
 //! What both roles share on top of MCP (WIRE.md §8 and §10): the `_meta` keys of priced
 //! tools and call keys, a tool's price and the `payment_required` refusal
 //! ([`ToolPrice`], [`PaymentRequired`]), whether a bot reserves credit per call
-//! ([`RESERVES_CREDIT_META`]), and the JSON-RPC error codes a router answers with.
+//! ([`RESERVES_CREDIT_META`]) and what it allows each caller ([`CALLS_PER_MINUTE_META`]),
+//! and the JSON-RPC error codes a router answers with.
 //!
 //! This is the one home of these names and numbers, as the Go implementation's root
 //! package is for it: the serving harness, the client bridge and the directory read them
@@ -12,6 +13,7 @@ use rmcp::model::{CallToolResult, ErrorCode, ErrorData};
 mod bounds;
 mod call_key;
 mod money;
+mod rate;
 mod reserves;
 
 pub use bounds::{
@@ -23,6 +25,9 @@ pub use call_key::{
 pub use money::{
     ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired,
     PaymentRequiredError, PriceMetaError, TIP_RAIL, ToolPrice,
+};
+pub use rate::{
+    CALLS_PER_MINUTE_META, CallsPerMinuteError, advertise_calls_per_minute, calls_per_minute,
 };
 pub use reserves::{
     RESERVES_CREDIT_META, ReservesCreditError, advertise_reserves_credit, reserves_credit,

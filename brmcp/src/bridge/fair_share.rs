@@ -13,8 +13,10 @@
 //! agents come cannot add up past the limit. A call over either is refused at the
 //! bridge, naming the agent, with when to retry.
 //!
-//! The bot does not say its limit: the bridge takes [`BOT_CALLS_PER_MINUTE`], the
-//! harnesses' default, and uses [`USED_FRACTION`] of it.
+//! The limit is the one the bot says in its `initialize` result
+//! ([`protocol::CALLS_PER_MINUTE_META`], our harness); of a bot that does not say (a Go
+//! bot) the bridge takes [`Config::bot_calls_per_minute`](super::Config), by default
+//! [`BOT_CALLS_PER_MINUTE`], the harnesses' default. It uses [`USED_FRACTION`] of it.
 //!
 //! Sans-IO: [`Shares`] takes the time it is given; [`FairShares`] shares it.
 
@@ -23,6 +25,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use brmcp_adapters::PeerId;
+#[cfg(doc)]
+use brmcp_adapters::protocol;
 
 use rmcp::model::{CallToolResult, ContentBlock};
 
@@ -150,23 +154,26 @@ impl Shares {
         }
     }
 
-    /// Calls a minute the agents share of each bot.
-    pub(crate) fn per_minute(&self) -> f64 {
-        self.per_minute
+    /// Calls a minute the agents share of a bot that says it allows `bot_limit` (see
+    /// [`protocol::CALLS_PER_MINUTE_META`]), or of one that does not say.
+    pub(crate) fn limit(&self, bot_limit: Option<u32>) -> f64 {
+        bot_limit.map_or(self.per_minute, |l| f64::from(l) * USED_FRACTION)
     }
 
     /// Takes a call of `agent` to `bot` at `now`, or says why not. `callers`: how many
-    /// agents may call the bot (at least 1); `retry`: the call carries a
-    /// `requestState` (see [`RETRY_CREDIT`]).
+    /// agents may call the bot (at least 1); `bot_limit`: the calls a minute the bot
+    /// says it allows, if it says; `retry`: the call carries a `requestState` (see
+    /// [`RETRY_CREDIT`]).
     pub(crate) fn admit(
         &mut self,
         bot: &PeerId,
         agent: &str,
         callers: usize,
+        bot_limit: Option<u32>,
         retry: bool,
         now: Instant,
     ) -> Result<(), OverShare> {
-        let limit = self.per_minute;
+        let limit = self.limit(bot_limit);
         let shares = self.bots.entry(*bot).or_insert_with(|| BotShares {
             bridge: Bucket::full(limit, now),
             agents: HashMap::new(),
@@ -233,22 +240,25 @@ impl FairShares {
         label: &str,
         agent: &str,
         callers: usize,
+        bot_limit: Option<u32>,
         retry: bool,
     ) -> Result<(), String> {
         let mut shares = lock(&self.0);
-        let limit = shares.per_minute();
+        let limit = shares.limit(bot_limit);
         shares
-            .admit(bot, agent, callers, retry, Instant::now())
+            .admit(bot, agent, callers, bot_limit, retry, Instant::now())
             .map_err(|over| over.message(agent, label, limit))
     }
 }
 
 /// Takes `caller`'s `tools/call` of `bot` on `inner`'s shares, or the tool error that
-/// refuses it; `retry`: the call carries a `requestState`.
+/// refuses it; `bot_limit`: the calls a minute the bot says it allows each caller, if
+/// it says; `retry`: the call carries a `requestState`.
 pub(crate) fn admit(
     inner: &Inner,
     caller: &Caller,
     bot: &PeerId,
+    bot_limit: Option<u32>,
     retry: bool,
 ) -> Result<(), CallToolResult> {
     let (callers, label) = {
@@ -269,7 +279,7 @@ pub(crate) fn admit(
     inner
         .http
         .fair_shares
-        .admit(bot, &label, caller.name(), callers, retry)
+        .admit(bot, &label, caller.name(), callers, bot_limit, retry)
         .map_err(|text| CallToolResult::error(vec![ContentBlock::text(text)]))
 }
 
@@ -284,7 +294,7 @@ mod tests {
     /// Calls of `agent` let through at `now`, out of `tries`.
     fn through(s: &mut Shares, agent: &str, callers: usize, tries: usize, now: Instant) -> usize {
         (0..tries)
-            .filter(|_| s.admit(&bot(1), agent, callers, false, now).is_ok())
+            .filter(|_| s.admit(&bot(1), agent, callers, None, false, now).is_ok())
             .count()
     }
 
@@ -293,7 +303,7 @@ mod tests {
         let mut s = Shares::new(30);
         let t = Instant::now();
         assert_eq!(through(&mut s, "default", 1, 100, t), 27);
-        let refused = s.admit(&bot(1), "default", 1, false, t).unwrap_err();
+        let refused = s.admit(&bot(1), "default", 1, None, false, t).unwrap_err();
         let OverShare::Agent { retry_in, .. } = refused else {
             panic!("{refused:?}");
         };
@@ -332,11 +342,11 @@ mod tests {
         let mut quiet_refused = 0;
         for ms in (100..600_000).step_by(100) {
             let now = t + Duration::from_millis(ms);
-            if s.admit(&bot(1), "flood", 3, false, now).is_ok() {
+            if s.admit(&bot(1), "flood", 3, None, false, now).is_ok() {
                 reach_bot(now);
             }
             if ms % 60_000 == 0 {
-                match s.admit(&bot(1), "quiet", 3, false, now) {
+                match s.admit(&bot(1), "quiet", 3, None, false, now) {
                     Ok(()) => reach_bot(now),
                     Err(_) => quiet_refused += 1,
                 }
@@ -359,7 +369,7 @@ mod tests {
         }
         assert!(total <= 27, "{total}");
         let err = (0..10)
-            .find_map(|i| s.admit(&bot(1), &format!("x{i}"), 10, false, t).err())
+            .find_map(|i| s.admit(&bot(1), &format!("x{i}"), 10, None, false, t).err())
             .unwrap();
         assert!(
             matches!(err, OverShare::Bridge { .. } | OverShare::Agent { .. }),
@@ -373,11 +383,11 @@ mod tests {
         let t = Instant::now();
         assert_eq!(through(&mut s, "a", 1, 100, t), 27);
         let retries = (0..100)
-            .filter(|_| s.admit(&bot(1), "a", 1, true, t).is_ok())
+            .filter(|_| s.admit(&bot(1), "a", 1, None, true, t).is_ok())
             .count();
         assert_eq!(retries, 4);
         // The credit is paid back before the next call.
-        let refused = s.admit(&bot(1), "a", 1, false, t).unwrap_err();
+        let refused = s.admit(&bot(1), "a", 1, None, false, t).unwrap_err();
         assert!(refused.retry_in() > Duration::from_secs(10), "{refused:?}");
     }
 
@@ -386,9 +396,9 @@ mod tests {
         let mut s = Shares::new(30);
         let t = Instant::now();
         assert_eq!(through(&mut s, "a", 1, 100, t), 27);
-        assert!(s.admit(&bot(2), "a", 1, false, t).is_ok());
-        let refused = s.admit(&bot(1), "a", 1, false, t).unwrap_err();
-        let text = refused.message("a", "alice", s.per_minute());
+        assert!(s.admit(&bot(2), "a", 1, None, false, t).is_ok());
+        let refused = s.admit(&bot(1), "a", 1, None, false, t).unwrap_err();
+        let text = refused.message("a", "alice", s.limit(None));
         assert!(text.contains("agent \"a\""), "{text}");
         assert!(text.contains("bot alice"), "{text}");
         assert!(text.contains("retry in 3 s"), "{text}");
@@ -399,10 +409,28 @@ mod tests {
         let mut s = Shares::new(30);
         let t = Instant::now();
         for i in 0..100 {
-            s.admit(&bot(1), &format!("a{i}"), 200, false, t).ok();
+            s.admit(&bot(1), &format!("a{i}"), 200, None, false, t).ok();
         }
         let later = t + ACTIVE_WINDOW * 3;
-        s.admit(&bot(1), "b", 200, false, later).unwrap();
+        s.admit(&bot(1), "b", 200, None, false, later).unwrap();
         assert_eq!(s.bots[&bot(1)].agents.len(), 1);
+    }
+
+    #[test]
+    fn a_bot_that_says_its_limit_is_shared_by_it() {
+        let t = Instant::now();
+        let mut s = Shares::new(30);
+        // 27 a minute between this agent and one to come: a burst of 13.
+        let unsaid = (0..100)
+            .filter(|_| s.admit(&bot(1), "a", 3, None, false, t).is_ok())
+            .count();
+        // A bot that allows 6,000 a minute: 5,400, 2,700 each.
+        let said = (0..3_000)
+            .filter(|_| s.admit(&bot(2), "a", 3, Some(6_000), false, t).is_ok())
+            .count();
+        assert_eq!(unsaid, 13);
+        assert_eq!(said, 2_700);
+        // A bot that allows 1 a minute: less than one call each, refused at once.
+        assert!(s.admit(&bot(3), "a", 3, Some(1), false, t).is_err());
     }
 }

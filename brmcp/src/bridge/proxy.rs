@@ -511,6 +511,18 @@ impl ProxyServer {
             tool.description = Some(described.into());
         }
     }
+
+    /// The calls a minute the bot's live session says it allows each caller, which the
+    /// agents' fair shares divide; `None` without a session, when it does not say (a
+    /// Go bot) or says it malformed.
+    fn bot_calls_per_minute(&self) -> Option<u32> {
+        let conn = self.link.live()?;
+        let meta = conn.info.meta.as_ref().map(|m| &m.0);
+        brmcp_adapters::protocol::calls_per_minute(meta).unwrap_or_else(|e| {
+            tracing::warn!(bot = %self.link.bot, error = %e, "bot's initialize result refused; its limit is taken as the default");
+            None
+        })
+    }
 }
 
 impl ServerHandler for ProxyServer {
@@ -686,9 +698,14 @@ impl ServerHandler for ProxyServer {
     ) -> Result<CallToolResponse, ErrorData> {
         // One agent's flood is refused here, before it spends the bot's limit.
         let retry = request.request_state.is_some();
-        if let Err(over) =
-            super::fair_share::admit(&self.bridge, &caller(&context), &self.link.bot, retry)
-        {
+        let bot_limit = self.bot_calls_per_minute();
+        if let Err(over) = super::fair_share::admit(
+            &self.bridge,
+            &caller(&context),
+            &self.link.bot,
+            bot_limit,
+            retry,
+        ) {
             return Ok(CallToolResponse::Complete(over));
         }
         if task::declares_tasks(&context) && request.request_state.is_none() {

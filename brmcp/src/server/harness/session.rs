@@ -3,6 +3,7 @@
 use std::sync::{Arc, Weak};
 
 use brmcp_adapters::PeerId;
+use brmcp_adapters::protocol;
 use brmcp_adapters::wire::SessionId;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
@@ -65,10 +66,16 @@ impl Session {
 
 impl ServerHandler for Session {
     fn get_info(&self) -> ServerConfig {
-        self.shared
-            .upgrade()
-            .map(|s| s.info.clone())
-            .unwrap_or_default()
+        let Some(shared) = self.shared.upgrade() else {
+            return ServerConfig::default();
+        };
+        let mut info = shared.info.clone();
+        // The limit as it is now (brmcp.json is read live): bridges divide it among
+        // their agents.
+        let mut meta = info.meta.take().unwrap_or_default();
+        protocol::advertise_calls_per_minute(&mut meta.0, shared.limiter.calls_per_minute());
+        info.meta = Some(meta);
+        info
     }
 
     async fn list_tools(
