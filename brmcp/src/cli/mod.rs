@@ -22,9 +22,18 @@ mod table;
 mod testing;
 mod wire;
 
+/// What `--version` prints: the crate's version and the commit it was built from
+/// (`unknown` when built outside a git checkout; see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("BRMCP_GIT_COMMIT"),
+    ")"
+);
+
 /// MCP over Bison Relay private messages.
 #[derive(Debug, Parser)]
-#[command(name = "brmcp", version, about, propagate_version = true)]
+#[command(name = "brmcp", version = VERSION, about, propagate_version = true)]
 struct Cli {
     /// Log filter: a level (error, warn, info, debug, trace, off) or target=level
     /// pairs; overrides RUST_LOG, BRMCP_LOG and the .conf's debug key.
