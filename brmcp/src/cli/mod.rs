@@ -64,6 +64,22 @@ enum Command {
     /// Inspect and produce envelope parts (the wire format of WIRE.md).
     #[command(subcommand)]
     Wire(wire::WireCommand),
+    /// Print a completion script for SHELL, to source or to install where the shell
+    /// looks (e.g. `brmcp completions bash > ~/.local/share/bash-completion/completions/brmcp`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The command line's definition, for the references generated from it (the command
+/// reference, the man pages): every command, argument and help text `brmcp` parses,
+/// with the version without the commit, so a generated page stays the same from one
+/// commit to the next.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().version(env!("CARGO_PKG_VERSION"))
 }
 
 /// A failed command: what to print after `brmcp: `.
@@ -113,6 +129,11 @@ pub fn main() -> ExitCode {
         Command::Bridge(args) => bridge::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "brmcp", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     });
     match result {
         Ok(code) => code,
