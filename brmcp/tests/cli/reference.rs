@@ -75,12 +75,25 @@ fn arg_name(arg: &Arg) -> String {
     }
 }
 
-/// One table cell: no line breaks, no pipes.
+/// One table cell: no line breaks, no pipes, and `<...>` outside code spans escaped
+/// (markdown would take `<datadir>` for an HTML tag and show nothing).
 fn cell(text: &str) -> String {
-    text.split_whitespace()
+    let text = text
+        .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-        .replace('|', "\\|")
+        .replace('|', "\\|");
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 0 {
+                part.replace('<', "&lt;").replace('>', "&gt;")
+            } else {
+                part.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 /// The command reference: every command, from the root down, with its usage and each
@@ -128,6 +141,10 @@ fn cli_markdown() -> String {
                     .or(arg.get_help())
                     .map(|h| h.to_string())
                     .unwrap_or_default();
+                let help_end = help.trim_end();
+                if !help_end.is_empty() && !help_end.ends_with(['.', ')', '!', '?']) {
+                    help = format!("{help_end}.");
+                }
                 let possible: Vec<String> = arg
                     .get_possible_values()
                     .iter()
@@ -142,7 +159,8 @@ fn cli_markdown() -> String {
                     .iter()
                     .map(|v| v.to_string_lossy().into_owned())
                     .collect();
-                if !defaults.is_empty() {
+                let is_flag = matches!(arg.get_action(), ArgAction::SetTrue | ArgAction::SetFalse);
+                if !defaults.is_empty() && !is_flag {
                     let _ = write!(help, " Default: `{}`.", defaults.join(" "));
                 }
                 if arg.is_required_set() {
