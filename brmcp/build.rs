@@ -18,8 +18,9 @@ fn main() {
     println!("cargo:rerun-if-changed=.cargo_vcs_info.json");
 }
 
-/// The checkout's commit, with `-dirty` when the work tree has changes; watches HEAD
-/// and the branch it names so a new commit rebuilds.
+/// The checkout's commit; watches HEAD and the branch it names so a new commit
+/// rebuilds. (Not the index or the work tree: `git status` rewrites the index, which
+/// would rebuild the crate at every build.)
 fn from_git(dir: &str) -> Option<String> {
     let git = |args: &[&str]| {
         let out = Command::new("git")
@@ -32,12 +33,10 @@ fn from_git(dir: &str) -> Option<String> {
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     };
     let commit = git(&["rev-parse", "HEAD"])?;
-    for watched in ["HEAD", "index"] {
-        if let Some(path) = git(&["rev-parse", "--git-path", watched]) {
-            let path = Path::new(dir).join(path);
-            if path.exists() {
-                println!("cargo:rerun-if-changed={}", path.display());
-            }
+    if let Some(path) = git(&["rev-parse", "--git-path", "HEAD"]) {
+        let path = Path::new(dir).join(path);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
     }
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
@@ -48,14 +47,7 @@ fn from_git(dir: &str) -> Option<String> {
             println!("cargo:rerun-if-changed={}", path.display());
         }
     }
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    let short = &commit[..commit.len().min(SHORT)];
-    Some(if dirty {
-        format!("{short}-dirty")
-    } else {
-        short.to_owned()
-    })
+    Some(commit[..commit.len().min(SHORT)].to_owned())
 }
 
 /// The commit cargo recorded when it packaged the crate.

@@ -321,7 +321,6 @@ fn version_names_the_commit() {
         .strip_prefix(&format!("brmcp {} (", env!("CARGO_PKG_VERSION")))
         .unwrap_or_else(|| panic!("--version printed {text:?}"));
     let commit = rest.strip_suffix(')').expect("closing parenthesis");
-    let commit = commit.strip_suffix("-dirty").unwrap_or(commit);
     assert!(
         commit == "unknown"
             || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
