@@ -22,9 +22,18 @@ mod table;
 mod testing;
 mod wire;
 
+/// What `--version` prints: the crate's version and the commit it was built from
+/// (`unknown` when built outside a git checkout; see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("BRMCP_GIT_COMMIT"),
+    ")"
+);
+
 /// MCP over Bison Relay private messages.
 #[derive(Debug, Parser)]
-#[command(name = "brmcp", version, about, propagate_version = true)]
+#[command(name = "brmcp", version = VERSION, about, propagate_version = true)]
 struct Cli {
     /// Log filter: a level (error, warn, info, debug, trace, off) or target=level
     /// pairs; overrides RUST_LOG, BRMCP_LOG and the .conf's debug key.
@@ -55,6 +64,22 @@ enum Command {
     /// Inspect and produce envelope parts (the wire format of WIRE.md).
     #[command(subcommand)]
     Wire(wire::WireCommand),
+    /// Print a completion script for SHELL, to source or to install where the shell
+    /// looks (e.g. `brmcp completions bash > ~/.local/share/bash-completion/completions/brmcp`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The command line's definition, for the references generated from it (the command
+/// reference, the man pages): every command, argument and help text `brmcp` parses,
+/// with the version without the commit, so a generated page stays the same from one
+/// commit to the next.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().version(env!("CARGO_PKG_VERSION"))
 }
 
 /// A failed command: what to print after `brmcp: `.
@@ -104,6 +129,11 @@ pub fn main() -> ExitCode {
         Command::Bridge(args) => bridge::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "brmcp", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     });
     match result {
         Ok(code) => code,

@@ -16,6 +16,7 @@ mod directory_exits;
 mod doctor;
 mod durable_calls;
 mod files;
+mod guide;
 
 /// The fault-injecting clientrpc fake the clientrpc host's tests use too.
 use brmcp_test_support::clientrpc_fake as fake;
@@ -26,6 +27,7 @@ mod ops_status;
 mod page_attacks;
 mod processes;
 mod readme;
+mod reference;
 mod remote_refusals;
 mod shared_bridge;
 mod upstream;

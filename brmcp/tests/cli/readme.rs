@@ -2,32 +2,19 @@
 //! and run (the built `brmcp`, never a new build), so an edit that breaks a step fails
 //! here. As far as a machine without a real Bison Relay allows:
 //!
-//! - *Set up*: the two commands of its `sh` block. `cargo run --release -p brmcp --
+//! - *Set up*: the two commands of its `sh` block. `cargo run -p brmcp --
 //!   demo` runs as the built binary; `scripts/test` (which runs this test) is checked,
 //!   not run: it parses, every script it calls exists, and `.ci/run` runs it. A new
 //!   command there fails the test until it is walked through here too.
-//! - *Trying it without Bison Relay*: the devnet command as written, then the `serve`
-//!   and `bridge` commands the devnet prints, as printed; then, as the bullets on
-//!   calling tools say, the URL the bridge serves the bot at, the token from `token
-//!   show`, a free call, a paid call refused while the caps are 0 (the default, which
-//!   the bridge says when it starts), and paid once `mcpclient.json` sets a mode and
-//!   caps, which the running bridge picks up.
+//! - *Links*: every relative link of the README and of the pages under `docs/` names a
+//!   file of the repository (and an anchor of a page, a heading of it).
+//!
+//! The guide's walkthroughs, from the devnet to a paid call, run in `guide.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
-use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use serde_json::{Value, json};
-
-use super::processes::{Procs, assert_devnet_bot_free_call, brmcp, free_port, spawn, wait_for};
-
-/// How long the running bridge may take to apply an edited `mcpclient.json` (the README
-/// promises a second).
-const RELOAD: Duration = Duration::from_secs(10);
+use super::processes::brmcp;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -65,32 +52,6 @@ fn fenced(text: &str, lang: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every inline code span of `text`, whitespace (line wraps) collapsed.
-fn spans(text: &str) -> Vec<String> {
-    text.split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect()
-}
-
-/// The first span of `text` that starts with `prefix`.
-fn span(text: &str, prefix: &str) -> String {
-    spans(text)
-        .into_iter()
-        .find(|s| s.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no `{prefix}...` in the README"))
-}
-
-/// The bullet of `text` that starts with `**title**`.
-fn bullet<'a>(text: &'a str, title: &str) -> &'a str {
-    let start = text
-        .find(&format!("- **{title}**"))
-        .unwrap_or_else(|| panic!("no bullet {title:?}"));
-    let body = &text[start..];
-    body[2..].find("\n- ").map_or(body, |end| &body[..end + 2])
-}
-
 /// `brmcp` run in `cwd` with the words of `line` after its `brmcp`.
 fn command_line(line: &str, cwd: &Path) -> Command {
     let mut words = line.split_whitespace();
@@ -118,8 +79,8 @@ fn readme_setup_commands_run() {
     let commands = fenced(section(&text, "## Set up"), "sh");
     assert_eq!(commands.len(), 2, "the two set-up commands: {commands:?}");
     for command in &commands {
-        if let Some(rest) = command.strip_prefix("cargo run --release -p brmcp -- ") {
-            // The built binary stands in for the release build.
+        if let Some(rest) = command.strip_prefix("cargo run -p brmcp -- ") {
+            // The built binary stands in for the build.
             let tmp = tempfile::tempdir().expect("temp dir");
             let mut cmd = command_line(&format!("brmcp {rest}"), tmp.path());
             cmd.env("TMPDIR", tmp.path());
@@ -183,155 +144,104 @@ fn check_test_script(command: &str) {
     );
 }
 
-/// The `mcpclient.json` keys the README names for spending.
-fn set_spending(bridge_dir: &Path, text: &str) {
-    let calling = bullet(text, "Calling tools (the agent's user).");
-    let named = spans(calling);
-    for key in ["mode", "per_call_cap_atoms", "per_day_cap_atoms", "autopay"] {
-        assert!(named.iter().any(|s| s == key), "the README names `{key}`");
-    }
-    let path = bridge_dir.join("mcpclient.json");
-    let mut settings: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("mcpclient.json"))
-            .expect("mcpclient.json is JSON");
-    settings["mode"] = json!("autopay");
-    settings["per_call_cap_atoms"] = json!(100_000);
-    settings["per_day_cap_atoms"] = json!(1_000_000);
-    std::fs::write(&path, settings.to_string()).expect("write mcpclient.json");
-}
-
-/// The value after `flag` in a printed command line.
-fn flag<'a>(line: &'a str, flag: &str) -> &'a str {
-    let mut words = line.split_whitespace();
-    words.find(|w| *w == flag);
-    words
-        .next()
-        .unwrap_or_else(|| panic!("no {flag} in {line}"))
-}
-
-fn is_paid(result: &rmcp::model::CallToolResult) -> bool {
-    result.is_error != Some(true)
-        && result
-            .structured_content
-            .as_ref()
-            .is_some_and(|v| v.get("fortune").is_some())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readme_devnet_walkthrough_runs() {
-    let text = readme();
-    let using = section(&text, "## Using it with a real Bison Relay client");
-    let cwd = tempfile::tempdir().expect("temp dir");
-    let mut procs = Procs(Vec::new());
-
-    // The devnet, as the README writes it.
-    let trying = bullet(using, "Trying it without Bison Relay.");
-    let devnet = span(trying, "brmcp devnet");
-    let lines = spawn(&mut procs, command_line(&devnet, cwd.path()));
-    let printed = wait_for(&lines, "Ctrl-C stops the devnet.");
-    let commands: Vec<&str> = printed
-        .iter()
-        .map(|l| l.trim())
-        .filter(|l| l.starts_with("brmcp "))
-        .collect();
-    let serve = commands
-        .iter()
-        .find(|c| c.starts_with("brmcp serve "))
-        .unwrap_or_else(|| panic!("no serve command in:\n{}", printed.join("\n")));
-    let bridges: Vec<&&str> = commands
-        .iter()
-        .filter(|c| c.starts_with("brmcp bridge "))
-        .collect();
-    assert!(
-        !bridges.is_empty(),
-        "no bridge commands in:\n{}",
-        printed.join("\n")
-    );
-
-    // The printed commands, as printed; the bridge on a free port (8891 may be taken).
-    let served = spawn(&mut procs, command_line(serve, cwd.path()));
-    wait_for(&served, "serving echo and fortune");
-    let mut bridge_out = None;
-    let mut bot = None;
-    let listen = format!("127.0.0.1:{}", free_port());
-    for command in &bridges {
-        if command.contains(" bots add ") {
-            bot = command.split_whitespace().last().map(str::to_owned);
-            run_ok(command_line(command, cwd.path()));
-        } else {
-            let mut cmd = command_line(command, cwd.path());
-            cmd.args(["--listen", &listen]);
-            let lines = spawn(&mut procs, cmd);
-            bridge_out = Some((command, wait_for(&lines, "Ctrl-C stops the bridge.")));
+/// The markdown files whose links are checked: the README and every page under docs/.
+fn markdown_files() -> Vec<PathBuf> {
+    let root = workspace();
+    let mut files = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("docs dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
         }
     }
-    let (bridge_command, bridge_out) = bridge_out.expect("a command that starts the bridge");
-    let bot = bot.expect("a `bots add` command");
-    let bridge_dir = cwd.path().join(flag(bridge_command, "--datadir"));
+    files
+}
 
-    // Where the README says the bot is served, on the default port `--help` shows.
-    let calling = bullet(using, "Calling tools (the agent's user).");
-    let url = span(calling, "http://127.0.0.1:");
-    let default = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .expect("host:port")
-        .to_owned();
-    let help = run_ok(command_line("brmcp bridge --help", cwd.path()));
-    assert!(
-        help.contains(&format!("[default: {default}]")),
-        "the README's {default} is not the default --listen:\n{help}"
-    );
-    let served_at = url.replace(&default, &listen).replace("<bot uid>", &bot);
-    let said = bridge_out.join("\n");
-    assert!(said.contains(&served_at), "no {served_at} in:\n{said}");
-    assert!(
-        said.contains("never pay"),
-        "the bridge says the caps are 0 when it starts:\n{said}"
-    );
+/// A heading's anchor as GitHub makes it: lowercase, spaces to `-`, other punctuation
+/// dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
 
-    // The token from `token show`, as an agent is given it.
-    assert!(
-        spans(calling).iter().any(|s| s.contains("token show")),
-        "the README names `token show`"
-    );
-    let datadir = bridge_dir.to_str().expect("utf-8");
-    let token = run_ok(command_line(
-        &format!("brmcp bridge --datadir {datadir} token show"),
-        cwd.path(),
-    ))
-    .trim()
-    .to_owned();
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(served_at).auth_header(token),
-    );
-    let client = ().serve(transport).await.expect("MCP session through the bridge");
-    assert_devnet_bot_free_call(&client).await;
-
-    // Both caps default to 0, which means never pay.
-    let refused = client
-        .call_tool(CallToolRequestParams::new("fortune"))
-        .await
-        .expect("fortune");
-    assert!(!is_paid(&refused), "paid with caps of 0: {refused:?}");
-
-    // A mode and caps in mcpclient.json, picked up by the running bridge.
-    set_spending(&bridge_dir, &text);
-    let deadline = std::time::Instant::now() + RELOAD;
-    loop {
-        let result = client
-            .call_tool(CallToolRequestParams::new("fortune"))
-            .await
-            .expect("fortune");
-        if is_paid(&result) {
-            break;
+/// The targets of the `](target)` links of `text`, outside code blocks.
+fn links(text: &str) -> Vec<String> {
+    let mut in_code = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not paid {RELOAD:?} after the caps were set: {result:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push(after[..end].to_owned());
+            rest = &after[end..];
+        }
     }
-    let _ = client.cancel().await;
+    out
+}
+
+#[test]
+fn readme_and_docs_links_resolve() {
+    let root = workspace();
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).expect("markdown");
+        // Links wrap across lines in the pages: join them first.
+        let joined = text.replace("\n", " ");
+        let mut targets = links(&text);
+        targets.extend(links(&joined));
+        for target in targets {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            let dest = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().expect("parent").join(path)
+            };
+            if !dest.exists() {
+                broken.push(format!(
+                    "{}: {target}",
+                    file.strip_prefix(&root).unwrap_or(&file).display()
+                ));
+                continue;
+            }
+            if !fragment.is_empty() && dest.extension().is_some_and(|e| e == "md") {
+                let page = std::fs::read_to_string(&dest).expect("page");
+                let found = page
+                    .lines()
+                    .filter_map(|l| l.strip_prefix('#'))
+                    .map(|h| anchor(h.trim_start_matches('#')))
+                    .any(|a| a == fragment);
+                if !found {
+                    broken.push(format!(
+                        "{}: {target} (no such heading)",
+                        file.strip_prefix(&root).unwrap_or(&file).display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
