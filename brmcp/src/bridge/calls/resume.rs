@@ -11,11 +11,12 @@ use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired,
 use brmcp_adapters::{PeerId, REQUEST_TIMEOUT, is_session_lost};
 use rmcp::ServiceError;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorData,
-    RequestMetaObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, ErrorData, RequestMetaObject, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::journal::{HELD_SECS, Outcome, Row};
 use super::{Live, logged};
@@ -130,9 +131,15 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
         tracing::info!(%bot, key = %row.key, "call not resumed: the bot is no longer allowed");
         return;
     };
+    // Its task's cancel (the agent's `tasks/cancel`) stops it here too.
+    let stop = CancellationToken::new();
+    let _run = calls.task_resumed(row.id, stop.clone());
     let mut interrupted = 0;
     let mut polls = 0;
     loop {
+        if stop.is_cancelled() {
+            return;
+        }
         if calls.now() > deadline || link.closed.is_cancelled() {
             tracing::info!(%bot, key = %row.key, "call not resumed within its replay window");
             return;
@@ -160,8 +167,16 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                 continue;
             }
         };
+        let id = handle.id.clone();
         let answer = tokio::select! {
             () = link.closed.cancelled() => return,
+            () = stop.cancelled() => {
+                // Cancelled by its agent (the journal says so already): the bot stops
+                // it and refunds what it charged.
+                let cancelled = CancelledNotificationParam::new(Some(id), Some("cancelled by its agent".into()));
+                let _ = conn.peer().notify_cancelled(cancelled).await;
+                return;
+            }
             a = tokio::time::timeout(RESUME_WAIT, handle.await_response()) => a,
         };
         let Ok(answer) = answer else { continue };

@@ -167,6 +167,17 @@ impl Calls {
         }
     }
 
+    /// The call `id`, which an earlier run left in flight, is resumed by this process:
+    /// its task's cancel stops the resumed send under `stop`.
+    pub(crate) fn task_resumed(&self, id: i64, stop: CancellationToken) -> TaskRun {
+        self.tasks.lock().insert(id, Entry::Run(stop));
+        TaskRun {
+            set: self.tasks.clone(),
+            id,
+            asks: None,
+        }
+    }
+
     /// The task `task_id` of `agent` on `bot` takes the agent's input: its run
     /// resumes under `stop`.
     pub(crate) fn task_answered(
