@@ -533,13 +533,13 @@ mod tests {
 
     /// The README's example is a file this parser takes as documented.
     #[test]
-    fn the_readme_example_parses() {
-        let readme = include_str!("../../../../README.md");
-        let section = &readme[readme.find("## Selling any MCP server").unwrap()..];
+    fn the_guide_example_parses() {
+        let guide = include_str!("../../../../docs/guide/sell-tools.md");
+        let section = &guide[guide.find("## Sell any MCP server").unwrap()..];
         let start = section.find("```json\n").unwrap() + "```json\n".len();
         let text = &section[start..start + section[start..].find("```").unwrap()];
         let text = text.replace("<caller uid>", &"ab".repeat(32));
-        let config = crate::server::ServeConfig::parse(&text, "README.md".as_ref()).unwrap();
+        let config = crate::server::ServeConfig::parse(&text, "sell-tools.md".as_ref()).unwrap();
         let everything = &config.upstreams[0];
         assert_eq!(everything.price_of("get-sum"), Some(500));
         assert_eq!(everything.price_of("echo"), Some(0));
