@@ -15,7 +15,12 @@ fn main() {
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=BRMCP_GIT_COMMIT={commit}");
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=.cargo_vcs_info.json");
+    // Only a packaged crate has it; a path that does not exist would rerun this script,
+    // and so rebuild the crate, at every build.
+    let vcs_info = Path::new(&dir).join(".cargo_vcs_info.json");
+    if vcs_info.exists() {
+        println!("cargo:rerun-if-changed={}", vcs_info.display());
+    }
 }
 
 /// The checkout's commit; watches HEAD and the branch it names so a new commit
