@@ -18,7 +18,11 @@
 //!    agent paid and has not collected ([`SpendLog::uncollected`]): it waits for them
 //!    up to the configured `credit_wait`, then ends with an error saying whose
 //!    calls or credit it waited for. The paying agent's own calls go on: its next
-//!    call collects its credit first. Calls of one agent share the credit its
+//!    call collects its credit first. Another agent's credit holds no call back whose
+//!    agent's own credit covers the most it can cost (its fixed price, or a dynamic
+//!    tool's listed most) beside that agent's calls under way there: the bot charges
+//!    it from that credit. Without this, two agents each holding credit (say of calls
+//!    the bot refunded) would wait on each other. Calls of one agent share the credit its
 //!    payments put there (see 4). A call waiting for its approval holds its bot
 //!    too: simpler than tracking the moments a call can take credit, at the cost
 //!    that another agent's priced calls to that bot wait meanwhile.
@@ -220,13 +224,29 @@ impl std::fmt::Display for Blocker {
 /// Rule 2, without I/O: the first agent other than `agent` with priced calls under way
 /// (`in_flight`) or uncollected credit (`credit`, per agent) at the bot. At a bot that
 /// `reserves` credit per call, calls under way hold no one back (and `credit` is only
-/// that of payments whose calls ended).
+/// that of payments whose calls ended). Other agents' credit holds no call back whose
+/// agent's own credit covers it, at `most` atoms (the most the call can cost), beside
+/// its agent's calls under way there: the bot charges it from that credit, which it
+/// collects first (rule 4); else two agents' credit could hold each other's calls back
+/// until both holds end.
 pub(crate) fn blocker(
     agent: &str,
     in_flight: Option<&HashMap<String, usize>>,
     credit: &[(String, u64)],
     reserves: bool,
+    most: Option<u64>,
 ) -> Option<Blocker> {
+    let own_calls = in_flight.and_then(|m| m.get(agent)).copied().unwrap_or(0);
+    let own_credit = credit
+        .iter()
+        .find(|(a, _)| a == agent)
+        .map_or(0, |(_, n)| *n);
+    let covered = most.is_some_and(|most| {
+        let calls = u64::try_from(own_calls)
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        own_credit >= most.saturating_mul(calls)
+    });
     if !reserves
         && let Some(other) = in_flight
             .into_iter()
@@ -236,6 +256,9 @@ pub(crate) fn blocker(
         return Some(Blocker::Calls {
             agent: other.0.clone(),
         });
+    }
+    if covered {
+        return None;
     }
     credit
         .iter()
@@ -308,16 +331,18 @@ impl Policy {
             .map(|_| ())
     }
 
-    /// Rule 2: a slot at `bot` for `agent`'s priced call, once no other agent's calls
-    /// or credit are there (at a bot that `reserves` credit per call, only credit whose
-    /// paying call ended), waiting up to `wait`; the refusal says what it waited for.
+    /// Rule 2: a slot at `bot` for `agent`'s priced call, which costs at `most` atoms
+    /// (`None`: not known), once no other agent's calls or credit are there (at a bot
+    /// that `reserves` credit per call, only credit whose paying call ended; none while
+    /// the agent's own credit covers the call), waiting up to `wait`; the refusal says
+    /// what it waited for.
     pub(crate) async fn admit(
         &self,
         settings: &Settings,
         bot: &PeerId,
         agent: &str,
-        wait: Duration,
-        reserves: bool,
+        (wait, reserves): (Duration, bool),
+        most: Option<u64>,
     ) -> Result<Slot, Refusal> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -341,7 +366,7 @@ impl Policy {
                 .map_err(|e| e.to_string())?;
             let blocked = {
                 let mut bots = self.credit.bots();
-                match blocker(agent, bots.get(bot), &credit, reserves) {
+                match blocker(agent, bots.get(bot), &credit, reserves, most) {
                     Some(blocker) => blocker,
                     None => {
                         *bots
@@ -420,15 +445,15 @@ mod tests {
         let mut in_flight = HashMap::new();
         in_flight.insert("a".to_owned(), 2);
         assert_eq!(
-            blocker("a", Some(&in_flight), &[("a".into(), 5)], false),
+            blocker("a", Some(&in_flight), &[("a".into(), 5)], false, None),
             None
         );
         assert_eq!(
-            blocker("b", Some(&in_flight), &[], false),
+            blocker("b", Some(&in_flight), &[], false, None),
             Some(Blocker::Calls { agent: "a".into() })
         );
         assert_eq!(
-            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)], false),
+            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)], false, None),
             Some(Blocker::Credit {
                 agent: "a".into(),
                 atoms: 7
@@ -436,7 +461,7 @@ mod tests {
         );
         in_flight.insert("a".to_owned(), 0);
         assert_eq!(
-            blocker("b", Some(&in_flight), &[("a".into(), 0)], false),
+            blocker("b", Some(&in_flight), &[("a".into(), 0)], false, None),
             None
         );
     }
@@ -446,24 +471,60 @@ mod tests {
         let mut in_flight = HashMap::new();
         in_flight.insert("a".to_owned(), 1);
         let credit = [("a".to_owned(), 7)];
-        assert_eq!(blocker("b", Some(&in_flight), &[], true), None);
+        assert_eq!(blocker("b", Some(&in_flight), &[], true, None), None);
         // The credit given here is of payments whose calls ended (`credit_at` drops
         // the others).
         assert_eq!(
-            blocker("b", Some(&in_flight), &credit, true),
+            blocker("b", Some(&in_flight), &credit, true, None),
             Some(Blocker::Credit {
                 agent: "a".into(),
                 atoms: 7
             })
         );
         assert_eq!(
-            blocker("b", None, &credit, true),
+            blocker("b", None, &credit, true, None),
             Some(Blocker::Credit {
                 agent: "a".into(),
                 atoms: 7
             })
         );
-        assert_eq!(blocker("a", None, &credit, true), None);
+        assert_eq!(blocker("a", None, &credit, true, None), None);
+    }
+
+    #[test]
+    fn an_agents_own_credit_covering_its_call_lets_it_past_anothers() {
+        // Both agents hold credit a refunded call left: each call collects its own.
+        let credit = [("a".to_owned(), 1000), ("b".to_owned(), 1000)];
+        for reserves in [false, true] {
+            assert_eq!(blocker("a", None, &credit, reserves, Some(1000)), None);
+            assert_eq!(blocker("b", None, &credit, reserves, Some(1000)), None);
+            // Not when the call may cost more than the agent's credit, or its cost is
+            // not known.
+            for most in [Some(1001), None] {
+                assert_eq!(
+                    blocker("a", None, &credit, reserves, most),
+                    Some(Blocker::Credit {
+                        agent: "b".into(),
+                        atoms: 1000
+                    })
+                );
+            }
+        }
+        // The agent's own calls under way may take its credit first.
+        let mut in_flight = HashMap::new();
+        in_flight.insert("a".to_owned(), 1);
+        assert!(blocker("a", Some(&in_flight), &credit, true, Some(1000)).is_some());
+        assert_eq!(
+            blocker("a", Some(&in_flight), &credit, true, Some(500)),
+            None
+        );
+        // Another agent's calls under way still hold it back at a bot keeping one balance.
+        let mut in_flight = HashMap::new();
+        in_flight.insert("b".to_owned(), 1);
+        assert_eq!(
+            blocker("a", Some(&in_flight), &credit, false, Some(1000)),
+            Some(Blocker::Calls { agent: "b".into() })
+        );
     }
 
     #[test]

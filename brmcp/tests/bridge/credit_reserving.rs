@@ -80,41 +80,33 @@ impl Payer for HarnessTips {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_way() {
-    let fabric = Fabric::new(37);
+/// Our harness selling `tool` to bridge `me`, paid by tips recorded at it, with
+/// agents `a` and `b` connected over HTTP; credit waits are far shorter than any held
+/// call, so a call held back for one is refused.
+struct HarnessNet {
+    harness: Harness,
+    bridge: Bridge,
+    me: PeerId,
+    a: HttpAgent,
+    b: HttpAgent,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+async fn harness_net(seed: u64, tool: ToolSpec) -> HarnessNet {
+    let fabric = Fabric::new(seed);
     let (bot, me) = (uid(1), uid(2));
-    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let runs = Arc::new(AtomicUsize::new(0));
     let bot_dir = tempfile::tempdir().unwrap();
-    let (s, r, n) = (started.clone(), release.clone(), runs.clone());
     let harness = Harness::builder()
         .data_dir(bot_dir.path())
         .allowed_uids([me])
         .calls_per_minute(6000)
-        .tool(ToolSpec::fixed(
-            "add",
-            "Adds, for a price; the first run waits to be released",
-            PRICE,
-            move |_call: CallContext, _: NoArgs| {
-                let (s, r) = (s.clone(), r.clone());
-                let n = n.fetch_add(1, Ordering::SeqCst) + 1;
-                async move {
-                    if n == 1 {
-                        s.notify_one();
-                        r.notified().await;
-                    }
-                    Ok::<_, ToolError>(format!("sum #{n}"))
-                }
-            },
-        ))
+        .tool(tool)
         .build()
         .unwrap();
     let router = harness.start(fabric.sender(bot)).unwrap();
     fabric.attach(bot, &router);
     let dir = tempfile::tempdir().unwrap();
     let mut config = base_config(dir.path());
-    // Far shorter than the held call: a call held back for it would be refused.
     config.credit_wait = Duration::from_millis(300);
     config.bot_calls_per_minute = 6000;
     let tips = HarnessTips {
@@ -131,6 +123,45 @@ async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_wa
     let addr = bridge.listen_addr().unwrap();
     let a = http_agent(addr, bot, A_TOKEN).await;
     let b = http_agent(addr, bot, B_TOKEN).await;
+    HarnessNet {
+        harness,
+        bridge,
+        me,
+        a,
+        b,
+        _dirs: (bot_dir, dir),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_way() {
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (s, r, n) = (started.clone(), release.clone(), runs.clone());
+    let tool = ToolSpec::fixed(
+        "add",
+        "Adds, for a price; the first run waits to be released",
+        PRICE,
+        move |_call: CallContext, _: NoArgs| {
+            let (s, r) = (s.clone(), r.clone());
+            let n = n.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                if n == 1 {
+                    s.notify_one();
+                    r.notified().await;
+                }
+                Ok::<_, ToolError>(format!("sum #{n}"))
+            }
+        },
+    );
+    let HarnessNet {
+        harness,
+        bridge,
+        me,
+        a,
+        b,
+        _dirs,
+    } = harness_net(37, tool).await;
 
     // A's paid call runs at the bot and stays there.
     let held = {
@@ -339,51 +370,30 @@ async fn a_bot_that_says_it_reserves_and_does_not_cannot_make_an_agent_spend_ano
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
-    let fabric = Fabric::new(43);
-    let (bot, me) = (uid(1), uid(2));
     let runs = Arc::new(AtomicUsize::new(0));
-    let bot_dir = tempfile::tempdir().unwrap();
     let n = runs.clone();
-    let harness = Harness::builder()
-        .data_dir(bot_dir.path())
-        .allowed_uids([me])
-        .calls_per_minute(6000)
-        .tool(ToolSpec::fixed(
-            "add",
-            "Adds, for a price; its first run fails (and is refunded)",
-            PRICE,
-            move |_call: CallContext, _: NoArgs| {
-                let n = n.fetch_add(1, Ordering::SeqCst) + 1;
-                async move {
-                    if n == 1 {
-                        return Err(ToolError::new("first run fails"));
-                    }
-                    Ok::<_, ToolError>(format!("sum #{n}"))
+    let tool = ToolSpec::fixed(
+        "add",
+        "Adds, for a price; its first run fails (and is refunded)",
+        PRICE,
+        move |_call: CallContext, _: NoArgs| {
+            let n = n.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                if n == 1 {
+                    return Err(ToolError::new("first run fails"));
                 }
-            },
-        ))
-        .build()
-        .unwrap();
-    let router = harness.start(fabric.sender(bot)).unwrap();
-    fabric.attach(bot, &router);
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = base_config(dir.path());
-    config.credit_wait = Duration::from_millis(300);
-    config.bot_calls_per_minute = 6000;
-    let tips = HarnessTips {
-        harness: harness.clone(),
-        from: me,
-        seq: AtomicU64::new(1),
-    };
-    let bridge = Bridge::new(config, fabric.router(me, RouterConfig::client()), tips).unwrap();
-    bridge
-        .apply_settings(two_agents(bot, 20 * PRICE))
-        .await
-        .unwrap();
-    bridge.start().await.unwrap();
-    let addr = bridge.listen_addr().unwrap();
-    let a = http_agent(addr, bot, A_TOKEN).await;
-    let b = http_agent(addr, bot, B_TOKEN).await;
+                Ok::<_, ToolError>(format!("sum #{n}"))
+            }
+        },
+    );
+    let HarnessNet {
+        harness,
+        bridge,
+        me,
+        a,
+        b,
+        _dirs,
+    } = harness_net(43, tool).await;
 
     // A pays; its call fails and the bot refunds it: the credit is A's, uncollected,
     // and no call of A is under way for it.
@@ -415,5 +425,69 @@ async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
     let (uncollected, uses) = bridge.credit_log().unwrap();
     assert!(uncollected.is_empty(), "{uncollected:?}");
     assert!(uses.is_empty(), "{uses:?}");
+    bridge.close().await;
+}
+
+/// Two agents each hold credit a refunded call left: each one's next call collects its
+/// own, neither waits for the other's (which would hold both back until the holds end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_our_harness_two_agents_holding_refunded_credit_each_collect_their_own() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    // The first two runs meet, so both paid calls are under way at once, then fail.
+    let met = Arc::new(tokio::sync::Barrier::new(2));
+    let (n, m) = (runs.clone(), met.clone());
+    let tool = ToolSpec::fixed(
+        "add",
+        "Adds, for a price; its first two runs meet and fail (and are refunded)",
+        PRICE,
+        move |_call: CallContext, _: NoArgs| {
+            let n = n.fetch_add(1, Ordering::SeqCst) + 1;
+            let m = m.clone();
+            async move {
+                if n <= 2 {
+                    m.wait().await;
+                    return Err(ToolError::new("early run fails"));
+                }
+                Ok::<_, ToolError>(format!("sum #{n}"))
+            }
+        },
+    );
+    let HarnessNet {
+        harness,
+        bridge,
+        me,
+        a,
+        b,
+        _dirs,
+    } = harness_net(47, tool).await;
+
+    let (ra, rb) = tokio::join!(
+        a.call_tool(call("add", json!({"who": "a"}))),
+        b.call_tool(call("add", json!({"who": "b"}))),
+    );
+    for r in [ra.unwrap(), rb.unwrap()] {
+        assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    }
+    assert_eq!(harness.balance_matoms(me).await.unwrap(), 2 * PRICE * 1000);
+    let (uncollected, _) = bridge.credit_log().unwrap();
+    assert_eq!(uncollected.len(), 2, "{uncollected:?}");
+
+    // Each agent's next call is sent at once and answered from its own credit.
+    for (agent, who) in [(&a, "a"), (&b, "b")] {
+        let r = agent
+            .call_tool(call("add", json!({"who": who, "again": 1})))
+            .await
+            .unwrap();
+        let said = text(&r);
+        assert_eq!(r.is_error, Some(false), "agent {who} was held back: {said}");
+        assert!(!said.contains(RAW), "{said}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+    let (entries, spent) = bridge.spend_log().unwrap();
+    assert_eq!(spent, 2 * PRICE, "no agent paid again: {entries:?}");
+    let (uncollected, uses) = bridge.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "{uncollected:?}");
+    assert!(uses.is_empty(), "no call used credit not its own: {uses:?}");
+    assert_eq!(harness.balance_matoms(me).await.unwrap(), 0);
     bridge.close().await;
 }

@@ -351,7 +351,7 @@ impl ProxyServer {
                             let settings = self.bridge.settings();
                             if call.slot.is_none() {
                                 // A call that comes to pay holds its bot like a priced one.
-                                match self.admit(&settings, ctx).await? {
+                                match self.admit(&settings, Some(price_atoms), ctx).await? {
                                     Ok(slot) => call.slot = Some(slot),
                                     Err(reason) => return refused(&reason, &call),
                                 }

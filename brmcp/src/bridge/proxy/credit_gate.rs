@@ -49,7 +49,11 @@ impl ProxyServer {
                 agent.name()
             )));
         }
-        Ok(match self.admit(&settings, ctx).await? {
+        let most = match price {
+            Some(ToolPrice::Dynamic) => self.link.quote_bounds(tool).max_atoms(),
+            _ => Some(least),
+        };
+        Ok(match self.admit(&settings, most, ctx).await? {
             Ok(slot) => Ok((price, Some(slot))),
             Err(reason) => Err(format!(
                 "call of bot {label} tool {tool:?} not sent: {reason}"
@@ -57,10 +61,12 @@ impl ProxyServer {
         })
     }
 
-    /// The call's slot at the bot (rule 2 of [`credit`]), while the agent waits.
+    /// The call's slot at the bot (rule 2 of [`credit`]) for a call costing at `most`
+    /// atoms (`None`: not known), while the agent waits.
     pub(super) async fn admit(
         &self,
         settings: &Settings,
+        most: Option<u64>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<Slot, Refusal>, ErrorData> {
         let agent: Caller = caller(ctx);
@@ -70,7 +76,7 @@ impl ProxyServer {
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.admit(settings, bot, agent.name(), wait, reserves) => s,
+            s = self.bridge.policy.admit(settings, bot, agent.name(), (wait, reserves), most) => s,
         })
     }
 
