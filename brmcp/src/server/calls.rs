@@ -7,12 +7,21 @@
 //! across restarts. The owner publishes its answer and leaves the table under one lock,
 //! so a duplicate either waits and gets the answer, or arrives after and finds the
 //! ledger's record.
+//!
+//! A duplicate is the same call (its caller's key): a caller that explicitly cancels
+//! the waiting duplicate (`notifications/cancelled`, say a bridge resuming the call
+//! after its restart, whose agent then cancelled it) cancels the original's run, as
+//! cancelling the original would. Its session ending does not: a resumed request's
+//! session may be reset while the paid original still runs for it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use brmcp_adapters::PeerId;
+use brmcp_adapters::wire::SessionId;
+use rmcp::model::RequestId;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::billing::KeyConflict;
 use super::call_key::{ArgsHash, CallKey};
@@ -30,6 +39,8 @@ struct Entry<T> {
     tool: Arc<str>,
     args: ArgsHash,
     answer: watch::Sender<Option<T>>,
+    /// The owner's request's cancellation, which its run watches.
+    cancel: CancellationToken,
 }
 
 /// What a call with a key may do.
@@ -53,13 +64,14 @@ impl<T: Clone> InFlight<T> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Claims (caller, key) for a call of `tool` with arguments hashing to `args`.
+    /// Claims (caller, key) for a call of `tool` with arguments hashing to `args`,
+    /// whose run, if it owns the key, watches `cancel`.
     pub(crate) fn claim(
         self: &Arc<Self>,
         caller: PeerId,
         key: &CallKey,
-        tool: &Arc<str>,
-        args: ArgsHash,
+        (tool, args): (&Arc<str>, ArgsHash),
+        cancel: &CancellationToken,
     ) -> Claim<T> {
         let mut map = self.map();
         let map_key = (caller, key.clone());
@@ -71,6 +83,7 @@ impl<T: Clone> InFlight<T> {
             } else {
                 Claim::Wait(Waiter {
                     answer: entry.answer.subscribe(),
+                    owner: entry.cancel.clone(),
                 })
             };
         }
@@ -81,6 +94,7 @@ impl<T: Clone> InFlight<T> {
                 tool: tool.clone(),
                 args,
                 answer,
+                cancel: cancel.clone(),
             },
         );
         Claim::Owner(Owner {
@@ -128,15 +142,73 @@ impl<T: Clone> Drop for Owner<T> {
 #[derive(Debug)]
 pub(crate) struct Waiter<T> {
     answer: watch::Receiver<Option<T>>,
+    owner: CancellationToken,
 }
 
 impl<T: Clone> Waiter<T> {
+    /// The original's cancellation: what cancelling this duplicate cancels.
+    pub(crate) const fn owner_cancel(&self) -> &CancellationToken {
+        &self.owner
+    }
+
     /// The original's answer, or `None` if it was abandoned without one.
     pub(crate) async fn answer(mut self) -> Option<T> {
         match self.answer.wait_for(Option::is_some).await {
             Ok(answer) => answer.clone(),
             Err(_) => None,
         }
+    }
+}
+
+/// A request: its session and its id there.
+pub(crate) type Origin = (SessionId, RequestId);
+
+/// The duplicates waiting, by request, with their original's cancellation: what an
+/// explicit cancellation of one cancels.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    map: Mutex<HashMap<Origin, CancellationToken>>,
+}
+
+impl Waiting {
+    fn map(&self) -> MutexGuard<'_, HashMap<Origin, CancellationToken>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers request `origin`, a duplicate waiting for the run `owner` cancels,
+    /// until the guard drops.
+    pub(crate) fn register<'a>(
+        &'a self,
+        origin: &Origin,
+        owner: &CancellationToken,
+    ) -> Registered<'a> {
+        self.map().insert(origin.clone(), owner.clone());
+        Registered {
+            waiting: self,
+            origin: origin.clone(),
+        }
+    }
+
+    /// The caller cancelled request `origin`: if it is a waiting duplicate, its
+    /// original's run is cancelled. Whether it was one.
+    pub(crate) fn cancel(&self, origin: &Origin) -> bool {
+        let owner = self.map().remove(origin);
+        owner.is_some_and(|owner| {
+            owner.cancel();
+            true
+        })
+    }
+}
+
+/// A waiting duplicate's registration, ended when dropped.
+pub(crate) struct Registered<'a> {
+    waiting: &'a Waiting,
+    origin: Origin,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.waiting.map().remove(&self.origin);
     }
 }
 
@@ -159,18 +231,38 @@ mod tests {
     async fn duplicates_wait_and_get_the_owners_answer() {
         let table = InFlight::<String>::new();
         let tool: Arc<str> = "t".into();
-        let Claim::Owner(owner) = table.claim(A, &key("key-0001"), &tool, args(1)) else {
+        let Claim::Owner(owner) = table.claim(
+            A,
+            &key("key-0001"),
+            (&tool, args(1)),
+            &CancellationToken::new(),
+        ) else {
             panic!("first call owns the key")
         };
-        let Claim::Wait(w1) = table.claim(A, &key("key-0001"), &tool, args(1)) else {
+        let Claim::Wait(w1) = table.claim(
+            A,
+            &key("key-0001"),
+            (&tool, args(1)),
+            &CancellationToken::new(),
+        ) else {
             panic!("duplicate waits")
         };
-        let Claim::Wait(w2) = table.claim(A, &key("key-0001"), &tool, args(1)) else {
+        let Claim::Wait(w2) = table.claim(
+            A,
+            &key("key-0001"),
+            (&tool, args(1)),
+            &CancellationToken::new(),
+        ) else {
             panic!("duplicate waits")
         };
         // Another caller's identical key is unrelated.
         assert!(matches!(
-            table.claim(B, &key("key-0001"), &tool, args(1)),
+            table.claim(
+                B,
+                &key("key-0001"),
+                (&tool, args(1)),
+                &CancellationToken::new()
+            ),
             Claim::Owner(_)
         ));
         owner.finish("refused: payment_required".to_owned());
@@ -185,7 +277,12 @@ mod tests {
         assert_eq!(table.len(), 0);
         // Once finished, the key is free here (the ledger answers from now on).
         assert!(matches!(
-            table.claim(A, &key("key-0001"), &tool, args(1)),
+            table.claim(
+                A,
+                &key("key-0001"),
+                (&tool, args(1)),
+                &CancellationToken::new()
+            ),
             Claim::Owner(_)
         ));
     }
@@ -194,23 +291,79 @@ mod tests {
     fn another_call_with_a_running_key_is_a_conflict() {
         let table = InFlight::<String>::new();
         let (t, u): (Arc<str>, Arc<str>) = ("t".into(), "u".into());
-        let _owner = table.claim(A, &key("key-0002"), &t, args(1));
+        let _owner = table.claim(
+            A,
+            &key("key-0002"),
+            (&t, args(1)),
+            &CancellationToken::new(),
+        );
         assert!(matches!(
-            table.claim(A, &key("key-0002"), &u, args(1)),
+            table.claim(
+                A,
+                &key("key-0002"),
+                (&u, args(1)),
+                &CancellationToken::new()
+            ),
             Claim::Conflict(KeyConflict::OtherTool)
         ));
         assert!(matches!(
-            table.claim(A, &key("key-0002"), &t, args(2)),
+            table.claim(
+                A,
+                &key("key-0002"),
+                (&t, args(2)),
+                &CancellationToken::new()
+            ),
             Claim::Conflict(KeyConflict::OtherArguments)
         ));
+    }
+
+    #[test]
+    fn cancelling_a_waiting_duplicate_cancels_its_original_and_nothing_else() {
+        let table = InFlight::<String>::new();
+        let waiting = Waiting::default();
+        let tool: Arc<str> = "t".into();
+        let (owner_ct, other_ct) = (CancellationToken::new(), CancellationToken::new());
+        let _owner = table.claim(A, &key("key-0004"), (&tool, args(1)), &owner_ct);
+        let _other = table.claim(A, &key("key-0005"), (&tool, args(1)), &other_ct);
+        let Claim::Wait(waiter) = table.claim(
+            A,
+            &key("key-0004"),
+            (&tool, args(1)),
+            &CancellationToken::new(),
+        ) else {
+            panic!("duplicate waits")
+        };
+        let sid = SessionId::from_entropy([1; 8]);
+        let origin: Origin = (sid, RequestId::Number(7));
+        // Registered while waiting; once it stops waiting, its cancellation is nobody's.
+        drop(waiting.register(&origin, waiter.owner_cancel()));
+        assert!(!waiting.cancel(&origin));
+        assert!(!owner_ct.is_cancelled());
+        let registered = waiting.register(&origin, waiter.owner_cancel());
+        // Another request's cancellation is not this duplicate's.
+        assert!(!waiting.cancel(&(sid, RequestId::Number(8))));
+        assert!(waiting.cancel(&origin));
+        assert!(owner_ct.is_cancelled());
+        assert!(!other_ct.is_cancelled());
+        drop(registered);
     }
 
     #[tokio::test]
     async fn an_abandoned_owner_releases_the_key_and_its_waiters() {
         let table = InFlight::<String>::new();
         let tool: Arc<str> = "t".into();
-        let owner = table.claim(A, &key("key-0003"), &tool, args(1));
-        let Claim::Wait(waiter) = table.claim(A, &key("key-0003"), &tool, args(1)) else {
+        let owner = table.claim(
+            A,
+            &key("key-0003"),
+            (&tool, args(1)),
+            &CancellationToken::new(),
+        );
+        let Claim::Wait(waiter) = table.claim(
+            A,
+            &key("key-0003"),
+            (&tool, args(1)),
+            &CancellationToken::new(),
+        ) else {
             panic!("duplicate waits")
         };
         drop(owner);

@@ -246,6 +246,8 @@ struct Shared {
     /// Told when the dynamic tools or the catalog change.
     listeners: Arc<Listeners>,
     in_flight: Arc<InFlight<CallToolResult>>,
+    /// The duplicates waiting for their original, for an explicit cancellation.
+    waiting: crate::server::calls::Waiting,
     /// The charged calls whose handlers run, for a graceful stop.
     running: stop::RunningCalls,
     clock: Arc<dyn Clock>,

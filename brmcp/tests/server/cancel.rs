@@ -93,3 +93,76 @@ async fn a_panicking_handler_is_refunded_and_not_rerun() {
 fn runs_never_zero() -> bool {
     std::hint::black_box(true)
 }
+
+/// A client that lost its session (a bridge restarted mid-call) resends the running
+/// call with its key: the duplicate waits for the original. Its session ending leaves
+/// the paid original running for it; its caller cancelling it cancels the original's
+/// run, as cancelling the original would, and the key replays what that run returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_waiting_duplicate_cancels_the_original_run() {
+    let (runs, stopped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tool = {
+        let (runs, stopped) = (runs.clone(), stopped.clone());
+        ToolSpec::fixed(
+            "wait",
+            "Waits to be cancelled",
+            50,
+            move |call: CallContext, _: NoArgs| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let stopped = stopped.clone();
+                async move {
+                    call.request().ct.cancelled().await;
+                    stopped.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, ToolError>("stopped early: the caller cancelled")
+                }
+            },
+        )
+    };
+    let (builder, clock, dir) = builder();
+    let env = env(builder.tool(tool), clock, dir);
+    tip(&env.harness, 1, ALICE, 100_000).await;
+    let key = Some("cancel-key-2");
+    let send = |client: &Client| {
+        let peer = client.peer().clone();
+        tokio::spawn(async move {
+            peer.call_tool(params("wait", serde_json::json!({}), key))
+                .await
+        })
+    };
+
+    let first = client(&env.fabric, ALICE).await;
+    let _original = send(&first);
+    until("the handler to start", || runs.load(Ordering::SeqCst) == 1).await;
+
+    // A duplicate on a new session, whose session then ends: the original runs on.
+    let second = client(&env.fabric, ALICE).await;
+    let _closed = send(&second);
+    until("the duplicate to wait", || env.harness.stats().waited == 1).await;
+    let Client {
+        router: _second_router,
+        service,
+    } = second;
+    service.cancel().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(stopped.load(Ordering::SeqCst), 0, "a closed session cancels nothing");
+
+    // Another duplicate, cancelled by its caller: the original's run stops.
+    let third = client(&env.fabric, ALICE).await;
+    let duplicate = send(&third);
+    until("the duplicate to wait", || env.harness.stats().waited == 2).await;
+    // Dropping the request future sends `notifications/cancelled`.
+    duplicate.abort();
+    until("the original's run to be cancelled", || {
+        stopped.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let ledger = env.harness.ledger().unwrap().clone();
+    until("the call to complete", || {
+        ledger.journal(None, 1).unwrap()[0].state == CallState::Completed
+    })
+    .await;
+    let replay = call(&third, "wait", serde_json::json!({}), key).await;
+    assert_eq!(text(&replay), "stopped early: the caller cancelled");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(balance(&env.harness, ALICE).await, 50_000);
+}

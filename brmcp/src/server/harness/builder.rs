@@ -304,6 +304,7 @@ impl HarnessBuilder {
                 catalog: self.catalog,
                 listeners: Arc::default(),
                 in_flight: InFlight::new(),
+                waiting: crate::server::calls::Waiting::default(),
                 running: super::stop::RunningCalls::default(),
                 clock: self.clock,
                 chat_hook: self.chat_hook,

@@ -40,19 +40,26 @@ impl Shared {
     ) -> Result<CallToolResult, Stop> {
         let owner = match &call.keyed {
             None => None,
-            Some((key, args)) => match self.in_flight.claim(call.caller, key, &call.tool, *args) {
-                Claim::Conflict(conflict) => {
-                    Counters::bump(&self.counters.key_conflicts);
-                    return Ok(refusal(conflict.to_string()));
+            Some((key, args)) => {
+                match self
+                    .in_flight
+                    .claim(call.caller, key, (&call.tool, *args), &request.ct)
+                {
+                    Claim::Conflict(conflict) => {
+                        Counters::bump(&self.counters.key_conflicts);
+                        return Ok(refusal(conflict.to_string()));
+                    }
+                    Claim::Wait(waiter) => {
+                        Counters::bump(&self.counters.waited);
+                        let _registered =
+                            self.waiting.register(&call.origin, waiter.owner_cancel());
+                        return Ok(waiter.answer().await.unwrap_or_else(|| {
+                            refusal("the original call with this key failed; retry")
+                        }));
+                    }
+                    Claim::Owner(owner) => Some(owner),
                 }
-                Claim::Wait(waiter) => {
-                    Counters::bump(&self.counters.waited);
-                    return Ok(waiter.answer().await.unwrap_or_else(|| {
-                        refusal("the original call with this key failed; retry")
-                    }));
-                }
-                Claim::Owner(owner) => Some(owner),
-            },
+            }
         };
         // Its own task: the request may be dropped (cancelled, session closed), but the
         // charge must still be completed or refunded and duplicates answered.

@@ -6,9 +6,10 @@ use brmcp_adapters::PeerId;
 use brmcp_adapters::protocol;
 use brmcp_adapters::wire::SessionId;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CancelledNotificationParam, GetPromptRequestParams,
+    GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -144,6 +145,21 @@ impl ServerHandler for Session {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         if let Ok(shared) = self.shared() {
             shared.listen(self.caller, &context.peer);
+        }
+    }
+
+    /// An explicit cancellation of a duplicate waiting for its original cancels the
+    /// original's run (`calls`); rmcp cancels the request's own token meanwhile.
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        let (Ok(shared), Some(id)) = (self.shared(), notification.request_id) else {
+            return;
+        };
+        if shared.waiting.cancel(&(self.sid, id)) {
+            tracing::info!(caller = %self.caller, "a waiting duplicate was cancelled: its original's run is cancelled");
         }
     }
 
