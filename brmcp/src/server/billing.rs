@@ -182,6 +182,21 @@ pub trait Billing: Send + Sync {
         Ok(0)
     }
 
+    /// A keyed call was refused before its charge for a reason other than payment (its
+    /// price not known, say an upstream down; the bot stopping): credit a tip reserved
+    /// for it goes back to the caller's unreserved balance, where the caller's next call
+    /// finds it under whatever key (a bridge's retry may bring a new one), rather than
+    /// waiting for this key's retry for the reservation's life. The default: a store
+    /// that reserves nothing.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    fn release_reserved(&self, caller: &PeerId, key: &str) -> Result<(), BillingError> {
+        let _ = (caller, key);
+        Ok(())
+    }
+
     /// [`charge`](Self::charge), keeping with the charge where its caller waits for the
     /// answer, so that after a crash the next harness can tell the caller the call was
     /// interrupted (see [`interrupted`](Self::interrupted)). The default keeps nothing.

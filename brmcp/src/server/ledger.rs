@@ -501,6 +501,10 @@ impl Billing for Ledger {
     fn reserves_credit(&self) -> bool {
         true
     }
+
+    fn release_reserved(&self, caller: &PeerId, key: &str) -> Result<(), BillingError> {
+        Ok(Self::release_reserved(self, caller, key)?)
+    }
 }
 
 impl From<LedgerError> for BillingError {

@@ -144,7 +144,11 @@ async fn cancelling_a_waiting_duplicate_cancels_the_original_run() {
     } = second;
     service.cancel().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(stopped.load(Ordering::SeqCst), 0, "a closed session cancels nothing");
+    assert_eq!(
+        stopped.load(Ordering::SeqCst),
+        0,
+        "a closed session cancels nothing"
+    );
 
     // Another duplicate, cancelled by its caller: the original's run stops.
     let third = client(&env.fabric, ALICE).await;

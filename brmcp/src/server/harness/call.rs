@@ -132,11 +132,13 @@ impl Shared {
                 if !prepared.price_is_asked() {
                     give_back(ticket);
                 }
+                self.release_reserved(caller, keyed.as_ref()).await;
                 return Ok(refusal(message));
             }
         };
         let charged = if self.running.stopping() {
             give_back(ticket);
+            self.release_reserved(caller, keyed.as_ref()).await;
             return Err(Stop::Refused);
         } else if price_atoms == 0 && keyed.is_none() {
             None
@@ -237,6 +239,20 @@ impl Shared {
             self.finish(id, outcome, refund_reason).await;
         }
         Ok(result)
+    }
+
+    /// A keyed call refused before its charge for a reason other than payment lets go
+    /// of credit reserved for it ([`Billing::release_reserved`]); logged, never failing
+    /// the refusal.
+    async fn release_reserved(&self, caller: PeerId, keyed: Option<&(CallKey, ArgsHash)>) {
+        let Some((key, _)) = keyed else { return };
+        let key = key.as_str().to_owned();
+        if let Err(e) = self
+            .blocking(move |b| b.release_reserved(&caller, &key))
+            .await
+        {
+            tracing::warn!(%caller, error = %e, "credit reserved for a refused call not released");
+        }
     }
 
     /// A handler's failure: its message as the answer, and the refund reason.

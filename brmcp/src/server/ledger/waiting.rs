@@ -16,7 +16,10 @@
 //! the call it was made for waits again, unreserved, for the next tip. So every paid
 //! call that retries is served, and credit never waits for a call that is not paid for,
 //! while a call that merely arrives before the reserved one's retry does not take it.
-//! Calls that do not wait (new keys, unkeyed calls) never spend reserved credit.
+//! Calls that do not wait (new keys, unkeyed calls) never spend reserved credit. A
+//! waiting call refused before its charge for a reason other than payment (its price
+//! not known, the bot stopping) lets go of its reservation: its caller's retry may
+//! come under another key.
 //!
 //! Bounded: at most [`MAX_WAITING_PER_CALLER`] waiting calls per caller (past it a
 //! refused call does not wait, and pays from the unreserved balance as any call does),
@@ -250,6 +253,15 @@ pub(super) fn reserve(
 }
 
 impl Ledger {
+    /// [`Billing::release_reserved`], failing with the ledger's own [`LedgerError`].
+    ///
+    /// # Errors
+    /// As [`Billing::release_reserved`].
+    pub fn release_reserved(&self, caller: &PeerId, key: &str) -> Result<(), LedgerError> {
+        self.owner()?;
+        remove(&self.conn(), &caller.to_string(), key)
+    }
+
     /// [`Billing::reserved_matoms`], failing with the ledger's own [`LedgerError`].
     ///
     /// # Errors
