@@ -699,17 +699,18 @@ impl ServerHandler for ProxyServer {
         // One agent's flood is refused here, before it spends the bot's limit.
         let retry = request.request_state.is_some();
         let bot_limit = self.bot_calls_per_minute();
-        if let Err(over) = super::fair_share::admit(
+        let admitted = super::fair_share::admit(
             &self.bridge,
             &caller(&context),
             &self.link.bot,
             bot_limit,
             retry,
-        ) {
-            return Ok(CallToolResponse::Complete(over));
-        }
+        );
         if task::declares_tasks(&context) && request.request_state.is_none() {
-            return self.call_as_task(request, &context).await;
+            return self.call_as_task(request, admitted.err(), &context).await;
+        }
+        if let Err(over) = admitted {
+            return Ok(CallToolResponse::Complete(over));
         }
         self.call(request, &context).await
     }

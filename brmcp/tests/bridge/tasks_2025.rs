@@ -431,3 +431,51 @@ async fn a_task_cancelled_while_awaiting_approval_is_never_paid() {
     one.until(&id, "cancelled").await;
     env.bridge.close().await;
 }
+
+/// A task-augmented call is always answered with a task: a repeat of a call the
+/// journal holds (the agent's own key again) with the task it repeats, ended, nothing
+/// run or paid again; a call over its agent's share of the bot with a task that failed
+/// with the share's refusal, never a plain result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_or_refused_task_call_is_answered_with_a_task() {
+    let (env, addr) = started(two_agents).await;
+    let mut one = Session::tasker(addr, env.bot_id, ONE_TOKEN).await;
+    let keyed = json!({
+        "name": "fortune", "arguments": {}, "task": {"ttl": 60_000},
+        "_meta": {"brmcp/callKey": "task-repeat-key-0001"},
+    });
+    let first = one.request("tools/call", keyed.clone()).await;
+    let id = first["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {first}"))
+        .to_owned();
+    one.until(&id, "completed").await;
+    let again = one.request("tools/call", keyed).await;
+    let task = &again["result"]["task"];
+    assert_eq!(task["taskId"], json!(id), "{again}");
+    assert_eq!(task["status"], json!("completed"), "{again}");
+    let result = one.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(result["result"]["isError"], json!(false), "{result}");
+    assert_eq!(env.payer.count(), 1, "paid once");
+    assert_eq!(env.bot.executions("fortune"), 1, "run once");
+
+    // Past its share of the bot (the bridge's 27 calls a minute of the bot's 30, in
+    // three callers' shares), every answer is still a task.
+    let mut failed = None;
+    for n in 0..30 {
+        let params = json!({"name": "echo", "arguments": {"text": format!("e{n}")}, "task": {}});
+        let answer = one.request("tools/call", params).await;
+        let task = &answer["result"]["task"];
+        assert!(task["taskId"].is_string(), "call {n}: {answer}");
+        if task["status"] == json!("failed") {
+            failed = task["taskId"].as_str().map(str::to_owned);
+            break;
+        }
+    }
+    let failed = failed.expect("the share refused a call");
+    let refused = one.request("tasks/result", json!({"taskId": failed})).await;
+    let said = refused["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
+    assert!(said.contains("over its share"), "{refused}");
+    env.bridge.close().await;
+}

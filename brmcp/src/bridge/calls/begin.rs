@@ -23,8 +23,13 @@ const SESSION_HEADER: &str = "mcp-session-id";
 pub(crate) enum Begin {
     /// Run it under the journal's key.
     Run(Journaled),
-    /// Answer it with the outcome the journal holds for it.
-    Held(Result<CallToolResponse, ErrorData>),
+    /// Answer it with the outcome the journal holds for it, under its call `key`.
+    Held {
+        /// The journal's call key: its task id.
+        key: String,
+        /// What the agent gets.
+        outcome: Result<CallToolResponse, ErrorData>,
+    },
 }
 
 /// A journaled call the proxy runs; a clone keeps it live in this process.
@@ -185,7 +190,10 @@ impl Calls {
                 State::Answered | State::Delivered => {
                     logged("delivery", self.journal.deliver(row.id, self.now()));
                     tracing::info!(agent, bot, tool, key = %row.key, "held outcome handed to the agent's repeat");
-                    return Ok(Begin::Held(held_outcome(row.outcome.as_ref())));
+                    return Ok(Begin::Held {
+                        outcome: held_outcome(row.outcome.as_ref()),
+                        key: row.key,
+                    });
                 }
                 // Nothing owed and nothing ran: a retry is a call of its own.
                 State::Cancelled if own.is_none() => {

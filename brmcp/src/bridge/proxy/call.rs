@@ -143,7 +143,7 @@ impl ProxyServer {
             .begin(agent.name(), &self.link.bot, &params, ctx)
             .await?
         {
-            Begin::Held(outcome) => return outcome,
+            Begin::Held { outcome, .. } => return outcome,
             Begin::Run(journal) => journal,
         };
         self.call_begun(params, journal, ctx).await

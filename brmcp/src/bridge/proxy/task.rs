@@ -5,8 +5,8 @@
 //! from the journal (see `bridge::calls::tasks`), across restarts.
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, ErrorData,
-    GetTaskParams, GetTaskResult, InputResponses, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
+    ErrorData, GetTaskParams, GetTaskResult, InputResponses, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
@@ -30,27 +30,35 @@ pub(super) fn declares_tasks(ctx: &RequestContext<RoleServer>) -> bool {
 
 impl ProxyServer {
     /// A `tools/call` as a task: recorded, then run in the background under its own
-    /// stop (`tasks/cancel`), not the request's, which ends with this answer.
+    /// stop (`tasks/cancel`), not the request's, which ends with this answer. A repeat
+    /// the journal holds the outcome of is the task it repeats; a call `refused` before
+    /// it starts (its agent's share of the bot) is a task ended with that refusal.
     pub(super) async fn call_as_task(
         &self,
         params: CallToolRequestParams,
+        refused: Option<CallToolResult>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let agent = caller(ctx);
-        let journal = match self
-            .bridge
-            .calls
+        let calls = &self.bridge.calls;
+        let task_id = match calls
             .begin(agent.name(), &self.link.bot, &params, ctx)
             .await?
         {
-            // A repeat the journal holds the outcome of: answered as it is.
-            Begin::Held(outcome) => return outcome,
-            Begin::Run(journal) => journal,
+            Begin::Held { key, .. } => key,
+            Begin::Run(journal) => {
+                let task_id = journal.key.clone();
+                if let Some(refusal) = refused {
+                    let outcome = Ok(CallToolResponse::Complete(refusal));
+                    calls.finish(calls.running(&journal), &outcome, false);
+                } else {
+                    let stop = CancellationToken::new();
+                    let run = calls.task_started(&journal, stop.clone());
+                    self.spawn_run(run, params, Some(journal), ctx, stop);
+                }
+                task_id
+            }
         };
-        let task_id = journal.key.clone();
-        let stop = CancellationToken::new();
-        let run = self.bridge.calls.task_started(&journal, stop.clone());
-        self.spawn_run(run, params, Some(journal), ctx, stop);
         let bot = self.link.bot.to_string();
         let task = self
             .bridge
