@@ -38,6 +38,10 @@ const PAGES: [&str; 8] = [
     "directory.md",
 ];
 
+/// The pages whose marked blocks another test runs: the codec page's C and Go
+/// programs link the FFI crate's library (`brmcp-wire-ffi/tests/guide.rs`).
+const RUN_ELSEWHERE: [&str; 1] = ["codec.md"];
+
 /// The port the pages write for the bridge.
 const PAGE_PORT: &str = "127.0.0.1:8891";
 
@@ -315,6 +319,29 @@ fn markers_are_read_as_documented() {
     assert!(missing("{\"fortune\":\"...\"}", "{\"fortune\":\"Be patient.\"}").is_empty());
     assert!(!missing("{\"fortune\":\"...\"}", "{\"echo\":\"hi\"}").is_empty());
     assert!(!missing("a\nb", "b\na").is_empty(), "order matters");
+}
+
+#[test]
+fn every_guide_page_has_its_blocks_run() {
+    let mut pages: Vec<String> = std::fs::read_dir(guide_dir())
+        .expect("docs/guide")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    pages.sort();
+    assert!(!pages.is_empty(), "no guide pages");
+    for page in pages {
+        let text = std::fs::read_to_string(guide_dir().join(&page)).expect("page");
+        let listed = PAGES.contains(&page.as_str()) || RUN_ELSEWHERE.contains(&page.as_str());
+        assert!(
+            listed,
+            "docs/guide/{page} is run by no test: mark its commands and add it to PAGES"
+        );
+        assert!(
+            text.contains("<!-- ci"),
+            "docs/guide/{page} has no marked block"
+        );
+    }
 }
 
 #[test]
