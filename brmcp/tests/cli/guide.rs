@@ -8,6 +8,9 @@
 //! - `<!-- ci -->`: run the block; it must succeed (`set -eu`).
 //! - `<!-- ci: background "TEXT" -->`: start the block's one command in the background
 //!   and wait until its output shows TEXT (a terminal of its own, for the reader).
+//! - `<!-- ci: stop -->`, alone (no block): stop the background block started last
+//!   and still running, as Ctrl-C in its terminal would (SIGTERM, which brmcp takes as
+//!   Ctrl-C), and wait until it has exited.
 //! - `<!-- ci: output -->`: a ```text block the previous step's output must contain,
 //!   line by line in order, after normalizing: every word holding a digit (uids,
 //!   tokens, times, ports, amounts) matches any such word, runs of spaces are one, and
@@ -15,24 +18,35 @@
 //!
 //! All the pages' blocks run in one shell, page after page in [`PAGES`] order, from an
 //! empty directory: `devnet.md` starts the network, the bot and the bridge, and the
-//! pages after it use them (and the shell's variables). The bridge's `--listen` port
-//! of the pages, 8891, is replaced by a free one so that tests in parallel do not meet.
+//! pages after it use them (and the shell's variables). The bridges' `--listen` ports
+//! of the pages, 8891 and 8892 (the directory page's devnet of its own), are replaced
+//! by free ones so that tests in parallel do not meet.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The guide's pages with marked blocks, in the order they run.
-const PAGES: [&str; 5] = [
+const PAGES: [&str; 8] = [
     "devnet.md",
     "sell-tools.md",
     "agents.md",
     "spending.md",
     "operate.md",
+    "money.md",
+    "wire.md",
+    "directory.md",
 ];
+
+/// The pages whose marked blocks another test runs: the codec page's C and Go
+/// programs link the FFI crate's library (`brmcp-wire-ffi/tests/guide.rs`).
+const RUN_ELSEWHERE: [&str; 1] = ["codec.md"];
 
 /// The port the pages write for the bridge.
 const PAGE_PORT: &str = "127.0.0.1:8891";
+
+/// The port of the directory page's bridge, on a devnet of its own.
+const PAGE_PORT_2: &str = "127.0.0.1:8892";
 
 /// How long a background block may take to print its ready line (a slow, shared
 /// machine starting the devnet's TLS endpoints).
@@ -46,6 +60,7 @@ const ALL_WITHIN: Duration = Duration::from_secs(600);
 enum Kind {
     Run,
     Background(String),
+    Stop,
 }
 
 /// One marked block of a page.
@@ -102,11 +117,22 @@ fn steps(page: &str, text: &str) -> Vec<Step> {
         };
         let marker = marker.trim();
         let at = format!("{page}:{}", i + 2);
+        if marker == ": stop" {
+            steps.push(Step {
+                at,
+                kind: Kind::Stop,
+                body: String::new(),
+                expected: None,
+            });
+            i += 1;
+            continue;
+        }
         if marker == ": output" {
             let (body, next) = fenced(page, &lines, i + 1, "text");
             let last = steps
                 .last_mut()
                 .unwrap_or_else(|| panic!("{at}: output with no step before it"));
+            assert!(last.kind != Kind::Stop, "{at}: output after a stop");
             assert!(last.expected.is_none(), "{at}: a second output block");
             last.expected = Some(body);
             i = next;
@@ -135,7 +161,9 @@ fn steps(page: &str, text: &str) -> Vec<Step> {
         steps.push(Step {
             at,
             kind,
-            body: body.replace(PAGE_PORT, "127.0.0.1:@PORT@"),
+            body: body
+                .replace(PAGE_PORT, "127.0.0.1:@PORT@")
+                .replace(PAGE_PORT_2, "127.0.0.1:@PORT2@"),
             expected: None,
         });
         i = next;
@@ -150,13 +178,16 @@ fn quoted(s: &str) -> String {
 
 /// The one script that runs every step: each step's output in `out/N`, the step under
 /// way in `out/current`, background processes ended on exit.
-fn script(steps: &[Step], port: u16) -> String {
+fn script(steps: &[Step], ports: [u16; 2]) -> String {
     let mut s = String::from(
         "set -eu\nbg_pids=()\n\
          trap 'kill ${bg_pids[@]+\"${bg_pids[@]}\"} 2>/dev/null || true; wait' EXIT\n",
     );
     for (n, step) in steps.iter().enumerate() {
-        let body = step.body.replace("@PORT@", &port.to_string());
+        let body = step
+            .body
+            .replace("@PORT@", &ports[0].to_string())
+            .replace("@PORT2@", &ports[1].to_string());
         s.push_str(&format!("echo {n} > out/current\n"));
         match &step.kind {
             Kind::Run => s.push_str(&format!("{{\n{body}}} > out/{n} 2>&1\n")),
@@ -174,6 +205,10 @@ fn script(steps: &[Step], port: u16) -> String {
                     tenths = READY_WITHIN_SECS * 10,
                 ));
             }
+            Kind::Stop => s.push_str(
+                "stopped=${bg_pids[-1]}\nunset 'bg_pids[-1]'\n\
+                 kill -TERM \"$stopped\"\nwait \"$stopped\" || true\n",
+            ),
         }
     }
     s.push_str("echo done > out/current\n");
@@ -263,9 +298,10 @@ impl Drop for Group {
 #[test]
 fn markers_are_read_as_documented() {
     let page = "t\n<!-- ci: background \"ready\" -->\n```sh\nbrmcp devnet --dir ./d\n```\n\
-                <!-- ci: output -->\n```text\nhello 42\n```\n<!-- ci -->\n```sh\na\nb\n```\n";
+                <!-- ci: output -->\n```text\nhello 42\n```\n<!-- ci -->\n```sh\na\nb\n```\n<!-- ci: stop -->\n";
     let steps = steps("t.md", page);
-    assert_eq!(steps.len(), 2);
+    assert_eq!(steps.len(), 3);
+    assert_eq!(steps[2].kind, Kind::Stop);
     assert_eq!(steps[0].kind, Kind::Background("ready".into()));
     assert_eq!(steps[0].expected.as_deref(), Some("hello 42\n"));
     assert_eq!(steps[1].body, "a\nb\n");
@@ -286,6 +322,29 @@ fn markers_are_read_as_documented() {
 }
 
 #[test]
+fn every_guide_page_has_its_blocks_run() {
+    let mut pages: Vec<String> = std::fs::read_dir(guide_dir())
+        .expect("docs/guide")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    pages.sort();
+    assert!(!pages.is_empty(), "no guide pages");
+    for page in pages {
+        let text = std::fs::read_to_string(guide_dir().join(&page)).expect("page");
+        let listed = PAGES.contains(&page.as_str()) || RUN_ELSEWHERE.contains(&page.as_str());
+        assert!(
+            listed,
+            "docs/guide/{page} is run by no test: mark its commands and add it to PAGES"
+        );
+        assert!(
+            text.contains("<!-- ci"),
+            "docs/guide/{page} has no marked block"
+        );
+    }
+}
+
+#[test]
 fn guide_shell_blocks_run_on_the_devnet() {
     let mut all = Vec::new();
     for page in PAGES {
@@ -297,8 +356,14 @@ fn guide_shell_blocks_run_on_the_devnet() {
     let work = tempfile::tempdir().expect("temp dir");
     std::fs::create_dir(work.path().join("out")).expect("out dir");
     let port = super::processes::free_port();
+    let port2 = loop {
+        let p = super::processes::free_port();
+        if p != port {
+            break p;
+        }
+    };
     let script_path = work.path().join("guide.sh");
-    std::fs::write(&script_path, script(&all, port)).expect("write the script");
+    std::fs::write(&script_path, script(&all, [port, port2])).expect("write the script");
 
     let bin = Path::new(env!("CARGO_BIN_EXE_brmcp"))
         .parent()

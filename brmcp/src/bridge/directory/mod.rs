@@ -258,7 +258,8 @@ impl DirectoryServer {
             return failed(format!(
                 "bot {uid} not added: this MCP client cannot ask the user to confirm (it does not \
                  support elicitation). The user can add it with: brmcp bridge --datadir {} bots add \
-                 --from-directory {uid}{directory} --name {name}",
+                 --from-directory {uid}{directory} --name {name} (with the bridge stopped: the \
+                 command uses the bridge's Bison Relay client, which serves one brmcp at a time)",
                 self.bridge.config.data_dir.display()
             ));
         };
