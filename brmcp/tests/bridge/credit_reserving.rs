@@ -368,24 +368,34 @@ async fn a_bot_that_says_it_reserves_and_does_not_cannot_make_an_agent_spend_ano
     drop(router);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
+/// `add` at [`PRICE`], whose first `failing` runs meet (so they are all under way at
+/// once) and fail, refunded by the bot; its runs.
+fn failing_add(failing: usize) -> (ToolSpec, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
+    let met = Arc::new(tokio::sync::Barrier::new(failing));
     let n = runs.clone();
     let tool = ToolSpec::fixed(
         "add",
-        "Adds, for a price; its first run fails (and is refunded)",
+        "Adds, for a price; its first runs fail (and are refunded)",
         PRICE,
         move |_call: CallContext, _: NoArgs| {
             let n = n.fetch_add(1, Ordering::SeqCst) + 1;
+            let met = met.clone();
             async move {
-                if n == 1 {
-                    return Err(ToolError::new("first run fails"));
+                if n <= failing {
+                    met.wait().await;
+                    return Err(ToolError::new("early run fails"));
                 }
                 Ok::<_, ToolError>(format!("sum #{n}"))
             }
         },
     );
+    (tool, runs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
+    let (tool, runs) = failing_add(1);
     let HarnessNet {
         harness,
         bridge,
@@ -432,26 +442,8 @@ async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
 /// own, neither waits for the other's (which would hold both back until the holds end).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn at_our_harness_two_agents_holding_refunded_credit_each_collect_their_own() {
-    let runs = Arc::new(AtomicUsize::new(0));
-    // The first two runs meet, so both paid calls are under way at once, then fail.
-    let met = Arc::new(tokio::sync::Barrier::new(2));
-    let (n, m) = (runs.clone(), met.clone());
-    let tool = ToolSpec::fixed(
-        "add",
-        "Adds, for a price; its first two runs meet and fail (and are refunded)",
-        PRICE,
-        move |_call: CallContext, _: NoArgs| {
-            let n = n.fetch_add(1, Ordering::SeqCst) + 1;
-            let m = m.clone();
-            async move {
-                if n <= 2 {
-                    m.wait().await;
-                    return Err(ToolError::new("early run fails"));
-                }
-                Ok::<_, ToolError>(format!("sum #{n}"))
-            }
-        },
-    );
+    // Both paid calls are under way at once, then fail.
+    let (tool, runs) = failing_add(2);
     let HarnessNet {
         harness,
         bridge,

@@ -474,7 +474,9 @@ async fn a_repeated_or_refused_task_call_is_answered_with_a_task() {
     }
     let failed = failed.expect("the share refused a call");
     let refused = one.request("tasks/result", json!({"taskId": failed})).await;
-    let said = refused["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    let said = refused["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
     assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
     assert!(said.contains("over its share"), "{refused}");
     env.bridge.close().await;

@@ -9,24 +9,31 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::support::*;
 use brmcp::server::{CallContext, CallState, NoArgs, ToolError, ToolSpec};
 
+/// `wait` at 50 atoms, which runs until its request is cancelled; its runs, and the
+/// runs that saw the cancellation.
+fn waits_to_be_cancelled() -> (ToolSpec, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let (runs, stopped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (r, st) = (runs.clone(), stopped.clone());
+    let tool = ToolSpec::fixed(
+        "wait",
+        "Waits to be cancelled",
+        50,
+        move |call: CallContext, _: NoArgs| {
+            r.fetch_add(1, Ordering::SeqCst);
+            let stopped = st.clone();
+            async move {
+                call.request().ct.cancelled().await;
+                stopped.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>("stopped early: the caller cancelled")
+            }
+        },
+    );
+    (tool, runs, stopped)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_completes_and_replays() {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let tool = {
-        let runs = runs.clone();
-        ToolSpec::fixed(
-            "wait",
-            "Waits to be cancelled",
-            50,
-            move |call: CallContext, _: NoArgs| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    call.request().ct.cancelled().await;
-                    Ok::<_, ToolError>("stopped early: the caller cancelled")
-                }
-            },
-        )
-    };
+    let (tool, runs, _) = waits_to_be_cancelled();
     let (builder, clock, dir) = builder();
     let env = env(builder.tool(tool), clock, dir);
     tip(&env.harness, 1, ALICE, 100_000).await;
@@ -100,24 +107,7 @@ fn runs_never_zero() -> bool {
 /// run, as cancelling the original would, and the key replays what that run returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_waiting_duplicate_cancels_the_original_run() {
-    let (runs, stopped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let tool = {
-        let (runs, stopped) = (runs.clone(), stopped.clone());
-        ToolSpec::fixed(
-            "wait",
-            "Waits to be cancelled",
-            50,
-            move |call: CallContext, _: NoArgs| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                let stopped = stopped.clone();
-                async move {
-                    call.request().ct.cancelled().await;
-                    stopped.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, ToolError>("stopped early: the caller cancelled")
-                }
-            },
-        )
-    };
+    let (tool, runs, stopped) = waits_to_be_cancelled();
     let (builder, clock, dir) = builder();
     let env = env(builder.tool(tool), clock, dir);
     tip(&env.harness, 1, ALICE, 100_000).await;
