@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use super::quote::Listed;
-use brmcp_adapters::protocol::{PriceBounds, ToolPrice};
+use brmcp_adapters::protocol::{self, PriceBounds, ToolPrice};
 use brmcp_adapters::wire::SessionId;
 use brmcp_adapters::{BrTransport, IdRange, PeerId, Router, SessionWatch};
 use rmcp::ServiceExt;
@@ -101,9 +101,42 @@ pub(crate) struct Conn {
     pub(crate) serial: u64,
     /// What a request waiting on it can see of the session.
     pub(crate) watch: SessionWatch,
+    /// The calls a minute the bot says it allows each caller (`brmcp/callsPerMinute`);
+    /// `None` when it does not say (a Go bot) or says it malformed.
+    pub(crate) calls_per_minute: Option<u32>,
+    /// Whether the bot says it reserves credit per call (`brmcp/reservesCredit`).
+    pub(crate) reserves_credit: bool,
 }
 
 impl Conn {
+    /// A session on `service` to `bot`, whose `initialize` result was `info`: what the
+    /// bot says of itself there is read once, a malformed value warned of once.
+    fn new(
+        bot: &PeerId,
+        service: RunningService<RoleClient, LinkHandler>,
+        info: ServerPeerInfo,
+        serial: u64,
+        watch: SessionWatch,
+    ) -> Self {
+        let meta = info.meta.as_ref().map(|m| &m.0);
+        let calls_per_minute = protocol::calls_per_minute(meta).unwrap_or_else(|e| {
+            tracing::warn!(%bot, error = %e, "bot's initialize result refused; its limit is taken as the default");
+            None
+        });
+        let reserves_credit = protocol::reserves_credit(meta).unwrap_or_else(|e| {
+            tracing::warn!(%bot, error = %e, "bot's initialize result refused; its calls wait for each other");
+            false
+        });
+        Self {
+            service,
+            info,
+            serial,
+            watch,
+            calls_per_minute,
+            reserves_credit,
+        }
+    }
+
     pub(crate) fn peer(&self) -> &Peer<RoleClient> {
         self.service.peer()
     }
@@ -294,12 +327,7 @@ impl BotLink {
         if let Err(e) = self.store.save(&self.bot, &saved) {
             tracing::warn!(bot = %self.bot, error = %e, "session not saved; the next run opens a new one");
         }
-        Ok(Arc::new(Conn {
-            service,
-            info,
-            serial,
-            watch,
-        }))
+        Ok(Arc::new(Conn::new(&self.bot, service, info, serial, watch)))
     }
 
     /// Goes on with a session a previous run opened: no handshake (the bot has it, or
@@ -339,12 +367,7 @@ impl BotLink {
         match list_all_tools_checked(service.peer()).await {
             Ok(tools) => {
                 tracing::debug!(bot = %self.bot, %sid, "session resumed");
-                let conn = Arc::new(Conn {
-                    service,
-                    info,
-                    serial,
-                    watch,
-                });
+                let conn = Arc::new(Conn::new(&self.bot, service, info, serial, watch));
                 *lock(&self.resumed) = Some((saved, Arc::downgrade(&conn)));
                 self.hub.set_tools(tools);
                 Ok(conn)

@@ -516,12 +516,7 @@ impl ProxyServer {
     /// agents' fair shares divide; `None` without a session, when it does not say (a
     /// Go bot) or says it malformed.
     fn bot_calls_per_minute(&self) -> Option<u32> {
-        let conn = self.link.live()?;
-        let meta = conn.info.meta.as_ref().map(|m| &m.0);
-        brmcp_adapters::protocol::calls_per_minute(meta).unwrap_or_else(|e| {
-            tracing::warn!(bot = %self.link.bot, error = %e, "bot's initialize result refused; its limit is taken as the default");
-            None
-        })
+        self.link.live()?.calls_per_minute
     }
 }
 

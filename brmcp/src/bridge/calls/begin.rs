@@ -3,6 +3,7 @@
 //! run), the hooks the paid-call loop calls at each step, and [`Calls::finish`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use brmcp_adapters::PeerId;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData};
@@ -42,6 +43,8 @@ pub(crate) struct Journaled {
     /// paid again.
     pub(crate) paid: Option<Paid>,
     sent: bool,
+    /// Left for its agent's retry ([`Calls::leave`]): its end records nothing.
+    left: Arc<AtomicBool>,
     /// Held for its drop: the call stops being live when the last clone goes.
     _live: Arc<Live>,
 }
@@ -56,6 +59,7 @@ impl Journaled {
             key: String::new(),
             paid: None,
             sent: false,
+            left: Arc::default(),
             _live: Arc::new(live),
         }
     }
@@ -232,6 +236,7 @@ impl Calls {
             key: row.key.clone(),
             paid,
             sent: false,
+            left: Arc::default(),
             _live: Arc::new(live),
         }
     }
@@ -255,6 +260,7 @@ impl Calls {
                     key: call.key.to_owned(),
                     paid: None,
                     sent: false,
+                    left: Arc::default(),
                     _live: Arc::new(live),
                 }))
             }
@@ -296,6 +302,15 @@ impl Calls {
         logged("refused payment", self.journal.unpaid(call.id, self.now()));
     }
 
+    /// A paid call whose answer did not come while its agent waited is left for the
+    /// agent's retry ([`Journal::leave`](super::journal::Journal::leave)): its end then
+    /// records no answer. Whether it was left.
+    pub(crate) fn leave(&self, call: &Journaled) -> bool {
+        let left = logged("leave", self.journal.leave(call.id, self.now())) == Some(true);
+        call.left.store(left, Ordering::SeqCst);
+        left
+    }
+
     /// A guard of a call while it runs for its agent: a run dropped before it ended
     /// (its agent's request gone with its future) is recorded as cancelled, as an
     /// agent's cancellation is, unless the bridge is stopping.
@@ -319,6 +334,9 @@ impl Calls {
     ) {
         running.ended = true;
         let call = running.call;
+        if call.left.load(Ordering::SeqCst) {
+            return;
+        }
         let now = self.now();
         let kept = match outcome {
             Ok(CallToolResponse::Complete(result)) => {

@@ -19,6 +19,10 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use super::bounds::{Bounds, make_room};
 use super::state::{Event, State};
 
+/// The run of a call left for its agent's retry ([`Journal::leave`]): no process's
+/// (a run is a random hex id).
+const LEFT_RUN: &str = "left";
+
 /// The journal's file name inside the data directory.
 pub const CALLS_FILE: &str = "mcpcalls.sqlite";
 
@@ -598,6 +602,26 @@ impl Journal {
             (0, Some(run.to_owned())),
             now,
         )
+    }
+
+    /// A paid call whose answer did not come while its agent waited (its credit had
+    /// not reached the bot) is left for the agent's retry: no run holds it (so a
+    /// retry of the same tool and arguments, or of its agent's own key, takes it over,
+    /// paid, under its key; the next start resumes it), and it is not answered.
+    /// Whether it was left (only a call paid or being paid is).
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub(crate) fn leave(&self, id: i64, now: i64) -> Result<bool, JournalError> {
+        let changed = self
+            .db()
+            .execute(
+                "UPDATE calls SET run = ?2, claimed = 0, updated = ?3 \
+                 WHERE id = ?1 AND state IN ('paying', 'paid')",
+                params![id, LEFT_RUN, now],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(changed == 1)
     }
 
     /// The oldest call of an earlier run that `agent` made to `bot` with `tool` and

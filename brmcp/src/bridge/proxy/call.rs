@@ -420,9 +420,21 @@ impl ProxyServer {
             // Paid, but the credit has not reached the bot yet.
             if call.polls >= config.poll_attempts {
                 drop(result);
-                return Ok(
-                    self.unanswered_after_paying(&call.tool, call.paid, call.row, call.polls, ctx)
-                );
+                // Its retry takes it over, paid, under its key (a task's run has no
+                // retry: it ends with the answer below).
+                // Not when another call of its agent took its credit: then it pays
+                // again, which a call taken over never does.
+                let task_run = ctx.extensions.get::<ApprovalMark>().is_some();
+                let taken = call
+                    .row
+                    .is_some_and(|row| self.bridge.policy.credit_taken(row));
+                let left = !task_run && !taken && self.bridge.calls.leave(&call.journal);
+                return Ok(self.unanswered_after_paying(
+                    &call.tool,
+                    (call.paid, call.row),
+                    (call.polls, taken, left),
+                    ctx,
+                ));
             }
             call.polls += 1;
             tokio::select! {

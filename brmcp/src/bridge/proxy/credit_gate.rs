@@ -10,7 +10,7 @@ use crate::bridge::credit::{self, Slot};
 use crate::bridge::policy::Refusal;
 use crate::bridge::quote::{Listed, Paid};
 use crate::bridge::settings::{Caller, Settings};
-use brmcp_adapters::protocol::{self, ToolPrice};
+use brmcp_adapters::protocol::ToolPrice;
 
 impl ProxyServer {
     /// Rules 1 and 2 of [`credit`] before a call's first send: the tool's listed price,
@@ -83,14 +83,7 @@ impl ProxyServer {
     /// Whether the bot's live session says it reserves credit per call (rule 2 of
     /// [`credit`]); not without a session, nor when the flag is malformed.
     fn reserves_credit(&self) -> bool {
-        let Some(conn) = self.link.live() else {
-            return false;
-        };
-        let meta = conn.info.meta.as_ref().map(|m| &m.0);
-        protocol::reserves_credit(meta).unwrap_or_else(|e| {
-            tracing::warn!(bot = %self.link.bot, error = %e, "bot's initialize result refused; its calls wait for each other");
-            false
-        })
+        self.link.live().is_some_and(|conn| conn.reserves_credit)
     }
 
     /// Rule 4 of [`credit`]: a priced call answered (not an error, which the bot
@@ -130,18 +123,23 @@ impl ProxyServer {
     pub(super) fn unanswered_after_paying(
         &self,
         tool: &str,
-        paid: Option<Paid>,
-        row: Option<i64>,
-        polls: u32,
+        (paid, row): (Option<Paid>, Option<i64>),
+        (polls, taken, left): (u32, bool, bool),
         ctx: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
         let label = self.bridge.settings().bot_label(&self.link.bot);
         let agent = caller(ctx);
         let paid = paid.map_or(0, |p| p.atoms);
-        let taken = row.is_some_and(|row| self.bridge.policy.credit_taken(row));
         let row = row.map_or_else(String::new, |r| format!(" (spend log row {r})"));
         tracing::warn!(bot = %self.link.bot, tool, paid, taken, "paid call still refused for payment");
-        let whose = if taken {
+        let whose = if left {
+            format!(
+                "the credit stays with the bot as agent {:?}'s and the call is kept, paid \
+                 (called again with the same arguments, it goes on where it stands, paying \
+                 nothing more)",
+                agent.name()
+            )
+        } else if taken {
             format!(
                 "the credit went to another call of agent {:?}, which the bot answered first",
                 agent.name()
