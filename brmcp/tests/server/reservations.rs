@@ -245,60 +245,78 @@ async fn a_reservation_survives_a_sigkill_between_the_tip_and_the_retry() {
 }
 
 /// A paid-for call refused before its charge for a reason other than payment (its price
-/// not known: an upstream down) lets go of its reservation: the caller's next call,
-/// under a new key (a bridge's retry brings one), is charged from that credit at once,
-/// not after the reservation's wait.
+/// not known, or its tool unavailable: an upstream down) lets go of its reservation:
+/// the caller's next call, under a new key (a bridge's retry brings one), is charged
+/// from that credit at once, not after the reservation's wait.
 #[tokio::test]
 async fn a_call_refused_before_its_charge_lets_go_of_its_reservation() {
     use brmcp::server::{CallContext, NoArgs, Price, ToolError, ToolSpec};
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let (down, runs) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let price = {
-        let down = down.clone();
-        Price::dynamic(move |_, _: &NoArgs| {
-            if down.load(Ordering::SeqCst) {
-                Err("upstream is down; nothing was charged, retry later".to_owned())
-            } else {
-                Ok(PRICE)
-            }
-        })
-    };
-    let tool = {
-        let runs = runs.clone();
-        ToolSpec::new(
+    const DOWN: &str = "upstream is down; nothing was charged, retry later";
+    for priced in [true, false] {
+        let (down, runs) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let d = down.clone();
+        let is_down = move || d.load(Ordering::SeqCst);
+        let price = if priced {
+            let is_down = is_down.clone();
+            Price::dynamic(move |_, _: &NoArgs| {
+                if is_down() {
+                    Err(DOWN.to_owned())
+                } else {
+                    Ok(PRICE)
+                }
+            })
+        } else {
+            Price::Fixed(PRICE)
+        };
+        let r = runs.clone();
+        let mut tool = ToolSpec::new(
             "work",
-            "Priced by its upstream",
+            "Sold for its upstream",
             price,
             move |_: CallContext, _: NoArgs| {
-                runs.fetch_add(1, Ordering::SeqCst);
+                r.fetch_add(1, Ordering::SeqCst);
                 async { Ok::<_, ToolError>("done") }
             },
-        )
-    };
-    let (builder, clock, dir) = builder();
-    let env = env(builder.tool(tool), clock, dir);
-    let alice = client(&env.fabric, ALICE).await;
-    let ledger = env.harness.ledger().unwrap().clone();
-    let reserved = || ledger.totals(env.clock.now()).unwrap().reserved_matoms;
+        );
+        if !priced {
+            tool = tool.when_available(move || {
+                if is_down() {
+                    Err(DOWN.to_owned())
+                } else {
+                    Ok(())
+                }
+            });
+        }
+        let (builder, clock, dir) = builder();
+        let env = env(builder.tool(tool), clock, dir);
+        let alice = client(&env.fabric, ALICE).await;
+        let ledger = env.harness.ledger().unwrap().clone();
+        let reserved = || ledger.totals(env.clock.now()).unwrap().reserved_matoms;
 
-    let a = call(&alice, "work", json!({}), Some(KEY_A)).await;
-    assert!(shortfall(&a).is_some(), "{}", text(&a));
-    tip(&env.harness, 1, ALICE, PRICE * MATOMS_PER_ATOM).await;
-    assert_eq!(reserved(), PRICE * MATOMS_PER_ATOM);
+        let a = call(&alice, "work", json!({}), Some(KEY_A)).await;
+        assert!(shortfall(&a).is_some(), "{}", text(&a));
+        tip(&env.harness, 1, ALICE, PRICE * MATOMS_PER_ATOM).await;
+        assert_eq!(reserved(), PRICE * MATOMS_PER_ATOM);
 
-    down.store(true, Ordering::SeqCst);
-    let a = call(&alice, "work", json!({}), Some(KEY_A)).await;
-    assert!(is_error(&a) && shortfall(&a).is_none(), "{}", text(&a));
-    assert_eq!(reserved(), 0, "the refused call's reservation is released");
-    assert_eq!(balance(&env.harness, ALICE).await, PRICE * MATOMS_PER_ATOM);
+        down.store(true, Ordering::SeqCst);
+        let a = call(&alice, "work", json!({}), Some(KEY_A)).await;
+        assert_eq!(text(&a), DOWN);
+        assert_eq!(
+            reserved(),
+            0,
+            "the refused call's reservation is released ({priced})"
+        );
+        assert_eq!(balance(&env.harness, ALICE).await, PRICE * MATOMS_PER_ATOM);
 
-    down.store(false, Ordering::SeqCst);
-    let b = call(&alice, "work", json!({}), Some(KEY_B)).await;
-    assert!(!is_error(&b), "{}", text(&b));
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(balance(&env.harness, ALICE).await, 0);
-    assert_eq!(completed_atoms(&env.harness), PRICE);
+        down.store(false, Ordering::SeqCst);
+        let b = call(&alice, "work", json!({}), Some(KEY_B)).await;
+        assert!(!is_error(&b), "{}", text(&b));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(balance(&env.harness, ALICE).await, 0);
+        assert_eq!(completed_atoms(&env.harness), PRICE);
+    }
 }

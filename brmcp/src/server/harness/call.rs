@@ -244,7 +244,11 @@ impl Shared {
     /// A keyed call refused before its charge for a reason other than payment lets go
     /// of credit reserved for it ([`Billing::release_reserved`]); logged, never failing
     /// the refusal.
-    async fn release_reserved(&self, caller: PeerId, keyed: Option<&(CallKey, ArgsHash)>) {
+    pub(super) async fn release_reserved(
+        &self,
+        caller: PeerId,
+        keyed: Option<&(CallKey, ArgsHash)>,
+    ) {
         let Some((key, _)) = keyed else { return };
         let key = key.as_str().to_owned();
         if let Err(e) = self

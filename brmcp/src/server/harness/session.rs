@@ -193,7 +193,12 @@ impl ServerHandler for Session {
         let keyed = key.map(|key| (key, args));
         let prepared = match spec.prepare(request.arguments) {
             Ok(prepared) => prepared,
-            Err(message) => return Ok(refusal(message).into()),
+            Err(message) => {
+                // Refused before its charge (the tool unavailable, say its upstream
+                // down): credit reserved for it goes back to the balance.
+                shared.release_reserved(self.caller, keyed.as_ref()).await;
+                return Ok(refusal(message).into());
+            }
         };
         Counters::bump(&shared.counters.calls);
         let (started, price) = (std::time::Instant::now(), Arc::default());
