@@ -177,11 +177,13 @@ async fn a_bounded_dynamic_tool_is_tested_within_its_bound_and_searched_by_it() 
 }
 
 /// A provider that lists `lookup` with the scripted `_meta` and answers every call
-/// with a `payment_required` quoting `quote` atoms, whatever it listed.
+/// with a `payment_required` quoting `quote` atoms short `shortfall`, whatever it
+/// listed.
 #[derive(Clone)]
 struct Quoter {
     meta: Value,
     quote: u64,
+    shortfall: u64,
     calls: Arc<AtomicUsize>,
 }
 
@@ -212,7 +214,7 @@ impl ServerHandler for Quoter {
     ) -> Result<CallToolResponse, ErrorData> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let quote = json!({"error": "payment_required", "tool": "lookup",
-            "priceAtoms": self.quote, "balanceAtoms": 0, "shortfallAtoms": self.quote,
+            "priceAtoms": self.quote, "balanceAtoms": 0, "shortfallAtoms": self.shortfall,
             "acceptedRails": ["tip"]});
         Ok(CallToolResult::error(vec![ContentBlock::text(quote.to_string())]).into())
     }
@@ -234,6 +236,8 @@ struct Case {
     name: &'static str,
     meta: Value,
     quote: u64,
+    /// The shortfall quoted with it.
+    shortfall: u64,
     /// The test's error, exactly.
     err: &'static str,
     /// Whether the directory calls the tool at all (a malformed listing is not called).
@@ -246,6 +250,7 @@ fn cases() -> Vec<Case> {
             name: "a quote above the listed most",
             meta: json!({"brmcp/pricing": "dynamic", "brmcp/priceMaxAtoms": 500}),
             quote: 900,
+            shortfall: 900,
             err: "quote 900 atoms is above the 500 atoms at most the tool is listed at",
             called: true,
         },
@@ -253,13 +258,23 @@ fn cases() -> Vec<Case> {
             name: "a quote below the listed least",
             meta: json!({"brmcp/pricing": "dynamic", "brmcp/priceMinAtoms": 50, "brmcp/priceMaxAtoms": 500}),
             quote: 7,
+            shortfall: 7,
             err: "quote 7 atoms is below the 50 atoms at least the tool is listed at",
+            called: true,
+        },
+        Case {
+            name: "a shortfall above its quote, which is within the bound",
+            meta: json!({"brmcp/pricing": "dynamic", "brmcp/priceMaxAtoms": 500}),
+            quote: 40,
+            shortfall: 1900,
+            err: "quote shortfall 1900 atoms is above its price 40 atoms",
             called: true,
         },
         Case {
             name: "a bound that is a string",
             meta: json!({"brmcp/pricing": "dynamic", "brmcp/priceMaxAtoms": "500"}),
             quote: 40,
+            shortfall: 40,
             err: "the tool's listing is malformed: brmcp/priceMaxAtoms is not a whole number of atoms",
             called: false,
         },
@@ -267,6 +282,7 @@ fn cases() -> Vec<Case> {
             name: "a negative least",
             meta: json!({"brmcp/pricing": "dynamic", "brmcp/priceMinAtoms": -1}),
             quote: 40,
+            shortfall: 40,
             err: "the tool's listing is malformed: brmcp/priceMinAtoms is not a whole number of atoms",
             called: false,
         },
@@ -274,6 +290,7 @@ fn cases() -> Vec<Case> {
             name: "a least above the most",
             meta: json!({"brmcp/pricing": "dynamic", "brmcp/priceMinAtoms": 600, "brmcp/priceMaxAtoms": 500}),
             quote: 550,
+            shortfall: 550,
             err: "the tool's listing is malformed: brmcp/priceMinAtoms is above brmcp/priceMaxAtoms",
             called: false,
         },
@@ -281,6 +298,7 @@ fn cases() -> Vec<Case> {
             name: "a bound on a fixed-price tool",
             meta: json!({"brmcp/priceAtoms": 40, "brmcp/priceMaxAtoms": 500}),
             quote: 40,
+            shortfall: 40,
             err: "the tool's listing is malformed: a price bound on a tool not priced \"dynamic\"",
             called: false,
         },
@@ -298,6 +316,7 @@ async fn a_test_quote_outside_its_listed_bound_or_a_malformed_bound_is_never_pai
         let quoter = Quoter {
             meta: case.meta.clone(),
             quote: case.quote,
+            shortfall: case.shortfall,
             calls: calls.clone(),
         };
         bot.serve(move |_: &PeerId| quoter.clone());
