@@ -132,8 +132,16 @@ pub(crate) async fn call_once(
     }
 }
 
-/// What to do with a quote: the amount to pay, or the reference's refusal.
+/// What to do with a quote: the amount to pay, or the reference's refusal. A shortfall
+/// above the price is refused: the price is what a listed bound was checked against,
+/// so paying more would pay past the bound (no honest bot lacks more than the price).
 pub(crate) fn quote_amount(quote: &PaymentRequired, max_atoms: i64) -> Result<i64, String> {
+    if quote.shortfall_atoms > quote.price_atoms {
+        return Err(format!(
+            "quote shortfall {} atoms is above its price {} atoms",
+            quote.shortfall_atoms, quote.price_atoms
+        ));
+    }
     let amount = if quote.shortfall_atoms > 0 {
         quote.shortfall_atoms
     } else {
@@ -241,6 +249,11 @@ mod tests {
         );
         let q = PaymentRequired::tip("t", 500, 600, 0);
         assert_eq!(quote_amount(&q, 500), Ok(500), "no shortfall: the price");
+        let q = PaymentRequired::tip("t", 40, 0, 1900);
+        assert_eq!(
+            quote_amount(&q, 2000).unwrap_err(),
+            "quote shortfall 1900 atoms is above its price 40 atoms"
+        );
         let q = PaymentRequired::tip("t", 0, 0, 0);
         assert_eq!(
             quote_amount(&q, 5).unwrap_err(),

@@ -32,6 +32,7 @@ mod remote_refusals;
 mod shared_bridge;
 mod upstream;
 mod user_approvals;
+mod web_dynamic_quote;
 mod web_pages;
 mod webdriver;
 mod wire;

@@ -98,7 +98,7 @@ fn balance_matoms(alice_dir: &Path, caller: &str) -> u64 {
 }
 
 /// Polls `brmcp serve status` until every line says `up`.
-async fn wait_until_up(alice_dir: &Path, count: usize) -> String {
+pub(super) async fn wait_until_up(alice_dir: &Path, count: usize) -> String {
     let mut last = String::new();
     for _ in 0..600 {
         let mut all = vec!["serve", "--datadir", alice_dir.to_str().expect("utf-8")];

@@ -1,10 +1,23 @@
-//! The payments waiting for approval, listed and decided over HTTP.
+//! The payments waiting for approval, listed and decided over HTTP. Each listed
+//! payment is `{id, bot, tool, atoms, created, agent}`, and for a dynamically priced
+//! tool `quote`: the price it was quoted and the bound it is within.
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::plain;
 use crate::bridge::Inner;
+use crate::bridge::quote::DynamicQuote;
+
+/// A dynamic quote as `/payments` lists it: the quoted price and the bound it was
+/// checked within, in atoms (`max_atoms` null when the tool lists no most).
+pub(crate) fn quote_json(quoted: &DynamicQuote) -> serde_json::Value {
+    serde_json::json!({
+        "price_atoms": quoted.price_atoms,
+        "min_atoms": quoted.bounds.min_atoms(),
+        "max_atoms": quoted.bounds.max_atoms(),
+    })
+}
 
 /// Where the payments waiting for approval are listed and decided, behind the user's
 /// approval secret (never an agent's token): `GET /payments`,
@@ -27,14 +40,18 @@ pub(super) fn payments(inner: &Inner, method: &axum::http::Method, rest: &str) -
                 .pending()
                 .into_iter()
                 .map(|p| {
-                    serde_json::json!({
+                    let mut row = serde_json::json!({
                         "id": p.id,
                         "bot": p.bot.to_string(),
                         "tool": p.tool,
                         "atoms": p.atoms,
                         "created": p.created.secs(),
                         "agent": p.agent,
-                    })
+                    });
+                    if let Some(quoted) = &p.quoted {
+                        row["quote"] = quote_json(quoted);
+                    }
+                    row
                 })
                 .collect();
             json(StatusCode::OK, serde_json::Value::Array(list))

@@ -11,8 +11,10 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::{ApprovalsAction, bot_names};
 use crate::bridge::Bridge;
+use crate::bridge::quote::DynamicQuote;
 use crate::cli::CliError;
 use crate::cli::table::{Table, print_json, rfc3339};
+use brmcp_adapters::protocol::PriceBounds;
 
 /// `brmcp bridge approvals`: lists or decides the payments the bridge at `listen`
 /// holds, presenting the user's approval `secret`; bots are shown by the names of
@@ -63,7 +65,7 @@ fn print_list(list: &[serde_json::Value], names: &HashMap<String, String>, json:
         let rows: Vec<_> = list
             .iter()
             .map(|p| {
-                serde_json::json!({
+                let mut row = serde_json::json!({
                     "id": p["id"],
                     "bot": p["bot"],
                     "bot_name": names.get(&bot(p)),
@@ -72,7 +74,11 @@ fn print_list(list: &[serde_json::Value], names: &HashMap<String, String>, json:
                     "created": p["created"],
                     "agent": p["agent"],
                     "created_rfc3339": rfc3339(created(p)),
-                })
+                });
+                if let Some(quote) = p.get("quote") {
+                    row["quote"] = quote.clone();
+                }
+                row
             })
             .collect();
         print_json(&serde_json::json!(rows));
@@ -91,10 +97,28 @@ fn print_list(list: &[serde_json::Value], names: &HashMap<String, String>, json:
             p["agent"].as_str().unwrap_or("?").to_owned(),
             names.get(&uid).cloned().unwrap_or(uid),
             p["tool"].as_str().unwrap_or("?").to_owned(),
-            p["atoms"].to_string(),
+            match quoted(p) {
+                Some(quote) => format!("{} ({quote})", p["atoms"]),
+                None => p["atoms"].to_string(),
+            },
         ]);
     }
     print!("{table}");
+}
+
+/// A listed payment's dynamic quote, as the page shows it (`quoted 40 atoms, listed at
+/// most 100 atoms`); `None` for a fixed price, or a `quote` that does not read.
+fn quoted(p: &serde_json::Value) -> Option<DynamicQuote> {
+    let quote = p.get("quote")?;
+    let max_atoms = match &quote["max_atoms"] {
+        serde_json::Value::Null => None,
+        most => Some(most.as_u64()?),
+    };
+    let bounds = PriceBounds::new(quote["min_atoms"].as_u64()?, max_atoms).ok()?;
+    Some(DynamicQuote {
+        price_atoms: quote["price_atoms"].as_u64()?,
+        bounds,
+    })
 }
 
 /// Logs each payment the bridge holds for approval, whatever stdin is (a bridge run

@@ -4,6 +4,7 @@
 //! agents on the directory tools over an in-memory pipe.
 
 mod add;
+mod bounds;
 mod hostile;
 mod python;
 mod reload;
@@ -101,9 +102,13 @@ pub(crate) struct World {
     _dirs: Vec<tempfile::TempDir>,
 }
 
-fn provider_harness(fabric: &Fabric) -> (Harness, Router, tempfile::TempDir) {
+fn provider_harness(fabric: &Fabric, extra: Vec<ToolSpec>) -> (Harness, Router, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let harness = Harness::builder()
+    let mut builder = Harness::builder();
+    for tool in extra {
+        builder = builder.tool(tool);
+    }
+    let harness = builder
         .data_dir(dir.path())
         .allow(|_| true)
         .calls_per_minute(10_000)
@@ -188,8 +193,17 @@ pub(crate) fn settings(per_call: u64, per_day: u64) -> Settings {
 /// A directory whose `search` costs `search_price`, with the provider listed, and a
 /// bridge with `settings`.
 pub(crate) async fn world(search_price: i64, settings: Settings) -> World {
+    world_with(search_price, settings, Vec::new()).await
+}
+
+/// [`world`] with the provider serving `extra` tools beside its two.
+pub(crate) async fn world_with(
+    search_price: i64,
+    settings: Settings,
+    extra: Vec<ToolSpec>,
+) -> World {
     let fabric = Fabric::new(31);
-    let (provider, provider_router, provider_dir) = provider_harness(&fabric);
+    let (provider, provider_router, provider_dir) = provider_harness(&fabric, extra);
     let data = tempfile::tempdir().unwrap();
     let directory = Directory::builder()
         .data_dir(data.path())

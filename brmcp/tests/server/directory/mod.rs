@@ -5,6 +5,7 @@
 //! `paid_echo`, a consumer and an operator; a fake payer tips the provider's harness.
 
 mod answer_fit;
+mod bounds;
 mod crash;
 mod federation;
 mod files;
