@@ -411,7 +411,7 @@ impl Ledger {
             // The credit goes to the calls refused for payment that wait for it, in the
             // tip's transaction: no crash leaves it credited and not reserved.
             waiting::expire(&tx, now)?;
-            waiting::reserve(&tx, &caller, now)?;
+            waiting::reserve(&tx, &caller, tip.matoms, now)?;
         }
         let ticket = self.commit(tx)?;
         let outcome = if allowed {

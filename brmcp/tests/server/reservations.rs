@@ -320,3 +320,42 @@ async fn a_call_refused_before_its_charge_lets_go_of_its_reservation() {
         assert_eq!(completed_atoms(&env.harness), PRICE);
     }
 }
+
+/// A tip of one waiting call's price exactly is reserved for that call before older
+/// calls of other prices: a 2,000-atom tip pays the 2,000-atom call it was for, not a
+/// 100-atom call that was refused first (which would leave the 2,000-atom call short).
+#[tokio::test]
+async fn a_tip_of_a_waiting_calls_price_goes_to_that_call_first() {
+    let probe = Arc::new(Probe::default());
+    let (builder, clock, dir) = builder();
+    let env = env(
+        builder
+            .tool(fortune(&probe, PRICE))
+            .tool(brmcp::server::ToolSpec::fixed(
+                "slow",
+                "Dear",
+                20 * PRICE,
+                |_: brmcp::server::CallContext, _: brmcp::server::NoArgs| async {
+                    Ok::<_, brmcp::server::ToolError>("slow done")
+                },
+            )),
+        clock,
+        dir,
+    );
+    let alice = client(&env.fabric, ALICE).await;
+    let cheap = call(&alice, "fortune", json!({}), Some(KEY_A)).await;
+    assert!(shortfall(&cheap).is_some(), "{}", text(&cheap));
+    let dear = call(&alice, "slow", json!({}), Some(KEY_B)).await;
+    assert_eq!(shortfall(&dear).unwrap().shortfall_atoms, 20 * PRICE);
+
+    tip(&env.harness, 1, ALICE, 20 * PRICE * MATOMS_PER_ATOM).await;
+    let dear = call(&alice, "slow", json!({}), Some(KEY_B)).await;
+    assert_eq!(text(&dear), "slow done");
+    let cheap = call(&alice, "fortune", json!({}), Some(KEY_A)).await;
+    assert!(shortfall(&cheap).is_some(), "{}", text(&cheap));
+    tip(&env.harness, 2, ALICE, PRICE * MATOMS_PER_ATOM).await;
+    let cheap = call(&alice, "fortune", json!({}), Some(KEY_A)).await;
+    assert!(!is_error(&cheap), "{}", text(&cheap));
+    assert_eq!(balance(&env.harness, ALICE).await, 0);
+    assert_eq!(completed_atoms(&env.harness), 21 * PRICE);
+}

@@ -212,16 +212,20 @@ pub(super) fn take_over(
 }
 
 /// Reserves `caller`'s unreserved balance for its waiting calls that hold no
-/// reservation yet, oldest first, each whose price it still covers. Part of the tip's
-/// transaction. Returns how many calls it reserved for.
+/// reservation yet, oldest first, each whose price it still covers; first, though, the
+/// oldest whose price is the tip's `tip_matoms` exactly, the likeliest call that tip
+/// paid for (a payer pays a call's price when it holds nothing there; its calls of
+/// other prices, and its agents', may wait meanwhile). Part of the tip's transaction.
+/// Returns how many calls it reserved for.
 pub(super) fn reserve(
     conn: &Connection,
     caller: &str,
+    tip_matoms: u64,
     now: UnixTime,
 ) -> Result<usize, LedgerError> {
     let seq = next_seq(conn, caller)?;
     let mut left = spendable(conn, caller)?;
-    let unreserved: Vec<(i64, u64)> = {
+    let mut unreserved: Vec<(i64, u64)> = {
         let mut stmt = conn.prepare(
             "SELECT id, price_atoms FROM waiting \
              WHERE caller = ?1 AND reserved_matoms = 0 ORDER BY id",
@@ -229,6 +233,13 @@ pub(super) fn reserve(
         stmt.query_map([caller], |r| Ok((r.get(0)?, amount(r, 1)?)))?
             .collect::<Result<_, _>>()?
     };
+    if let Some(exact) = unreserved
+        .iter()
+        .position(|(_, atoms)| atoms_to_matoms(*atoms) == Some(tip_matoms))
+    {
+        let row = unreserved.remove(exact);
+        unreserved.insert(0, row);
+    }
     let mut reserved = 0;
     for (id, price_atoms) in unreserved {
         let price = atoms_to_matoms(price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
