@@ -2,14 +2,15 @@
 //!
 //! A keyed call refused `payment_required` waits (a `waiting` row: caller, key, tool,
 //! arguments, price). A tip from that caller is credited to its balance and, in the same
-//! transaction, reserved for its waiting calls, oldest first, each whose price the
-//! unreserved balance still covers. Reserved credit stays in the caller's balance (so
+//! transaction, reserved for its waiting calls: the oldest whose price is the tip's
+//! amount first, then oldest first, each whose price the unreserved balance still
+//! covers. Reserved credit stays in the caller's balance (so
 //! every total that sums balances still counts it) but only the call it is reserved for
 //! may spend it: any other charge sees the balance less every reservation. The reserved
 //! call's retry under its key is charged from its reservation (and the unreserved rest,
 //! should its price have grown), and its row goes.
 //!
-//! Tips carry no call id, so oldest first is a guess: a bridge may pay for some of its
+//! Tips carry no call id, so this is a guess: a bridge may pay for some of its
 //! refused calls and not others (a cap, a denied approval). A waiting call refused
 //! again after a reservation was made for another call (that call had a full retry
 //! round of this one to collect it) may take that reservation over when it is short;
