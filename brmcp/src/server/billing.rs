@@ -24,8 +24,9 @@
 //!
 //! Credit goes to the call that paid for it: a keyed call refused
 //! [`Charge::Insufficient`] waits, a tip from its caller is reserved for the caller's
-//! waiting calls (one of the tip's price first, then oldest first), and only the call a reservation was made for may spend
-//! it, when it is retried under its key ([`Billing::reserved_matoms`]).
+//! waiting calls (one of the tip's price first, then oldest first), and only the call a
+//! reservation was made for may spend it, when it is retried under its key
+//! ([`Billing::reserved_matoms`]).
 
 use std::fmt;
 
@@ -141,8 +142,8 @@ pub trait Billing: Send + Sync {
     /// Record a received tip and credit it if `allowed` (the tipper is on the
     /// allowlist) and its sequence id was never seen. A credited tip is reserved, in
     /// the same transaction, for the caller's keyed calls refused
-    /// [`Charge::Insufficient`] that still wait (one of the tip's price first, then oldest first), each whose price the
-    /// unreserved balance covers.
+    /// [`Charge::Insufficient`] that still wait (one of the tip's price first, then
+    /// oldest first), each whose price the unreserved balance covers.
     ///
     /// # Errors
     ///
