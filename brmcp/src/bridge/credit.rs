@@ -269,6 +269,17 @@ pub(crate) fn blocker(
         })
 }
 
+/// A call's first payment when the bot asks `shortfall` atoms of `price`: the shortfall
+/// and the part of what the bot holds (the price less the shortfall) that other agents
+/// paid and have not collected (`others`), which is not this call's to spend (rule 2);
+/// never more than the price. Credit of no agent (a hand tip, or a bot's claim) is
+/// counted on, as the shortfall says.
+pub(crate) const fn first_payment(shortfall: u64, price: u64, others: u64) -> u64 {
+    let held = price.saturating_sub(shortfall);
+    let theirs = if held < others { held } else { others };
+    shortfall.saturating_add(theirs)
+}
+
 /// Rule 3: the age past which uncollected credit no longer holds other agents back,
 /// in `mode`.
 pub(crate) const fn hold_secs(mode: Mode) -> i64 {
@@ -423,6 +434,22 @@ impl Policy {
         }
     }
 
+    /// The credit agents other than `agent` paid at `bot` and have not collected: what
+    /// a payment of `agent`'s call must not count on, whatever shortfall the bot asks;
+    /// none when the spend log cannot be read.
+    pub(crate) fn others_credit(&self, bot: &PeerId, agent: &str) -> u64 {
+        match self.spend.uncollected(Some(bot)) {
+            Ok(rows) => rows
+                .iter()
+                .filter(|r| r.agent != agent)
+                .fold(0u64, |n, r| n.saturating_add(r.atoms)),
+            Err(e) => {
+                tracing::warn!(%bot, error = %e, "spend log not read");
+                0
+            }
+        }
+    }
+
     /// Rule 4: whether payment `row`'s credit was collected by another call of its
     /// agent (so its own call, refused again, pays again).
     pub(crate) fn credit_taken(&self, row: i64) -> bool {
@@ -525,6 +552,19 @@ mod tests {
             blocker("a", Some(&in_flight), &credit, false, Some(1000)),
             Some(Blocker::Calls { agent: "b".into() })
         );
+    }
+
+    #[test]
+    fn a_first_payment_does_not_count_on_other_agents_credit() {
+        // Nothing held: the price.
+        assert_eq!(first_payment(2000, 2000, 500), 2000);
+        // The bot holds 100 another agent paid: paid, not spent.
+        assert_eq!(first_payment(1900, 2000, 100), 2000);
+        // It holds more than others paid: the rest (a hand tip, say) is counted on.
+        assert_eq!(first_payment(1500, 2000, 100), 1600);
+        // Others paid more than it holds: never more than the price.
+        assert_eq!(first_payment(1900, 2000, 5000), 2000);
+        assert_eq!(first_payment(6, 10, 0), 6);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use super::{
 };
 use crate::bridge::calls::tasks::ApprovalMark;
 use crate::bridge::calls::{Begin, Journaled};
-use crate::bridge::credit::{MAX_REPAYS, Slot};
+use crate::bridge::credit::{self, MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
 use crate::bridge::quote::{Decision, DynamicQuote, Listed, Paid, decide};
 use crate::bridge::settings::{Mode, Settings};
@@ -343,6 +343,19 @@ impl ProxyServer {
                             if ctx.ct.is_cancelled() {
                                 return Err(Failure::Cancelled.into());
                             }
+                            // A first payment also covers the part of what the bot
+                            // holds (the price less its shortfall) that other agents
+                            // paid and have not collected: that credit is not this
+                            // call's to spend.
+                            let atoms = if call.paid.is_none() {
+                                let others = self
+                                    .bridge
+                                    .policy
+                                    .others_credit(&self.link.bot, caller(ctx).name());
+                                credit::first_payment(atoms, price_atoms, others)
+                            } else {
+                                atoms
+                            };
                             let paid = Paid { price_atoms, atoms };
                             self.bridge
                                 .policy
