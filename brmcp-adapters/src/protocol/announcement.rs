@@ -8,7 +8,7 @@
 //! Tools:
 //! - forecast: 1000 atoms per call. Tomorrow's forecast
 //!
-//! To use it, add it to your brmcp bridge: `brmcp bridge --datadir DIR bots add <uid>`
+//! To use it, add it to your brmcp bridge: `brmcp bridge --datadir DIR bots add weather <uid>`
 //!
 //! ```brmcp-announcement v1
 //! {"version":1,"uid":"<64 hex>","name":"weather","description":"…","issued":1765000000,
@@ -340,8 +340,14 @@ impl Announcement {
             }
             text.push('\n');
         }
+        // A name a shell takes as one word is suggested as the bridge's name for it.
+        let name = if tool_name_ok(&self.name) {
+            self.name.as_str()
+        } else {
+            "NAME"
+        };
         text.push_str(&format!(
-            "\nTo use it, add it to your brmcp bridge: `brmcp bridge --datadir DIR bots add {}` \
+            "\nTo use it, add it to your brmcp bridge: `brmcp bridge --datadir DIR bots add {name} {}` \
              (or on the bridge's page).\n\n{MARKER}\n{json}\n{FENCE}\n",
             self.uid
         ));
@@ -489,7 +495,7 @@ mod tests {
         assert!(text.contains("- echo: free\n"));
         assert!(text.contains("- forecast: 1000 atoms per call. tomorrow's forecast\n"));
         assert!(text.contains("- report: priced per call, 10 to 500 atoms. a long report\n"));
-        assert!(text.contains(&format!("bots add {}", uid(7))));
+        assert!(text.contains(&format!("bots add weather {}", uid(7))));
     }
 
     #[test]
