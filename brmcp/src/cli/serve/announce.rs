@@ -46,7 +46,8 @@ pub(super) async fn announce(
     let config = ServeConfig::load(&config_path)?;
     let rpc_config = rpc_config.unwrap_or_else(|| datadir.join(RPC_CONFIG));
     let host = host_from(&rpc_config)?;
-    connect(&host, Streams::new()).await?;
+    // Consuming nothing: the running server's streams are left to it.
+    connect(&host, Streams::new().tip_progress(false)).await?;
     let me = host.public_identity().await;
     host.close();
     let me = me?;
