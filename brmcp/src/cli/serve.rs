@@ -4,7 +4,7 @@
 //! `directory` block, it is also a registrant: it serves `listing_invite` and registers
 //! with the block's directories at every start.
 
-mod announce;
+pub(crate) mod announce;
 mod host;
 mod operator;
 mod ui;

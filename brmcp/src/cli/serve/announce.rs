@@ -125,7 +125,7 @@ async fn listed_tools(config: &ServeConfig) -> Vec<Tool> {
 
 /// The announced form of `tools`, and a line for each tool left out (unpriced, a
 /// malformed price, a name an announcement cannot hold, or past the tool bound).
-fn announced_tools(tools: &[Tool]) -> (Vec<AnnouncedTool>, Vec<String>) {
+pub(crate) fn announced_tools(tools: &[Tool]) -> (Vec<AnnouncedTool>, Vec<String>) {
     let mut announced = Vec::new();
     let mut skipped = Vec::new();
     for tool in tools {
