@@ -3,7 +3,9 @@
 //! `devnet post`; bob's bridge, subscribed to alice's and carol's posts, discovers
 //! alice (`bots discover --json`), and bob adds her with `bots add`. Carol is hostile:
 //! her post carrying alice's announcement, an oversized one and a malformed one are
-//! skipped and counted, never shown.
+//! skipped and counted, never shown. And on a devnet with a directory that does not
+//! list alice, bob's agent finds her through the directory tools, marked as announced,
+//! and adds her once bob accepted the question.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -187,4 +189,175 @@ fn a_bot_announces_itself_and_a_bridge_on_another_node_discovers_it() {
     let table = run(&["bridge", "--datadir", bridge_arg, "bots", "discover"]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains(&alice) && !table.contains(&carol), "{table}");
+}
+
+/// The agent's side: an MCP client that declares elicitation and accepts every
+/// question, keeping them.
+#[derive(Clone, Default)]
+struct Accepting {
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for Accepting {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let capabilities: rmcp::model::ClientCapabilities =
+            serde_json::from_value(serde_json::json!({"elicitation": {}})).expect("capabilities");
+        rmcp::model::ClientConfig::new(capabilities, rmcp::model::Implementation::new("user", "1"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.asked.lock().expect("lock").push(message);
+        }
+        Ok(rmcp::model::ElicitResult::new(
+            rmcp::model::ElicitationAction::Accept,
+        ))
+    }
+}
+
+fn texts(result: &rmcp::model::CallToolResult) -> String {
+    brmcp::adapters::protocol::result_text(result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_finds_an_announced_bot_through_the_directory_tools() {
+    use rmcp::ServiceExt as _;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let dir_arg = dir.to_str().expect("utf-8");
+    let mut procs = Procs(Vec::new());
+    let devnet = spawn(
+        &mut procs,
+        brmcp(&["devnet", "--dir", dir_arg, "--directory"]),
+    );
+    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let uid = |nick: &str| {
+        out.iter()
+            .find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
+            })
+            .flatten()
+            .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
+    };
+    let (alice, directory) = (uid("alice"), uid("directory"));
+    let command = out
+        .iter()
+        .find(|l| l.trim_start().starts_with("brmcp directory "))
+        .expect("the directory's command")
+        .trim()
+        .to_owned();
+    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let running = spawn(&mut procs, brmcp(&args));
+    wait_for(&running, &format!("serving as {directory}"));
+
+    // Alice's announcement; the directory does not list her (her bot never ran).
+    let announcement = dir.join("announcement.txt");
+    run(&[
+        "serve",
+        "--datadir",
+        dir.join("alice").to_str().expect("utf-8"),
+        "announce",
+        "--out",
+        announcement.to_str().expect("utf-8"),
+    ]);
+
+    // Bob's bridge: the directory in its settings, alice's posts subscribed to.
+    let bridge_dir = dir.join("bob-bridge");
+    let bridge_arg = bridge_dir.to_str().expect("utf-8");
+    let rpc = dir.join("bob").join("brmcp-serve.conf");
+    let rpc_arg = rpc.to_str().expect("utf-8");
+    let token = run(&["bridge", "--datadir", bridge_arg, "token", "show"]);
+    let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
+    let settings_path = bridge_dir.join("mcpclient.json");
+    let mut settings: Value =
+        serde_json::from_slice(&std::fs::read(&settings_path).expect("settings")).expect("JSON");
+    settings["directories"] = serde_json::json!([{"uid": directory, "name": "dir"}]);
+    std::fs::write(&settings_path, settings.to_string()).expect("settings");
+    run(&[
+        "bridge",
+        "--datadir",
+        bridge_arg,
+        "--rpc-config",
+        rpc_arg,
+        "bots",
+        "subscribe",
+        "alice",
+    ]);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let bridge = spawn(
+        &mut procs,
+        brmcp(&[
+            "bridge",
+            "--datadir",
+            bridge_arg,
+            "--rpc-config",
+            rpc_arg,
+            "--listen",
+            &listen,
+        ]),
+    );
+    wait_for(&bridge, "Ctrl-C stops the bridge.");
+    post(dir_arg, "alice", &announcement);
+    let deadline = Instant::now() + DISCOVER_WAIT;
+    while discover(bridge_arg)["announcements"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "alice's announcement never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // The agent searches the directory tools and finds alice, marked as announced.
+    let user = Accepting::default();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/directory"))
+            .auth_header(token),
+    );
+    let agent = user.clone().serve(transport).await.expect("MCP session");
+    let call = |name: &'static str, args: Value| {
+        rmcp::model::CallToolRequestParams::new(name)
+            .with_arguments(args.as_object().cloned().unwrap_or_default())
+    };
+    let found = agent
+        .call_tool(call(
+            "directory_search",
+            serde_json::json!({"query": "fortune"}),
+        ))
+        .await
+        .expect("directory_search");
+    let shown = texts(&found);
+    assert_ne!(found.is_error, Some(true), "{shown}");
+    assert!(shown.contains(&format!("announced bot {alice}")), "{shown}");
+    assert!(
+        shown.contains("\"fortune\" (10000 atoms per call)"),
+        "{shown}"
+    );
+
+    // Added once the user accepted the question naming it as announced.
+    let added = agent
+        .call_tool(call(
+            "directory_add_bot",
+            serde_json::json!({"uid": alice, "name": "fortunes"}),
+        ))
+        .await
+        .expect("directory_add_bot");
+    assert_ne!(added.is_error, Some(true), "{}", texts(&added));
+    let asked = user.asked.lock().expect("lock").clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("announced itself"), "{}", asked[0]);
+    let listed = run(&["bridge", "--datadir", bridge_arg, "bots", "list", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    assert_eq!(listed[0]["uid"], alice.as_str(), "{listed}");
+    let _ = agent.cancel().await;
 }
