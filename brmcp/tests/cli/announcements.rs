@@ -361,3 +361,84 @@ async fn an_agent_finds_an_announced_bot_through_the_directory_tools() {
     assert_eq!(listed[0]["uid"], alice.as_str(), "{listed}");
     let _ = agent.cancel().await;
 }
+
+/// `serve announce` on a bot that sells an upstream MCP server: the upstream is
+/// started for its listing and stopped, and the announcement carries the tools
+/// `brmcp.json` exposes at their prices, a dynamic one with its bound; the tools it
+/// does not name are not announced.
+#[test]
+fn serve_announce_lists_an_upstreams_tools_with_prices_and_bounds() {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .join("target/interop/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/test-deps",
+        python.display()
+    );
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/upstream_server.py");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let dir_arg = dir.to_str().expect("utf-8");
+    let mut procs = Procs(Vec::new());
+    let devnet = spawn(
+        &mut procs,
+        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
+    );
+    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let alice = out
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("alice "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no alice in:\n{}", out.join("\n")))
+        .to_owned();
+    let state = dir.join("py-state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    let alice_dir = dir.join("alice");
+    let config_path = alice_dir.join("brmcp.json");
+    let mut config: Value =
+        serde_json::from_slice(&std::fs::read(&config_path).expect("brmcp.json")).expect("JSON");
+    config["upstreams"] = serde_json::json!([{
+        "name": "py",
+        "command": python,
+        "args": [server],
+        "env": {"UPSTREAM_STATE": state},
+        "tools": {
+            "echo": 0,
+            "add": 500,
+            "pricey": {"priced_by": "wait", "max_price_atoms": 900, "min_price_atoms": 5}
+        }
+    }]);
+    std::fs::write(&config_path, config.to_string()).expect("brmcp.json");
+
+    let announced = run(&[
+        "serve",
+        "--datadir",
+        alice_dir.to_str().expect("utf-8"),
+        "announce",
+        "--name",
+        "calc",
+    ]);
+    let text = String::from_utf8(announced.stdout).expect("utf-8");
+    let block = text
+        .split("```brmcp-announcement v1\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .unwrap_or_else(|| panic!("no block in {text}"));
+    let block: Value = serde_json::from_str(block).expect("JSON block");
+    assert_eq!(block["uid"], alice.as_str());
+    assert_eq!(block["name"], "calc");
+    let tools = block["tools"].as_array().expect("tools");
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["echo", "add", "pricey"], "{block}");
+    assert_eq!(tools[0]["brmcp/priceAtoms"], 0);
+    assert_eq!(tools[1]["brmcp/priceAtoms"], 500);
+    assert_eq!(tools[2]["brmcp/pricing"], "dynamic");
+    assert_eq!(tools[2]["brmcp/priceMinAtoms"], 5);
+    assert_eq!(tools[2]["brmcp/priceMaxAtoms"], 900);
+    assert!(
+        text.contains("- pricey: priced per call, 5 to 900 atoms"),
+        "{text}"
+    );
+}
