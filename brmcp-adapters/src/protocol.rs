@@ -2,7 +2,8 @@
 //! tools and call keys, a tool's price and the `payment_required` refusal
 //! ([`ToolPrice`], [`PaymentRequired`]), whether a bot reserves credit per call
 //! ([`RESERVES_CREDIT_META`]) and what it allows each caller ([`CALLS_PER_MINUTE_META`]),
-//! and the JSON-RPC error codes a router answers with.
+//! the JSON-RPC error codes a router answers with, and a bot's announcement in a post
+//! ([`Announcement`]).
 //!
 //! This is the one home of these names and numbers, as the Go implementation's root
 //! package is for it: the serving harness, the client bridge and the directory read them
@@ -10,12 +11,19 @@
 
 use rmcp::model::{CallToolResult, ErrorCode, ErrorData};
 
+mod announcement;
 mod bounds;
 mod call_key;
 mod money;
 mod rate;
 mod reserves;
 
+pub use announcement::{
+    ANNOUNCEMENT_VERSION, AnnouncedTool, Announcement, AnnouncementError,
+    MARKER as ANNOUNCEMENT_MARKER, MAX_ANNOUNCED_DESCRIPTION_LEN, MAX_ANNOUNCED_NAME_LEN,
+    MAX_ANNOUNCED_TOOL_DESCRIPTION_LEN, MAX_ANNOUNCED_TOOL_NAME_LEN, MAX_ANNOUNCED_TOOLS,
+    MAX_ANNOUNCEMENT_AGE_SECS, MAX_ANNOUNCEMENT_BYTES, MAX_ANNOUNCEMENT_SKEW_SECS,
+};
 pub use bounds::{
     PRICE_MAX_META, PRICE_MIN_META, PriceBounds, bounded_price_note, describe_bounded,
 };

@@ -203,6 +203,7 @@ pub fn stream_items(data: &[u8]) {
         StreamKind::TipProgress => rewritten::<proto::TipProgressEvent>(&params),
         StreamKind::TipReceived => rewritten::<proto::ReceivedTip>(&params),
         StreamKind::Kx => rewritten::<proto::KxCompleted>(&params),
+        StreamKind::Posts => rewritten::<proto::ReceivedPost>(&params),
     }
     .expect("an accepted item's message decodes");
     let decoded = Item::decode(kind, &again)
@@ -233,15 +234,15 @@ mod tests {
 
     #[test]
     fn frames_answer_calls_and_feed_streams() {
-        // Calls are ids 5..8 (after the four streams); an item for the PM stream; a
+        // Calls are ids 6..9 (after the five streams); an item for the PM stream; a
         // response ending the tip stream (id 3).
         let pm = r#"{"method":"ChatService.PMStream[1]","params":{"sequenceId":"1","uid":"IiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiI="}}"#;
         let data = [
-            r#"{"jsonrpc":"2.0","id":5,"result":{"ok":true}}"#,
-            r#"{"jsonrpc":"2.0","id":6.0,"error":{"code":-32000,"message":"no"}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"result":{"ok":true}}"#,
+            r#"{"jsonrpc":"2.0","id":7.0,"error":{"code":-32000,"message":"no"}}"#,
             pm,
             r#"{"id":3,"error":{"code":1,"message":"gone"}}"#,
-            r#"{"id":5,"result":{}}"#,
+            r#"{"id":6,"result":{}}"#,
             "not json",
         ]
         .join("\0");

@@ -14,13 +14,14 @@ use tokio::time::Instant;
 use super::config::ClientRpcConfig;
 use super::conn::{self, CallError, Conn, until_true};
 use super::error::ClientRpcError;
-use super::items::{KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
+use super::items::{KxCompleted, ReceivedPm, ReceivedPost, ReceivedTip, TipProgressEvent};
 use super::lock;
 use super::proto::{
     self, AckRequest, AckResponse, KxStreamRequest, MediateKxRequest, MediateKxResponse, PmRequest,
-    PmResponse, PmStreamRequest, PublicIdentity, PublicIdentityReq, RmPrivateMessage,
-    TipProgressRequest, TipStreamRequest, TipUserRequest, TipUserResponse, Unknown, VersionRequest,
-    VersionResponse, method,
+    PmResponse, PmStreamRequest, PostsStreamRequest, PublicIdentity, PublicIdentityReq,
+    RmPrivateMessage, SubscribeToPostsRequest, SubscribeToPostsResponse, TipProgressRequest,
+    TipStreamRequest, TipUserRequest, TipUserResponse, Unknown, VersionRequest, VersionResponse,
+    method,
 };
 use super::streams::{
     AckWindow, Delivery, StreamEntry, StreamKind, StreamQueue, StreamRuntime, StreamSink,
@@ -35,8 +36,8 @@ use brmcp_adapters::protocol::ATOMS_PER_DCR;
 mod handlers;
 pub(crate) mod run;
 
-use handlers::{DynKx, DynPm, DynResult, DynTip, IdentityCheck};
-pub use handlers::{KxHandler, PmHandler, Streams, TipHandler, TipResultHandler};
+use handlers::{DynKx, DynPm, DynPost, DynResult, DynTip, IdentityCheck};
+pub use handlers::{KxHandler, PmHandler, PostHandler, Streams, TipHandler, TipResultHandler};
 use run::{Handler, consume, supervise};
 
 /// TipProgress events kept for [`ClientRpcHost::subscribe_tip_progress`] receivers
@@ -225,6 +226,7 @@ impl ClientRpcHost {
             tips,
             results,
             kx,
+            posts,
             no_tip_progress,
             identity,
         } = streams;
@@ -240,6 +242,9 @@ impl ClientRpcHost {
         }
         if let Some(kx) = kx {
             consumers.push((StreamKind::Kx, Handler::Kx(kx)));
+        }
+        if let Some(posts) = posts {
+            consumers.push((StreamKind::Posts, Handler::Post(posts)));
         }
         self.inner.tip_progress.store(!no_tip_progress, Relaxed);
         let mut runtimes = Vec::new();
@@ -434,6 +439,22 @@ impl ClientRpcHost {
         };
         self.inner
             .request::<_, MediateKxResponse>(method::MEDIATE_KX, &request)
+            .await
+            .map(drop)
+    }
+
+    /// `PostsService.SubscribeToPosts`: asks `user` (a 64-hex user id or a nick) for
+    /// their posts; the ones they publish from then on arrive on the posts stream
+    /// ([`Streams::posts`]). Returns once the request left.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); the server's text for an unknown user.
+    pub async fn subscribe_to_posts(&self, user: &str) -> Result<(), ClientRpcError> {
+        let request = SubscribeToPostsRequest {
+            user: user.to_owned(),
+        };
+        self.inner
+            .request::<_, SubscribeToPostsResponse>(method::SUBSCRIBE_TO_POSTS, &request)
             .await
             .map(drop)
     }

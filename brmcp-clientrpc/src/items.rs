@@ -23,6 +23,7 @@ from_protojson!(ReceivedPm, proto::ReceivedPm);
 from_protojson!(ReceivedTip, proto::ReceivedTip);
 from_protojson!(TipProgressEvent, proto::TipProgressEvent);
 from_protojson!(KxCompleted, proto::KxCompleted);
+from_protojson!(ReceivedPost, proto::ReceivedPost);
 
 /// A user id field that does not hold 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -161,6 +162,53 @@ impl TryFrom<proto::KxCompleted> for KxCompleted {
     }
 }
 
+/// A `ReceivedPost` ([`proto::ReceivedPost`]): one item of the posts stream, a post
+/// by a user subscribed to (relayed by them or by someone else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedPost {
+    /// Opaque, increasing; acknowledge with it.
+    pub sequence_id: u64,
+    /// Who the client received it from (may differ from the author).
+    pub relayer: PeerId,
+    /// The post id (`PostSummary.id`, brclient's hash of the post).
+    pub id: Vec<u8>,
+    /// The author (`PostSummary.author_id`).
+    pub author: PeerId,
+    /// The author's nick as reported.
+    pub author_nick: String,
+    /// The post's date, Unix seconds.
+    pub date: i64,
+    /// Its title, included or suggested.
+    pub title: String,
+    /// The post's attributes (`main` holds its text).
+    pub attributes: std::collections::BTreeMap<String, String>,
+}
+
+impl ReceivedPost {
+    /// The post's text: its `main` attribute (empty without one).
+    pub fn text(&self) -> &str {
+        self.attributes.get("main").map_or("", String::as_str)
+    }
+}
+
+impl TryFrom<proto::ReceivedPost> for ReceivedPost {
+    type Error = BadUid;
+
+    fn try_from(m: proto::ReceivedPost) -> Result<Self, BadUid> {
+        let summary = m.summary.unwrap_or_default();
+        Ok(Self {
+            sequence_id: m.sequence_id,
+            relayer: peer(&m.relayer_id)?,
+            id: summary.id,
+            author: peer(&summary.author_id)?,
+            author_nick: summary.author_nick,
+            date: summary.date,
+            title: summary.title,
+            attributes: m.post.unwrap_or_default().attributes.into_iter().collect(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -183,6 +231,22 @@ mod tests {
         let err = serde_json::from_value::<ReceivedTip>(json!({"uid": "AAAA"})).unwrap_err();
         assert!(err.to_string().contains("3 bytes, not 32"), "{err}");
         let err = serde_json::from_value::<ReceivedPm>(json!({"nick": "x"})).unwrap_err();
+        assert!(err.to_string().contains("0 bytes, not 32"), "{err}");
+        let uid = "IiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiI=";
+        let post: ReceivedPost = serde_json::from_value(json!({
+            "sequenceId": "9",
+            "relayerId": uid,
+            "summary": {"id": "AQI=", "authorId": uid, "authorNick": "alice", "date": "5"},
+            "post": {"version": "1", "attributes": {"main": "hello"}},
+            "newerField": 1
+        }))
+        .unwrap();
+        assert_eq!(
+            (post.author, post.text(), post.id.as_slice()),
+            (PeerId::from_bytes([0x22; 32]), "hello", &[1u8, 2][..])
+        );
+        // A post with no author (no summary) is refused.
+        let err = serde_json::from_value::<ReceivedPost>(json!({"relayerId": uid})).unwrap_err();
         assert!(err.to_string().contains("0 bytes, not 32"), "{err}");
     }
 }

@@ -7,6 +7,8 @@
 //!   [`TipHandler`], and pays tips ([`ClientRpcHost::tip`]), matching each to its
 //!   terminal TipProgress event. It asks a contact to mediate a key exchange
 //!   ([`ClientRpcHost::mediate_kx`]) and hands every completed one to a [`KxHandler`].
+//!   It subscribes to a user's posts ([`ClientRpcHost::subscribe_to_posts`]) and hands
+//!   every post received to a [`PostHandler`].
 //! - Streams are consumed in the order record (the handler) → acknowledge, an
 //!   acknowledgement covering only recorded items; a stream the server ends alone is
 //!   reopened alone, the others stay up ([`streams`](self#streams)).
@@ -17,7 +19,8 @@
 //!   too (brclientd).
 //! - [`proto`]: the messages, generated from `proto/clientrpc.proto`, and their
 //!   protojson form; the handlers get stream items with their user id checked
-//!   ([`ReceivedPm`], [`ReceivedTip`], [`TipProgressEvent`], [`KxCompleted`]).
+//!   ([`ReceivedPm`], [`ReceivedTip`], [`TipProgressEvent`], [`KxCompleted`],
+//!   [`ReceivedPost`]).
 //!
 //! The connection: one reader task reads without pause and demultiplexes responses by
 //! id and stream items by method; one writer task sends. At most [`MAX_IN_FLIGHT`]
@@ -57,10 +60,10 @@ pub use config::{
 };
 pub use error::ClientRpcError;
 pub use host::{
-    ClientRpcHost, HostStatus, KxHandler, PmHandler, Streams, TipHandler, TipOutcome,
+    ClientRpcHost, HostStatus, KxHandler, PmHandler, PostHandler, Streams, TipHandler, TipOutcome,
     TipResultHandler,
 };
-pub use items::{BadUid, KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
+pub use items::{BadUid, KxCompleted, ReceivedPm, ReceivedPost, ReceivedTip, TipProgressEvent};
 pub use streams::{MAX_QUEUED_PER_STREAM, StreamKind};
 
 /// Locks a std mutex, ignoring poisoning: no critical section in this crate leaves its

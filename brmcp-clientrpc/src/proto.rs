@@ -82,6 +82,14 @@ pub mod method {
     pub const KX_STREAM: &str = "ChatService.KXStream";
     /// `ChatService.AckKXCompleted`: [`AckRequest`](super::AckRequest) → [`AckResponse`](super::AckResponse).
     pub const ACK_KX_COMPLETED: &str = "ChatService.AckKXCompleted";
+    /// `PostsService.SubscribeToPosts`: [`SubscribeToPostsRequest`](super::SubscribeToPostsRequest) →
+    /// [`SubscribeToPostsResponse`](super::SubscribeToPostsResponse).
+    pub const SUBSCRIBE_TO_POSTS: &str = "PostsService.SubscribeToPosts";
+    /// `PostsService.PostsStream` (a stream): [`PostsStreamRequest`](super::PostsStreamRequest) →
+    /// [`ReceivedPost`](super::ReceivedPost) items.
+    pub const POSTS_STREAM: &str = "PostsService.PostsStream";
+    /// `PostsService.AckReceivedPost`: [`AckRequest`](super::AckRequest) → [`AckResponse`](super::AckResponse).
+    pub const ACK_RECEIVED_POST: &str = "PostsService.AckReceivedPost";
 }
 
 /// JSON-RPC error codes the server uses.

@@ -1,5 +1,5 @@
-//! The streams a bot consumes (PMStream, TipStream, TipProgress, KXStream) and when
-//! their items may be acknowledged ([`AckWindow`]).
+//! The streams a bot consumes (PMStream, TipStream, TipProgress, KXStream, PostsStream)
+//! and when their items may be acknowledged ([`AckWindow`]).
 //!
 //! brclient stores every item before delivering it and replays, on every stream open,
 //! the items not yet acknowledged whose sequence id is above the open's `unackedFrom`.
@@ -50,11 +50,19 @@ pub enum StreamKind {
     TipReceived,
     /// `ChatService.KXStream`: key exchanges completed.
     Kx,
+    /// `PostsService.PostsStream`: posts received from the users subscribed to.
+    Posts,
 }
 
 impl StreamKind {
     /// Every kind.
-    pub const ALL: [Self; 4] = [Self::Pm, Self::TipProgress, Self::TipReceived, Self::Kx];
+    pub const ALL: [Self; 5] = [
+        Self::Pm,
+        Self::TipProgress,
+        Self::TipReceived,
+        Self::Kx,
+        Self::Posts,
+    ];
 
     /// The kind's position in [`ALL`](Self::ALL): an index for per-kind tables.
     pub const fn index(self) -> usize {
@@ -63,6 +71,7 @@ impl StreamKind {
             Self::TipProgress => 1,
             Self::TipReceived => 2,
             Self::Kx => 3,
+            Self::Posts => 4,
         }
     }
 
@@ -73,6 +82,7 @@ impl StreamKind {
             Self::TipProgress => method::TIP_PROGRESS,
             Self::TipReceived => method::TIP_STREAM,
             Self::Kx => method::KX_STREAM,
+            Self::Posts => method::POSTS_STREAM,
         }
     }
 
@@ -83,16 +93,18 @@ impl StreamKind {
             Self::TipProgress => method::ACK_TIP_PROGRESS,
             Self::TipReceived => method::ACK_TIP_RECEIVED,
             Self::Kx => method::ACK_KX_COMPLETED,
+            Self::Posts => method::ACK_RECEIVED_POST,
         }
     }
 
-    /// A short name: brclient's replay log name (`pm`, `tipprogress`, `tipstream`, `kx`).
+    /// A short name for logs (`pm`, `tipprogress`, `tipstream`, `kx`, `posts`).
     pub const fn name(self) -> &'static str {
         match self {
             Self::Pm => "pm",
             Self::TipProgress => "tipprogress",
             Self::TipReceived => "tipstream",
             Self::Kx => "kx",
+            Self::Posts => "posts",
         }
     }
 }

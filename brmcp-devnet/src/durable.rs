@@ -32,7 +32,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::DevnetError;
-use super::node::{Contact, Event, Log, ReplayLog, StreamKind};
+use super::node::{Contact, Event, Log, ReplayLog};
 use super::relay::Queued;
 
 /// The snapshot's name in the devnet directory.
@@ -191,7 +191,7 @@ pub(crate) enum Op {
 pub(crate) struct NodeSnap {
     pub(crate) nick: String,
     pub(crate) contacts: Vec<Contact>,
-    /// By [`StreamKind::index`].
+    /// By [`StreamKind::index`](super::node::StreamKind::index).
     pub(crate) logs: [ReplayLog; 4],
     /// The posts log; a directory kept before posts has none.
     #[serde(default = "empty_log")]
@@ -211,7 +211,7 @@ impl NodeSnap {
         Self {
             nick,
             contacts: Vec::new(),
-            logs: StreamKind::ALL.map(|_| ReplayLog::new(replay_file_size)),
+            logs: std::array::from_fn(|_| ReplayLog::new(replay_file_size)),
             posts: ReplayLog::new(replay_file_size),
             post_statuses: ReplayLog::new(replay_file_size),
             post_subscribers: Vec::new(),

@@ -56,8 +56,9 @@ impl Log {
     pub(crate) const fn index(self) -> usize {
         match self {
             Self::Stream(k) => k.index(),
-            Self::Posts => StreamKind::ALL.len(),
-            Self::PostStatus => StreamKind::ALL.len() + 1,
+            // The clientrpc client's own kind for the posts stream is this log.
+            Self::Posts => StreamKind::Posts.index(),
+            Self::PostStatus => StreamKind::Posts.index() + 1,
         }
     }
 
@@ -73,7 +74,10 @@ impl Log {
 
 impl From<StreamKind> for Log {
     fn from(k: StreamKind) -> Self {
-        Self::Stream(k)
+        match k {
+            StreamKind::Posts => Self::Posts,
+            k => Self::Stream(k),
+        }
     }
 }
 

@@ -291,6 +291,7 @@ fn sections_are_numbered_as_the_code_cites_them() {
         "10. The `_meta` keys",
         "11. Worked examples",
         "12. Conformance",
+        "13. Announcements in posts",
     ];
     assert_eq!(titles, want);
 }

@@ -5,8 +5,10 @@
 //! which replay every file of the committed corpus `fuzz/corpus/<target>/` through the
 //! same function. Each harness panics only when a property fails.
 
+mod announcements;
 mod router_ops;
 
+pub use announcements::announcements;
 pub use router_ops::router_ops;
 
 /// The committed corpus, shared with the other crates' harness tests.

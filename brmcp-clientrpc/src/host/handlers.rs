@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use super::super::error::ClientRpcError;
-use super::super::items::{KxCompleted, ReceivedPm, ReceivedTip, TipProgressEvent};
+use super::super::items::{KxCompleted, ReceivedPm, ReceivedPost, ReceivedTip, TipProgressEvent};
 #[cfg(doc)]
 use super::ClientRpcHost;
 use brmcp_adapters::BoxError;
@@ -136,6 +136,26 @@ where
     }
 }
 
+/// Takes each post received from a user subscribed to (`ReceivedPost`).
+///
+/// As for [`PmHandler`]: acknowledged after `Ok` (return it once the post is read or
+/// durably recorded); retried after `Err`; a redelivery after a reconnect or a
+/// restart comes with the same sequence id.
+pub trait PostHandler: Send + Sync + 'static {
+    /// Handles one post.
+    fn handle_post(&self, post: ReceivedPost) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+impl<F, Fut> PostHandler for F
+where
+    F: Fn(ReceivedPost) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), BoxError>> + Send,
+{
+    fn handle_post(&self, post: ReceivedPost) -> impl Future<Output = Result<(), BoxError>> + Send {
+        self(post)
+    }
+}
+
 /// Checks the identity of the client behind every new connection before any stream
 /// opens: `Err` refuses the connection (see [`Streams::identity`]).
 pub(super) type IdentityCheck = Arc<dyn Fn(PeerId) -> Result<(), BoxError> + Send + Sync>;
@@ -178,6 +198,16 @@ impl<H: KxHandler> DynKx for H {
     }
 }
 
+pub(super) trait DynPost: Send + Sync {
+    fn call(&self, post: ReceivedPost) -> BoxFuture<'_, Result<(), BoxError>>;
+}
+
+impl<H: PostHandler> DynPost for H {
+    fn call(&self, post: ReceivedPost) -> BoxFuture<'_, Result<(), BoxError>> {
+        Box::pin(self.handle_post(post))
+    }
+}
+
 pub(super) trait DynResult: Send + Sync {
     fn call(&self, event: TipProgressEvent) -> BoxFuture<'_, Result<(), BoxError>>;
 }
@@ -208,6 +238,7 @@ pub struct Streams {
     pub(super) tips: Option<Arc<dyn DynTip>>,
     pub(super) results: Option<Arc<dyn DynResult>>,
     pub(super) kx: Option<Arc<dyn DynKx>>,
+    pub(super) posts: Option<Arc<dyn DynPost>>,
     pub(super) no_tip_progress: bool,
     pub(super) identity: Option<IdentityCheck>,
 }
@@ -219,6 +250,7 @@ impl fmt::Debug for Streams {
             .field("tips", &self.tips.is_some())
             .field("tip_results", &self.results.is_some())
             .field("kx", &self.kx.is_some())
+            .field("posts", &self.posts.is_some())
             .field("tip_progress", &!self.no_tip_progress)
             .field("identity", &self.identity.is_some())
             .finish_non_exhaustive()
@@ -258,6 +290,14 @@ impl Streams {
     #[must_use]
     pub fn kx(mut self, handler: impl KxHandler) -> Self {
         self.kx = Some(Arc::new(handler));
+        self
+    }
+
+    /// Consumes PostsStream, handing every post received to `handler` (subscribe to a
+    /// user's posts with [`ClientRpcHost::subscribe_to_posts`]).
+    #[must_use]
+    pub fn posts(mut self, handler: impl PostHandler) -> Self {
+        self.posts = Some(Arc::new(handler));
         self
     }
 

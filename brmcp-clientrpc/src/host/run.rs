@@ -197,6 +197,14 @@ async fn keep_stream(
                 )
                 .await
             }
+            StreamKind::Posts => {
+                conn.open_stream(
+                    kind.method(),
+                    &proto::protojson(&PostsStreamRequest::default()),
+                    tx.clone(),
+                )
+                .await
+            }
         };
         let Ok(ended) = opened else {
             return;
@@ -222,6 +230,7 @@ pub(super) enum Handler {
     Pm(Arc<dyn DynPm>),
     Tip(Arc<dyn DynTip>),
     Kx(Arc<dyn DynKx>),
+    Post(Arc<dyn DynPost>),
     /// TipProgress: waiting tips take their events; the rest go to the handler.
     Progress(Option<Arc<dyn DynResult>>),
 }
@@ -231,7 +240,7 @@ impl Handler {
         match self {
             Self::Pm(h) => h.cleared(up_to).await,
             Self::Tip(h) => h.cleared(up_to).await,
-            Self::Kx(_) | Self::Progress(_) => Ok(()),
+            Self::Kx(_) | Self::Post(_) | Self::Progress(_) => Ok(()),
         }
     }
 }
@@ -243,6 +252,7 @@ pub(crate) enum Item {
     Tip(ReceivedTip),
     Progress(TipProgressEvent),
     Kx(KxCompleted),
+    Post(ReceivedPost),
 }
 
 impl Item {
@@ -254,6 +264,7 @@ impl Item {
             StreamKind::TipReceived => Self::Tip(ReceivedTip::deserialize(params)?),
             StreamKind::TipProgress => Self::Progress(TipProgressEvent::deserialize(params)?),
             StreamKind::Kx => Self::Kx(KxCompleted::deserialize(params)?),
+            StreamKind::Posts => Self::Post(ReceivedPost::deserialize(params)?),
         })
     }
 
@@ -263,6 +274,7 @@ impl Item {
             Self::Tip(tip) => tip.sequence_id,
             Self::Progress(event) => event.sequence_id,
             Self::Kx(kx) => kx.sequence_id,
+            Self::Post(post) => post.sequence_id,
         }
     }
 }
@@ -392,6 +404,7 @@ async fn record(
             (Handler::Pm(h), Item::Pm(pm), _) => h.call(pm.clone()).await,
             (Handler::Tip(h), Item::Tip(tip), _) => h.call(tip.clone()).await,
             (Handler::Kx(h), Item::Kx(kx), _) => h.call(kx.clone()).await,
+            (Handler::Post(h), Item::Post(post), _) => h.call(post.clone()).await,
             (_, Item::Progress(event), Some(results)) => results.call(event.clone()).await,
             _ => Ok(()),
         };

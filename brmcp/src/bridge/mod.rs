@@ -49,6 +49,7 @@
 //! polling although the bridge paid; the payments never exceed the caps and each buys
 //! exactly one run.
 
+pub mod announcements;
 pub(crate) mod approval;
 mod attach;
 mod calls;

@@ -18,12 +18,13 @@ use crate::bridge::{
     Bridge, Config, DEFAULT_LISTEN, Mode, Ownership, SETTINGS_FILE, Settings, approval_secret,
     running_bridge,
 };
-use crate::host::{TipPayer, bridge_streams};
+use crate::host::{TipPayer, bridge_streams, subscribe_to_announcements};
 use crate::server::{Clock, SystemClock};
 use crate::status::{ConnectionWatch, Publisher, RefusedAddress, Snapshot, SpendTotals};
 
 mod approvals;
 mod bots;
+mod discover;
 mod spend;
 mod stdio;
 #[cfg(test)]
@@ -206,6 +207,22 @@ enum BotsAction {
         #[arg(long)]
         json: bool,
     },
+    /// List the bots that announced themselves in posts the bridge received (from
+    /// users subscribed to: the allowed bots, and those of `bots subscribe`), with
+    /// their tools and prices, and how many announcements were skipped (malformed,
+    /// oversized, stale, naming another bot). Adding one is still `bots add`.
+    Discover {
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask the Bison Relay client for users' posts (nicks or 64-hex uids), so the
+    /// bridge finds the bots they announce. Needs the client, as the bridge.
+    Subscribe {
+        /// The users.
+        #[arg(required = true)]
+        users: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -351,6 +368,12 @@ pub(super) fn run(mut args: BridgeArgs) -> Result<ExitCode, CliError> {
             let directory = directory.clone();
             super::runtime()?.block_on(bots::add_from_directory(args, uid, directory, bot_name))
         }
+        Some(BridgeAction::Bots(BotsAction::Discover { json })) => {
+            discover::discover(&args.datadir, json)
+        }
+        Some(BridgeAction::Bots(BotsAction::Subscribe { ref users })) => {
+            super::runtime()?.block_on(discover::subscribe(&args, users))
+        }
         Some(BridgeAction::Bots(action)) => bots::run(&args.datadir, action),
         Some(BridgeAction::Token(action)) => token::run(&args.datadir, action),
         Some(BridgeAction::Status { json }) => super::status::show(&args.datadir, "bridge", json),
@@ -470,6 +493,15 @@ pub(crate) async fn start_bridge_hosts(
     let bridge = Bridge::new(config, router.clone(), TipPayer::new(host.clone()))?;
     let streams = bridge_streams(datadir, router, &bridge)?;
     super::serve::connect(&host, streams).await?;
+    // The allowed bots' posts: their announcements keep `bots discover` current.
+    let bots: Vec<String> = bridge
+        .settings()
+        .bots()
+        .iter()
+        .map(|b| b.uid.to_string())
+        .collect();
+    let subscriber = host.clone();
+    tokio::spawn(async move { subscribe_to_announcements(&subscriber, &bots).await });
     Ok((bridge, host))
 }
 

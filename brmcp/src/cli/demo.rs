@@ -12,6 +12,7 @@
 //! registers with a directory, which verifies it with a paid test; an operator
 //! approves it; the agent finds it through the bridge, adds it and pays for its tool.
 
+mod announce;
 mod directory;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -68,6 +69,10 @@ pub(super) struct DemoArgs {
     /// found, added and paid by the agent.
     #[arg(long, conflicts_with_all = ["upstream", "keep_running"])]
     directory: bool,
+    /// Show announcements instead: the bot announces itself in a post, a bridge that
+    /// subscribes to its posts discovers it, the user adds it and the agent pays it.
+    #[arg(long, conflicts_with_all = ["upstream", "keep_running", "directory"])]
+    announce: bool,
 }
 
 /// The demo's log: its transcript shows the MCP exchange and the money itself, so the
@@ -102,6 +107,8 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
     };
     let result = if args.directory {
         super::runtime()?.block_on(directory::demo(&dir))
+    } else if args.announce {
+        super::runtime()?.block_on(announce::demo(&dir))
     } else {
         super::runtime()?.block_on(demo(&dir, args.keep_running, upstream))
     };

@@ -4,6 +4,7 @@
 //! `directory` block, it is also a registrant: it serves `listing_invite` and registers
 //! with the block's directories at every start.
 
+pub(crate) mod announce;
 mod host;
 mod operator;
 mod ui;
@@ -76,6 +77,19 @@ pub(super) struct ServeArgs {
 pub(super) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     match args.action {
         None => super::runtime()?.block_on(serve(&args.datadir, args.rpc_config.clone(), &args)),
+        Some(ServeAction::Announce {
+            name,
+            description,
+            out,
+        }) => super::runtime()?.block_on(announce::announce(
+            &args.datadir,
+            args.rpc_config.clone(),
+            announce::AnnounceArgs {
+                name,
+                description,
+                out,
+            },
+        )),
         Some(action) => operate(&args.datadir, action),
     }
 }

@@ -5,15 +5,16 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use brmcp_adapters::protocol::MATOMS_PER_ATOM;
-use brmcp_adapters::{BoxError, PeerId, Router};
-use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, Streams, TipProgressEvent};
+use brmcp_adapters::{BoxError, Clock as _, PeerId, Router, SystemClock};
+use brmcp_clientrpc::{ClientRpcError, ClientRpcHost, ReceivedPost, Streams, TipProgressEvent};
 use tokio::sync::broadcast;
 
 use super::feed::journal_streams;
 use super::journal::PmJournalError;
+use crate::bridge::announcements::{Announcements, Offered};
 use crate::bridge::{
     Bridge, Payer, PaymentFailed, PaymentUnconfirmed, Resolution, TipOutcomeEvent,
 };
@@ -93,9 +94,7 @@ fn claim_outcome(
         }
     }
     candidates.sort_by_key(|e| e.sequence_id);
-    let mut claimed = claimed
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut claimed = claimed.lock().unwrap_or_else(PoisonError::into_inner);
     let event = candidates
         .into_iter()
         .find(|e| !claimed.contains(&e.sequence_id))?;
@@ -207,7 +206,60 @@ pub fn bridge_streams(
         async move { router.handle_pm(from, body).await.map_err(Into::into) }
     })?;
     let settler = bridge.clone();
-    Ok(streams.tip_results(move |event| settle_late_tip(settler.clone(), event)))
+    let announcements = announcement_handler(datadir);
+    Ok(streams
+        .tip_results(move |event| settle_late_tip(settler.clone(), event))
+        .posts(announcements))
+}
+
+/// Offers every post received to the data directory's announcements
+/// ([`Announcements`]), recorded in its file before the post is acknowledged.
+fn announcement_handler(
+    datadir: &Path,
+) -> impl Fn(ReceivedPost) -> std::future::Ready<Result<(), BoxError>> + Send + Sync + 'static {
+    let datadir = datadir.to_path_buf();
+    // Read at the first post (not at start): a file made unreadable by hand stops
+    // the posts stream, not the bridge.
+    let store: Arc<Mutex<Option<Announcements>>> = Arc::new(Mutex::new(None));
+    move |post: ReceivedPost| {
+        let now = u64::try_from(SystemClock.now().secs()).unwrap_or(0);
+        let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = (|| {
+            let loaded = match store.take() {
+                Some(loaded) => loaded,
+                None => Announcements::load(&datadir, now)?,
+            };
+            let announcements = store.insert(loaded);
+            let offered = announcements.offer(post.author, &post.id, post.text(), now);
+            match offered {
+                Offered::NotAnnouncement | Offered::Older => return Ok(()),
+                Offered::Kept => {
+                    tracing::info!(author = %post.author, "announcement kept");
+                }
+                Offered::Evicted => {}
+                Offered::Skipped(why) => {
+                    tracing::warn!(author = %post.author, %why, "announcement skipped");
+                }
+            }
+            announcements.save(&datadir)
+        })();
+        if result.is_err() {
+            // Read again from the file at the retry: what was not saved is not kept.
+            *store = None;
+        }
+        std::future::ready(result.map_err(Into::into))
+    }
+}
+
+/// Subscribes, through `host`, to the posts of `users` (bots the user allowed, users
+/// the user named), so their announcements reach [`bridge_streams`]'s handler; each
+/// refusal (an unknown user) is logged, not fatal.
+pub async fn subscribe_to_announcements(host: &ClientRpcHost, users: &[String]) {
+    for user in users {
+        if let Err(e) = host.subscribe_to_posts(user).await {
+            tracing::warn!(%user, error = %e, "posts not subscribed to");
+        }
+    }
 }
 
 /// A terminal TipProgress event as a spend-log outcome; `None` for an amount the

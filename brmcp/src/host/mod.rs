@@ -22,7 +22,7 @@ mod harness;
 pub mod journal;
 
 #[cfg(feature = "bridge")]
-pub use bridge::{TipPayer, bridge_streams};
+pub use bridge::{TipPayer, bridge_streams, subscribe_to_announcements};
 #[cfg(feature = "directory")]
 pub use directory::{HostIntroducer, HostPayer, with_kx};
 pub use feed::journal_streams;

@@ -151,6 +151,35 @@ fn demo_directory_runs_the_discovery_loop() {
     assert_eq!(numbers[1] - numbers[0], 5_000_000, "{wallet}");
 }
 
+/// `brmcp demo --announce`: alice's bot announces itself in a post, bob's bridge
+/// (subscribed to her posts, not knowing her bot) discovers it, the user adds it and
+/// the agent pays for a fortune.
+#[test]
+fn demo_announce_discovers_adds_and_pays_an_announced_bot() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_brmcp"))
+        .args(["demo", "--announce", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run brmcp demo --announce");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    assert_all_in(
+        &stdout,
+        &[
+            "bridge: bob subscribed to alice's posts",
+            "  | ```brmcp-announcement v1",
+            "bob's bridge discovered",
+            "    fortune: 10000 atoms per call",
+            "user -> bots add fortunes",
+            "  <- {\"fortune\":",
+            "(the bridge tipped 10000 atoms (Paid))",
+            "demo complete: an announced bot was discovered, added and paid",
+        ],
+    );
+}
+
 /// A step that fails makes the demo exit nonzero with the reason: here the devnet
 /// cannot start, a node's state file being garbage.
 #[test]

@@ -1,6 +1,7 @@
 //! The `brmcp` command line, run as separate processes. One test binary.
 
 mod agent_tokens;
+mod announcements;
 mod bridge_commands;
 mod bridge_restarts;
 mod call_lifetimes;

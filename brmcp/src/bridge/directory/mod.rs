@@ -13,11 +13,17 @@
 //!   and prices. A client that cannot be asked gets a refusal naming the command that
 //!   adds the bot; nothing is ever added unasked. The added bot is served at once.
 //!
+//! Beside the directory's answer, `directory_search` shows the bots that announced
+//! themselves in posts the bridge received (`bridge::announcements`), marked as
+//! announced, and `directory_add_bot` adds one no directory lists on the same consent,
+//! its question naming it as announced (`announced.rs`).
+//!
 //! Every call to the directory goes through the bridge's link to the directory bot
 //! and the same paid-call path as any bot's tools, so a priced `search` is paid under
 //! the user's caps and approval mode. Answers are untrusted: bounded, their uids
 //! checked (`answer.rs`), rendered as text showing uids and prices, with the JSON.
 
+mod announced;
 pub(crate) mod answer;
 mod tools;
 
@@ -35,6 +41,7 @@ use serde_json::{Value, json};
 
 use brmcp_adapters::PeerId;
 
+use super::announcements::Announcements;
 use super::link::BotLink;
 use super::proxy::ProxyServer;
 use super::proxy::ask::{self, Answer};
@@ -164,6 +171,7 @@ impl DirectoryServer {
     }
 
     async fn search(&self, args: SearchArgs, ctx: &RequestContext<RoleServer>) -> CallToolResult {
+        let announced = self.announced_hits(&args);
         let args = serde_json::to_value(args).unwrap_or_else(|_| json!({}));
         let result = match self.ask_directory("search", args, ctx).await {
             Ok(Ok(result)) => result,
@@ -171,12 +179,42 @@ impl DirectoryServer {
             Err(e) => return failed(e.message.to_string()),
         };
         match answer::search(&result) {
-            Ok(found) => answered(
-                format!("directory {}: {}", self.label(), found.text),
-                found.json,
-            ),
+            Ok(found) => {
+                let mut text = format!("directory {}: {}", self.label(), found.text);
+                let mut json = found.json;
+                if let Some((more, hits)) = announced {
+                    text.push('\n');
+                    text.push_str(&more);
+                    if let Value::Object(map) = &mut json {
+                        map.insert("announced".into(), hits);
+                    }
+                }
+                answered(text, json)
+            }
             Err(e) => self.unreadable("search", e),
         }
+    }
+
+    /// The bridge's announcements that `args` find, as text and JSON; `None` without
+    /// any (or with a file that does not read, which is logged).
+    fn announced_hits(&self, args: &SearchArgs) -> Option<(String, Value)> {
+        let store = self.announcements()?;
+        let settings = self.bridge.settings();
+        let hits = announced::matching(
+            &store,
+            args.query.as_deref(),
+            args.tags.as_ref().is_some_and(|t| !t.is_empty()),
+            args.max_price_atoms,
+            now_secs(),
+        );
+        (!hits.is_empty()).then(|| announced::render(&hits, |uid| settings.allows(uid)))
+    }
+
+    /// The announcements of the bridge's data directory.
+    fn announcements(&self) -> Option<Announcements> {
+        Announcements::load(&self.bridge.config.data_dir, now_secs())
+            .map_err(|e| tracing::warn!(error = %e, "announcements not read"))
+            .ok()
     }
 
     /// The provider `uid` as the directory lists it.
@@ -236,16 +274,34 @@ impl DirectoryServer {
             return answered(format!("bot {uid} is already one of your bots"), json);
         }
         let name = args.name.unwrap_or_else(|| default_name(&uid));
-        let provider = match self.provider(&uid, ctx).await {
-            Ok(p) => p,
-            Err(refusal) => return refusal,
+        // Listed by the directory, or else announced by the bot itself in a post.
+        let (tool_list, provider_json, question) = match self.provider(&uid, ctx).await {
+            Ok(p) => {
+                let question = format!(
+                    "Add bot {uid} as {name:?}, listed by directory {}? Its tools, as the directory reports them: {}. \
+                     Accept to add it, decline to refuse.",
+                    self.label(),
+                    p.tool_list()
+                );
+                (p.tool_list(), p.json, question)
+            }
+            Err(refusal) => {
+                let store = self.announcements();
+                let Some(hit) = store.as_ref().and_then(|s| s.of(&uid, now_secs())) else {
+                    return refusal;
+                };
+                let a = &hit.announcement;
+                let list = announced::tool_list(a);
+                let question = format!(
+                    "Add bot {uid} as {name:?}? No directory lists it: it announced itself in a \
+                     Bison Relay post as {:?}, with these tools (its own words): {list}. Accept to \
+                     add it, decline to refuse.",
+                    a.name
+                );
+                let (_, json) = announced::render(&[hit], |_| false);
+                (list, json[0].clone(), question)
+            }
         };
-        let question = format!(
-            "Add bot {uid} as {name:?}, listed by directory {}? Its tools, as the directory reports them: {}. \
-             Accept to add it, decline to refuse.",
-            self.label(),
-            provider.tool_list()
-        );
         let Some(answer) = ask::confirm(ctx, question) else {
             let directory = match settings
                 .directories
@@ -294,16 +350,21 @@ impl DirectoryServer {
         };
         match bridge.add_bot(&name, uid).await {
             Ok(_) => {
-                let json = json!({"uid": uid.to_string(), "name": name, "added": true, "provider": provider.json});
+                let json = json!({"uid": uid.to_string(), "name": name, "added": true, "provider": provider_json});
                 let text = format!(
-                    "added bot {uid} as {name:?}: its tools ({}) are served at /mcp/{uid} of this bridge",
-                    provider.tool_list()
+                    "added bot {uid} as {name:?}: its tools ({tool_list}) are served at /mcp/{uid} of this bridge"
                 );
                 answered(text, json)
             }
             Err(e) => failed(format!("bot {uid} not added: {e}")),
         }
     }
+}
+
+/// Now, in Unix seconds (announcements' age).
+fn now_secs() -> u64 {
+    use brmcp_adapters::Clock as _;
+    u64::try_from(brmcp_adapters::SystemClock.now().secs()).unwrap_or(0)
 }
 
 /// The name a bot added without one gets: `dir-` and the uid's first 8 characters.

@@ -20,15 +20,15 @@ pub const DIRECTORY_ADD_BOT: &str = "directory_add_bot";
 #[serde(deny_unknown_fields)]
 pub(crate) struct SearchArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    query: Option<String>,
+    pub(crate) query: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    tags: Option<Vec<String>>,
+    pub(crate) tags: Option<Vec<String>>,
     #[serde(
         default,
         rename = "maxPriceAtoms",
         skip_serializing_if = "Option::is_none"
     )]
-    max_price_atoms: Option<i64>,
+    pub(crate) max_price_atoms: Option<i64>,
 }
 
 /// The arguments of [`DIRECTORY_GET_PROVIDER`] and [`DIRECTORY_INTRODUCE`].

@@ -48,6 +48,11 @@ pub(super) fn run(datadir: &Path, action: BotsAction) -> Result<ExitCode, CliErr
             list(&settings, json);
             return Ok(ExitCode::SUCCESS);
         }
+        // Dispatched before: discover reads the announcements, subscribe needs the
+        // client.
+        BotsAction::Discover { .. } | BotsAction::Subscribe { .. } => {
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     save(datadir, &settings_path, &settings)?;
     println!("{said}");

@@ -41,7 +41,7 @@ pub(crate) async fn connect(host: &ClientRpcHost, streams: Streams) -> Result<()
 /// The longest a starting server waits for its upstreams' first listing before it takes
 /// calls: long enough for a server started by `npx` or a container, short enough that a
 /// broken upstream does not keep the bot's other tools (and refunds' notices) away.
-const UPSTREAMS_SETTLE_WAIT: Duration = Duration::from_secs(30);
+pub(super) const UPSTREAMS_SETTLE_WAIT: Duration = Duration::from_secs(30);
 
 pub(crate) async fn start_serving(
     datadir: &Path,

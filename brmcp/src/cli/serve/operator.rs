@@ -70,6 +70,22 @@ pub(super) enum ServeAction {
         #[arg(long)]
         rotate: bool,
     },
+    /// Print the bot's announcement for a Bison Relay post: what it is, its tools with
+    /// their prices or bounds, and how to add it (WIRE.md §13); then say how to publish
+    /// it (brclient's `/post new FILE`; on the devnet `brmcp devnet post`). Reads the
+    /// bot's user id from its client and the tools from its upstreams (started for the
+    /// listing, then stopped) or the example tools.
+    Announce {
+        /// The bot's name (default: its Bison Relay nick).
+        #[arg(long)]
+        name: Option<String>,
+        /// What the bot is (default: the `directory` block's description, if any).
+        #[arg(long)]
+        description: Option<String>,
+        /// Write the post to FILE instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
     /// Show the most recent paid calls.
     Journal {
         /// Only this caller's calls.
@@ -155,7 +171,7 @@ pub(super) fn operate(datadir: &Path, action: ServeAction) -> Result<ExitCode, C
         ServeAction::Journal { uid, limit, json } => {
             print_journal(&ledger.journal(uid.as_ref(), limit)?, json);
         }
-        ServeAction::Status { .. } | ServeAction::Ui { .. } => {}
+        ServeAction::Status { .. } | ServeAction::Ui { .. } | ServeAction::Announce { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@
 //! agents on the directory tools over an in-memory pipe.
 
 mod add;
+mod announced;
 mod bounds;
 mod hostile;
 mod python;
