@@ -175,22 +175,33 @@ fn text_of(result: &CallToolResult) -> String {
     result_text(result)
 }
 
-async fn demo(
+/// A devnet in `dir` with nodes alice and bob, said with what each `does`.
+async fn alice_and_bob(
     dir: &Path,
-    keep_running: bool,
-    upstreams: Option<serde_json::Value>,
-) -> Result<ExitCode, CliError> {
-    println!("== brmcp demo: MCP over (simulated) Bison Relay, paid with tips");
+    does: (&str, &str),
+) -> Result<(Devnet, brmcp_devnet::NodeInfo, brmcp_devnet::NodeInfo), CliError> {
     let devnet = Devnet::start(dir.join("devnet"), &["alice", "bob"]).await?;
     let (alice, bob) = match devnet.nodes().as_slice() {
         [a, b] => (a.clone(), b.clone()),
         _ => return Err(CliError("the devnet did not start two nodes".into())),
     };
     println!(
-        "devnet: alice {} serves tools; bob {} runs the bridge",
+        "devnet: alice {} {}; bob {} {}",
         short(&alice.uid_hex()),
-        short(&bob.uid_hex())
+        does.0,
+        short(&bob.uid_hex()),
+        does.1
     );
+    Ok((devnet, alice, bob))
+}
+
+async fn demo(
+    dir: &Path,
+    keep_running: bool,
+    upstreams: Option<serde_json::Value>,
+) -> Result<ExitCode, CliError> {
+    println!("== brmcp demo: MCP over (simulated) Bison Relay, paid with tips");
+    let (devnet, alice, bob) = alice_and_bob(dir, ("serves tools", "runs the bridge")).await?;
 
     // The bot on alice, callable by bob: echo (free) and fortune (paid), or the
     // upstream's tools.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::processes::{Procs, brmcp, free_port, spawn, wait_for};
+use super::processes::{Procs, brmcp, free_port, spawn, uid_in, wait_for};
 
 /// How long the bridge has to receive and keep the posts (a noisy shared machine).
 const DISCOVER_WAIT: Duration = Duration::from_secs(90);
@@ -35,6 +35,41 @@ fn discover(bridge_dir: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("discover --json is JSON")
 }
 
+/// The bridge in `dirs` (its data directory and its client's config), subscribed to
+/// `users`' posts, started: its listen address and its output.
+fn subscribed_bridge(
+    procs: &mut Procs,
+    (bridge_arg, rpc_arg): (&str, &str),
+    users: &[&str],
+) -> (String, std::sync::mpsc::Receiver<String>) {
+    let mut args = vec![
+        "bridge",
+        "--datadir",
+        bridge_arg,
+        "--rpc-config",
+        rpc_arg,
+        "bots",
+        "subscribe",
+    ];
+    args.extend_from_slice(users);
+    run(&args);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let bridge = spawn(
+        procs,
+        brmcp(&[
+            "bridge",
+            "--datadir",
+            bridge_arg,
+            "--rpc-config",
+            rpc_arg,
+            "--listen",
+            &listen,
+        ]),
+    );
+    wait_for(&bridge, "Ctrl-C stops the bridge.");
+    (listen, bridge)
+}
+
 fn post(dir: &str, name: &str, file: &Path) {
     let path = file.to_str().expect("utf-8");
     run(&["devnet", "post", name, path, "--dir", dir]);
@@ -51,15 +86,7 @@ fn a_bot_announces_itself_and_a_bridge_on_another_node_discovers_it() {
         brmcp(&["devnet", "--dir", dir_arg, "--nodes", "3"]),
     );
     let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let uid = |nick: &str| {
-        out.iter()
-            .find_map(|l| {
-                let mut words = l.split_whitespace();
-                (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
-            })
-            .flatten()
-            .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
-    };
+    let uid = |nick: &str| uid_in(&out, nick);
     let (alice, carol) = (uid("alice"), uid("carol"));
 
     // Alice's operator writes the announcement of her bot (the example tools).
@@ -90,31 +117,8 @@ fn a_bot_announces_itself_and_a_bridge_on_another_node_discovers_it() {
     let bridge_arg = bridge_dir.to_str().expect("utf-8");
     let rpc = dir.join("bob").join("brmcp-serve.conf");
     let rpc_arg = rpc.to_str().expect("utf-8");
-    run(&[
-        "bridge",
-        "--datadir",
-        bridge_arg,
-        "--rpc-config",
-        rpc_arg,
-        "bots",
-        "subscribe",
-        "alice",
-        "carol",
-    ]);
-    let listen = format!("127.0.0.1:{}", free_port());
-    let bridge = spawn(
-        &mut procs,
-        brmcp(&[
-            "bridge",
-            "--datadir",
-            bridge_arg,
-            "--rpc-config",
-            rpc_arg,
-            "--listen",
-            &listen,
-        ]),
-    );
-    wait_for(&bridge, "Ctrl-C stops the bridge.");
+    let (_listen, _bridge) =
+        subscribed_bridge(&mut procs, (bridge_arg, rpc_arg), &["alice", "carol"]);
 
     // Carol, hostile: alice's announcement as her own post, one past the size bound,
     // and one that is not the block.
@@ -238,15 +242,7 @@ async fn an_agent_finds_an_announced_bot_through_the_directory_tools() {
         brmcp(&["devnet", "--dir", dir_arg, "--directory"]),
     );
     let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let uid = |nick: &str| {
-        out.iter()
-            .find_map(|l| {
-                let mut words = l.split_whitespace();
-                (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
-            })
-            .flatten()
-            .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
-    };
+    let uid = |nick: &str| uid_in(&out, nick);
     let (alice, directory) = (uid("alice"), uid("directory"));
     let command = out
         .iter()
@@ -281,30 +277,7 @@ async fn an_agent_finds_an_announced_bot_through_the_directory_tools() {
         serde_json::from_slice(&std::fs::read(&settings_path).expect("settings")).expect("JSON");
     settings["directories"] = serde_json::json!([{"uid": directory, "name": "dir"}]);
     std::fs::write(&settings_path, settings.to_string()).expect("settings");
-    run(&[
-        "bridge",
-        "--datadir",
-        bridge_arg,
-        "--rpc-config",
-        rpc_arg,
-        "bots",
-        "subscribe",
-        "alice",
-    ]);
-    let listen = format!("127.0.0.1:{}", free_port());
-    let bridge = spawn(
-        &mut procs,
-        brmcp(&[
-            "bridge",
-            "--datadir",
-            bridge_arg,
-            "--rpc-config",
-            rpc_arg,
-            "--listen",
-            &listen,
-        ]),
-    );
-    wait_for(&bridge, "Ctrl-C stops the bridge.");
+    let (listen, _bridge) = subscribed_bridge(&mut procs, (bridge_arg, rpc_arg), &["alice"]);
     post(dir_arg, "alice", &announcement);
     let deadline = Instant::now() + DISCOVER_WAIT;
     while discover(bridge_arg)["announcements"]

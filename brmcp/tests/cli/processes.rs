@@ -121,6 +121,17 @@ pub(super) fn start_devnet(dir: &Path) -> (Procs, String, String) {
     (procs, alice, bob)
 }
 
+/// The uid the devnet printed for node `nick` in `out`.
+pub(super) fn uid_in(out: &[String], nick: &str) -> String {
+    out.iter()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
+        })
+        .flatten()
+        .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
+}
+
 /// [`start_devnet`], with what the devnet printed.
 fn devnet_printing(dir: &Path) -> (Procs, String, String, Vec<String>) {
     let mut procs = Procs(Vec::new());
@@ -130,15 +141,7 @@ fn devnet_printing(dir: &Path) -> (Procs, String, String, Vec<String>) {
         brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
     );
     let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let uid = |nick: &str| {
-        out.iter()
-            .find_map(|l| {
-                let mut words = l.split_whitespace();
-                (words.next() == Some(nick)).then(|| words.next().map(str::to_owned))
-            })
-            .flatten()
-            .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
-    };
+    let uid = |nick: &str| uid_in(&out, nick);
     let (alice, bob) = (uid("alice"), uid("bob"));
     (procs, alice, bob, out)
 }

@@ -7,7 +7,7 @@ use brmcp_adapters::PeerId;
 use brmcp_adapters::protocol::{Announcement, SEARCH_HIT_CAP, ToolPrice};
 use serde_json::{Value, json};
 
-use super::answer::MAX_LISTED_TOOLS;
+use super::answer::listed_tools;
 use crate::bridge::announcements::{Announced, Announcements};
 
 /// The announcements a search with these arguments finds, newest first, at most
@@ -57,25 +57,13 @@ pub(crate) fn matching<'a>(
         .collect()
 }
 
-/// The first [`MAX_LISTED_TOOLS`] tools as `"name" (price)`, comma-separated, then how
-/// many more there are.
+/// The announced tools as [`listed_tools`] lists them.
 pub(crate) fn tool_list(a: &Announcement) -> String {
-    let mut list = a
-        .tools
-        .iter()
-        .take(MAX_LISTED_TOOLS)
-        .map(|t| format!("{:?} ({})", t.name, t.describe_price()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    if let Some(more) = a
-        .tools
-        .len()
-        .checked_sub(MAX_LISTED_TOOLS)
-        .filter(|n| *n > 0)
-    {
-        list.push_str(&format!(", ... and {more} more"));
-    }
-    list
+    listed_tools(
+        a.tools
+            .iter()
+            .map(|t| (t.name.as_str(), t.describe_price())),
+    )
 }
 
 /// The hits as text for the agent (one line each, the bots' words quoted) and as JSON.

@@ -48,6 +48,21 @@ pub(crate) const MAX_TOOL_NAME_LEN: usize = 128;
 /// user reads the question; a longer catalog is summed up as "... and N more".
 pub(crate) const MAX_LISTED_TOOLS: usize = 20;
 
+/// The first [`MAX_LISTED_TOOLS`] of `tools` (name, price) as `"name" (price)`,
+/// comma-separated, then how many more there are.
+pub(crate) fn listed_tools<'a>(tools: impl ExactSizeIterator<Item = (&'a str, String)>) -> String {
+    let total = tools.len();
+    let mut list = tools
+        .take(MAX_LISTED_TOOLS)
+        .map(|(name, price)| format!("{name:?} ({price})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Some(more) = total.checked_sub(MAX_LISTED_TOOLS).filter(|n| *n > 0) {
+        list.push_str(&format!(", ... and {more} more"));
+    }
+    list
+}
+
 /// Whether `name` follows the MCP tool-name rule: 1 to [`MAX_TOOL_NAME_LEN`]
 /// characters of `A-Z a-z 0-9 _ . -`. A name outside it could carry text (line
 /// breaks, prices) meant to pass for the bridge's words.
@@ -266,22 +281,11 @@ impl Provider {
         if self.tools.is_empty() {
             return "no tools".into();
         }
-        let mut list = self
-            .tools
-            .iter()
-            .take(MAX_LISTED_TOOLS)
-            .map(|t| format!("{:?} ({})", t.name, t.price))
-            .collect::<Vec<_>>()
-            .join(", ");
-        if let Some(more) = self
-            .tools
-            .len()
-            .checked_sub(MAX_LISTED_TOOLS)
-            .filter(|n| *n > 0)
-        {
-            list.push_str(&format!(", ... and {more} more"));
-        }
-        list
+        listed_tools(
+            self.tools
+                .iter()
+                .map(|t| (t.name.as_str(), t.price.to_string())),
+        )
     }
 
     /// The provider, one line per tool; the directory's words quoted.

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use brmcp_adapters::protocol::Announcement;
 use brmcp_adapters::{Clock as _, PeerId, SystemClock};
-use brmcp_devnet::Devnet;
 use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -29,16 +28,8 @@ fn now_secs() -> u64 {
 
 pub(super) async fn demo(dir: &Path) -> Result<ExitCode, CliError> {
     println!("== brmcp demo --announce: a bot announces itself in a Bison Relay post");
-    let devnet = Devnet::start(dir.join("devnet"), &["alice", "bob"]).await?;
-    let (alice, bob) = match devnet.nodes().as_slice() {
-        [a, b] => (a.clone(), b.clone()),
-        _ => return Err(CliError("the devnet did not start two nodes".into())),
-    };
-    println!(
-        "devnet: alice {} runs a bot; bob {} runs a bridge that does not know it",
-        short(&alice.uid_hex()),
-        short(&bob.uid_hex())
-    );
+    let (devnet, alice, bob) =
+        super::alice_and_bob(dir, ("runs a bot", "runs a bridge that does not know it")).await?;
 
     let config = json!({"allowed_uids": [bob.uid_hex()], "calls_per_minute": 30});
     let config = ServeConfig::parse(
