@@ -89,7 +89,37 @@ struct HarnessNet {
     me: PeerId,
     a: HttpAgent,
     b: HttpAgent,
+    fabric: Fabric,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl HarnessNet {
+    /// Another bridge on the first one's data directory and identity (its restart).
+    async fn restarted(&self) -> Bridge {
+        let config = net_config(self._dirs.1.path());
+        let tips = HarnessTips {
+            harness: self.harness.clone(),
+            from: self.me,
+            seq: AtomicU64::new(1000),
+        };
+        let bridge = Bridge::new(
+            config,
+            self.fabric.router(self.me, RouterConfig::client()),
+            tips,
+        )
+        .unwrap();
+        bridge.start().await.unwrap();
+        bridge
+    }
+}
+
+/// The bridges' configuration: credit waits far shorter than any held call, so a call
+/// held back for one is refused.
+fn net_config(dir: &std::path::Path) -> brmcp::bridge::Config {
+    let mut config = base_config(dir);
+    config.credit_wait = Duration::from_millis(300);
+    config.bot_calls_per_minute = 6000;
+    config
 }
 
 async fn harness_net(seed: u64, tool: ToolSpec) -> HarnessNet {
@@ -106,15 +136,17 @@ async fn harness_net(seed: u64, tool: ToolSpec) -> HarnessNet {
     let router = harness.start(fabric.sender(bot)).unwrap();
     fabric.attach(bot, &router);
     let dir = tempfile::tempdir().unwrap();
-    let mut config = base_config(dir.path());
-    config.credit_wait = Duration::from_millis(300);
-    config.bot_calls_per_minute = 6000;
     let tips = HarnessTips {
         harness: harness.clone(),
         from: me,
         seq: AtomicU64::new(1),
     };
-    let bridge = Bridge::new(config, fabric.router(me, RouterConfig::client()), tips).unwrap();
+    let bridge = Bridge::new(
+        net_config(dir.path()),
+        fabric.router(me, RouterConfig::client()),
+        tips,
+    )
+    .unwrap();
     bridge
         .apply_settings(two_agents(bot, 20 * PRICE))
         .await
@@ -129,6 +161,7 @@ async fn harness_net(seed: u64, tool: ToolSpec) -> HarnessNet {
         me,
         a,
         b,
+        fabric,
         _dirs: (bot_dir, dir),
     }
 }
@@ -160,6 +193,7 @@ async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_wa
         me,
         a,
         b,
+        fabric: _fabric,
         _dirs,
     } = harness_net(37, tool).await;
 
@@ -402,6 +436,7 @@ async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
         me,
         a,
         b,
+        fabric: _fabric,
         _dirs,
     } = harness_net(43, tool).await;
 
@@ -450,6 +485,7 @@ async fn at_our_harness_two_agents_holding_refunded_credit_each_collect_their_ow
         me,
         a,
         b,
+        fabric: _fabric,
         _dirs,
     } = harness_net(47, tool).await;
 
@@ -482,4 +518,48 @@ async fn at_our_harness_two_agents_holding_refunded_credit_each_collect_their_ow
     assert!(uses.is_empty(), "no call used credit not its own: {uses:?}");
     assert_eq!(harness.balance_matoms(me).await.unwrap(), 0);
     bridge.close().await;
+}
+
+/// A priced call an earlier run left unpaid is resumed only once it holds its slot at
+/// the bot: while another agent's refunded credit is there (its agent idle), it is not
+/// sent, so the bot cannot charge it from that credit; it is left for its agent's retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resumed_unpaid_call_runs_on_no_other_agents_credit() {
+    let (tool, runs) = failing_add(1);
+    let net = harness_net(53, tool).await;
+    // B's paid call fails and is refunded: B's credit waits at the bot, B idle.
+    let r = net
+        .b
+        .call_tool(call("add", json!({"who": "b"})))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert_eq!(
+        net.harness.balance_matoms(net.me).await.unwrap(),
+        PRICE * 1000
+    );
+    // A's call waits for it when the bridge stops: left in the journal, unpaid.
+    let waiting = {
+        let peer = net.a.peer().clone();
+        tokio::spawn(async move { peer.call_tool(call("add", json!({"who": "a"}))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::timeout(Duration::from_secs(20), net.bridge.close())
+        .await
+        .expect("the first bridge closed");
+    waiting.abort();
+
+    let second = net.restarted().await;
+    // The resume waits its credit wait, then leaves the call: nothing ran for A.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "only B's run");
+    assert_eq!(
+        net.harness.balance_matoms(net.me).await.unwrap(),
+        PRICE * 1000,
+        "B's credit is untouched"
+    );
+    let (uncollected, uses) = second.credit_log().unwrap();
+    assert_eq!(uncollected.len(), 1, "{uncollected:?}");
+    assert!(uses.is_empty(), "{uses:?}");
+    second.close().await;
 }

@@ -19,7 +19,8 @@
 //! All the pages' blocks run in one shell, page after page in [`PAGES`] order, from an
 //! empty directory: `devnet.md` starts the network, the bot and the bridge, and the
 //! pages after it use them (and the shell's variables). The bridges' `--listen` ports
-//! of the pages, 8891 and 8892 (the directory page's devnet of its own), are replaced
+//! of the pages, 8891, 8892 and 8893 (the directory and announcement pages' devnets of
+//! their own), are replaced
 //! by free ones so that tests in parallel do not meet.
 
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The guide's pages with marked blocks, in the order they run.
-const PAGES: [&str; 8] = [
+const PAGES: [&str; 9] = [
     "devnet.md",
     "sell-tools.md",
     "agents.md",
@@ -36,6 +37,7 @@ const PAGES: [&str; 8] = [
     "money.md",
     "wire.md",
     "directory.md",
+    "announce.md",
 ];
 
 /// The pages whose marked blocks another test runs: the codec page's C and Go
@@ -47,6 +49,9 @@ const PAGE_PORT: &str = "127.0.0.1:8891";
 
 /// The port of the directory page's bridge, on a devnet of its own.
 const PAGE_PORT_2: &str = "127.0.0.1:8892";
+
+/// The port of the announcement page's bridge, on a devnet of its own.
+const PAGE_PORT_3: &str = "127.0.0.1:8893";
 
 /// How long a background block may take to print its ready line (a slow, shared
 /// machine starting the devnet's TLS endpoints).
@@ -163,7 +168,8 @@ fn steps(page: &str, text: &str) -> Vec<Step> {
             kind,
             body: body
                 .replace(PAGE_PORT, "127.0.0.1:@PORT@")
-                .replace(PAGE_PORT_2, "127.0.0.1:@PORT2@"),
+                .replace(PAGE_PORT_2, "127.0.0.1:@PORT2@")
+                .replace(PAGE_PORT_3, "127.0.0.1:@PORT3@"),
             expected: None,
         });
         i = next;
@@ -178,7 +184,7 @@ fn quoted(s: &str) -> String {
 
 /// The one script that runs every step: each step's output in `out/N`, the step under
 /// way in `out/current`, background processes ended on exit.
-fn script(steps: &[Step], ports: [u16; 2]) -> String {
+fn script(steps: &[Step], ports: [u16; 3]) -> String {
     let mut s = String::from(
         "set -eu\nbg_pids=()\n\
          trap 'kill ${bg_pids[@]+\"${bg_pids[@]}\"} 2>/dev/null || true; wait' EXIT\n",
@@ -187,7 +193,8 @@ fn script(steps: &[Step], ports: [u16; 2]) -> String {
         let body = step
             .body
             .replace("@PORT@", &ports[0].to_string())
-            .replace("@PORT2@", &ports[1].to_string());
+            .replace("@PORT2@", &ports[1].to_string())
+            .replace("@PORT3@", &ports[2].to_string());
         s.push_str(&format!("echo {n} > out/current\n"));
         match &step.kind {
             Kind::Run => s.push_str(&format!("{{\n{body}}} > out/{n} 2>&1\n")),
@@ -355,15 +362,17 @@ fn guide_shell_blocks_run_on_the_devnet() {
     }
     let work = tempfile::tempdir().expect("temp dir");
     std::fs::create_dir(work.path().join("out")).expect("out dir");
-    let port = super::processes::free_port();
-    let port2 = loop {
-        let p = super::processes::free_port();
-        if p != port {
-            break p;
-        }
-    };
+    let mut ports = [0u16; 3];
+    for n in 0..ports.len() {
+        ports[n] = loop {
+            let p = super::processes::free_port();
+            if !ports[..n].contains(&p) {
+                break p;
+            }
+        };
+    }
     let script_path = work.path().join("guide.sh");
-    std::fs::write(&script_path, script(&all, [port, port2])).expect("write the script");
+    std::fs::write(&script_path, script(&all, ports)).expect("write the script");
 
     let bin = Path::new(env!("CARGO_BIN_EXE_brmcp"))
         .parent()

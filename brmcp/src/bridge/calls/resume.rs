@@ -136,6 +136,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
     let _run = calls.task_resumed(row.id, stop.clone());
     let mut interrupted = 0;
     let mut polls = 0;
+    let mut slot = None;
     loop {
         if stop.is_cancelled() {
             return;
@@ -152,6 +153,27 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                 continue;
             }
         };
+        // A priced call never paid is charged from the bot's balance if it runs: it
+        // takes its slot at the bot first, as any priced call does (rule 2 of
+        // `credit`), so it runs on no other agent's credit.
+        if slot.is_none()
+            && !may_have_paid(inner, &row)
+            && let Some(most) = unpaid_priced(&link, &row)
+        {
+            let settings = inner.settings();
+            let wait = (inner.config.credit_wait, conn.reserves_credit);
+            let admitted = tokio::select! {
+                () = stop.cancelled() => return,
+                s = inner.policy.admit(&settings, &bot, &row.agent, wait, most) => s,
+            };
+            match admitted {
+                Ok(admitted) => slot = Some(admitted),
+                Err(why) => {
+                    tracing::info!(%bot, key = %row.key, %why, "resumed call not sent; left for its agent's retry");
+                    return;
+                }
+            }
+        }
         logged("send", calls.journal.sent(row.id, calls.now()));
         let options = PeerRequestOptions::no_options().with_meta(meta.clone());
         let handle = match conn
@@ -280,7 +302,20 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
             }
             Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),
         }
-        drop(live);
+        drop((live, slot));
         return;
     }
+}
+
+/// For a call of a tool the bot sells, the most a call of it can cost (`None`: not
+/// known); `None` for a free tool or one not listed.
+fn unpaid_priced(link: &BotLink, row: &Row) -> Option<Option<u64>> {
+    let Listed::Tool(Ok(price)) = link.listed(&row.tool) else {
+        return None;
+    };
+    let least = crate::bridge::credit::least_price(price)?;
+    Some(match price {
+        Some(ToolPrice::Dynamic) => link.quote_bounds(&row.tool).max_atoms(),
+        _ => Some(least),
+    })
 }
