@@ -443,6 +443,16 @@ impl BotLink {
         }
     }
 
+    /// The most a call of `tool`, listed at `price`, can cost: a fixed price, a dynamic
+    /// tool's listed most ([`quote_bounds`](Self::quote_bounds)); `None` when not known.
+    pub(crate) fn most_price(&self, tool: &str, price: Option<ToolPrice>) -> Option<u64> {
+        match price {
+            Some(ToolPrice::Fixed(n)) => Some(n),
+            Some(ToolPrice::Dynamic) => self.quote_bounds(tool).max_atoms(),
+            Some(ToolPrice::Free) | None => None,
+        }
+    }
+
     /// Lists the bot's tools again on the live session (a quote disagreed with the
     /// cached listing), within the connect timeout: a bot that does not answer keeps
     /// its old listing.

@@ -313,9 +313,6 @@ fn unpaid_priced(link: &BotLink, row: &Row) -> Option<Option<u64>> {
     let Listed::Tool(Ok(price)) = link.listed(&row.tool) else {
         return None;
     };
-    let least = crate::bridge::credit::least_price(price)?;
-    Some(match price {
-        Some(ToolPrice::Dynamic) => link.quote_bounds(&row.tool).max_atoms(),
-        _ => Some(least),
-    })
+    crate::bridge::credit::least_price(price)?;
+    Some(link.most_price(&row.tool, price))
 }

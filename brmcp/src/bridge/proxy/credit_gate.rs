@@ -49,10 +49,7 @@ impl ProxyServer {
                 agent.name()
             )));
         }
-        let most = match price {
-            Some(ToolPrice::Dynamic) => self.link.quote_bounds(tool).max_atoms(),
-            _ => Some(least),
-        };
+        let most = self.link.most_price(tool, price);
         Ok(match self.admit(&settings, most, ctx).await? {
             Ok(slot) => Ok((price, Some(slot))),
             Err(reason) => Err(format!(
