@@ -61,8 +61,8 @@ pub use records::{
     AuditAction, AuditEntry, Balance, CallState, JournalEntry, Opened, PrunedCalls, TipRecord,
 };
 use retention::WAL_SIZE_LIMIT;
-pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
-use retention::{prune_journal, reclaim, release_expired};
+pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, PRUNE_EVERY, VACUUM_FREE_PAGES};
+use retention::{PruneClock, prune_journal, reclaim, release_expired};
 use tip_replays::replayed;
 pub use tip_replays::{TIP_REPLAY_ROWS, TIP_REPLAY_WINDOW_SECS};
 pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
@@ -111,6 +111,8 @@ pub struct Ledger {
     sync: Option<GroupSync>,
     /// The data directory's lock, when this ledger serves calls ([`Ledger::open`]).
     _lock: Option<std::fs::File>,
+    /// When each caller's journal rows are next pruned.
+    prunes: PruneClock,
 }
 
 impl Ledger {
@@ -170,7 +172,9 @@ impl Ledger {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         release_expired(&tx, now)?;
-        prune_journal(&tx, &caller)?;
+        if self.prunes.due(&caller) {
+            prune_journal(&tx, &caller)?;
+        }
         reclaim(&tx)?;
 
         if let Some(keyed) = request.keyed
@@ -224,23 +228,23 @@ impl Ledger {
             set_balance(&tx, &caller, left)?;
         }
         let (session, request_id) = notices::origin_to_sql(origin);
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO calls \
              (caller, tool, price_atoms, state, started_at, call_key, args_hash, key_held, \
               session, request_id) \
              VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                caller,
-                request.tool,
-                amount_to_sql(request.price_atoms)?,
-                now.secs(),
-                request.keyed.map(|k| k.key.as_str()),
-                request.keyed.map(|k| *k.args.as_bytes()),
-                request.keyed.is_some(),
-                session,
-                request_id,
-            ],
-        )?;
+        )?
+        .execute(params![
+            caller,
+            request.tool,
+            amount_to_sql(request.price_atoms)?,
+            now.secs(),
+            request.keyed.map(|k| k.key.as_str()),
+            request.keyed.map(|k| *k.args.as_bytes()),
+            request.keyed.is_some(),
+            session,
+            request_id,
+        ])?;
         let call = CallId::new(tx.last_insert_rowid());
         tx.commit()?;
         Ok(Charge::Run(call))
@@ -401,11 +405,17 @@ impl Ledger {
                 "tip sequence id reused by another tip; recorded as a new tip"
             );
         }
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO tips (seq, caller, matoms, credited, received_at) \
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![seq_to_sql(tip.seq), caller, matoms, allowed, now.secs()],
-        )?;
+        )?
+        .execute(params![
+            seq_to_sql(tip.seq),
+            caller,
+            matoms,
+            allowed,
+            now.secs()
+        ])?;
         if allowed {
             add_balance(&tx, &caller, tip.matoms)?;
             // The credit goes to the calls refused for payment that wait for it, in the
@@ -524,20 +534,19 @@ fn key_answer(
     now: UnixTime,
 ) -> Result<Option<Charge>, LedgerError> {
     let held = conn
-        .query_row(
+        .prepare_cached(
             "SELECT tool, args_hash, state, outcome FROM calls \
              WHERE caller = ?1 AND call_key = ?2 AND key_held = 1 \
              AND (state = 'pending' OR replay_until > ?3)",
-            params![caller, keyed.key.as_str(), now.secs()],
-            |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, Vec<u8>>(1)?,
-                    CallState::from_sql(row, 2)?,
-                    row.get::<_, Option<String>>(3)?,
-                ))
-            },
-        )
+        )?
+        .query_row(params![caller, keyed.key.as_str(), now.secs()], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                CallState::from_sql(row, 2)?,
+                row.get::<_, Option<String>>(3)?,
+            ))
+        })
         .optional()?;
     Ok(held.map(|(held_tool, args, state, outcome)| {
         if held_tool != tool {
@@ -578,13 +587,10 @@ fn found(row: &Row<'_>, id: CallId) -> rusqlite::Result<Found> {
 }
 
 fn lookup(conn: &Connection, call: CallId) -> Result<Found, LedgerError> {
-    conn.query_row(
-        concat!(found_columns!(), " FROM calls WHERE id = ?1"),
-        [call.get()],
-        |row| found(row, call),
-    )
-    .optional()?
-    .ok_or(LedgerError::UnknownCall(call))
+    conn.prepare_cached(concat!(found_columns!(), " FROM calls WHERE id = ?1"))?
+        .query_row([call.get()], |row| found(row, call))
+        .optional()?
+        .ok_or(LedgerError::UnknownCall(call))
 }
 
 /// Pays a pending call's price back to its caller and closes it refunded.
@@ -631,19 +637,19 @@ fn close(
         ),
         _ => (false, None, None),
     };
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE calls SET state = ?2, reason = ?3, finished_at = ?4, key_held = ?5, \
          outcome = ?6, replay_until = ?7 WHERE id = ?1",
-        params![
-            found.id.get(),
-            state.as_str(),
-            reason,
-            now.secs(),
-            key_held,
-            kept,
-            replay_until
-        ],
-    )?;
+    )?
+    .execute(params![
+        found.id.get(),
+        state.as_str(),
+        reason,
+        now.secs(),
+        key_held,
+        kept,
+        replay_until
+    ])?;
     if kept.is_some() {
         bound_outcomes(conn, &found.caller)?;
     }
@@ -653,8 +659,9 @@ fn close(
 /// Drops `caller`'s oldest replayable outcomes past [`MAX_OUTCOME_BYTES_PER_CALLER`]
 /// or [`MAX_OUTCOMES_PER_CALLER`]; their keys stay held. Returns how many.
 fn bound_outcomes(conn: &Connection, caller: &str) -> Result<usize, LedgerError> {
-    Ok(conn.execute(
-        "UPDATE calls SET outcome = NULL WHERE id IN ( \
+    Ok(conn
+        .prepare_cached(
+            "UPDATE calls SET outcome = NULL WHERE id IN ( \
            SELECT id FROM ( \
              SELECT id, \
                SUM(length(CAST(outcome AS BLOB))) OVER newest AS bytes, \
@@ -663,31 +670,28 @@ fn bound_outcomes(conn: &Connection, caller: &str) -> Result<usize, LedgerError>
              WHERE caller = ?1 AND key_held = 1 AND outcome IS NOT NULL \
              WINDOW newest AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) \
            WHERE bytes > ?2 OR n > ?3)",
-        params![
+        )?
+        .execute(params![
             caller,
             sql_limit(MAX_OUTCOME_BYTES_PER_CALLER),
             sql_limit(MAX_OUTCOMES_PER_CALLER),
-        ],
-    )?)
+        ])?)
 }
 
 fn balance(conn: &Connection, caller: &str) -> Result<u64, LedgerError> {
     Ok(conn
-        .query_row(
-            "SELECT matoms FROM balances WHERE caller = ?1",
-            [caller],
-            |r| amount(r, 0),
-        )
+        .prepare_cached("SELECT matoms FROM balances WHERE caller = ?1")?
+        .query_row([caller], |r| amount(r, 0))
         .optional()?
         .unwrap_or(0))
 }
 
 fn set_balance(conn: &Connection, caller: &str, matoms: u64) -> Result<(), LedgerError> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO balances (caller, matoms) VALUES (?1, ?2) \
          ON CONFLICT (caller) DO UPDATE SET matoms = excluded.matoms",
-        params![caller, amount_to_sql(matoms)?],
-    )?;
+    )?
+    .execute(params![caller, amount_to_sql(matoms)?])?;
     Ok(())
 }
 
@@ -710,18 +714,18 @@ fn audit(
     call: Option<CallId>,
     reason: &str,
 ) -> Result<(), LedgerError> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO audit (at, caller, action, matoms, call_id, reason) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            now.secs(),
-            caller,
-            action.as_str(),
-            amount_to_sql(matoms)?,
-            call.map(CallId::get),
-            reason
-        ],
-    )?;
+    )?
+    .execute(params![
+        now.secs(),
+        caller,
+        action.as_str(),
+        amount_to_sql(matoms)?,
+        call.map(CallId::get),
+        reason
+    ])?;
     Ok(())
 }
 

@@ -60,6 +60,10 @@ CREATE INDEX calls_by_caller ON calls (caller, id);
 CREATE INDEX calls_pending ON calls (id) WHERE state = 'pending';
 CREATE INDEX calls_replay_until ON calls (replay_until) WHERE key_held = 1;
 CREATE INDEX calls_notify ON calls (id) WHERE notify = 1;
+-- The rows pruning may drop (see retention.rs); also made at open for older files.
+CREATE INDEX calls_prunable ON calls (caller, id) WHERE key_held = 0 AND state != 'pending';
+-- The outcomes kept for replay, which bounding them reads (see ledger.rs).
+CREATE INDEX calls_outcomes ON calls (caller, id) WHERE key_held = 1 AND outcome IS NOT NULL;
 
 -- Per caller, the calls pruned from the journal (past its per-caller row bound), so the
 -- money they record stays counted: completed calls kept their price.

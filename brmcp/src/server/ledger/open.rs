@@ -15,7 +15,7 @@ use crate::secure_fs::{SqliteAccess, SqliteKind, StampError, StampedOpen};
 use super::Billing;
 use super::group_sync::GroupSync;
 use super::notices;
-use super::retention::enable_incremental_vacuum;
+use super::retention::{PruneClock, enable_incremental_vacuum};
 use super::{
     APPLICATION_ID, CallId, FILE_NAME, INTERRUPTED, LOCK_FILE_NAME, Ledger, LedgerError, Opened,
     SCHEMA_VERSION, WAL_SIZE_LIMIT, found, refund_pending,
@@ -82,6 +82,22 @@ CREATE TABLE waiting (
 ) STRICT;
 CREATE INDEX waiting_expires ON waiting (expires_at);
 ";
+
+/// Indexes added after schema 5 was fixed, made by the owner's open when missing.
+/// `calls_prunable`: the rows the journal's pruning may drop, so that a caller's many
+/// calls still holding their key (a busy caller's replay window) are not read again at
+/// every charge. `calls_outcomes`: the outcomes kept for replay, which bounding them
+/// reads at every keyed call's end, without the keys whose outcome already went.
+const INDEXES_SINCE_SCHEMA_5: &str = "
+CREATE INDEX IF NOT EXISTS calls_prunable ON calls (caller, id)
+    WHERE key_held = 0 AND state != 'pending';
+CREATE INDEX IF NOT EXISTS calls_outcomes ON calls (caller, id)
+    WHERE key_held = 1 AND outcome IS NOT NULL;
+";
+
+/// Prepared statements the connection keeps: 64, every statement of the paid-call path
+/// (about 20) with room, so no call parses its SQL again.
+const STATEMENT_CACHE: usize = 64;
 
 /// How long open waits for the directory lock. Rides out a previous process that is
 /// still closing, or an operator command that took the lock while no server ran; a
@@ -155,6 +171,7 @@ impl Ledger {
                 sync: Some(GroupSync::new(&path)),
                 path,
                 _lock: Some(lock),
+                prunes: PruneClock::default(),
             },
             refunded,
         })
@@ -182,6 +199,7 @@ impl Ledger {
             path,
             sync: None,
             _lock: None,
+            prunes: PruneClock::default(),
         })
     }
 }
@@ -254,8 +272,15 @@ fn connect(path: &Path, create: bool) -> Result<Connection, ConnectError> {
         enable_incremental_vacuum(&open.conn)?;
     }
     let conn = open.finish()?;
+    if create {
+        // Indexes are not part of the file's format: a file of this schema version
+        // made before one was added gets it here, and an older brmcp reading the file
+        // keeps it up to date without knowing of it.
+        conn.execute_batch(INDEXES_SINCE_SCHEMA_5)?;
+    }
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
 

@@ -7,6 +7,9 @@
 //! The file is `auto_vacuum = INCREMENTAL` and hands free pages back to the operating
 //! system once more than [`VACUUM_FREE_PAGES`] of them collect.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{LedgerError, sql_limit};
@@ -15,13 +18,49 @@ use brmcp_adapters::wire::UnixTime;
 #[cfg(doc)]
 use crate::server::call_key::OUTCOME_TTL_SECS;
 
-/// Finished calls the journal keeps per caller: 2048, over an hour of calls at the
-/// default rate limit (twice the replay window), months for a caller paying by hand.
+/// Finished calls the journal keeps per caller: 2048 (and up to [`PRUNE_EVERY`] less one
+/// more between two prunes), over an hour of calls at the default rate limit (twice the
+/// replay window), months for a caller paying by hand.
 /// Only rows whose key no longer blocks a retry (never a pending or replayable call)
 /// and that no operator action points to are pruned; their count and price are added
 /// to the caller's `pruned` totals. Without it, a caller at the rate limit adds
 /// 43,200 rows a day forever.
 pub const MAX_JOURNAL_ROWS_PER_CALLER: usize = 2048;
+
+/// A caller's charges between two prunes of its journal rows: 64. Finding the cut reads
+/// the caller's newest [`MAX_JOURNAL_ROWS_PER_CALLER`] index entries, the largest part
+/// of a paid call's work when done at every charge; between two prunes a caller may
+/// hold up to 63 rows past the bound.
+pub const PRUNE_EVERY: u32 = 64;
+
+/// Callers whose charges since their last prune are counted: 4096. Past it the counts
+/// start over, and each caller is pruned at its next charge: sooner, never later.
+const PRUNE_CLOCK_CALLERS: usize = 4096;
+
+/// When each caller's journal is next pruned: at its first charge in this process,
+/// then every [`PRUNE_EVERY`] charges.
+#[derive(Debug, Default)]
+pub(super) struct PruneClock(Mutex<HashMap<String, u32>>);
+
+impl PruneClock {
+    /// Counts a charge of `caller`'s; `true` when its journal is due a prune.
+    pub(super) fn due(&self, caller: &str) -> bool {
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(caller) {
+            *count += 1;
+            if *count < PRUNE_EVERY {
+                return false;
+            }
+            *count = 0;
+            return true;
+        }
+        if counts.len() >= PRUNE_CLOCK_CALLERS {
+            counts.clear();
+        }
+        counts.insert(caller.to_owned(), 0);
+        true
+    }
+}
 
 /// Free pages the file may hold before `PRAGMA incremental_vacuum` gives them back:
 /// 1024, 4 MiB at SQLite's default page size. Freed pages are reused by the next
@@ -39,54 +78,64 @@ pub(crate) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 pub(super) fn release_expired(conn: &Connection, now: UnixTime) -> Result<usize, LedgerError> {
     // Reservations whose call never came back go too: their credit is spendable again.
     super::waiting::expire(conn, now)?;
-    Ok(conn.execute(
-        "UPDATE calls SET key_held = 0, outcome = NULL, args_hash = NULL \
-         WHERE key_held = 1 AND state != 'pending' AND replay_until <= ?1",
-        [now.secs()],
-    )?)
+    Ok(conn
+        .prepare_cached(
+            "UPDATE calls SET key_held = 0, outcome = NULL, args_hash = NULL \
+             WHERE key_held = 1 AND state != 'pending' AND replay_until <= ?1",
+        )?
+        .execute([now.secs()])?)
 }
 
 /// Prune `caller`'s finished calls past [`MAX_JOURNAL_ROWS_PER_CALLER`], oldest first,
 /// adding them to the caller's `pruned` totals in the same transaction. Returns how
 /// many rows went.
 pub(super) fn prune_journal(conn: &Connection, caller: &str) -> Result<usize, LedgerError> {
-    const PRUNABLE: &str = "caller = ?1 AND id <= ?2 AND state != 'pending' AND key_held = 0 \
-         AND id NOT IN (SELECT call_id FROM audit WHERE call_id IS NOT NULL)";
+    // `calls_prunable` holds exactly the rows the first three terms allow, so neither
+    // statement reads the caller's rows that still hold their key or wait.
+    macro_rules! prunable {
+        () => {
+            "caller = ?1 AND id <= ?2 AND key_held = 0 AND state != 'pending' \
+             AND id NOT IN (SELECT call_id FROM audit WHERE call_id IS NOT NULL)"
+        };
+    }
     // The newest row past the bound, leaving room for the call being charged; rows at
     // or below it that may go, go.
     let cut: Option<i64> = conn
-        .query_row(
+        .prepare_cached(
             "SELECT id FROM calls WHERE caller = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2",
+        )?
+        .query_row(
             params![caller, sql_limit(MAX_JOURNAL_ROWS_PER_CALLER - 1)],
             |r| r.get(0),
         )
         .optional()?;
     let Some(cut) = cut else { return Ok(0) };
-    conn.execute(
-        &format!(
-            "INSERT INTO pruned (caller, completed, completed_atoms, refunded) \
-             SELECT caller, \
-               SUM(state = 'completed'), \
-               SUM(CASE WHEN state = 'completed' THEN price_atoms ELSE 0 END), \
-               SUM(state = 'refunded') \
-             FROM calls WHERE {PRUNABLE} GROUP BY caller \
-             ON CONFLICT (caller) DO UPDATE SET \
-               completed = completed + excluded.completed, \
-               completed_atoms = completed_atoms + excluded.completed_atoms, \
-               refunded = refunded + excluded.refunded"
-        ),
-        params![caller, cut],
-    )?;
-    Ok(conn.execute(
-        &format!("DELETE FROM calls WHERE {PRUNABLE}"),
-        params![caller, cut],
-    )?)
+    conn.prepare_cached(concat!(
+        "INSERT INTO pruned (caller, completed, completed_atoms, refunded) \
+         SELECT caller, \
+           SUM(state = 'completed'), \
+           SUM(CASE WHEN state = 'completed' THEN price_atoms ELSE 0 END), \
+           SUM(state = 'refunded') \
+         FROM calls WHERE ",
+        prunable!(),
+        " GROUP BY caller \
+         ON CONFLICT (caller) DO UPDATE SET \
+           completed = completed + excluded.completed, \
+           completed_atoms = completed_atoms + excluded.completed_atoms, \
+           refunded = refunded + excluded.refunded"
+    ))?
+    .execute(params![caller, cut])?;
+    Ok(conn
+        .prepare_cached(concat!("DELETE FROM calls WHERE ", prunable!()))?
+        .execute(params![caller, cut])?)
 }
 
 /// Give free pages back to the operating system once more than [`VACUUM_FREE_PAGES`]
 /// have collected. Returns whether it vacuumed.
 pub(super) fn reclaim(conn: &Connection) -> Result<bool, LedgerError> {
-    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    let free: i64 = conn
+        .prepare_cached("PRAGMA freelist_count")?
+        .query_row([], |r| r.get(0))?;
     if free <= VACUUM_FREE_PAGES {
         return Ok(false);
     }

@@ -61,26 +61,26 @@ pub(super) struct Waiting {
 
 /// The caller's next event number (refusals and reservations are ordered by it).
 fn next_seq(conn: &Connection, caller: &str) -> Result<i64, LedgerError> {
-    Ok(conn.query_row(
-        "SELECT COALESCE(MAX(MAX(refused_seq, reserved_seq)), 0) + 1 FROM waiting \
+    Ok(conn
+        .prepare_cached(
+            "SELECT COALESCE(MAX(MAX(refused_seq, reserved_seq)), 0) + 1 FROM waiting \
          WHERE caller = ?1",
-        [caller],
-        |r| r.get(0),
-    )?)
+        )?
+        .query_row([caller], |r| r.get(0))?)
 }
 
 /// Drops the waiting rows whose time ran out at `now`: their credit is unreserved.
 pub(super) fn expire(conn: &Connection, now: UnixTime) -> Result<usize, LedgerError> {
-    Ok(conn.execute("DELETE FROM waiting WHERE expires_at <= ?1", [now.secs()])?)
+    Ok(conn
+        .prepare_cached("DELETE FROM waiting WHERE expires_at <= ?1")?
+        .execute([now.secs()])?)
 }
 
 /// Milliatoms of `caller`'s balance reserved for its waiting calls.
 pub(super) fn reserved(conn: &Connection, caller: &str) -> Result<u64, LedgerError> {
-    Ok(conn.query_row(
-        "SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting WHERE caller = ?1",
-        [caller],
-        |r| amount(r, 0),
-    )?)
+    Ok(conn
+        .prepare_cached("SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting WHERE caller = ?1")?
+        .query_row([caller], |r| amount(r, 0))?)
 }
 
 /// What `caller` may spend on a call that is not reserved for: its balance less its
@@ -97,9 +97,11 @@ pub(super) fn find(
     keyed: Keyed<'_>,
 ) -> Result<Option<Waiting>, LedgerError> {
     Ok(conn
-        .query_row(
+        .prepare_cached(
             "SELECT tool = ?3 AND args_hash = ?4, reserved_matoms, refused_seq FROM waiting \
              WHERE caller = ?1 AND call_key = ?2",
+        )?
+        .query_row(
             params![
                 caller,
                 keyed.key.as_str(),
@@ -120,10 +122,8 @@ pub(super) fn find(
 /// Forgets the waiting row under `key` (its call was charged; what was reserved for it
 /// was spent with the charge, or is unreserved).
 pub(super) fn remove(conn: &Connection, caller: &str, key: &str) -> Result<(), LedgerError> {
-    conn.execute(
-        "DELETE FROM waiting WHERE caller = ?1 AND call_key = ?2",
-        params![caller, key],
-    )?;
+    conn.prepare_cached("DELETE FROM waiting WHERE caller = ?1 AND call_key = ?2")?
+        .execute(params![caller, key])?;
     Ok(())
 }
 
@@ -145,39 +145,37 @@ pub(super) fn wait(
             same_call: true, ..
         }) => {
             // Keeps its place (its id); only the order of its refusal moves.
-            conn.execute(
+            conn.prepare_cached(
                 "UPDATE waiting SET refused_seq = ?3 WHERE caller = ?1 AND call_key = ?2",
-                params![caller, keyed.key.as_str(), seq],
-            )?;
+            )?
+            .execute(params![caller, keyed.key.as_str(), seq])?;
             return Ok(());
         }
         Some(_) => remove(conn, caller, keyed.key.as_str())?,
         None => {}
     }
-    let count: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM waiting WHERE caller = ?1",
-        [caller],
-        |r| r.get(0),
-    )?;
+    let count: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM waiting WHERE caller = ?1")?
+        .query_row([caller], |r| r.get(0))?;
     if count >= sql_limit(MAX_WAITING_PER_CALLER) {
         return Ok(());
     }
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO waiting \
          (caller, call_key, tool, args_hash, price_atoms, refused_at, expires_at, \
           refused_seq) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            caller,
-            keyed.key.as_str(),
-            tool,
-            keyed.args.as_bytes().as_slice(),
-            amount_to_sql(price_atoms)?,
-            now.secs(),
-            now.saturating_add(RESERVATION_WAIT_SECS).secs(),
-            seq,
-        ],
-    )?;
+    )?
+    .execute(params![
+        caller,
+        keyed.key.as_str(),
+        tool,
+        keyed.args.as_bytes().as_slice(),
+        amount_to_sql(price_atoms)?,
+        now.secs(),
+        now.saturating_add(RESERVATION_WAIT_SECS).secs(),
+        seq,
+    ])?;
     Ok(())
 }
 
@@ -192,11 +190,13 @@ pub(super) fn take_over(
     refused_seq: i64,
 ) -> Result<Option<u64>, LedgerError> {
     let found: Option<(i64, u64)> = conn
-        .query_row(
+        .prepare_cached(
             "SELECT id, reserved_matoms FROM waiting \
              WHERE caller = ?1 AND call_key != ?2 AND reserved_matoms >= ?3 \
              AND reserved_matoms > 0 AND reserved_seq < ?4 \
              ORDER BY reserved_seq, id LIMIT 1",
+        )?
+        .query_row(
             params![caller, key, amount_to_sql(need)?, refused_seq],
             |r| Ok((r.get(0)?, amount(r, 1)?)),
         )
@@ -204,10 +204,8 @@ pub(super) fn take_over(
     let Some((id, taken)) = found else {
         return Ok(None);
     };
-    conn.execute(
-        "UPDATE waiting SET reserved_matoms = 0, reserved_seq = 0 WHERE id = ?1",
-        [id],
-    )?;
+    conn.prepare_cached("UPDATE waiting SET reserved_matoms = 0, reserved_seq = 0 WHERE id = ?1")?
+        .execute([id])?;
     tracing::info!(%caller, "a paid call's retry took over credit its reserved call did not collect");
     Ok(Some(taken))
 }
@@ -249,16 +247,16 @@ pub(super) fn reserve(
             continue;
         }
         left -= price;
-        conn.execute(
+        conn.prepare_cached(
             "UPDATE waiting SET reserved_matoms = ?2, expires_at = ?3, reserved_seq = ?4 \
              WHERE id = ?1",
-            params![
-                id,
-                amount_to_sql(price)?,
-                now.saturating_add(RESERVATION_WAIT_SECS).secs(),
-                seq
-            ],
-        )?;
+        )?
+        .execute(params![
+            id,
+            amount_to_sql(price)?,
+            now.saturating_add(RESERVATION_WAIT_SECS).secs(),
+            seq
+        ])?;
         reserved += 1;
     }
     Ok(reserved)
@@ -281,12 +279,12 @@ impl Ledger {
     pub fn reserved_matoms(&self, caller: &PeerId, now: UnixTime) -> Result<u64, LedgerError> {
         let conn = self.conn();
         let caller = caller.to_string();
-        let live: i64 = conn.query_row(
-            "SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting \
+        let live: i64 = conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(reserved_matoms), 0) FROM waiting \
              WHERE caller = ?1 AND expires_at > ?2",
-            params![caller, now.secs()],
-            |r| r.get(0),
-        )?;
+            )?
+            .query_row(params![caller, now.secs()], |r| r.get(0))?;
         Ok(u64::try_from(live).unwrap_or(0))
     }
 }
