@@ -62,7 +62,7 @@ pub use records::{
 };
 use retention::WAL_SIZE_LIMIT;
 pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, PRUNE_EVERY, VACUUM_FREE_PAGES};
-use retention::{PruneClock, prune_journal, reclaim, release_expired};
+use retention::{OutcomeBytes, PruneClock, prune_journal, reclaim, release_expired};
 use tip_replays::replayed;
 pub use tip_replays::{TIP_REPLAY_ROWS, TIP_REPLAY_WINDOW_SECS};
 pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
@@ -113,6 +113,8 @@ pub struct Ledger {
     _lock: Option<std::fs::File>,
     /// When each caller's journal rows are next pruned.
     prunes: PruneClock,
+    /// How many bytes of outcomes each caller may keep, at most.
+    outcomes: OutcomeBytes,
 }
 
 impl Ledger {
@@ -312,14 +314,16 @@ impl Ledger {
     /// As [`Billing::complete`].
     pub fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
         self.owner()?;
-        let ticket = {
-            let mut conn = self.conn();
+        let mut conn = self.conn();
+        let ticket = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let found = lookup_pending(&tx, call)?;
-            close(&tx, &found, CallState::Completed, None, Some(outcome), now)?;
-            self.commit(tx)?
-        };
-        self.durable(ticket)
+            let kept = close(&tx, &found, CallState::Completed, None, Some(outcome), now)?;
+            self.outcomes.bound(&tx, &found.caller, kept)?;
+            self.commit(tx)
+        })();
+        drop(conn);
+        self.durable(self.outcomes.unless_failed(ticket)?)
     }
 
     /// [`Billing::refund`], failing with the ledger's own [`LedgerError`].
@@ -334,14 +338,16 @@ impl Ledger {
         now: UnixTime,
     ) -> Result<(), LedgerError> {
         self.owner()?;
-        let ticket = {
-            let mut conn = self.conn();
+        let mut conn = self.conn();
+        let ticket = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let found = lookup_pending(&tx, call)?;
-            refund_pending(&tx, &found, reason, outcome, now)?;
-            self.commit(tx)?
-        };
-        self.durable(ticket)
+            let kept = refund_pending(&tx, &found, reason, outcome, now)?;
+            self.outcomes.bound(&tx, &found.caller, kept)?;
+            self.commit(tx)
+        })();
+        drop(conn);
+        self.durable(self.outcomes.unless_failed(ticket)?)
     }
 
     /// [`Billing::record_tip`], failing with the ledger's own [`LedgerError`].
@@ -600,7 +606,7 @@ fn refund_pending(
     reason: &str,
     outcome: Option<&str>,
     now: UnixTime,
-) -> Result<(), LedgerError> {
+) -> Result<Option<usize>, LedgerError> {
     add_balance(conn, &call.caller, call.price_matoms()?)?;
     close(conn, call, CallState::Refunded, Some(reason), outcome, now)
 }
@@ -620,7 +626,8 @@ fn lookup_pending(conn: &Connection, call: CallId) -> Result<Found, LedgerError>
 /// Finish a pending call. A keyed call with an outcome keeps its key for
 /// [`OUTCOME_TTL_SECS`] (the outcome itself only up to [`MAX_OUTCOME_BYTES`]); a keyed
 /// call without one releases it. An unkeyed call's outcome is not stored: nothing could
-/// ask for it again.
+/// ask for it again. Returns the bytes of the outcome kept, if one was: the caller bounds
+/// the caller's outcomes ([`OutcomeBytes::bound`]) in the same transaction.
 fn close(
     conn: &Connection,
     found: &Found,
@@ -628,7 +635,7 @@ fn close(
     reason: Option<&str>,
     outcome: Option<&str>,
     now: UnixTime,
-) -> Result<(), LedgerError> {
+) -> Result<Option<usize>, LedgerError> {
     let (key_held, kept, replay_until) = match outcome {
         Some(outcome) if found.keyed => (
             true,
@@ -650,32 +657,7 @@ fn close(
         kept,
         replay_until
     ])?;
-    if kept.is_some() {
-        bound_outcomes(conn, &found.caller)?;
-    }
-    Ok(())
-}
-
-/// Drops `caller`'s oldest replayable outcomes past [`MAX_OUTCOME_BYTES_PER_CALLER`]
-/// or [`MAX_OUTCOMES_PER_CALLER`]; their keys stay held. Returns how many.
-fn bound_outcomes(conn: &Connection, caller: &str) -> Result<usize, LedgerError> {
-    Ok(conn
-        .prepare_cached(
-            "UPDATE calls SET outcome = NULL WHERE id IN ( \
-           SELECT id FROM ( \
-             SELECT id, \
-               SUM(length(CAST(outcome AS BLOB))) OVER newest AS bytes, \
-               ROW_NUMBER() OVER newest AS n \
-             FROM calls \
-             WHERE caller = ?1 AND key_held = 1 AND outcome IS NOT NULL \
-             WINDOW newest AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) \
-           WHERE bytes > ?2 OR n > ?3)",
-        )?
-        .execute(params![
-            caller,
-            sql_limit(MAX_OUTCOME_BYTES_PER_CALLER),
-            sql_limit(MAX_OUTCOMES_PER_CALLER),
-        ])?)
+    Ok(kept.map(str::len))
 }
 
 fn balance(conn: &Connection, caller: &str) -> Result<u64, LedgerError> {

@@ -76,3 +76,73 @@ fn large_outcomes_of_one_caller_stay_within_the_bound() {
         10_000_000 - CALLS as u64 * 1000
     );
 }
+
+/// The outcomes one caller keeps, at most, whatever their size (the ledger's count
+/// bound).
+const MAX_OUTCOMES: usize = 1024;
+
+/// Keyed calls of `ALICE` numbered `from..to`, each completed with `outcome`.
+fn complete_calls(ledger: &Ledger, from: usize, to: usize, outcome: &str) {
+    for n in from..to {
+        let key = key(n);
+        let Charge::Run(call) = ledger.charge(&request(&key), NOW).expect("charge") else {
+            panic!("call {n} did not run");
+        };
+        ledger.complete(call, outcome, NOW).expect("complete");
+    }
+}
+
+fn kept_outcomes(ledger: &Ledger) -> usize {
+    let journal = ledger.journal(Some(&ALICE), usize::MAX).expect("journal");
+    journal.iter().filter(|e| e.outcome_kept).count()
+}
+
+#[test]
+fn small_outcomes_are_bounded_by_count_and_large_ones_by_bytes_across_restarts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let open = || Ledger::open(dir.path(), NOW).expect("open").ledger;
+    let ledger = open();
+    let tip = Tip {
+        seq: 1,
+        caller: ALICE,
+        matoms: 100_000_000,
+    };
+    ledger.record_tip(&tip, true, NOW).expect("tip");
+
+    // Small outcomes: the newest MAX_OUTCOMES stay, the oldest go first.
+    complete_calls(&ledger, 0, MAX_OUTCOMES + 10, "{\"text\":\"small\"}");
+    assert_eq!(kept_outcomes(&ledger), MAX_OUTCOMES);
+    assert_eq!(
+        ledger.charge(&request(&key(9)), NOW).expect("retry"),
+        Charge::OutcomeNotRetained
+    );
+    assert!(matches!(
+        ledger.charge(&request(&key(10)), NOW).expect("replay"),
+        Charge::Replay(_)
+    ));
+
+    // Large outcomes, half the byte bound before a restart and more after it: the
+    // restarted ledger knows nothing of what the caller keeps and still bounds it.
+    let large = format!("{{\"text\":\"{}\"}}", "x".repeat(RESULT_LEN));
+    let half = MAX_OUTCOME_BYTES_PER_CALLER / 2 / RESULT_LEN;
+    let start = MAX_OUTCOMES + 10;
+    complete_calls(&ledger, start, start + half, &large);
+    drop(ledger);
+    let ledger = open();
+    complete_calls(&ledger, start + half, start + 3 * half, &large);
+    let journal = ledger.journal(Some(&ALICE), usize::MAX).expect("journal");
+    let kept_large = journal
+        .iter()
+        .filter(|e| e.outcome_kept && e.call_key.as_deref() >= Some(key(start).as_str()))
+        .count();
+    assert!(
+        kept_large * RESULT_LEN <= MAX_OUTCOME_BYTES_PER_CALLER,
+        "{kept_large} outcomes of {RESULT_LEN} bytes kept past the bound"
+    );
+    assert!(matches!(
+        ledger
+            .charge(&request(&key(start + 3 * half - 1)), NOW)
+            .expect("replay"),
+        Charge::Replay(_)
+    ));
+}

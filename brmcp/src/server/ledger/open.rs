@@ -15,7 +15,7 @@ use crate::secure_fs::{SqliteAccess, SqliteKind, StampError, StampedOpen};
 use super::Billing;
 use super::group_sync::GroupSync;
 use super::notices;
-use super::retention::{PruneClock, enable_incremental_vacuum};
+use super::retention::{OutcomeBytes, PruneClock, enable_incremental_vacuum};
 use super::{
     APPLICATION_ID, CallId, FILE_NAME, INTERRUPTED, LOCK_FILE_NAME, Ledger, LedgerError, Opened,
     SCHEMA_VERSION, WAL_SIZE_LIMIT, found, refund_pending,
@@ -172,6 +172,7 @@ impl Ledger {
                 path,
                 _lock: Some(lock),
                 prunes: PruneClock::default(),
+                outcomes: OutcomeBytes::default(),
             },
             refunded,
         })
@@ -200,6 +201,7 @@ impl Ledger {
             sync: None,
             _lock: None,
             prunes: PruneClock::default(),
+            outcomes: OutcomeBytes::default(),
         })
     }
 }

@@ -8,11 +8,11 @@
 //! system once more than [`VACUUM_FREE_PAGES`] of them collect.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{LedgerError, sql_limit};
+use super::{LedgerError, MAX_OUTCOME_BYTES_PER_CALLER, MAX_OUTCOMES_PER_CALLER, sql_limit};
 use brmcp_adapters::wire::UnixTime;
 
 #[cfg(doc)]
@@ -59,6 +59,90 @@ impl PruneClock {
         }
         counts.insert(caller.to_owned(), 0);
         true
+    }
+}
+
+/// Callers whose outcome bytes are estimated: 4096. Past it the estimates start over,
+/// and each caller's is taken exactly again at its next kept outcome.
+const OUTCOME_ESTIMATE_CALLERS: usize = 4096;
+
+/// Per caller, at least the bytes of the outcomes it keeps for replay, so that the
+/// exact count, which reads every kept outcome (up to [`MAX_OUTCOMES_PER_CALLER`]), is
+/// taken only when [`MAX_OUTCOME_BYTES_PER_CALLER`] could be passed. Each kept outcome
+/// adds its bytes; what drops outcomes (the count bound, the replay window's end)
+/// leaves the estimate above the truth, which only brings the exact count sooner. A
+/// caller not estimated yet (this process has not kept an outcome of its) is counted
+/// exactly.
+#[derive(Debug, Default)]
+pub(super) struct OutcomeBytes(Mutex<HashMap<String, u64>>);
+
+impl OutcomeBytes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, u64>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops `caller`'s oldest replayable outcomes past [`MAX_OUTCOMES_PER_CALLER`] or
+    /// [`MAX_OUTCOME_BYTES_PER_CALLER`] after the call just closed kept `kept` bytes (if
+    /// it kept an outcome); their keys stay held. Returns how many went.
+    pub(super) fn bound(
+        &self,
+        conn: &Connection,
+        caller: &str,
+        kept: Option<usize>,
+    ) -> Result<usize, LedgerError> {
+        let Some(kept) = kept else { return Ok(0) };
+        // The count: an index-only read of the caller's newest kept outcomes.
+        let mut dropped = conn
+            .prepare_cached(
+                "UPDATE calls SET outcome = NULL WHERE id IN ( \
+                   SELECT id FROM calls \
+                   WHERE caller = ?1 AND key_held = 1 AND outcome IS NOT NULL \
+                   ORDER BY id DESC LIMIT -1 OFFSET ?2)",
+            )?
+            .execute(params![caller, sql_limit(MAX_OUTCOMES_PER_CALLER)])?;
+        let over = self.lock().get_mut(caller).is_none_or(|bytes| {
+            *bytes = bytes.saturating_add(kept as u64);
+            *bytes > MAX_OUTCOME_BYTES_PER_CALLER as u64
+        });
+        if over {
+            dropped += conn
+                .prepare_cached(
+                    "UPDATE calls SET outcome = NULL WHERE id IN ( \
+                       SELECT id FROM ( \
+                         SELECT id, \
+                           SUM(length(CAST(outcome AS BLOB))) OVER newest AS bytes \
+                         FROM calls \
+                         WHERE caller = ?1 AND key_held = 1 AND outcome IS NOT NULL \
+                         WINDOW newest AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) \
+                       WHERE bytes > ?2)",
+                )?
+                .execute(params![caller, sql_limit(MAX_OUTCOME_BYTES_PER_CALLER)])?;
+            let exact: i64 = conn
+                .prepare_cached(
+                    "SELECT COALESCE(SUM(length(CAST(outcome AS BLOB))), 0) FROM calls \
+                     WHERE caller = ?1 AND key_held = 1 AND outcome IS NOT NULL",
+                )?
+                .query_row([caller], |r| r.get(0))?;
+            let mut estimates = self.lock();
+            if estimates.len() >= OUTCOME_ESTIMATE_CALLERS {
+                estimates.clear();
+            }
+            estimates.insert(caller.to_owned(), u64::try_from(exact).unwrap_or(u64::MAX));
+        }
+        Ok(dropped)
+    }
+
+    /// `result`, the outcome of a transaction that bounded outcomes; when it failed, its
+    /// changes did not happen, and an exact count taken in it may be below the truth:
+    /// every estimate is forgotten.
+    pub(super) fn unless_failed<T>(
+        &self,
+        result: Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        if result.is_err() {
+            self.lock().clear();
+        }
+        result
     }
 }
 
