@@ -385,6 +385,7 @@ async fn a_session_the_bot_lost_while_parked_is_initialized_again() {
     let bridge = start().await;
     let agent = connect(&bridge, go.id(), ()).await;
     assert_eq!(ask(&agent, "echo", json!({"text": "three"})).await, "three");
+    let (_, resumed) = saved(dir.path(), go.id());
     idle().await;
     assert_eq!(bridge.router().stats().client_parked, 2, "parked again");
     go.restart();
@@ -395,7 +396,15 @@ async fn a_session_the_bot_lost_while_parked_is_initialized_again() {
         "initialized again once"
     );
     assert_eq!(go.sessions(), 1, "no stray session");
-    assert_eq!(saved(dir.path(), go.id()).0, sid, "the same sid throughout");
+    let (again, epoch) = saved(dir.path(), go.id());
+    assert_eq!(again, sid, "the same sid throughout");
+    // The revival's ids were the next epoch's; the `initialize` again, the one after:
+    // an answer to either is never taken for the other's.
+    assert_eq!(
+        epoch,
+        resumed + 2,
+        "initialized again past the revived epoch"
+    );
     assert_eq!(GoProbe::get(&probe.calls), 4, "each call ran once");
     let _ = agent.cancel().await;
     bridge.close().await;
