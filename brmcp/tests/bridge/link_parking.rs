@@ -1,11 +1,11 @@
 //! The bridge's link to a bot parks while idle (`RouterConfig::client_park_after`): its
 //! rmcp service goes and the sid, the bot's `initialize` and the tool cache stay. The
 //! next call goes through on the same session without an `initialize`; the bot's list
-//! change or request on a parked link revives it and reaches the agent; a call in
-//! flight keeps it running; a late answer to the service before the park completes
-//! nothing of the revived one; a bot that lost the session meanwhile (it restarted)
-//! gets it initialized again and the call succeeds; a paid call across a park pays
-//! once.
+//! change or request on a parked link revives it and reaches the agent; the link's
+//! close closes the parked session; a call in flight keeps it running; a late answer to
+//! the service before the park completes nothing of the revived one; a bot that lost
+//! the session meanwhile (it restarted) gets it initialized again and the call
+//! succeeds; a paid call across a park pays once.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -26,7 +26,8 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::common::{
-    BotState, PayMode, PayerState, TestPayer, autopay, base_config, call, connect, env_full, text,
+    BotState, PayMode, PayerState, TestPayer, autopay, base_config, call, connect, env_full,
+    eventually, text,
 };
 use crate::go_bot_sessions::go_router::{GoProbe, GoRouter};
 
@@ -260,6 +261,30 @@ async fn the_bots_list_change_or_ping_revives_a_parked_link_and_reaches_the_agen
     assert_eq!(s.bot_router.stats().sessions_accepted, 1);
     let _ = agent.cancel().await;
     s.bridge.close().await;
+}
+
+/// A parked session has no transport whose drop would close it: the link's close (the
+/// bridge's, or the bot's removal) closes it at the router.
+#[tokio::test(start_paused = true)]
+async fn a_parked_session_closes_with_its_link() {
+    let s = setup(65).await;
+    let agent = connect(&s.bridge, s.bot_id, ()).await;
+    assert_eq!(ask(&agent, "echo", json!({"text": "one"})).await, "one");
+    idle().await;
+    let stats = s.bridge.router().stats();
+    assert_eq!(
+        (stats.client_parked, stats.sessions_open),
+        (1, 1),
+        "{stats:?}"
+    );
+    let _ = agent.cancel().await;
+    s.bridge.close().await;
+    let router = s.bridge.router();
+    assert!(
+        eventually(Duration::from_secs(5), || router.stats().sessions_open == 0).await,
+        "{:?}",
+        router.stats()
+    );
 }
 
 #[tokio::test(start_paused = true)]
