@@ -16,9 +16,10 @@ use brmcp::adapters::wire::{Chunks, MessageId, SessionId, encode_part};
 use brmcp::adapters::{Clock, PeerId, Router, RouterConfig};
 use brmcp::bridge::Bridge;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, ContentBlock, ErrorData,
-    ListToolsResult, PaginatedRequestParams, PingRequest, ServerCapabilities, ServerConfig,
-    ServerRequest, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    ClientResult, ContentBlock, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorData,
+    Implementation, ListToolsResult, PaginatedRequestParams, PingRequest, ServerCapabilities,
+    ServerConfig, ServerRequest, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, Peer, RoleClient, RoleServer, ServerHandler};
@@ -102,13 +103,31 @@ impl ServerHandler for ParkBot {
     }
 }
 
-/// An agent that hears the bot's list changes.
+/// An agent that hears the bot's list changes and answers its questions (forms) with
+/// the name `parked`.
 #[derive(Clone, Default)]
 struct Heard(Arc<Notify>);
 
 impl ClientHandler for Heard {
+    fn get_info(&self) -> ClientConfig {
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
+        ClientConfig::new(capabilities, Implementation::new("heard", "1"))
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.0.notify_one();
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(
+            serde_json::from_value(json!({"action": "accept", "content": {"name": "parked"}}))
+                .unwrap(),
+        )
     }
 }
 
@@ -219,7 +238,7 @@ async fn an_idle_link_parks_and_the_next_call_goes_on_its_session_without_initia
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_bots_list_change_or_ping_revives_a_parked_link_and_reaches_the_agent() {
+async fn the_bots_list_change_ping_or_question_revives_a_parked_link_and_reaches_the_agent() {
     let s = setup(62).await;
     let heard = Heard::default();
     let agent = connect(&s.bridge, s.bot_id, heard.clone()).await;
@@ -255,6 +274,33 @@ async fn the_bots_list_change_or_ping_revives_a_parked_link_and_reaches_the_agen
     assert!(matches!(pong, ClientResult::EmptyResult(_)), "{pong:?}");
     let stats = s.bridge.router().stats();
     assert_eq!(stats.client_revived, 2, "{stats:?}");
+
+    // The bot asks the user something on the parked link: the agent answers.
+    idle().await;
+    assert_eq!(s.bridge.router().stats().client_parked, 3);
+    let params: ElicitRequestParams = serde_json::from_value(json!({
+        "message": "your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+    }))
+    .unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        s.bot
+            .peer()
+            .send_request(ServerRequest::ElicitRequest(ElicitRequest::new(params))),
+    )
+    .await
+    .expect("no answer to the elicitation")
+    .expect("elicitation failed");
+    let ClientResult::ElicitResult(answer) = answer else {
+        panic!("{answer:?}");
+    };
+    assert_eq!(
+        answer.content,
+        Some(json!({"name": "parked"})),
+        "{answer:?}"
+    );
+    assert_eq!(s.bridge.router().stats().client_revived, 3);
 
     assert_eq!(ask(&agent, "echo", json!({"text": "two"})).await, "two");
     assert_eq!(s.bot.0.initialized.load(SeqCst), 1, "one initialize");
