@@ -11,7 +11,8 @@
 //!
 //! - [`Router`]: one per Bison Relay identity; [`Router::accept`] / [`Router::serve`] for
 //!   the server role, [`Router::connect`] (a [`Client`], parked while idle) or
-//!   [`Router::dial`] (a bare transport) for the client role.
+//!   [`Router::dial`] (a bare transport; [`Router::park_idle`] parks its service too,
+//!   held by a [`ServiceSlot`] of yours) for the client role.
 //! - [`BrTransport`]: one session as an [`rmcp::transport::Transport`] for
 //!   [`RoleClient`](rmcp::RoleClient) and [`RoleServer`](rmcp::RoleServer). Both
 //!   lifecycles rmcp speaks work: legacy `initialize` sessions and the stateless
