@@ -28,6 +28,7 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Ctl;
+use crate::ServiceSlot;
 use crate::error::AdapterError;
 use crate::peer::PeerId;
 use crate::router::Router;
@@ -66,19 +67,6 @@ pub enum LeaseError {
     /// The session was parked again each time it was revived.
     #[error("session kept parking")]
     Parking,
-}
-
-/// What the router's driver asks of a [`Client`]'s session.
-pub(crate) trait ClientSlot: Send + Sync {
-    /// Takes the running service out if no lease is held, for the caller to drop once
-    /// it has swapped the session's state (so the dropped transport's close is stale);
-    /// `None`: leave the session running.
-    fn park(&self) -> Option<Box<dyn Send>>;
-
-    /// Runs a new service on `transport`, whose inbox already holds whatever revived
-    /// it; `false` if the client is closed (or, which the driver never does, already
-    /// running).
-    fn revive(&self, transport: BrTransport<RoleClient>) -> bool;
 }
 
 /// A session we dialed and hold, parked while idle (see the module docs).
@@ -289,8 +277,8 @@ impl<H: ClientHandler + Clone> Drop for Client<H> {
 impl<H: ClientHandler + Clone> Slot<H> {
     /// How the router's entry names this client, to tell it from another client's
     /// entry on the same sid.
-    fn weak(self: &Arc<Self>) -> Weak<dyn ClientSlot> {
-        Arc::downgrade(self) as Weak<dyn ClientSlot>
+    fn weak(self: &Arc<Self>) -> Weak<dyn ServiceSlot> {
+        Arc::downgrade(self) as Weak<dyn ServiceSlot>
     }
 
     /// Marks the client closed: its service (if one runs) is returned, for the caller to
@@ -309,7 +297,7 @@ impl<H: ClientHandler + Clone> Slot<H> {
     }
 }
 
-impl<H: ClientHandler + Clone> ClientSlot for Slot<H> {
+impl<H: ClientHandler + Clone> ServiceSlot for Slot<H> {
     fn park(&self) -> Option<Box<dyn Send>> {
         let mut state = crate::lock(&self.state);
         // Past the last id range the session stays running: a revival would have none.
@@ -328,13 +316,12 @@ impl<H: ClientHandler + Clone> ClientSlot for Slot<H> {
         }
     }
 
-    fn revive(&self, mut transport: BrTransport<RoleClient>) -> bool {
+    fn revive(&self, transport: BrTransport<RoleClient>) -> bool {
         let mut state = crate::lock(&self.state);
         if !matches!(state.run, Run::Parked) || state.generation >= MAX_GENERATION {
             return false;
         }
         state.generation += 1;
-        transport.seed_handshake();
         let shared = transport.shared().clone();
         let service = serve_directly(
             self.handler.clone(),

@@ -100,12 +100,13 @@ pub struct RouterConfig {
     /// handler cannot push notifications (a list change, a log line) until the peer's
     /// next message, so set it only for handlers that keep no per-session state.
     pub server_park_after: Option<Duration>,
-    /// Idle time after which a session we hold through a [`Client`](crate::Client) is
-    /// parked: its rmcp service is dropped, the router keeps its entry (same sid), and
-    /// the next lease or message from the server revives it with no traffic. Idle means
-    /// no lease held, no request of ours or the server's in progress and nothing left
-    /// to send. Sessions from [`Router::dial`](crate::Router::dial) are never parked.
-    /// `None`: never.
+    /// Idle time after which a session we hold through a [`Client`](crate::Client) (or
+    /// another [`ServiceSlot`](crate::ServiceSlot)) is parked: its rmcp service is
+    /// dropped, the router keeps its entry (same sid), and the next lease or message
+    /// from the server revives it with no traffic. Idle means no lease held (the slot
+    /// willing), no request of ours or the server's in progress and nothing left to
+    /// send. Sessions from [`Router::dial`](crate::Router::dial) are parked only once
+    /// given to [`Router::park_idle`](crate::Router::park_idle). `None`: never.
     pub client_park_after: Option<Duration>,
     /// Raw payload bytes per part.
     pub chunk_len: usize,

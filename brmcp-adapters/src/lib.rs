@@ -11,7 +11,8 @@
 //!
 //! - [`Router`]: one per Bison Relay identity; [`Router::accept`] / [`Router::serve`] for
 //!   the server role, [`Router::connect`] (a [`Client`], parked while idle) or
-//!   [`Router::dial`] (a bare transport) for the client role.
+//!   [`Router::dial`] (a bare transport; [`Router::park_idle`] parks its service too,
+//!   held by a [`ServiceSlot`] of yours) for the client role.
 //! - [`BrTransport`]: one session as an [`rmcp::transport::Transport`] for
 //!   [`RoleClient`](rmcp::RoleClient) and [`RoleServer`](rmcp::RoleServer). Both
 //!   lifecycles rmcp speaks work: legacy `initialize` sessions and the stateless
@@ -78,6 +79,7 @@ mod recovery;
 mod resume;
 mod router;
 mod session;
+mod slot;
 mod stats;
 mod transport;
 
@@ -99,6 +101,7 @@ pub use protocol::{
 };
 pub use recovery::{DEFAULT_SILENCE_PROBE, INITIALIZE_TIMEOUT};
 pub use router::{NOT_ALLOWED_MESSAGE, REFUSAL_PEERS, REFUSAL_REPLY_INTERVAL, Router};
+pub use slot::ServiceSlot;
 pub use stats::RouterStats;
 pub use transport::{BrTransport, SessionWatch};
 
@@ -116,26 +119,28 @@ pub(crate) enum Ctl {
         sid: wire::SessionId,
         id: u64,
     },
-    /// A dialed session held by a [`Client`]: the router may park it.
+    /// A dialed session held by a [`Client`] or another [`ServiceSlot`]: the router
+    /// may park it.
     Parkable {
         peer: PeerId,
         sid: wire::SessionId,
         id: u64,
-        slot: std::sync::Weak<dyn client::ClientSlot>,
+        slot: std::sync::Weak<dyn ServiceSlot>,
     },
-    /// Revive the parked session of a [`Client`]; `done` is dropped if it is gone or
-    /// no longer that client's (another session took its sid).
+    /// Revive the parked session `slot` holds; `done` is dropped if it is gone or no
+    /// longer that slot's (another session took its sid).
     Revive {
         peer: PeerId,
         sid: wire::SessionId,
-        slot: std::sync::Weak<dyn client::ClientSlot>,
+        slot: std::sync::Weak<dyn ServiceSlot>,
         done: tokio::sync::oneshot::Sender<()>,
     },
-    /// A [`Client`] closed: its session goes, if it is still that client's.
+    /// A [`Client`] (or another slot) let its session go: closed, if it is still that
+    /// slot's.
     Unslot {
         peer: PeerId,
         sid: wire::SessionId,
-        slot: std::sync::Weak<dyn client::ClientSlot>,
+        slot: std::sync::Weak<dyn ServiceSlot>,
     },
     /// From now on, hand new sessions to this callback instead of the accept queue.
     Acceptor(Acceptor),

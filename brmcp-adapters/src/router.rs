@@ -43,7 +43,6 @@ use rmcp::service::{RoleClient, RoleServer, Service};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
-use crate::client::ClientSlot;
 use crate::clock::sleep_until_opt;
 use crate::config::{ASSEMBLER_SLOTS, RouterConfig};
 use crate::error::AdapterError;
@@ -55,7 +54,7 @@ use crate::resume::Resumable;
 use crate::session::{Outlet, SessionShared};
 use crate::stats::{Counters, RouterStats};
 use crate::transport::{BrTransport, Waits};
-use crate::{Acceptor, Ctl};
+use crate::{Acceptor, Ctl, ServiceSlot};
 
 mod client_park;
 mod refusals;
@@ -390,9 +389,9 @@ struct Entry {
     inbound: bool,
     idle: Option<Duration>,
     recent: VecDeque<MessageId>,
-    /// On a dialed session held by a [`Client`](crate::Client): the client, which parks
-    /// and revives its service.
-    slot: Option<Weak<dyn ClientSlot>>,
+    /// On a dialed session held by a [`Client`](crate::Client) or another
+    /// [`ServiceSlot`]: its holder, which parks and revives its service.
+    slot: Option<Weak<dyn ServiceSlot>>,
 }
 
 /// Why the driver closes a session.

@@ -73,7 +73,8 @@ counters! {
     sessions_expired,
     /// Expired or parked sessions re-created, already initialized, for a message on them.
     sessions_resumed,
-    /// Times a dialed session a `Client` holds was parked while idle.
+    /// Times a dialed session a `Client` (or another `ServiceSlot`) holds was parked
+    /// while idle.
     client_parked,
     /// Times a parked dialed session was revived, for a lease or a message from the
     /// server.

@@ -1,6 +1,7 @@
-//! The driver's side of parking dialed sessions held by a [`Client`](crate::Client):
-//! parking an idle one, and reviving it for a lease or for the server's message. Every
-//! revival runs here, on the driver, so a session never gets two services.
+//! The driver's side of parking dialed sessions held by a [`Client`](crate::Client) or
+//! another [`ServiceSlot`]: parking an idle one, and reviving it for a lease (an
+//! unpark) or for the server's message. Every revival runs here, on the driver, so a
+//! session never gets two services.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
@@ -10,7 +11,7 @@ use rmcp::model::ServerJsonRpcMessage;
 use tokio::sync::oneshot;
 
 use super::{CloseReason, Driver, Entry, Inbox};
-use crate::client::ClientSlot;
+use crate::ServiceSlot;
 use crate::inbox::inbox;
 use crate::peer::PeerId;
 use crate::stats::Counters;
@@ -21,7 +22,7 @@ type Key = (PeerId, SessionId);
 impl Driver {
     /// The dialed session `key` (if it is still the one with router-unique `id`) is held
     /// by a client, which may park it.
-    pub(super) fn parkable(&mut self, key: Key, id: u64, slot: Weak<dyn ClientSlot>) {
+    pub(super) fn parkable(&mut self, key: Key, id: u64, slot: Weak<dyn ServiceSlot>) {
         let Some(entry) = self.sessions.get_mut(&key) else {
             return;
         };
@@ -34,7 +35,7 @@ impl Driver {
 
     /// A client closed: its session goes with it, if it is still that client's (a
     /// parked one has no transport to close it).
-    pub(super) fn unslot(&mut self, key: Key, slot: &Weak<dyn ClientSlot>) {
+    pub(super) fn unslot(&mut self, key: Key, slot: &Weak<dyn ServiceSlot>) {
         if self.held_by(key, slot).is_some() {
             self.close(key, CloseReason::Transport);
         }
@@ -42,7 +43,7 @@ impl Driver {
 
     /// The session `key`'s entry, if it is the one `slot`'s client holds: a dial on the
     /// same sid (a resumed sid, or a random one that collided) replaces the entry.
-    fn held_by(&self, key: Key, slot: &Weak<dyn ClientSlot>) -> Option<&Entry> {
+    fn held_by(&self, key: Key, slot: &Weak<dyn ServiceSlot>) -> Option<&Entry> {
         self.sessions.get(&key).filter(|entry| {
             entry
                 .slot
@@ -81,7 +82,7 @@ impl Driver {
     pub(super) fn revive_for_lease(
         &mut self,
         key: Key,
-        slot: &Weak<dyn ClientSlot>,
+        slot: &Weak<dyn ServiceSlot>,
         done: oneshot::Sender<()>,
     ) {
         let Some(entry) = self.held_by(key, slot) else {
@@ -117,7 +118,7 @@ impl Driver {
             // An empty inbox takes one message of any size.
             let _ = inbox_tx.try_send(message, len);
         }
-        let transport = BrTransport::new(
+        let mut transport = BrTransport::new(
             shared.clone(),
             inbox_rx,
             ctl,
@@ -128,6 +129,9 @@ impl Driver {
             },
             self.config.max_outbound_bytes,
         );
+        // Should the server have lost the session, the revived service recovers it
+        // with the first service's `initialize`.
+        transport.seed_handshake();
         if !slot.revive(transport) {
             self.close(key, CloseReason::Transport);
             return false;

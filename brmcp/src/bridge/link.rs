@@ -9,12 +9,18 @@
 //! draws the upstream token only as it sends the request). Log messages are taken off
 //! the same way, so an agent on the stateless lifecycle gets them on its request's
 //! stream before the answer.
+//!
+//! While idle the session parks (`park`): its rmcp service goes, its sid, the bot's
+//! `initialize` result and the tool cache stay, and the next use or the bot's next
+//! request or notification revives it with no traffic, as a
+//! [`Client`](brmcp_adapters::Client) does.
 
 mod handler;
 mod hub;
+mod park;
 mod tap;
 
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::time::Duration;
 
 use super::quote::Listed;
@@ -36,6 +42,7 @@ use super::proxy::input_required::HeldCalls;
 use super::session_store::{MAX_EPOCH, Saved, SessionStore};
 use handler::LinkHandler;
 pub(crate) use hub::{AgentSession, Hub, Tracked};
+use park::{Current, Session};
 use tap::Tap;
 
 /// Pages of `tools/list` read at most when the tool cache is filled: 100 pages bound
@@ -93,14 +100,11 @@ pub enum LinkError {
     Closed,
 }
 
-/// A live session to a bot.
-pub(crate) struct Conn {
-    service: RunningService<RoleClient, LinkHandler>,
+/// What a bot said of itself in its session's `initialize` result, read once (a
+/// malformed value warned of once) and kept while the session parks.
+pub(crate) struct About {
+    /// The result itself.
     pub(crate) info: ServerPeerInfo,
-    /// Its serial in the link (see [`Hub::next_serial`]).
-    pub(crate) serial: u64,
-    /// What a request waiting on it can see of the session.
-    pub(crate) watch: SessionWatch,
     /// The calls a minute the bot says it allows each caller (`brmcp/callsPerMinute`);
     /// `None` when it does not say (a Go bot) or says it malformed.
     pub(crate) calls_per_minute: Option<u32>,
@@ -108,16 +112,8 @@ pub(crate) struct Conn {
     pub(crate) reserves_credit: bool,
 }
 
-impl Conn {
-    /// A session on `service` to `bot`, whose `initialize` result was `info`: what the
-    /// bot says of itself there is read once, a malformed value warned of once.
-    fn new(
-        bot: &PeerId,
-        service: RunningService<RoleClient, LinkHandler>,
-        info: ServerPeerInfo,
-        serial: u64,
-        watch: SessionWatch,
-    ) -> Self {
+impl About {
+    fn new(bot: &PeerId, info: ServerPeerInfo) -> Self {
         let meta = info.meta.as_ref().map(|m| &m.0);
         let calls_per_minute = protocol::calls_per_minute(meta).unwrap_or_else(|e| {
             tracing::warn!(%bot, error = %e, "bot's initialize result refused; its limit is taken as the default");
@@ -128,15 +124,27 @@ impl Conn {
             false
         });
         Self {
-            service,
             info,
-            serial,
-            watch,
             calls_per_minute,
             reserves_credit,
         }
     }
+}
 
+/// A running session to a bot.
+pub(crate) struct Conn {
+    service: RunningService<RoleClient, LinkHandler>,
+    /// What the bot said of itself in the session's `initialize`.
+    pub(crate) about: Arc<About>,
+    /// Its serial in the link (see [`Hub::next_serial`]).
+    pub(crate) serial: u64,
+    /// What a request waiting on it can see of the session.
+    pub(crate) watch: SessionWatch,
+    /// The session it runs on, as the router parks it.
+    session: Session,
+}
+
+impl Conn {
     pub(crate) fn peer(&self) -> &Peer<RoleClient> {
         self.service.peer()
     }
@@ -149,7 +157,8 @@ pub(crate) struct BotLink {
     client_name: String,
     connect_timeout: Duration,
     retry_after: Duration,
-    current: RwLock<Option<Arc<Conn>>>,
+    /// The session: none, running, or parked.
+    current: RwLock<Current>,
     connecting: tokio::sync::Mutex<Option<(Instant, LinkError)>>,
     store: SessionStore,
     /// The session a previous run left, until it is resumed or found lost.
@@ -167,6 +176,8 @@ pub(crate) struct BotLink {
     /// Requests (`tools/call`, `prompts/get`, `resources/read`) of agents asked through
     /// `input_required`, held for their retries.
     pub(crate) held: Arc<HeldCalls<Held>>,
+    /// This link, for the slots its sessions park through.
+    me: Weak<Self>,
 }
 
 impl BotLink {
@@ -179,13 +190,13 @@ impl BotLink {
         store: SessionStore,
     ) -> Arc<Self> {
         let resumable = Mutex::new(store.load(&bot));
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
             bot,
             router,
             client_name,
             connect_timeout,
             retry_after,
-            current: RwLock::new(None),
+            current: RwLock::new(Current::None),
             connecting: tokio::sync::Mutex::new(None),
             store,
             resumable,
@@ -194,26 +205,35 @@ impl BotLink {
             closed: CancellationToken::new(),
             dialing: Mutex::new(None),
             held: Arc::default(),
+            me: me.clone(),
         })
     }
 
-    /// The live session, if there is one.
-    pub(crate) fn live(&self) -> Option<Arc<Conn>> {
-        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
-        current.as_ref().filter(|c| !c.service.is_closed()).cloned()
+    fn current(&self) -> RwLockReadGuard<'_, Current> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The live session, or a new one within the connect timeout. A failure is
-    /// remembered for `retry_after`, so requests in that time fail at once.
+    /// What the bot said of itself in the session's `initialize`, running or parked.
+    pub(crate) fn about(&self) -> Option<Arc<About>> {
+        match &*self.current() {
+            Current::Live(conn) if !conn.service.is_closed() => Some(conn.about.clone()),
+            Current::Parked(parked) => Some(parked.about.clone()),
+            _ => None,
+        }
+    }
+
+    /// The running session (a parked one revived), or a new one within the connect
+    /// timeout. A failure is remembered for `retry_after`, so requests in that time
+    /// fail at once.
     pub(crate) async fn ensure(&self) -> Result<Arc<Conn>, LinkError> {
         if self.closed.is_cancelled() {
             return Err(LinkError::Closed);
         }
-        if let Some(conn) = self.live() {
+        if let Some(conn) = self.running().await {
             return Ok(conn);
         }
         let mut last_failure = self.connecting.lock().await;
-        if let Some(conn) = self.live() {
+        if let Some(conn) = self.running().await {
             return Ok(conn);
         }
         if let Some((at, error)) = &*last_failure
@@ -231,7 +251,7 @@ impl BotLink {
         match attempt {
             Ok(conn) => {
                 *last_failure = None;
-                *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+                self.replace(Current::Live(conn.clone()));
                 Ok(conn)
             }
             Err(error) => {
@@ -304,6 +324,7 @@ impl BotLink {
         let watch = transport.watch();
         *lock(&self.dialing) = Some(watch.clone());
         let sid = transport.sid().as_str().to_owned();
+        let session = self.session(&transport, epoch);
         let serial = self.hub.next_serial();
         let service = self
             .handler()
@@ -327,7 +348,13 @@ impl BotLink {
         if let Err(e) = self.store.save(&self.bot, &saved) {
             tracing::warn!(bot = %self.bot, error = %e, "session not saved; the next run opens a new one");
         }
-        Ok(Arc::new(Conn::new(&self.bot, service, info, serial, watch)))
+        Ok(Arc::new(Conn {
+            service,
+            about: Arc::new(About::new(&self.bot, info)),
+            serial,
+            watch,
+            session,
+        }))
     }
 
     /// Goes on with a session a previous run opened: no handshake (the bot has it, or
@@ -358,6 +385,7 @@ impl BotLink {
         let watch = transport.watch();
         *lock(&self.dialing) = Some(watch.clone());
         let info = saved.server.clone();
+        let session = self.session(&transport, saved.epoch);
         let serial = self.hub.next_serial();
         let service = serve_directly(
             self.handler(),
@@ -367,7 +395,13 @@ impl BotLink {
         match list_all_tools_checked(service.peer()).await {
             Ok(tools) => {
                 tracing::debug!(bot = %self.bot, %sid, "session resumed");
-                let conn = Arc::new(Conn::new(&self.bot, service, info, serial, watch));
+                let conn = Arc::new(Conn {
+                    service,
+                    about: Arc::new(About::new(&self.bot, info)),
+                    serial,
+                    watch,
+                    session,
+                });
                 *lock(&self.resumed) = Some((saved, Arc::downgrade(&conn)));
                 self.hub.set_tools(tools);
                 Ok(conn)
@@ -404,6 +438,8 @@ impl BotLink {
             hub: self.hub.clone(),
             serial,
             range,
+            save_first: None,
+            unsaved: false,
         }
     }
 
@@ -457,7 +493,7 @@ impl BotLink {
     /// cached listing), within the connect timeout: a bot that does not answer keeps
     /// its old listing.
     pub(crate) async fn relist(&self) -> Result<(), LinkError> {
-        let conn = self.live().ok_or(LinkError::Closed)?;
+        let conn = self.running().await.ok_or(LinkError::Closed)?;
         let tools = tokio::time::timeout(self.connect_timeout, list_all_tools(conn.peer()))
             .await
             .map_err(|_| LinkError::Timeout(self.connect_timeout))?
@@ -466,11 +502,11 @@ impl BotLink {
         Ok(())
     }
 
-    /// The link's state as the user's page shows it: `"up"`, `"connecting"`, `"down"`
-    /// with the last attempt's error while it is remembered, or `"idle"` (no session
-    /// yet, none failing).
+    /// The link's state as the user's page shows it: `"up"` (running or parked),
+    /// `"connecting"`, `"down"` with the last attempt's error while it is remembered,
+    /// or `"idle"` (no session yet, none failing).
     pub(crate) fn state(&self) -> (&'static str, Option<String>) {
-        if self.live().is_some() {
+        if self.about().is_some() {
             return ("up", None);
         }
         match self.connecting.try_lock() {
@@ -487,15 +523,15 @@ impl BotLink {
     /// Forgets `conn` if it is still the current session (after a transport failure).
     pub(crate) fn reset(&self, conn: &Arc<Conn>) {
         let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
-            *current = None;
+        if matches!(&*current, Current::Live(c) if Arc::ptr_eq(c, conn)) {
+            *current = Current::None;
         }
     }
 
     /// Ends the link: the session to the bot and every agent session of it.
     pub(crate) fn close(&self) {
         self.closed.cancel();
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = None;
+        self.replace(Current::None);
     }
 }
 

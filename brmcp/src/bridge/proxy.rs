@@ -463,7 +463,7 @@ impl ProxyServer {
     }
 
     fn mirrored_info(&self) -> ServerConfig {
-        let Some(conn) = self.link.live() else {
+        let Some(about) = self.link.about() else {
             return ServerConfig::new(
                 ServerCapabilities::builder()
                     .enable_tools()
@@ -471,7 +471,7 @@ impl ProxyServer {
                     .build(),
             );
         };
-        let upstream = &conn.info;
+        let upstream = &about.info;
         let mut capabilities = upstream.capabilities.clone();
         // Extensions (tasks, skills) and experimental features are not proxied.
         capabilities.extensions = None;
@@ -516,7 +516,7 @@ impl ProxyServer {
     /// agents' fair shares divide; `None` without a session, when it does not say (a
     /// Go bot) or says it malformed.
     fn bot_calls_per_minute(&self) -> Option<u32> {
-        self.link.live()?.calls_per_minute
+        self.link.about()?.calls_per_minute
     }
 }
 
@@ -771,7 +771,7 @@ impl ServerHandler for ProxyServer {
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
-        if let Some(conn) = self.link.live() {
+        if let Some(conn) = self.link.running().await {
             let notification = ClientNotification::RootsListChangedNotification(
                 RootsListChangedNotification::default(),
             );

@@ -26,6 +26,7 @@ mod http_refusals;
 mod interop_conformance;
 mod interop_errors;
 mod interop_python;
+mod link_parking;
 mod link_reconnect;
 mod listener_lifecycle;
 mod mrtr;

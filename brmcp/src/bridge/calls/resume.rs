@@ -161,7 +161,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
             && let Some(most) = unpaid_priced(&link, &row)
         {
             let settings = inner.settings();
-            let wait = (inner.config.credit_wait, conn.reserves_credit);
+            let wait = (inner.config.credit_wait, conn.about.reserves_credit);
             let admitted = tokio::select! {
                 () = stop.cancelled() => return,
                 s = inner.policy.admit(&settings, &bot, &row.agent, wait, most) => s,

@@ -1,14 +1,16 @@
 //! The transport to the bot, with progress and log messages taken off in arrival
-//! order and, on a resumed session, request ids moved into its epoch's range.
+//! order and, on a resumed or revived session, request ids moved into its epoch's
+//! range.
 
 use std::sync::Arc;
 
-use brmcp_adapters::{AdapterError, BrTransport, IdRange};
+use brmcp_adapters::{AdapterError, BrTransport, IdRange, PeerId};
 use rmcp::model::{JsonRpcMessage, ServerJsonRpcMessage, ServerNotification};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 
 use super::hub::Hub;
+use crate::bridge::session_store::{Saved, SessionStore};
 
 /// The transport to the bot with progress taken off in arrival order.
 ///
@@ -23,6 +25,11 @@ pub(super) struct Tap {
     /// This run's ids: the range of its epoch (0, which moves nothing, on a session
     /// this run opened).
     pub(super) range: IdRange,
+    /// On a revived session: its epoch, saved before the first send (off the router's
+    /// task, which revives it), so a run that dies after sending leaves it used.
+    pub(super) save_first: Option<(SessionStore, PeerId, Saved)>,
+    /// The epoch could not be saved: nothing is sent in it.
+    pub(super) unsaved: bool,
 }
 
 impl Transport<RoleClient> for Tap {
@@ -32,8 +39,20 @@ impl Transport<RoleClient> for Tap {
         &mut self,
         mut item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let Some((store, bot, saved)) = self.save_first.take()
+            && let Err(e) = store.save(&bot, &saved)
+        {
+            tracing::warn!(%bot, error = %e, "revived session's epoch not saved; it sends nothing");
+            self.unsaved = true;
+        }
         self.range.shift_out(&mut item);
-        Transport::<RoleClient>::send(&mut self.inner, item)
+        let send = (!self.unsaved).then(|| Transport::<RoleClient>::send(&mut self.inner, item));
+        async move {
+            match send {
+                Some(send) => send.await,
+                None => Err(AdapterError::Closed),
+            }
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {

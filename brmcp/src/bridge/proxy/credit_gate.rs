@@ -77,10 +77,10 @@ impl ProxyServer {
         })
     }
 
-    /// Whether the bot's live session says it reserves credit per call (rule 2 of
-    /// [`credit`]); not without a session, nor when the flag is malformed.
+    /// Whether the bot's session (running or parked) says it reserves credit per call
+    /// (rule 2 of [`credit`]); not without a session, nor when the flag is malformed.
     fn reserves_credit(&self) -> bool {
-        self.link.live().is_some_and(|conn| conn.reserves_credit)
+        self.link.about().is_some_and(|about| about.reserves_credit)
     }
 
     /// Rule 4 of [`credit`]: a priced call answered (not an error, which the bot
