@@ -21,6 +21,8 @@ use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::{Bridge, Config, Mode, Settings};
 use rmcp::model::{CompleteRequestParams, CompleteResult, CompletionInfo};
 use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 
 // The bridge test binary and the stdio fixture example include this module; each
@@ -186,6 +188,21 @@ pub async fn connect<H: ClientHandler>(bridge: &Bridge, bot: PeerId, handler: H)
         }
     });
     handler.serve(client_end).await.expect("agent initialize")
+}
+
+/// An MCP client of the agent holding `token`, talking to `bot` (its name or uid)
+/// through the bridge listening at `addr` over streamable HTTP.
+pub async fn http_agent(
+    addr: std::net::SocketAddr,
+    bot: impl std::fmt::Display,
+    token: &str,
+) -> Agent {
+    ().serve(StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp/{bot}"))
+            .auth_header(token),
+    ))
+    .await
+    .expect("HTTP agent")
 }
 
 pub async fn agent(env: &Env) -> Agent {
