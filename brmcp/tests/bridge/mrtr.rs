@@ -21,6 +21,7 @@ use crate::common::{
     text,
 };
 use brmcp::bridge::Mode;
+use brmcp_test_support::form_message;
 use rmcp::model::{
     CallToolResponse, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData,
@@ -86,10 +87,7 @@ impl ClientHandler for User {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
-            return Err(ErrorData::invalid_params("form only", None));
-        };
-        self.asked.lock().unwrap().push(message);
+        self.asked.lock().unwrap().push(form_message(request)?);
         let mut answer = json!({"action": self.action});
         if let Some(content) = &self.content {
             answer["content"] = content.clone();

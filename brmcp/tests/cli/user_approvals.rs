@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use brmcp_test_support::form_message;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ErrorData, Implementation, InputResponses, ProtocolVersion,
@@ -44,10 +45,10 @@ impl ClientHandler for Accepts {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
-            return Err(ErrorData::invalid_params("form only", None));
-        };
-        self.asked.lock().expect("asked").push(message);
+        self.asked
+            .lock()
+            .expect("asked")
+            .push(form_message(request)?);
         Ok(serde_json::from_value(json!({"action": "accept"})).expect("accept"))
     }
 }
