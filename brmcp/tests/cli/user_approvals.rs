@@ -20,7 +20,7 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::{Value, json};
 
 use super::processes::{
-    assert_fortune, bridge_settings, brmcp, free_port, serving, spawn, wait_for,
+    assert_fortune, bridge_settings, brmcp, free_port, http_bridge, serving, spawn, wait_for,
 };
 
 /// How long a payment is watched for not being made: a decided payment is tipped
@@ -117,15 +117,7 @@ async fn a_user_only_agents_accept_pays_nothing_until_approvals_approves() {
     let own = add("own", &["--agent-approves"]);
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut cmd = brmcp(&[
-        "bridge",
-        "--datadir",
-        &bridge_dir,
-        "--rpc-config",
-        rpc.to_str().expect("utf-8"),
-        "--listen",
-        &listen,
-    ]);
+    let mut cmd = http_bridge(&bridge_dir, &rpc, &listen);
     cmd.stdin(Stdio::null());
     let lines = spawn(&mut procs, cmd);
     wait_for(&lines, "Ctrl-C stops the bridge.");
