@@ -2,7 +2,8 @@
 //! dependency of a library.
 //!
 //! - [`corpus`]: the committed fuzz corpus, replayed by each crate's harness tests.
-//! - `call`, `text` (feature `rmcp`): a tool call's params and its result's text.
+//! - `call`, `text`, `form_message` (feature `rmcp`): a tool call's params, its result's
+//!   text, and what a form elicitation asks.
 //! - `go_router` (feature `go-router`): a test double of the Go implementation's router
 //!   and go-sdk sessions.
 //! - `clientrpc_fake` (feature `clientrpc-fake`): a fault-injecting fake of brclient's
@@ -46,6 +47,18 @@ pub fn call(name: &'static str, args: serde_json::Value) -> rmcp::model::CallToo
         panic!("arguments must be an object")
     };
     rmcp::model::CallToolRequestParams::new(name).with_arguments(args)
+}
+
+/// The message of a form elicitation (what the user is asked), or the error a client
+/// that takes forms only answers any other elicitation with.
+#[cfg(feature = "rmcp")]
+pub fn form_message(
+    request: rmcp::model::ElicitRequestParams,
+) -> Result<String, rmcp::model::ErrorData> {
+    let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request else {
+        return Err(rmcp::model::ErrorData::invalid_params("form only", None));
+    };
+    Ok(message)
 }
 
 /// The text items of a tool result, concatenated.

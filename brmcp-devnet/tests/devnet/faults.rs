@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use brmcp_devnet::{Devnet, DevnetConfig, FAULTS_FILE, Faults, NodeSpec, write_faults};
+use brmcp_devnet::{Devnet, DevnetConfig, FAULTS_FILE, Faults, write_faults};
 use serde_json::{Value, json};
 
-use crate::common::{QUIET, WAIT, b64, connect, start};
+use crate::common::{QUIET, WAIT, alice_and_bob_in, b64, connect, start};
 
 const PMS: &str = "ChatService.PMStream[1]";
 const KXS: &str = "ChatService.KXStream[1]";
@@ -89,14 +89,7 @@ async fn latency_and_drops_delay_pms_but_lose_none_and_keep_order() {
 #[tokio::test]
 async fn a_pm_not_yet_delivered_is_resent_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let specs = || vec![NodeSpec::new("alice"), NodeSpec::new("bob")];
-    let devnet = Devnet::start_with(dir.path(), specs(), DevnetConfig::default())
-        .await
-        .unwrap();
-    let (alice, bob) = (
-        devnet.node_by_nick("alice").unwrap(),
-        devnet.node_by_nick("bob").unwrap(),
-    );
+    let (devnet, alice, bob) = alice_and_bob_in(dir.path()).await;
     devnet.set_faults(dial(r#"{"latency_ms": 60000}"#));
     let mut a = connect(&alice).await;
     a.ok("ChatService.PM", pm("bob", "in flight")).await;
@@ -105,10 +98,7 @@ async fn a_pm_not_yet_delivered_is_resent_after_a_restart() {
     drop(a);
     drop(devnet);
 
-    let devnet = Devnet::start_with(dir.path(), specs(), DevnetConfig::default())
-        .await
-        .unwrap();
-    let bob = devnet.node_by_nick("bob").unwrap();
+    let (devnet, _, bob) = alice_and_bob_in(dir.path()).await;
     let mut b = connect(&bob).await;
     b.request(PMS, json!({}));
     assert_eq!(

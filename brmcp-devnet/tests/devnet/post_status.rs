@@ -4,10 +4,10 @@
 //! `ReceivedPostStatus`, redelivered on every stream open until
 //! `AckReceivedPostStatus`, and kept across a stop without shutdown.
 
-use brmcp_devnet::{Devnet, DevnetConfig, NodeSpec};
+use brmcp_devnet::DevnetConfig;
 use serde_json::json;
 
-use crate::common::{QUIET, WAIT, b64, connect, start, u64_str};
+use crate::common::{QUIET, WAIT, alice_and_bob_in, b64, connect, start, u64_str};
 
 const STATUS: &str = "PostsService.PostsStatusStream[1]";
 const SUBSCRIBE: &str = "PostsService.SubscribeToPosts";
@@ -67,14 +67,7 @@ async fn a_comment_reaches_the_author_and_the_other_subscribers() {
 #[tokio::test]
 async fn statuses_are_redelivered_until_acked_and_kept_across_a_stop() {
     let dir = tempfile::tempdir().unwrap();
-    let specs = || vec![NodeSpec::new("alice"), NodeSpec::new("bob")];
-    let devnet = Devnet::start_with(dir.path(), specs(), DevnetConfig::default())
-        .await
-        .unwrap();
-    let (alice, bob) = (
-        devnet.node_by_nick("alice").unwrap(),
-        devnet.node_by_nick("bob").unwrap(),
-    );
+    let (devnet, alice, bob) = alice_and_bob_in(dir.path()).await;
     let post = devnet.publish_post(alice.id, "news").unwrap();
     for text in ["c1", "c2", "c3"] {
         devnet
@@ -82,8 +75,7 @@ async fn statuses_are_redelivered_until_acked_and_kept_across_a_stop() {
             .unwrap();
     }
     let mut a = connect(&alice).await;
-    a.request(STATUS, json!({"unackedFrom": "0"}));
-    let items = a.items(STATUS, 3).await;
+    let items = a.unacked(STATUS, 3).await;
     let comments: Vec<&str> = items
         .iter()
         .map(|i| i["status"]["attributes"]["comment"].as_str().unwrap())
@@ -96,8 +88,7 @@ async fn statuses_are_redelivered_until_acked_and_kept_across_a_stop() {
     );
     drop(a);
     let mut a = connect(&alice).await;
-    a.request(STATUS, json!({"unackedFrom": "0"}));
-    let again = a.items(STATUS, 2).await;
+    let again = a.unacked(STATUS, 2).await;
     assert_eq!(again[0]["status"]["attributes"]["comment"], "c2");
     assert!(a.item(STATUS, QUIET).await.is_none());
     drop(a);
@@ -105,13 +96,9 @@ async fn statuses_are_redelivered_until_acked_and_kept_across_a_stop() {
     // Dropped without a stop, as a SIGKILL.
     drop(devnet);
 
-    let devnet = Devnet::start_with(dir.path(), specs(), DevnetConfig::default())
-        .await
-        .unwrap();
-    let alice = devnet.node_by_nick("alice").unwrap();
+    let (_devnet, alice, _) = alice_and_bob_in(dir.path()).await;
     let mut a = connect(&alice).await;
-    a.request(STATUS, json!({"unackedFrom": "0"}));
-    let kept = a.items(STATUS, 2).await;
+    let kept = a.unacked(STATUS, 2).await;
     assert_eq!(kept[0]["status"]["attributes"]["comment"], "c2");
     assert_eq!(kept[1]["status"]["attributes"]["comment"], "c3");
     assert_eq!(kept[0]["sequenceId"], again[0]["sequenceId"]);

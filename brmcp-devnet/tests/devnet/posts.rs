@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use brmcp_devnet::{Devnet, DevnetConfig, NodeSpec, POSTS_DIR, PostRequest};
+use brmcp_devnet::{DevnetConfig, POSTS_DIR, PostRequest};
 use serde_json::json;
 
-use crate::common::{QUIET, WAIT, b64, connect, start, u64_str};
+use crate::common::{QUIET, WAIT, alice_and_bob_in, b64, connect, start, u64_str};
 
 const POSTS: &str = "PostsService.PostsStream[1]";
 const SUBSCRIBE: &str = "PostsService.SubscribeToPosts";
@@ -77,28 +77,19 @@ async fn an_unknown_user_is_refused_and_an_unsubscribed_one_gets_nothing() {
 #[tokio::test]
 async fn posts_are_redelivered_until_acked_and_kept_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let specs = || vec![NodeSpec::new("alice"), NodeSpec::new("bob")];
-    let devnet = Devnet::start_with(dir.path(), specs(), DevnetConfig::default())
-        .await
-        .unwrap();
-    let (alice, bob) = (
-        devnet.node_by_nick("alice").unwrap(),
-        devnet.node_by_nick("bob").unwrap(),
-    );
+    let (devnet, alice, bob) = alice_and_bob_in(dir.path()).await;
     let mut b = connect(&bob).await;
     b.ok(SUBSCRIBE, json!({"user": "alice"})).await;
     for text in ["p1", "p2", "p3"] {
         devnet.publish_post(alice.id, text).unwrap();
     }
-    b.request(POSTS, json!({"unackedFrom": "0"}));
-    let items = b.items(POSTS, 3).await;
+    let items = b.unacked(POSTS, 3).await;
     let first = u64_str(&items[0]["sequenceId"]);
     b.ok(ACK, json!({"sequenceId": first.to_string()})).await;
     drop(b);
     // A new stream gets what was not acknowledged, again.
     let mut b = connect(&bob).await;
-    b.request(POSTS, json!({"unackedFrom": "0"}));
-    let again = b.items(POSTS, 2).await;
+    let again = b.unacked(POSTS, 2).await;
     assert_eq!(again[0]["post"]["attributes"]["main"], "p2");
     assert_eq!(again[1]["post"]["attributes"]["main"], "p3");
     assert!(b.item(POSTS, QUIET).await.is_none());
@@ -106,16 +97,9 @@ async fn posts_are_redelivered_until_acked_and_kept_across_a_restart() {
     // Dropped without a stop, as a SIGKILL.
     drop(devnet);
 
-    let devnet = Devnet::start_with(dir.path(), specs(), DevnetConfig::default())
-        .await
-        .unwrap();
-    let (alice, bob) = (
-        devnet.node_by_nick("alice").unwrap(),
-        devnet.node_by_nick("bob").unwrap(),
-    );
+    let (devnet, alice, bob) = alice_and_bob_in(dir.path()).await;
     let mut b = connect(&bob).await;
-    b.request(POSTS, json!({"unackedFrom": "0"}));
-    let kept = b.items(POSTS, 2).await;
+    let kept = b.unacked(POSTS, 2).await;
     assert_eq!(kept[0]["post"]["attributes"]["main"], "p2");
     assert_eq!(kept[1]["post"]["attributes"]["main"], "p3");
     assert!(b.item(POSTS, QUIET).await.is_none());

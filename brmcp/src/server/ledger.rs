@@ -26,17 +26,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use brmcp_adapters::PeerId;
 use brmcp_adapters::wire::UnixTime;
-use brmcp_adapters::{BoxError, PeerId};
-use rusqlite::types::Type;
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 
 use super::billing::{
     Billing, BillingError, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, Origin,
     Tip, TipOutcome,
 };
 use super::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
-use super::money::{MAX_MATOMS, Shortfall, atoms_to_matoms};
+use super::money::{MAX_MATOMS, atoms_to_matoms};
 
 /// The columns [`found`] reads, in its order (a macro, for `concat!`).
 macro_rules! found_columns {
@@ -45,25 +44,35 @@ macro_rules! found_columns {
     };
 }
 
+mod balances;
+mod charge;
 mod error;
 mod group_sync;
 mod notices;
 mod open;
 mod operator;
+mod pending;
 mod records;
 mod retention;
+mod sql;
 mod tip_replays;
+mod tips;
 mod totals;
 mod waiting;
+use balances::{add_balance, balance, set_balance};
+use charge::key_answer;
 pub use error::LedgerError;
 use group_sync::{GroupSync, Ticket};
+use pending::{close, found, lookup, lookup_pending, refund_pending};
 pub use records::{
     AuditAction, AuditEntry, Balance, CallState, JournalEntry, Opened, PrunedCalls, TipRecord,
 };
 use retention::WAL_SIZE_LIMIT;
-pub use retention::{MAX_JOURNAL_ROWS_PER_CALLER, PRUNE_EVERY, VACUUM_FREE_PAGES};
-use retention::{OutcomeBytes, PruneClock, prune_journal, reclaim, release_expired};
-use tip_replays::replayed;
+pub use retention::{
+    MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, PRUNE_EVERY, VACUUM_FREE_PAGES,
+};
+use retention::{OutcomeBytes, PruneClock};
+use sql::{amount, amount_to_sql, bad_column, peer, seq_to_sql, sql_limit};
 pub use tip_replays::{TIP_REPLAY_ROWS, TIP_REPLAY_WINDOW_SECS};
 pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
 pub use waiting::{MAX_WAITING_PER_CALLER, RESERVATION_WAIT_SECS};
@@ -83,19 +92,6 @@ pub const APPLICATION_ID: i32 = 0x6272_6d63;
 
 /// The refund reason of a call found pending at open: its process died mid-call.
 pub const INTERRUPTED: &str = "interrupted";
-
-/// Bytes of replayable outcomes the journal keeps for one caller: 16 MiB, sixteen
-/// maximal outcomes ([`MAX_OUTCOME_BYTES`]). Outcomes are kept for their replay window
-/// ([`OUTCOME_TTL_SECS`]), so without a bound one caller at the rate limit holds
-/// gigabytes of the operator's disk. Past it the caller's oldest outcome goes first; its
-/// key stays held, so a retry is answered "outcome not retained" instead of running and
-/// paying again.
-pub const MAX_OUTCOME_BYTES_PER_CALLER: usize = 16 << 20;
-
-/// Replayable outcomes the journal keeps for one caller: 1024, more than a caller at
-/// the default rate limit finishes in one replay window. Bounds the rows the per-caller
-/// byte check reads.
-pub(crate) const MAX_OUTCOMES_PER_CALLER: usize = 1024;
 
 /// The SQLite ledger.
 ///
@@ -156,100 +152,6 @@ impl Ledger {
         // A panic while the guard was held was inside a transaction, which rolled back
         // when it was dropped during unwinding, so the connection is still consistent.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Ledger {
-    /// [`Billing::charge`], keeping `origin` with a charge.
-    fn charge_with(
-        &self,
-        request: &CallRequest<'_>,
-        origin: Option<Origin<'_>>,
-        now: UnixTime,
-    ) -> Result<Charge, LedgerError> {
-        self.owner()?;
-        let price_matoms =
-            atoms_to_matoms(request.price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
-        let caller = request.caller.to_string();
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        release_expired(&tx, now)?;
-        if self.prunes.due(&caller) {
-            prune_journal(&tx, &caller)?;
-        }
-        reclaim(&tx)?;
-
-        if let Some(keyed) = request.keyed
-            && let Some(answer) = key_answer(&tx, &caller, request.tool, keyed, now)?
-        {
-            // Keeps the expired keys released above.
-            tx.commit()?;
-            return Ok(answer);
-        }
-
-        // What this call may spend: the balance less every reservation, plus the one
-        // a tip made for this very call.
-        let waiting_call = match request.keyed {
-            Some(keyed) => {
-                waiting::find(&tx, &caller, request.tool, keyed)?.filter(|w| w.same_call)
-            }
-            None => None,
-        };
-        let reserved_here = waiting_call.as_ref().map_or(0, |w| w.reserved_matoms);
-        let mut available = waiting::spendable(&tx, &caller)?.saturating_add(reserved_here);
-        if available < price_matoms
-            && let (Some(keyed), Some(w)) = (request.keyed, &waiting_call)
-            && let Some(freed) = waiting::take_over(
-                &tx,
-                &caller,
-                keyed.key.as_str(),
-                price_matoms - available,
-                w.refused_seq,
-            )?
-        {
-            available = available.saturating_add(freed);
-        }
-        if available < price_matoms {
-            if let Some(keyed) = request.keyed {
-                waiting::wait(&tx, &caller, request.tool, keyed, request.price_atoms, now)?;
-            }
-            tx.commit()?;
-            return Ok(Charge::Insufficient(Shortfall::new(
-                request.price_atoms,
-                available,
-            )));
-        }
-        if let Some(keyed) = request.keyed {
-            // Its reservation is spent with this debit (any rest is unreserved).
-            waiting::remove(&tx, &caller, keyed.key.as_str())?;
-        }
-        if price_matoms > 0 {
-            let left = balance(&tx, &caller)?
-                .checked_sub(price_matoms)
-                .ok_or(LedgerError::AmountOutOfRange)?;
-            set_balance(&tx, &caller, left)?;
-        }
-        let (session, request_id) = notices::origin_to_sql(origin);
-        tx.prepare_cached(
-            "INSERT INTO calls \
-             (caller, tool, price_atoms, state, started_at, call_key, args_hash, key_held, \
-              session, request_id) \
-             VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?
-        .execute(params![
-            caller,
-            request.tool,
-            amount_to_sql(request.price_atoms)?,
-            now.secs(),
-            request.keyed.map(|k| k.key.as_str()),
-            request.keyed.map(|k| *k.args.as_bytes()),
-            request.keyed.is_some(),
-            session,
-            request_id,
-        ])?;
-        let call = CallId::new(tx.last_insert_rowid());
-        tx.commit()?;
-        Ok(Charge::Run(call))
     }
 }
 
@@ -368,76 +270,6 @@ impl Ledger {
         Ok(outcome)
     }
 
-    fn record_tip_unsynced(
-        &self,
-        tip: &Tip,
-        allowed: bool,
-        now: UnixTime,
-    ) -> Result<(Option<Ticket>, TipOutcome), LedgerError> {
-        let caller = tip.caller.to_string();
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let matoms = amount_to_sql(tip.matoms)?;
-        let same_id: Vec<(String, i64)> = {
-            let mut stmt =
-                tx.prepare("SELECT caller, matoms FROM tips WHERE seq = ?1 AND cleared = 0")?;
-            stmt.query_map([seq_to_sql(tip.seq)], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?
-        };
-        if same_id.iter().any(|(c, m)| *c == caller && *m == matoms) {
-            // A barrier: every commit so far, the first delivery's included.
-            let barrier = self.sync.as_ref().map(GroupSync::ticket);
-            return Ok((barrier, TipOutcome::Duplicate));
-        }
-        if replayed(&tx, tip.seq, &caller, matoms, now)? {
-            tracing::warn!(
-                seq = tip.seq,
-                %caller,
-                matoms,
-                "tip redelivered after its id was cleared; not credited again"
-            );
-            // Cleared once its acknowledgement was confirmed: long durable.
-            return Ok((None, TipOutcome::Duplicate));
-        }
-        if let Some((other, other_matoms)) = same_id.first() {
-            // Not a redelivery: the client reused the id (its logs were reset, or it is
-            // another client). Credited as the new tip it is.
-            tracing::warn!(
-                seq = tip.seq,
-                %caller,
-                matoms,
-                earlier_caller = %other,
-                earlier_matoms = other_matoms,
-                "tip sequence id reused by another tip; recorded as a new tip"
-            );
-        }
-        tx.prepare_cached(
-            "INSERT INTO tips (seq, caller, matoms, credited, received_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?
-        .execute(params![
-            seq_to_sql(tip.seq),
-            caller,
-            matoms,
-            allowed,
-            now.secs()
-        ])?;
-        if allowed {
-            add_balance(&tx, &caller, tip.matoms)?;
-            // The credit goes to the calls refused for payment that wait for it, in the
-            // tip's transaction: no crash leaves it credited and not reserved.
-            waiting::expire(&tx, now)?;
-            waiting::reserve(&tx, &caller, tip.matoms, now)?;
-        }
-        let ticket = self.commit(tx)?;
-        let outcome = if allowed {
-            TipOutcome::Credited
-        } else {
-            TipOutcome::NotCredited
-        };
-        Ok((ticket, outcome))
-    }
-
     /// [`Billing::balance_matoms`], failing with the ledger's own [`LedgerError`].
     ///
     /// # Errors
@@ -527,239 +359,4 @@ impl From<LedgerError> for BillingError {
     fn from(e: LedgerError) -> Self {
         Self::new(e)
     }
-}
-
-/// What a held key answers for a call of `tool` with `keyed`'s arguments, or `None`
-/// if the key is free. A finished call whose replay window has closed at `now` no longer
-/// holds its key, whether or not [`release_expired`] has run.
-fn key_answer(
-    conn: &Connection,
-    caller: &str,
-    tool: &str,
-    keyed: Keyed<'_>,
-    now: UnixTime,
-) -> Result<Option<Charge>, LedgerError> {
-    let held = conn
-        .prepare_cached(
-            "SELECT tool, args_hash, state, outcome FROM calls \
-             WHERE caller = ?1 AND call_key = ?2 AND key_held = 1 \
-             AND (state = 'pending' OR replay_until > ?3)",
-        )?
-        .query_row(params![caller, keyed.key.as_str(), now.secs()], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, Vec<u8>>(1)?,
-                CallState::from_sql(row, 2)?,
-                row.get::<_, Option<String>>(3)?,
-            ))
-        })
-        .optional()?;
-    Ok(held.map(|(held_tool, args, state, outcome)| {
-        if held_tool != tool {
-            Charge::KeyConflict(KeyConflict::OtherTool)
-        } else if args != keyed.args.as_bytes() {
-            Charge::KeyConflict(KeyConflict::OtherArguments)
-        } else if state == CallState::Pending {
-            Charge::InProgress
-        } else {
-            outcome.map_or(Charge::OutcomeNotRetained, Charge::Replay)
-        }
-    }))
-}
-
-/// A journal entry as the money paths need it.
-struct Found {
-    id: CallId,
-    caller: String,
-    price_atoms: u64,
-    state: CallState,
-    keyed: bool,
-}
-
-impl Found {
-    fn price_matoms(&self) -> Result<u64, LedgerError> {
-        atoms_to_matoms(self.price_atoms).ok_or(LedgerError::AmountOutOfRange)
-    }
-}
-
-fn found(row: &Row<'_>, id: CallId) -> rusqlite::Result<Found> {
-    Ok(Found {
-        id,
-        caller: row.get(0)?,
-        price_atoms: amount(row, 1)?,
-        state: CallState::from_sql(row, 2)?,
-        keyed: row.get(3)?,
-    })
-}
-
-fn lookup(conn: &Connection, call: CallId) -> Result<Found, LedgerError> {
-    conn.prepare_cached(concat!(found_columns!(), " FROM calls WHERE id = ?1"))?
-        .query_row([call.get()], |row| found(row, call))
-        .optional()?
-        .ok_or(LedgerError::UnknownCall(call))
-}
-
-/// Pays a pending call's price back to its caller and closes it refunded.
-fn refund_pending(
-    conn: &Connection,
-    call: &Found,
-    reason: &str,
-    outcome: Option<&str>,
-    now: UnixTime,
-) -> Result<Option<usize>, LedgerError> {
-    add_balance(conn, &call.caller, call.price_matoms()?)?;
-    close(conn, call, CallState::Refunded, Some(reason), outcome, now)
-}
-
-fn lookup_pending(conn: &Connection, call: CallId) -> Result<Found, LedgerError> {
-    let found = lookup(conn, call)?;
-    if found.state == CallState::Pending {
-        Ok(found)
-    } else {
-        Err(LedgerError::NotPending {
-            call,
-            state: found.state,
-        })
-    }
-}
-
-/// Finish a pending call. A keyed call with an outcome keeps its key for
-/// [`OUTCOME_TTL_SECS`] (the outcome itself only up to [`MAX_OUTCOME_BYTES`]); a keyed
-/// call without one releases it. An unkeyed call's outcome is not stored: nothing could
-/// ask for it again. Returns the bytes of the outcome kept, if one was: the caller bounds
-/// the caller's outcomes ([`OutcomeBytes::bound`]) in the same transaction.
-fn close(
-    conn: &Connection,
-    found: &Found,
-    state: CallState,
-    reason: Option<&str>,
-    outcome: Option<&str>,
-    now: UnixTime,
-) -> Result<Option<usize>, LedgerError> {
-    let (key_held, kept, replay_until) = match outcome {
-        Some(outcome) if found.keyed => (
-            true,
-            (outcome.len() <= MAX_OUTCOME_BYTES).then_some(outcome),
-            Some(now.saturating_add(OUTCOME_TTL_SECS).secs()),
-        ),
-        _ => (false, None, None),
-    };
-    conn.prepare_cached(
-        "UPDATE calls SET state = ?2, reason = ?3, finished_at = ?4, key_held = ?5, \
-         outcome = ?6, replay_until = ?7 WHERE id = ?1",
-    )?
-    .execute(params![
-        found.id.get(),
-        state.as_str(),
-        reason,
-        now.secs(),
-        key_held,
-        kept,
-        replay_until
-    ])?;
-    Ok(kept.map(str::len))
-}
-
-fn balance(conn: &Connection, caller: &str) -> Result<u64, LedgerError> {
-    Ok(conn
-        .prepare_cached("SELECT matoms FROM balances WHERE caller = ?1")?
-        .query_row([caller], |r| amount(r, 0))
-        .optional()?
-        .unwrap_or(0))
-}
-
-fn set_balance(conn: &Connection, caller: &str, matoms: u64) -> Result<(), LedgerError> {
-    conn.prepare_cached(
-        "INSERT INTO balances (caller, matoms) VALUES (?1, ?2) \
-         ON CONFLICT (caller) DO UPDATE SET matoms = excluded.matoms",
-    )?
-    .execute(params![caller, amount_to_sql(matoms)?])?;
-    Ok(())
-}
-
-/// Add to a balance, in Rust rather than SQL: SQLite turns an overflowing integer sum
-/// into a float instead of failing.
-fn add_balance(conn: &Connection, caller: &str, matoms: u64) -> Result<u64, LedgerError> {
-    let new = balance(conn, caller)?
-        .checked_add(matoms)
-        .ok_or(LedgerError::AmountOutOfRange)?;
-    set_balance(conn, caller, new)?;
-    Ok(new)
-}
-
-fn audit(
-    conn: &Connection,
-    now: UnixTime,
-    caller: &str,
-    action: AuditAction,
-    matoms: u64,
-    call: Option<CallId>,
-    reason: &str,
-) -> Result<(), LedgerError> {
-    conn.prepare_cached(
-        "INSERT INTO audit (at, caller, action, matoms, call_id, reason) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        now.secs(),
-        caller,
-        action.as_str(),
-        amount_to_sql(matoms)?,
-        call.map(CallId::get),
-        reason
-    ])?;
-    Ok(())
-}
-
-const JOURNAL_SELECT: &str = "SELECT id, caller, tool, price_atoms, state, started_at, \
-     finished_at, reason, call_key, key_held, outcome IS NOT NULL FROM calls";
-
-fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<JournalEntry> {
-    Ok(JournalEntry {
-        id: CallId::new(row.get(0)?),
-        caller: peer(row, 1)?,
-        tool: row.get(2)?,
-        price_atoms: amount(row, 3)?,
-        state: CallState::from_sql(row, 4)?,
-        started_at: UnixTime(row.get(5)?),
-        finished_at: row.get::<_, Option<i64>>(6)?.map(UnixTime),
-        reason: row.get(7)?,
-        call_key: row.get(8)?,
-        key_held: row.get(9)?,
-        outcome_kept: row.get(10)?,
-    })
-}
-
-/// An amount as a SQLite integer; anything above [`MAX_MATOMS`] is refused.
-fn amount_to_sql(amount: u64) -> Result<i64, LedgerError> {
-    if amount > MAX_MATOMS {
-        return Err(LedgerError::AmountOutOfRange);
-    }
-    i64::try_from(amount).map_err(|_| LedgerError::AmountOutOfRange)
-}
-
-/// A tip sequence id bit for bit as a SQLite integer (see `ledger_schema.sql`).
-const fn seq_to_sql(seq: u64) -> i64 {
-    i64::from_ne_bytes(seq.to_ne_bytes())
-}
-
-fn sql_limit(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-/// A non-negative integer column as `u64` (the schema's CHECKs keep amounts >= 0).
-fn amount(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
-    let value: i64 = row.get(idx)?;
-    u64::try_from(value).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(idx, value))
-}
-
-fn peer(row: &Row<'_>, idx: usize) -> rusqlite::Result<PeerId> {
-    row.get_ref(idx)?
-        .as_str()?
-        .parse()
-        .map_err(|e| bad_column(idx, Box::new(e)))
-}
-
-fn bad_column(idx: usize, e: BoxError) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, e)
 }

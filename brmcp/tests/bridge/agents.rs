@@ -4,21 +4,17 @@
 
 use std::time::Duration;
 
-use crate::common::{FORTUNE_PRICE, autopay, call, env, eventually, http, initialize, text};
+use crate::common::{
+    Agent, FORTUNE_PRICE, autopay, call, env, eventually, http, http_agent, initialize, text,
+};
 use brmcp::adapters::mem::uid;
 use brmcp::bridge::{AgentEntry, Mode, SETTINGS_FILE};
-use rmcp::ServiceExt;
-use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 
 const DEFAULT_TOKEN: &str = "dddddddddddddddddddddddddddddddd";
 const CI_TOKEN: &str = "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
 const CHAT_TOKEN: &str = "c4c4c4c4c4c4c4c4c4c4c4c4c4c4c4c4";
 const NARROW_TOKEN: &str = "e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5";
-
-type Agent = RunningService<rmcp::RoleClient, ()>;
 
 /// A bridge listening with the default token and agents `ci` (one fortune a day),
 /// `chat` (three a day) and `narrow` (another bot only), under a global cap of
@@ -55,15 +51,6 @@ async fn started(global_fortunes: u64, mode: Mode) -> (crate::common::Env, std::
     (env, addr)
 }
 
-async fn agent(addr: std::net::SocketAddr, bot: &str, token: &str) -> Agent {
-    ().serve(StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp/{bot}"))
-            .auth_header(token),
-    ))
-    .await
-    .expect("HTTP agent")
-}
-
 /// Calls `fortune`: `Ok` when it ran, else the bridge's refusal line.
 async fn fortune(agent: &Agent) -> Result<(), String> {
     let r = agent.call_tool(call("fortune", json!({}))).await.unwrap();
@@ -79,8 +66,8 @@ async fn an_agent_at_its_cap_is_refused_while_another_still_pays() {
     let (env, addr) = started(100, Mode::Autopay).await;
     let bot = env.bot_id.to_string();
     let (ci, chat) = (
-        agent(addr, &bot, CI_TOKEN).await,
-        agent(addr, &bot, CHAT_TOKEN).await,
+        http_agent(addr, &bot, CI_TOKEN).await,
+        http_agent(addr, &bot, CHAT_TOKEN).await,
     );
     fortune(&ci).await.expect("ci's first fortune");
     let refused = fortune(&ci).await.unwrap_err();
@@ -107,7 +94,7 @@ async fn an_agent_at_its_cap_is_refused_while_another_still_pays() {
     assert_eq!(agents, ["ci", "chat", "chat", "chat"]);
     assert_eq!(env.payer.count(), 4);
     // The default agent has only the global caps.
-    let default = agent(addr, &bot, DEFAULT_TOKEN).await;
+    let default = http_agent(addr, &bot, DEFAULT_TOKEN).await;
     fortune(&default).await.expect("default agent pays");
     let last = env.bridge.spend_log().unwrap().0.pop().unwrap();
     assert_eq!(last.agent, "default");
@@ -119,8 +106,8 @@ async fn the_global_cap_binds_the_sum_of_the_agents() {
     let (env, addr) = started(2, Mode::Autopay).await;
     let bot = env.bot_id.to_string();
     let (ci, chat) = (
-        agent(addr, &bot, CI_TOKEN).await,
-        agent(addr, &bot, CHAT_TOKEN).await,
+        http_agent(addr, &bot, CI_TOKEN).await,
+        http_agent(addr, &bot, CHAT_TOKEN).await,
     );
     fortune(&ci).await.expect("ci");
     fortune(&chat).await.expect("chat");
@@ -171,7 +158,7 @@ async fn a_bot_outside_an_agents_list_is_refused_for_that_agent_only() {
 async fn held_approvals_name_the_agent_and_a_removed_agent_is_refused_live() {
     let (env, addr) = started(100, Mode::Approval).await;
     let bot = env.bot_id.to_string();
-    let chat = agent(addr, &bot, CHAT_TOKEN).await;
+    let chat = http_agent(addr, &bot, CHAT_TOKEN).await;
     let call = tokio::spawn(async move { fortune(&chat).await });
     assert!(
         eventually(Duration::from_secs(20), || !env
@@ -219,7 +206,7 @@ async fn concurrent_calls_of_one_agent_pay_its_cap_once() {
     let bot = env.bot_id.to_string();
     let mut agents = Vec::new();
     for _ in 0..5 {
-        agents.push(agent(addr, &bot, CI_TOKEN).await);
+        agents.push(http_agent(addr, &bot, CI_TOKEN).await);
     }
     let calls = agents.iter().map(fortune);
     let outcomes = futures_util::future::join_all(calls).await;

@@ -23,18 +23,15 @@ use rmcp::model::{
     ContentBlock, ElicitRequestParams, ElicitResult, ErrorData, Implementation, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::service::RequestContext;
 use rmcp::{
     ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, RoleServer, ServerHandler,
-    ServiceExt,
 };
 use serde_json::json;
 
 use crate::common::{
     FORTUNE_PRICE, PayMode, PayerState, TestPayer, autopay, base_config, call, connect, env_with,
-    eventually, text,
+    eventually, http_agent, text,
 };
 
 /// The price of the harness's `add`, in atoms.
@@ -144,6 +141,23 @@ async fn harness_net(per_minute: u32, settings: impl FnOnce(PeerId) -> Settings)
     }
 }
 
+/// Settings with the endpoints on, under the default agent's token, for agent
+/// `victim` (a call's price per call, twenty a day) and `other`.
+fn victim_and(bot: PeerId, other: AgentEntry) -> Settings {
+    let mut s = autopay(bot);
+    s.enabled = true;
+    s.token = DEFAULT_TOKEN.into();
+    let victim = AgentEntry::new(
+        "victim",
+        VICTIM_TOKEN,
+        ADD_PRICE,
+        20 * ADD_PRICE,
+        Vec::new(),
+    );
+    s.agents = vec![victim, other];
+    s
+}
+
 /// Money is conserved: the spend log paid what the bot ran plus what it holds, and
 /// what it holds is what the spend log says is uncollected.
 async fn conserved(net: &Net) {
@@ -199,36 +213,10 @@ async fn a_burst_of_twelve_paid_calls_at_the_rate_limit_gets_twelve_results() {
     agent.cancel().await.unwrap();
 }
 
-type HttpAgent = RunningService<RoleClient, ()>;
-
-async fn http_agent(addr: std::net::SocketAddr, bot: PeerId, token: &str) -> HttpAgent {
-    ().serve(StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp/{bot}"))
-            .auth_header(token),
-    ))
-    .await
-    .expect("HTTP agent")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_agent_capped_at_one_atom_gets_nothing_while_another_pays_twenty_calls() {
-    let net = harness_net(6000, |bot| {
-        let mut s = autopay(bot);
-        s.enabled = true;
-        s.token = DEFAULT_TOKEN.into();
-        s.agents = vec![
-            AgentEntry::new(
-                "victim",
-                VICTIM_TOKEN,
-                ADD_PRICE,
-                20 * ADD_PRICE,
-                Vec::new(),
-            ),
-            AgentEntry::new("rider", RIDER_TOKEN, 1, 1, Vec::new()),
-        ];
-        s
-    })
-    .await;
+    let rider = AgentEntry::new("rider", RIDER_TOKEN, 1, 1, Vec::new());
+    let net = harness_net(6000, |bot| victim_and(bot, rider)).await;
     net.bridge.start().await.unwrap();
     let addr = net.bridge.listen_addr().unwrap();
     let victim = http_agent(addr, net.bot, VICTIM_TOKEN).await;
@@ -511,23 +499,8 @@ async fn a_bot_that_asks_again_after_being_paid_is_paid_once_a_call_and_the_agen
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_paying_agents_at_one_bot_each_get_what_they_paid_for() {
-    let net = harness_net(6000, |bot| {
-        let mut s = autopay(bot);
-        s.enabled = true;
-        s.token = DEFAULT_TOKEN.into();
-        s.agents = vec![
-            AgentEntry::new(
-                "victim",
-                VICTIM_TOKEN,
-                ADD_PRICE,
-                20 * ADD_PRICE,
-                Vec::new(),
-            ),
-            AgentEntry::new("other", OTHER_TOKEN, ADD_PRICE, 20 * ADD_PRICE, Vec::new()),
-        ];
-        s
-    })
-    .await;
+    let other = AgentEntry::new("other", OTHER_TOKEN, ADD_PRICE, 20 * ADD_PRICE, Vec::new());
+    let net = harness_net(6000, |bot| victim_and(bot, other)).await;
     net.bridge.start().await.unwrap();
     let addr = net.bridge.listen_addr().unwrap();
     let agents = [

@@ -14,19 +14,18 @@ use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::protocol::RESERVES_CREDIT_META;
 use brmcp::adapters::{BoxError, PeerId, RouterConfig};
 use brmcp::bridge::{AgentEntry, Bridge, Payer, Settings};
-use brmcp::server::{CallContext, Harness, NoArgs, Tip, ToolError, ToolSpec};
+use brmcp::server::{CallContext, Harness, NoArgs, ToolError, ToolSpec};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, RoleServer, ServerHandler, ServiceExt};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::common::{autopay, base_config, call, eventually, text};
+use crate::common::harness_bot::TipPayer;
+use crate::common::{Agent, autopay, base_config, call, eventually, http_agent, text};
 
 /// The price of `add`, in atoms.
 const PRICE: u64 = 1000;
@@ -50,36 +49,6 @@ fn two_agents(bot: PeerId, b_day: u64) -> Settings {
     s
 }
 
-type HttpAgent = RunningService<RoleClient, ()>;
-
-async fn http_agent(addr: std::net::SocketAddr, bot: PeerId, token: &str) -> HttpAgent {
-    ().serve(StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp/{bot}"))
-            .auth_header(token),
-    ))
-    .await
-    .expect("HTTP agent")
-}
-
-/// Pays by recording a tip at the harness, confirmed once it is credited.
-struct HarnessTips {
-    harness: Harness,
-    from: PeerId,
-    seq: AtomicU64,
-}
-
-impl Payer for HarnessTips {
-    async fn pay(&self, _bot: PeerId, atoms: u64) -> Result<(), BoxError> {
-        let tip = Tip {
-            seq: self.seq.fetch_add(1, Ordering::SeqCst),
-            caller: self.from,
-            matoms: atoms * 1000,
-        };
-        self.harness.record_tip(tip).await?;
-        Ok(())
-    }
-}
-
 /// Our harness selling `tool` to bridge `me`, paid by tips recorded at it, with
 /// agents `a` and `b` connected over HTTP; credit waits are far shorter than any held
 /// call, so a call held back for one is refused.
@@ -87,8 +56,8 @@ struct HarnessNet {
     harness: Harness,
     bridge: Bridge,
     me: PeerId,
-    a: HttpAgent,
-    b: HttpAgent,
+    a: Agent,
+    b: Agent,
     fabric: Fabric,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
@@ -96,18 +65,13 @@ struct HarnessNet {
 impl HarnessNet {
     /// Another bridge on the first one's data directory and identity (its restart).
     async fn restarted(&self) -> Bridge {
-        let config = net_config(self._dirs.1.path());
-        let tips = HarnessTips {
-            harness: self.harness.clone(),
-            from: self.me,
-            seq: AtomicU64::new(1000),
-        };
-        let bridge = Bridge::new(
-            config,
-            self.fabric.router(self.me, RouterConfig::client()),
-            tips,
-        )
-        .unwrap();
+        let bridge = tipping_bridge(
+            &self.fabric,
+            &self.harness,
+            self.me,
+            self._dirs.1.path(),
+            1000,
+        );
         bridge.start().await.unwrap();
         bridge
     }
@@ -120,6 +84,29 @@ fn net_config(dir: &std::path::Path) -> brmcp::bridge::Config {
     config.credit_wait = Duration::from_millis(300);
     config.bot_calls_per_minute = 6000;
     config
+}
+
+/// Bridge `me` on `fabric`, its data in `dir`, paying `harness` by recording tips at
+/// it numbered from `first_seq`, each confirmed once it is credited.
+fn tipping_bridge(
+    fabric: &Fabric,
+    harness: &Harness,
+    me: PeerId,
+    dir: &std::path::Path,
+    first_seq: u64,
+) -> Bridge {
+    let tips = TipPayer {
+        harness: harness.clone(),
+        from: me,
+        seq: AtomicU64::new(first_seq),
+        payments: Arc::default(),
+    };
+    Bridge::new(
+        net_config(dir),
+        fabric.router(me, RouterConfig::client()),
+        tips,
+    )
+    .unwrap()
 }
 
 async fn harness_net(seed: u64, tool: ToolSpec) -> HarnessNet {
@@ -136,17 +123,7 @@ async fn harness_net(seed: u64, tool: ToolSpec) -> HarnessNet {
     let router = harness.start(fabric.sender(bot)).unwrap();
     fabric.attach(bot, &router);
     let dir = tempfile::tempdir().unwrap();
-    let tips = HarnessTips {
-        harness: harness.clone(),
-        from: me,
-        seq: AtomicU64::new(1),
-    };
-    let bridge = Bridge::new(
-        net_config(dir.path()),
-        fabric.router(me, RouterConfig::client()),
-        tips,
-    )
-    .unwrap();
+    let bridge = tipping_bridge(&fabric, &harness, me, dir.path(), 1);
     bridge
         .apply_settings(two_agents(bot, 20 * PRICE))
         .await
@@ -187,19 +164,11 @@ async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_wa
             }
         },
     );
-    let HarnessNet {
-        harness,
-        bridge,
-        me,
-        a,
-        b,
-        fabric: _fabric,
-        _dirs,
-    } = harness_net(37, tool).await;
+    let net = harness_net(37, tool).await;
 
     // A's paid call runs at the bot and stays there.
     let held = {
-        let peer = a.peer().clone();
+        let peer = net.a.peer().clone();
         tokio::spawn(async move { peer.call_tool(call("add", json!({"who": "a"}))).await })
     };
     tokio::time::timeout(Duration::from_secs(20), started.notified())
@@ -208,7 +177,8 @@ async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_wa
 
     // B's calls are sent meanwhile, paid by B and answered.
     for i in 0..3 {
-        let r = b
+        let r = net
+            .b
             .call_tool(call("add", json!({"who": "b", "i": i})))
             .await
             .unwrap();
@@ -221,16 +191,16 @@ async fn at_our_harness_an_agents_call_runs_while_anothers_paid_call_is_under_wa
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
     assert_eq!(text(&r), "sum #1");
 
-    let (entries, spent) = bridge.spend_log().unwrap();
+    let (entries, spent) = net.bridge.spend_log().unwrap();
     assert_eq!(spent, 4 * PRICE);
     let paid_by = |agent: &str| entries.iter().filter(|e| e.agent == agent).count();
     assert_eq!((paid_by("a"), paid_by("b")), (1, 3), "{entries:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 4);
-    let (uncollected, uses) = bridge.credit_log().unwrap();
+    let (uncollected, uses) = net.bridge.credit_log().unwrap();
     assert!(uncollected.is_empty(), "{uncollected:?}");
     assert!(uses.is_empty(), "no call used credit not its own: {uses:?}");
-    assert_eq!(harness.balance_matoms(me).await.unwrap(), 0);
-    bridge.close().await;
+    assert_eq!(net.harness.balance_matoms(net.me).await.unwrap(), 0);
+    net.bridge.close().await;
 }
 
 /// A bot that advertises [`RESERVES_CREDIT_META`] and keeps one balance: any call is
@@ -427,27 +397,35 @@ fn failing_add(failing: usize) -> (ToolSpec, Arc<AtomicUsize>) {
     (tool, runs)
 }
 
+/// `agent`'s paid call of [`failing_add`] as `who`, failed and refunded: the bot holds
+/// its price for the agent, and nothing else.
+async fn refunded(net: &HarnessNet, agent: &Agent, who: &str) {
+    let r = agent
+        .call_tool(call("add", json!({ "who": who })))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert_eq!(
+        net.harness.balance_matoms(net.me).await.unwrap(),
+        PRICE * 1000
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
     let (tool, runs) = failing_add(1);
-    let HarnessNet {
-        harness,
-        bridge,
-        me,
-        a,
-        b,
-        fabric: _fabric,
-        _dirs,
-    } = harness_net(43, tool).await;
+    let net = harness_net(43, tool).await;
 
     // A pays; its call fails and the bot refunds it: the credit is A's, uncollected,
     // and no call of A is under way for it.
-    let r = a.call_tool(call("add", json!({"who": "a"}))).await.unwrap();
-    assert_eq!(r.is_error, Some(true), "{}", text(&r));
-    assert_eq!(harness.balance_matoms(me).await.unwrap(), PRICE * 1000);
+    refunded(&net, &net.a, "a").await;
 
     // B is not sent while it is there: the bot would charge B's call from it.
-    let r = b.call_tool(call("add", json!({"who": "b"}))).await.unwrap();
+    let r = net
+        .b
+        .call_tool(call("add", json!({"who": "b"})))
+        .await
+        .unwrap();
     let said = text(&r);
     assert_eq!(r.is_error, Some(true), "{said}");
     assert!(
@@ -457,20 +435,25 @@ async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "nothing ran for B");
 
     // A's next call collects it without paying; then B pays for its own.
-    let r = a
+    let r = net
+        .a
         .call_tool(call("add", json!({"who": "a", "again": 1})))
         .await
         .unwrap();
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
-    let r = b.call_tool(call("add", json!({"who": "b"}))).await.unwrap();
+    let r = net
+        .b
+        .call_tool(call("add", json!({"who": "b"})))
+        .await
+        .unwrap();
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
-    let (entries, _) = bridge.spend_log().unwrap();
+    let (entries, _) = net.bridge.spend_log().unwrap();
     let paid_by = |agent: &str| entries.iter().filter(|e| e.agent == agent).count();
     assert_eq!((paid_by("a"), paid_by("b")), (1, 1), "{entries:?}");
-    let (uncollected, uses) = bridge.credit_log().unwrap();
+    let (uncollected, uses) = net.bridge.credit_log().unwrap();
     assert!(uncollected.is_empty(), "{uncollected:?}");
     assert!(uses.is_empty(), "{uses:?}");
-    bridge.close().await;
+    net.bridge.close().await;
 }
 
 /// Two agents each hold credit a refunded call left: each one's next call collects its
@@ -479,29 +462,24 @@ async fn at_our_harness_credit_a_refunded_call_left_holds_another_agent_back() {
 async fn at_our_harness_two_agents_holding_refunded_credit_each_collect_their_own() {
     // Both paid calls are under way at once, then fail.
     let (tool, runs) = failing_add(2);
-    let HarnessNet {
-        harness,
-        bridge,
-        me,
-        a,
-        b,
-        fabric: _fabric,
-        _dirs,
-    } = harness_net(47, tool).await;
+    let net = harness_net(47, tool).await;
 
     let (ra, rb) = tokio::join!(
-        a.call_tool(call("add", json!({"who": "a"}))),
-        b.call_tool(call("add", json!({"who": "b"}))),
+        net.a.call_tool(call("add", json!({"who": "a"}))),
+        net.b.call_tool(call("add", json!({"who": "b"}))),
     );
     for r in [ra.unwrap(), rb.unwrap()] {
         assert_eq!(r.is_error, Some(true), "{}", text(&r));
     }
-    assert_eq!(harness.balance_matoms(me).await.unwrap(), 2 * PRICE * 1000);
-    let (uncollected, _) = bridge.credit_log().unwrap();
+    assert_eq!(
+        net.harness.balance_matoms(net.me).await.unwrap(),
+        2 * PRICE * 1000
+    );
+    let (uncollected, _) = net.bridge.credit_log().unwrap();
     assert_eq!(uncollected.len(), 2, "{uncollected:?}");
 
     // Each agent's next call is sent at once and answered from its own credit.
-    for (agent, who) in [(&a, "a"), (&b, "b")] {
+    for (agent, who) in [(&net.a, "a"), (&net.b, "b")] {
         let r = agent
             .call_tool(call("add", json!({"who": who, "again": 1})))
             .await
@@ -511,13 +489,13 @@ async fn at_our_harness_two_agents_holding_refunded_credit_each_collect_their_ow
         assert!(!said.contains(RAW), "{said}");
     }
     assert_eq!(runs.load(Ordering::SeqCst), 4);
-    let (entries, spent) = bridge.spend_log().unwrap();
+    let (entries, spent) = net.bridge.spend_log().unwrap();
     assert_eq!(spent, 2 * PRICE, "no agent paid again: {entries:?}");
-    let (uncollected, uses) = bridge.credit_log().unwrap();
+    let (uncollected, uses) = net.bridge.credit_log().unwrap();
     assert!(uncollected.is_empty(), "{uncollected:?}");
     assert!(uses.is_empty(), "no call used credit not its own: {uses:?}");
-    assert_eq!(harness.balance_matoms(me).await.unwrap(), 0);
-    bridge.close().await;
+    assert_eq!(net.harness.balance_matoms(net.me).await.unwrap(), 0);
+    net.bridge.close().await;
 }
 
 /// A priced call an earlier run left unpaid is resumed only once it holds its slot at
@@ -528,16 +506,7 @@ async fn a_resumed_unpaid_call_runs_on_no_other_agents_credit() {
     let (tool, runs) = failing_add(1);
     let net = harness_net(53, tool).await;
     // B's paid call fails and is refunded: B's credit waits at the bot, B idle.
-    let r = net
-        .b
-        .call_tool(call("add", json!({"who": "b"})))
-        .await
-        .unwrap();
-    assert_eq!(r.is_error, Some(true), "{}", text(&r));
-    assert_eq!(
-        net.harness.balance_matoms(net.me).await.unwrap(),
-        PRICE * 1000
-    );
+    refunded(&net, &net.b, "b").await;
     // A's call waits for it when the bridge stops: left in the journal, unpaid.
     let waiting = {
         let peer = net.a.peer().clone();

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use crate::common::{
-    FORTUNE_PRICE, PayMode, PayerState, TestPayer, autopay, base_config, call, connect, eventually,
-    serve_test_bot,
+    FORTUNE_PRICE, PayMode, PayerState, Stage, TestPayer, autopay, base_config, call, connect,
+    eventually, serve_test_bot,
 };
 use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::{Fabric, uid};
@@ -28,25 +28,11 @@ async fn paid_then_stopped(
     std::sync::Arc<crate::common::BotState>,
     Bridge,
 ) {
-    let fabric = Fabric::new(11);
-    let (bot_id, bridge_id) = (uid(1), uid(2));
-    let (_bot_router, bot) = serve_test_bot(&fabric, bot_id);
-    let dir = tempfile::tempdir().expect("tempdir");
     // The tip "succeeds" but its credit never reaches the bot: the call waits on it.
-    let payer = PayerState::new(bot.clone(), bridge_id, PayMode::NeverCredit);
-    let mut config = base_config(dir.path());
-    config.poll_attempts = 10_000;
-    let first = Bridge::new(
-        config,
-        fabric.router(bridge_id, RouterConfig::client()),
-        TestPayer(payer.clone()),
-    )
-    .expect("bridge");
-    first
-        .apply_settings(autopay(bot_id))
-        .await
-        .expect("settings");
-    first.start().await.expect("start");
+    let stage = Stage::new(11, PayMode::NeverCredit);
+    let (bot_id, bridge_id) = (stage.bot_id, stage.bridge_id);
+    let (bot, payer) = (&stage.bot, &stage.payer);
+    let first = stage.waiting_on_credit(autopay(bot_id)).await;
     let agent = connect(&first, bot_id, ()).await;
     let peer = agent.peer().clone();
     let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
@@ -65,13 +51,7 @@ async fn paid_then_stopped(
         bot.credit(bridge_id, FORTUNE_PRICE);
     }
 
-    let second = Bridge::new(
-        base_config(dir.path()),
-        fabric.router(bridge_id, RouterConfig::client()),
-        TestPayer(payer.clone()),
-    )
-    .expect("bridge");
-    second.start().await.expect("start");
+    let second = stage.restarted().await;
     let agent = connect(&second, bot_id, ()).await;
     let retry = tokio::time::timeout(
         Duration::from_secs(30),
@@ -79,7 +59,7 @@ async fn paid_then_stopped(
     )
     .await
     .expect("an answer");
-    (retry, payer, bot, second)
+    (retry, payer.clone(), bot.clone(), second)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,27 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::common::harness_bot::harness_env;
-use crate::common::{autopay, call, text};
+use crate::common::{autopay, call, http_agent, text};
 use brmcp::bridge::AgentEntry;
-use rmcp::ServiceExt;
-use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 
 const DEFAULT_TOKEN: &str = "dddddddddddddddddddddddddddddddd";
 const FLOOD_TOKEN: &str = "f100df100df100df100df100df100d00";
-
-type Agent = RunningService<rmcp::RoleClient, ()>;
-
-async fn agent(addr: std::net::SocketAddr, bot: &str, token: &str) -> Agent {
-    ().serve(StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp/{bot}"))
-            .auth_header(token),
-    ))
-    .await
-    .expect("HTTP agent")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_agent_flooding_leaves_another_its_paid_calls() {
@@ -52,7 +37,7 @@ async fn one_agent_flooding_leaves_another_its_paid_calls() {
     let addr = env.bridge.listen_addr().expect("listening");
     let bot = env.bot_id.to_string();
 
-    let flooder = agent(addr, &bot, FLOOD_TOKEN).await;
+    let flooder = http_agent(addr, &bot, FLOOD_TOKEN).await;
     let started = std::time::Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let flooding = tokio::spawn({
@@ -78,7 +63,7 @@ async fn one_agent_flooding_leaves_another_its_paid_calls() {
     // The flood spends well past the bot's 30 before the other agent starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let quiet = agent(addr, &bot, DEFAULT_TOKEN).await;
+    let quiet = http_agent(addr, &bot, DEFAULT_TOKEN).await;
     for n in 0..5 {
         let r = quiet
             .call_tool(call("fortune", json!({})))

@@ -6,11 +6,10 @@
 use std::time::Duration;
 
 use crate::common::{
-    Agent, FORTUNE_PRICE, PayMode, PayerState, TestPayer, autopay, base_config, call, env,
-    eventually, serve_test_bot, text,
+    Agent, FORTUNE_PRICE, PayMode, Stage, autopay, call, env, eventually, held_payment_dropped,
+    text,
 };
-use brmcp::adapters::mem::{Fabric, uid};
-use brmcp::adapters::{PeerId, RouterConfig};
+use brmcp::adapters::PeerId;
 use brmcp::bridge::{AgentEntry, Bridge, Mode};
 use rmcp::model::{
     CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
@@ -193,25 +192,11 @@ async fn another_agents_task_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_cut_by_a_restart_is_resumed_and_its_result_served() {
-    let fabric = Fabric::new(11);
-    let (bot_id, bridge_id) = (uid(1), uid(2));
-    let (_bot_router, bot) = serve_test_bot(&fabric, bot_id);
-    let dir = tempfile::tempdir().expect("tempdir");
     // The tip "succeeds" but its credit never reaches the bot: the task waits on it.
-    let payer = PayerState::new(bot.clone(), bridge_id, PayMode::NeverCredit);
-    let mut config = base_config(dir.path());
-    config.poll_attempts = 10_000;
-    let first = Bridge::new(
-        config,
-        fabric.router(bridge_id, RouterConfig::client()),
-        TestPayer(payer.clone()),
-    )
-    .expect("bridge");
-    first
-        .apply_settings(autopay(bot_id))
-        .await
-        .expect("settings");
-    first.start().await.expect("start");
+    let stage = Stage::new(11, PayMode::NeverCredit);
+    let (bot_id, bridge_id) = (stage.bot_id, stage.bridge_id);
+    let (bot, payer) = (&stage.bot, &stage.payer);
+    let first = stage.waiting_on_credit(autopay(bot_id)).await;
     let agent = tasker(&first, bot_id).await;
     let id = task_of(&agent, "fortune").await;
     assert!(eventually(TASK_BOUND, || payer.count() == 1).await, "paid");
@@ -226,13 +211,7 @@ async fn a_task_cut_by_a_restart_is_resumed_and_its_result_served() {
     // The tip's credit reaches the bot after the bridge stopped.
     bot.credit(bridge_id, FORTUNE_PRICE);
 
-    let second = Bridge::new(
-        base_config(dir.path()),
-        fabric.router(bridge_id, RouterConfig::client()),
-        TestPayer(payer.clone()),
-    )
-    .expect("bridge");
-    second.start().await.expect("start");
+    let second = stage.restarted().await;
     let agent = tasker(&second, bot_id).await;
     let result = completed(ended(&agent, &id).await);
     assert_eq!(result.is_error, Some(false), "{result:?}");
@@ -309,17 +288,6 @@ async fn a_task_cancelled_while_asked_is_never_paid() {
         .await
         .expect("tasks/cancel");
     assert_eq!(ended(&agent, &id).await, TaskPayload::Cancelled);
-    let bridge = env.bridge.clone();
-    assert!(
-        // Well within the approval's 30 s timeout: the cancel dropped it, not the timeout.
-        eventually(Duration::from_secs(10), || bridge
-            .pending_payments()
-            .is_empty())
-        .await,
-        "the held payment is dropped"
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(env.payer.count(), 0, "nothing paid");
-    assert_eq!(env.bot.executions("fortune"), 0);
+    held_payment_dropped(&env, "fortune").await;
     assert_eq!(ended(&agent, &id).await, TaskPayload::Cancelled);
 }

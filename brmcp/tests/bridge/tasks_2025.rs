@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, autopay, env, eventually, http};
+use crate::common::{Env, autopay, env, held_payment_dropped, http};
 use brmcp::adapters::PeerId;
 use brmcp::bridge::{AgentEntry, Mode, Settings};
 
@@ -420,18 +420,7 @@ async fn a_task_cancelled_while_awaiting_approval_is_never_paid() {
     assert_eq!(cancelled["result"]["taskId"], json!(id), "{cancelled}");
     let result = one.request("tasks/result", json!({"taskId": id})).await;
     assert!(error_of(&result).1.contains("cancelled"), "{result}");
-    let bridge = env.bridge.clone();
-    assert!(
-        // Well within the approval's 30 s timeout: the cancel dropped it.
-        eventually(Duration::from_secs(10), || bridge
-            .pending_payments()
-            .is_empty())
-        .await,
-        "the held payment is dropped"
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(env.payer.count(), 0, "nothing paid");
-    assert_eq!(env.bot.executions("fortune"), 0);
+    held_payment_dropped(&env, "fortune").await;
     one.until(&id, "cancelled").await;
     env.bridge.close().await;
 }

@@ -18,6 +18,7 @@ use crate::common::{
 use brmcp::bridge::{
     AgentEntry, Approver, Caller, Mode, PendingPayment, SETTINGS_FILE, Settings, approval_secret,
 };
+use brmcp_test_support::form_message;
 use rmcp::model::{
     CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
     ErrorData, Implementation, InputResponses, ProtocolVersion,
@@ -68,10 +69,7 @@ impl ClientHandler for Accepts {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
-            return Err(ErrorData::invalid_params("form only", None));
-        };
-        self.asked.lock().unwrap().push(message);
+        self.asked.lock().unwrap().push(form_message(request)?);
         if let Some(gate) = &self.gate {
             gate.notified().await;
         }

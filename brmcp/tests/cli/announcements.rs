@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::processes::{Procs, brmcp, free_port, spawn, uid_in, wait_for};
+use super::processes::{Procs, brmcp, devnet_up, free_port, http_bridge, spawn, uid_in, wait_for};
 
 /// How long the bridge has to receive and keep the posts (a noisy shared machine).
 const DISCOVER_WAIT: Duration = Duration::from_secs(90);
@@ -54,18 +54,7 @@ fn subscribed_bridge(
     args.extend_from_slice(users);
     run(&args);
     let listen = format!("127.0.0.1:{}", free_port());
-    let bridge = spawn(
-        procs,
-        brmcp(&[
-            "bridge",
-            "--datadir",
-            bridge_arg,
-            "--rpc-config",
-            rpc_arg,
-            "--listen",
-            &listen,
-        ]),
-    );
+    let bridge = spawn(procs, http_bridge(bridge_arg, Path::new(rpc_arg), &listen));
     wait_for(&bridge, "Ctrl-C stops the bridge.");
     (listen, bridge)
 }
@@ -81,11 +70,7 @@ fn a_bot_announces_itself_and_a_bridge_on_another_node_discovers_it() {
     let dir = tmp.path();
     let dir_arg = dir.to_str().expect("utf-8");
     let mut procs = Procs(Vec::new());
-    let devnet = spawn(
-        &mut procs,
-        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "3"]),
-    );
-    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let out = devnet_up(&mut procs, dir, &["--nodes", "3"]);
     let uid = |nick: &str| uid_in(&out, nick);
     let (alice, carol) = (uid("alice"), uid("carol"));
 
@@ -237,11 +222,7 @@ async fn an_agent_finds_an_announced_bot_through_the_directory_tools() {
     let dir = tmp.path();
     let dir_arg = dir.to_str().expect("utf-8");
     let mut procs = Procs(Vec::new());
-    let devnet = spawn(
-        &mut procs,
-        brmcp(&["devnet", "--dir", dir_arg, "--directory"]),
-    );
-    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let out = devnet_up(&mut procs, dir, &["--directory"]);
     let uid = |nick: &str| uid_in(&out, nick);
     let (alice, directory) = (uid("alice"), uid("directory"));
     let command = out
@@ -353,19 +334,9 @@ fn serve_announce_lists_an_upstreams_tools_with_prices_and_bounds() {
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/upstream_server.py");
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path();
-    let dir_arg = dir.to_str().expect("utf-8");
     let mut procs = Procs(Vec::new());
-    let devnet = spawn(
-        &mut procs,
-        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
-    );
-    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let alice = out
-        .iter()
-        .find_map(|l| l.trim_start().strip_prefix("alice "))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no alice in:\n{}", out.join("\n")))
-        .to_owned();
+    let out = devnet_up(&mut procs, dir, &["--nodes", "2"]);
+    let alice = uid_in(&out, "alice");
     let state = dir.join("py-state");
     std::fs::create_dir_all(&state).expect("state dir");
     let alice_dir = dir.join("alice");

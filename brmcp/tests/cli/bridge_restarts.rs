@@ -11,7 +11,9 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use super::processes::{Procs, bridge_settings, brmcp, free_port, spawn, start_devnet, wait_for};
+use super::processes::{
+    Procs, bridge_settings, brmcp, free_port, http_bridge, spawn, start_devnet, wait_for,
+};
 
 /// Runs of the bridge process: past the bot's per-peer session bound (8).
 const RUNS: u64 = 10;
@@ -55,18 +57,7 @@ async fn a_killed_bridge_goes_on_with_its_session() {
     for run in 0..RUNS {
         let mut bridge = Procs(Vec::new());
         let listen = format!("127.0.0.1:{}", free_port());
-        let lines = spawn(
-            &mut bridge,
-            brmcp(&[
-                "bridge",
-                "--datadir",
-                &bridge_dir,
-                "--rpc-config",
-                rpc.to_str().expect("utf-8"),
-                "--listen",
-                &listen,
-            ]),
-        );
+        let lines = spawn(&mut bridge, http_bridge(&bridge_dir, &rpc, &listen));
         wait_for(&lines, "Ctrl-C stops the bridge.");
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(format!("http://{listen}/mcp/{alice}"))

@@ -30,7 +30,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceError};
 use serde_json::{Value, json};
 
-use crate::processes::{Procs, brmcp, spawn, start_bridge, start_devnet, wait_for};
+use crate::processes::{
+    Procs, brmcp, brmcp_json, kill_with, spawn, start_bridge, start_devnet, tool_result, wait_for,
+};
 
 /// The slow paid tool, as server-everything names it.
 pub(super) const SLOW: &str = "trigger-long-running-operation";
@@ -131,29 +133,14 @@ impl Stack {
 
     /// Stops serve with `signal` and waits for it to end.
     fn stop_serve(&mut self, index: usize, signal: &str) {
-        let child = &mut self.procs.0[index];
-        let killed = Command::new("kill")
-            .args([format!("-{signal}"), child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(killed.success(), "kill -{signal}");
-        let _ = child.wait();
+        kill_with(&mut self.procs.0[index], signal);
     }
 
     /// `brmcp serve <command> --json`, parsed.
     fn serve_json(&self, command: &str) -> Value {
         let alice_dir = self.alice_dir();
-        let out = brmcp(&[
-            "serve",
-            "--datadir",
-            alice_dir.to_str().expect("utf-8"),
-            command,
-            "--json",
-        ])
-        .output()
-        .expect("brmcp serve");
-        assert!(out.status.success(), "{command}: {out:?}");
-        serde_json::from_slice(&out.stdout).expect("json")
+        let alice_arg = alice_dir.to_str().expect("utf-8");
+        brmcp_json(&["serve", "--datadir", alice_arg, command, "--json"])
     }
 
     /// serve's journal entries of the slow tool.
@@ -180,12 +167,8 @@ impl Stack {
 
     /// The bridge's payments marked paid, in atoms.
     pub(super) fn paid(bridge_dir: &str) -> Vec<u64> {
-        let out = brmcp(&["bridge", "--datadir", bridge_dir, "spend", "--json"])
-            .output()
-            .expect("bridge spend");
-        assert!(out.status.success(), "{out:?}");
-        let rows: Value = serde_json::from_slice(&out.stdout).expect("json");
-        rows.as_array()
+        brmcp_json(&["bridge", "--datadir", bridge_dir, "spend", "--json"])
+            .as_array()
             .expect("an array")
             .iter()
             .filter(|r| r["status"] == "paid")
@@ -232,6 +215,20 @@ pub(super) fn slow_call(secs: u64) -> ClientRequest {
     ))
 }
 
+/// `client`'s slow call of `secs` seconds, sent: its answer, awaited in the
+/// background.
+pub(super) async fn slow_call_sent(
+    client: &RunningService<RoleClient, ()>,
+    secs: u64,
+) -> tokio::task::JoinHandle<Result<ServerResult, ServiceError>> {
+    let handle = client
+        .peer()
+        .send_request_with_option(slow_call(secs), PeerRequestOptions::no_options())
+        .await
+        .expect("sent");
+    tokio::spawn(handle.await_response())
+}
+
 /// Waits until serve's journal has a pending slow call (charged and running), while
 /// `call` has no outcome.
 pub(super) async fn until_running<T: std::fmt::Debug>(
@@ -254,12 +251,7 @@ async fn outlives_a_restart(signal: &str) {
     let (bridge_dir, listen, token) =
         start_bridge(&mut stack.procs, stack.dir.path(), &stack.alice, "autopay");
     let client = agent(&listen, &stack.alice, &token).await;
-    let handle = client
-        .peer()
-        .send_request_with_option(slow_call(RUN_SECS), PeerRequestOptions::no_options())
-        .await
-        .expect("sent");
-    let call = tokio::spawn(handle.await_response());
+    let call = slow_call_sent(&client, RUN_SECS).await;
     if let Err(e) = std::panic::AssertUnwindSafe(until_running(&stack, &call))
         .catch_unwind()
         .await
@@ -301,10 +293,7 @@ async fn outlives_a_restart(signal: &str) {
         .unwrap_or_else(|_| panic!("{signal}: no outcome within {AFTER_RESTART:?} of the restart"))
         .expect("joined")
         .unwrap_or_else(|e| panic!("{signal}: {e}"));
-    let ServerResult::CallToolResult(result) = outcome else {
-        panic!("{signal}: {outcome:?}");
-    };
-    assert_ne!(result.is_error, Some(true), "{signal}: {result:?}");
+    tool_result(signal, outcome);
     eprintln!(
         "{signal}: the outcome came {:?} after the restart",
         back.elapsed()

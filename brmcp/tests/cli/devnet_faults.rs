@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -15,7 +15,8 @@ use rmcp::{RoleClient, ServiceExt as _};
 use serde_json::Value;
 
 use crate::processes::{
-    Procs, assert_devnet_bot_free_call, assert_fortune, brmcp, spawn, start_bridge, wait_for,
+    Procs, assert_devnet_bot_free_call, assert_fortune, brmcp, devnet_up, serve_alice,
+    start_bridge, uid_in,
 };
 
 /// How long a faulty call may take: many PMs, each with its latency and re-sends.
@@ -28,28 +29,11 @@ const QUIET: Duration = Duration::from_secs(3);
 /// uid, and what the devnet printed.
 fn serving_with(dir: &Path, flags: &[&str]) -> (Procs, String, Vec<String>) {
     let mut procs = Procs(Vec::new());
-    let dir_arg = dir.to_str().expect("utf-8 path");
-    let mut args = vec!["devnet", "--dir", dir_arg, "--nodes", "2"];
+    let mut args = vec!["--nodes", "2"];
     args.extend_from_slice(flags);
-    let devnet = spawn(&mut procs, brmcp(&args));
-    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
-    let alice = out
-        .iter()
-        .find_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("alice")).then(|| words.next().map(str::to_owned))
-        })
-        .flatten()
-        .unwrap_or_else(|| panic!("no alice in:\n{}", out.join("\n")));
-    let serve = spawn(
-        &mut procs,
-        brmcp(&[
-            "serve",
-            "--datadir",
-            dir.join("alice").to_str().expect("utf-8"),
-        ]),
-    );
-    wait_for(&serve, "serving echo and fortune");
+    let out = devnet_up(&mut procs, dir, &args);
+    let alice = uid_in(&out, "alice");
+    serve_alice(&mut procs, dir);
     (procs, alice, out)
 }
 
@@ -61,6 +45,25 @@ async fn client(procs: &mut Procs, dir: &Path, alice: &str) -> RunningService<Ro
             .auth_header(token),
     );
     ().serve(transport).await.expect("MCP session")
+}
+
+/// A `fortune` call on `client` (closed once answered), run in the background: still
+/// unanswered after [`QUIET`], for the reason `why`.
+async fn unanswered_fortune(
+    client: RunningService<RoleClient, ()>,
+    why: &str,
+) -> tokio::task::JoinHandle<CallToolResult> {
+    let call = tokio::spawn(async move {
+        let fortune = client
+            .call_tool(CallToolRequestParams::new("fortune"))
+            .await
+            .expect("fortune");
+        let _ = client.cancel().await;
+        fortune
+    });
+    tokio::time::sleep(QUIET).await;
+    assert!(!call.is_finished(), "{why}");
+    call
 }
 
 fn faults_file(dir: &Path) -> Value {
@@ -135,16 +138,7 @@ async fn an_offline_bot_gets_its_call_when_back_online() {
     assert_eq!(faults_file(dir)["offline"], serde_json::json!(["alice"]));
     // The devnet applies the file within a second.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let call = tokio::spawn(async move {
-        let fortune = client
-            .call_tool(CallToolRequestParams::new("fortune"))
-            .await
-            .expect("fortune");
-        let _ = client.cancel().await;
-        fortune
-    });
-    tokio::time::sleep(QUIET).await;
-    assert!(!call.is_finished(), "no answer while the bot is offline");
+    let call = unanswered_fortune(client, "no answer while the bot is offline").await;
 
     let online = brmcp(&["devnet", "online", "alice", "--dir", dir_arg])
         .output()
@@ -164,55 +158,22 @@ async fn an_offline_bot_gets_its_call_when_back_online() {
 async fn a_request_held_at_the_relay_survives_a_sigkill_of_the_devnet() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path();
-    let dir_arg = dir.to_str().expect("utf-8");
     let mut devnet_procs = Procs(Vec::new());
-    let lines = spawn(
-        &mut devnet_procs,
-        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
-    );
-    let out = wait_for(&lines, "Ctrl-C stops the devnet.");
-    let alice = out
-        .iter()
-        .find_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("alice")).then(|| words.next().map(str::to_owned))
-        })
-        .flatten()
-        .expect("alice");
+    let out = devnet_up(&mut devnet_procs, dir, &["--nodes", "2"]);
+    let alice = uid_in(&out, "alice");
     let mut procs = Procs(Vec::new());
-    let serve = spawn(
-        &mut procs,
-        brmcp(&[
-            "serve",
-            "--datadir",
-            dir.join("alice").to_str().expect("utf-8"),
-        ]),
-    );
-    wait_for(&serve, "serving echo and fortune");
+    serve_alice(&mut procs, dir);
     let client = client(&mut procs, dir, &alice).await;
     assert_devnet_bot_free_call(&client).await;
 
     std::fs::write(dir.join("faults.json"), r#"{"latency_ms": 60000}"#).expect("dial");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let call = tokio::spawn(async move {
-        let fortune = client
-            .call_tool(CallToolRequestParams::new("fortune"))
-            .await
-            .expect("fortune");
-        let _ = client.cancel().await;
-        fortune
-    });
-    tokio::time::sleep(QUIET).await;
-    assert!(!call.is_finished(), "held at the relay");
+    let call = unanswered_fortune(client, "held at the relay").await;
     // SIGKILL.
     drop(devnet_procs);
 
     let mut devnet_procs = Procs(Vec::new());
-    let lines = spawn(
-        &mut devnet_procs,
-        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
-    );
-    wait_for(&lines, "Ctrl-C stops the devnet.");
+    devnet_up(&mut devnet_procs, dir, &["--nodes", "2"]);
     let fortune = tokio::time::timeout(CALL, call)
         .await
         .expect("the call completes after the restart")

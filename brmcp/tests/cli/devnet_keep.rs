@@ -28,7 +28,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use crate::processes::{Procs, assert_fortune, brmcp, serving, spawn, start_bridge, wait_for};
+use crate::processes::{Procs, assert_fortune, brmcp, devnet_up, serving, start_bridge};
 
 /// Every node's starting wallet, in milliatoms (10 DCR).
 pub(super) const START_MATOMS: i64 = 10 * 100_000_000 * 1000;
@@ -48,17 +48,7 @@ pub(super) const QUIET: Duration = Duration::from_secs(2);
 /// `brmcp devnet --dir D --nodes n`: the process and each nick's uid.
 pub(super) fn devnet(dir: &Path, nodes: u16) -> (Procs, BTreeMap<String, String>) {
     let mut procs = Procs(Vec::new());
-    let lines = spawn(
-        &mut procs,
-        brmcp(&[
-            "devnet",
-            "--dir",
-            dir.to_str().expect("utf-8"),
-            "--nodes",
-            &nodes.to_string(),
-        ]),
-    );
-    let out = wait_for(&lines, "Ctrl-C stops the devnet.");
+    let out = devnet_up(&mut procs, dir, &["--nodes", &nodes.to_string()]);
     assert!(
         out.iter().any(|l| l.contains("brmcp devnet wallets --dir")),
         "the startup lines say how to see the wallets:\n{}",

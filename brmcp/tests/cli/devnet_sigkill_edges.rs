@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::devnet_keep::{
     QUIET, START_MATOMS, Seen, TIP_ATOMS, WAIT, devnet, host, pm_recorder, seen, until, wallets,
 };
-use crate::processes::{Procs, brmcp, serving, spawn, wait_for};
+use crate::processes::{Procs, brmcp, devnet_up, serving};
 
 /// Kill cycles of `sigkill_right_after_a_tip_is_acknowledged`.
 const ACK_KILL_CYCLES: usize = 3;
@@ -115,7 +115,6 @@ fn set_offline(dir: &Path, nick: &str, offline: bool) {
 async fn pms_accepted_for_an_offline_receiver_survive_a_sigkill() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path();
-    let dir_arg = dir.to_str().expect("utf-8");
     let (procs, uids) = devnet(dir, 2);
     set_offline(dir, "bob", true);
     let alice = host(dir, "alice");
@@ -128,19 +127,7 @@ async fn pms_accepted_for_an_offline_receiver_survive_a_sigkill() {
 
     // Restarted with bob still offline: his mail waits at the relay.
     let mut procs = Procs(Vec::new());
-    let lines = spawn(
-        &mut procs,
-        brmcp(&[
-            "devnet",
-            "--dir",
-            dir_arg,
-            "--nodes",
-            "2",
-            "--offline",
-            "bob",
-        ]),
-    );
-    wait_for(&lines, "Ctrl-C stops the devnet.");
+    devnet_up(&mut procs, dir, &["--nodes", "2", "--offline", "bob"]);
     let bob_seen: Seen<(u64, String)> = Arc::default();
     let bob = host(dir, "bob");
     bob.spawn(pm_recorder(&bob_seen, false))

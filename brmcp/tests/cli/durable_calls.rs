@@ -10,7 +10,6 @@
 //! - a call journal that is garbage stops the bridge with an error naming the file.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -20,8 +19,11 @@ use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::{RoleClient, ServiceError};
 use serde_json::{Value, json};
 
-use crate::call_lifetimes::{PRICE_ATOMS, Stack, agent, slow_call, until_running};
-use crate::processes::{Procs, bridge_settings, brmcp, free_port, serving, spawn, wait_for};
+use crate::call_lifetimes::{PRICE_ATOMS, Stack, agent, slow_call, slow_call_sent, until_running};
+use crate::processes::{
+    Procs, bridge_settings, brmcp, brmcp_json, free_port, http_bridge, kill_with, serving, spawn,
+    tool_result, wait_for,
+};
 
 /// How long the slow call runs at the bot, in seconds.
 const RUN_SECS: u64 = 8;
@@ -41,32 +43,14 @@ const CALLS_FILE: &str = "mcpcalls.sqlite";
 fn start_bridge(bridge_dir: &str, rpc: &Path) -> (Procs, String) {
     let mut procs = Procs(Vec::new());
     let listen = format!("127.0.0.1:{}", free_port());
-    let lines = spawn(&mut procs, bridge_command(bridge_dir, rpc, &listen));
+    let lines = spawn(&mut procs, http_bridge(bridge_dir, rpc, &listen));
     wait_for(&lines, "Ctrl-C stops the bridge.");
     (procs, listen)
 }
 
-fn bridge_command(bridge_dir: &str, rpc: &Path, listen: &str) -> Command {
-    brmcp(&[
-        "bridge",
-        "--datadir",
-        bridge_dir,
-        "--rpc-config",
-        rpc.to_str().expect("utf-8"),
-        "--listen",
-        listen,
-    ])
-}
-
 /// Stops the bridge with `signal` and waits for it to end.
 fn stop(bridge: &mut Procs, signal: &str) {
-    let child = &mut bridge.0[0];
-    let killed = Command::new("kill")
-        .args([format!("-{signal}"), child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success(), "kill -{signal}");
-    let _ = child.wait();
+    kill_with(&mut bridge.0[0], signal);
 }
 
 fn bridge_out(bridge_dir: &str, args: &[&str]) -> String {
@@ -90,12 +74,7 @@ async fn cut_and_retried(signal: &str) {
     let rpc = stack.dir.path().join("bob").join("brmcp-serve.conf");
     let (mut bridge, listen) = start_bridge(&bridge_dir, &rpc);
     let client = agent(&listen, &stack.alice, &token).await;
-    let handle = client
-        .peer()
-        .send_request_with_option(slow_call(RUN_SECS), PeerRequestOptions::no_options())
-        .await
-        .expect("sent");
-    let call = tokio::spawn(handle.await_response());
+    let call = slow_call_sent(&client, RUN_SECS).await;
     until_running(&stack, &call).await;
     assert_eq!(
         paid(&bridge_dir),
@@ -122,10 +101,7 @@ async fn cut_and_retried(signal: &str) {
     .await
     .unwrap_or_else(|_| panic!("{signal}: no answer within {AFTER_RESTART:?}"))
     .unwrap_or_else(|e| panic!("{signal}: {e}"));
-    let ServerResult::CallToolResult(result) = retry else {
-        panic!("{signal}: {retry:?}");
-    };
-    assert_ne!(result.is_error, Some(true), "{signal}: {result:?}");
+    tool_result(signal, retry);
     eprintln!(
         "{signal}: the retry's answer came after {:?}",
         started.elapsed()
@@ -181,10 +157,7 @@ async fn keyed_fortune(
         .await?
         .await_response()
         .await?;
-    let ServerResult::CallToolResult(result) = answer else {
-        panic!("{answer:?}");
-    };
-    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let result = tool_result("the call", answer);
     Ok(serde_json::to_value(&result).expect("json"))
 }
 
@@ -198,18 +171,9 @@ fn refusal(outcome: Result<Value, ServiceError>) -> String {
 
 /// serve's journal entries of `fortune`.
 fn fortunes(alice_dir: &Path) -> Vec<Value> {
-    let out = brmcp(&[
-        "serve",
-        "--datadir",
-        alice_dir.to_str().expect("utf-8"),
-        "journal",
-        "--json",
-    ])
-    .output()
-    .expect("serve journal");
-    assert!(out.status.success(), "{out:?}");
-    let all: Value = serde_json::from_slice(&out.stdout).expect("json");
-    all.as_array()
+    let alice_arg = alice_dir.to_str().expect("utf-8");
+    brmcp_json(&["serve", "--datadir", alice_arg, "journal", "--json"])
+        .as_array()
         .expect("an array")
         .iter()
         .filter(|c| c["tool"] == "fortune")
@@ -302,7 +266,7 @@ async fn an_agents_own_call_key_is_exact_and_its_own() {
     }
     std::fs::write(&journal, b"SQLite format 3\0torn".repeat(256)).expect("garbage");
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut child = bridge_command(&bridge_dir, &rpc, &listen)
+    let mut child = http_bridge(&bridge_dir, &rpc, &listen)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

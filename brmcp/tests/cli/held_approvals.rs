@@ -12,7 +12,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 
 use super::processes::{
-    assert_fortune, bridge_settings, brmcp, free_port, serving, spawn, wait_for,
+    assert_fortune, bridge_settings, brmcp, free_port, http_bridge, serving, spawn, wait_for,
 };
 
 /// How long a reloaded bot list may take to reach the endpoint: it polls every second;
@@ -33,15 +33,7 @@ async fn a_service_bridge_logs_held_payments_and_serves_bots_by_name() {
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
     let port = free_port();
     let listen = format!("localhost:{port}");
-    let mut cmd = brmcp(&[
-        "bridge",
-        "--datadir",
-        &bridge_dir,
-        "--rpc-config",
-        rpc.to_str().expect("utf-8"),
-        "--listen",
-        &listen,
-    ]);
+    let mut cmd = http_bridge(&bridge_dir, &rpc, &listen);
     cmd.stdin(Stdio::null());
     let lines = spawn(&mut procs, cmd);
     let out = wait_for(&lines, "Ctrl-C stops the bridge.");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rmcp::RoleClient;
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ServerResult};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -35,6 +35,37 @@ pub(super) fn brmcp(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_brmcp"));
     cmd.args(args);
     cmd
+}
+
+/// `brmcp bridge` on the data directory `bridge_dir` with its client's config `rpc`,
+/// its endpoints at `listen`.
+pub(super) fn http_bridge(bridge_dir: &str, rpc: &Path, listen: &str) -> Command {
+    brmcp(&[
+        "bridge",
+        "--datadir",
+        bridge_dir,
+        "--rpc-config",
+        rpc.to_str().expect("utf-8"),
+        "--listen",
+        listen,
+    ])
+}
+
+/// Sends `child` the signal named `signal` (`KILL`, `TERM`) and waits for it to end.
+pub(super) fn kill_with(child: &mut Child, signal: &str) {
+    let killed = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -{signal}");
+    let _ = child.wait();
+}
+
+/// What `brmcp args` printed as JSON, checked that it succeeded.
+pub(super) fn brmcp_json(args: &[&str]) -> serde_json::Value {
+    let out = brmcp(args).output().expect("brmcp");
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("json")
 }
 
 /// Starts `cmd` and returns its lines (stdout and stderr) as they come.
@@ -132,15 +163,42 @@ pub(super) fn uid_in(out: &[String], nick: &str) -> String {
         .unwrap_or_else(|| panic!("no {nick} in:\n{}", out.join("\n")))
 }
 
+/// The tool result `answer` is, checked not an error; `case` prefixes what a failed
+/// check says.
+pub(super) fn tool_result(case: &str, answer: ServerResult) -> CallToolResult {
+    let ServerResult::CallToolResult(result) = answer else {
+        panic!("{case}: {answer:?}");
+    };
+    assert_ne!(result.is_error, Some(true), "{case}: {result:?}");
+    result
+}
+
+/// `brmcp devnet` in `dir` with `flags`, one of `procs`, once it is up: what it
+/// printed.
+pub(super) fn devnet_up(procs: &mut Procs, dir: &Path, flags: &[&str]) -> Vec<String> {
+    let mut args = vec!["devnet", "--dir", dir.to_str().expect("utf-8 path")];
+    args.extend_from_slice(flags);
+    let devnet = spawn(procs, brmcp(&args));
+    wait_for(&devnet, "Ctrl-C stops the devnet.")
+}
+
+/// `brmcp serve` on the devnet's node alice in `dir`, one of `procs`, once it serves.
+pub(super) fn serve_alice(procs: &mut Procs, dir: &Path) {
+    let serve = spawn(
+        procs,
+        brmcp(&[
+            "serve",
+            "--datadir",
+            dir.join("alice").to_str().expect("utf-8"),
+        ]),
+    );
+    wait_for(&serve, "serving echo and fortune");
+}
+
 /// [`start_devnet`], with what the devnet printed.
 fn devnet_printing(dir: &Path) -> (Procs, String, String, Vec<String>) {
     let mut procs = Procs(Vec::new());
-    let dir_arg = dir.to_str().expect("utf-8 path");
-    let devnet = spawn(
-        &mut procs,
-        brmcp(&["devnet", "--dir", dir_arg, "--nodes", "2"]),
-    );
-    let out = wait_for(&devnet, "Ctrl-C stops the devnet.");
+    let out = devnet_up(&mut procs, dir, &["--nodes", "2"]);
     let uid = |nick: &str| uid_in(&out, nick);
     let (alice, bob) = (uid("alice"), uid("bob"));
     (procs, alice, bob, out)
@@ -150,15 +208,7 @@ fn devnet_printing(dir: &Path) -> (Procs, String, String, Vec<String>) {
 /// what the devnet printed.
 pub(super) fn serving(dir: &Path) -> (Procs, String, String, Vec<String>) {
     let (mut procs, alice, bob, out) = devnet_printing(dir);
-    let serve = spawn(
-        &mut procs,
-        brmcp(&[
-            "serve",
-            "--datadir",
-            dir.join("alice").to_str().expect("utf-8"),
-        ]),
-    );
-    wait_for(&serve, "serving echo and fortune");
+    serve_alice(&mut procs, dir);
     (procs, alice, bob, out)
 }
 
@@ -204,18 +254,7 @@ fn bridge_printing(
     let bridge_arg = bridge_settings(dir, alice, mode);
     let rpc = dir.join("bob").join("brmcp-serve.conf");
     let listen = format!("127.0.0.1:{}", free_port());
-    let bridge = spawn(
-        procs,
-        brmcp(&[
-            "bridge",
-            "--datadir",
-            &bridge_arg,
-            "--rpc-config",
-            rpc.to_str().expect("utf-8"),
-            "--listen",
-            &listen,
-        ]),
-    );
+    let bridge = spawn(procs, http_bridge(&bridge_arg, &rpc, &listen));
     let out = wait_for(&bridge, "Ctrl-C stops the bridge.");
     // Printed only when made: `token show` has it on every run.
     let shown = brmcp(&["bridge", "--datadir", &bridge_arg, "token", "show"])
@@ -307,7 +346,7 @@ pub(super) async fn assert_devnet_bot_free_call(client: &RunningService<RoleClie
     assert_eq!(echo.structured_content, Some(json!({"echo": "hi"})));
 }
 
-pub(super) fn assert_fortune(result: &rmcp::model::CallToolResult) {
+pub(super) fn assert_fortune(result: &CallToolResult) {
     assert_ne!(result.is_error, Some(true), "{result:?}");
     assert!(
         result

@@ -17,7 +17,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 
 use super::processes::{
-    assert_fortune, bridge_settings, brmcp, free_port, serving, spawn, wait_for,
+    assert_fortune, bridge_settings, brmcp, free_port, http_bridge, serving, spawn, wait_for,
 };
 
 type Agent = RunningService<RoleClient, ()>;
@@ -91,35 +91,16 @@ async fn http_and_stdio_agents_share_one_client_and_its_caps() {
     set(&bridge_dir, "per_day_cap_atoms", json!(30_000));
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
     let listen = format!("127.0.0.1:{}", free_port());
-    let lines = spawn(
-        &mut procs,
-        brmcp(&[
-            "bridge",
-            "--datadir",
-            &bridge_dir,
-            "--rpc-config",
-            rpc.to_str().expect("utf-8"),
-            "--listen",
-            &listen,
-        ]),
-    );
+    let lines = spawn(&mut procs, http_bridge(&bridge_dir, &rpc, &listen));
     wait_for(&lines, "Ctrl-C stops the bridge.");
     let bridge_pid = procs.0.last().expect("bridge").id();
     assert_eq!(record(&bridge_dir)["pid"], json!(bridge_pid));
     assert_eq!(record(&bridge_dir)["addr"], json!(listen));
 
     // A second HTTP bridge on the directory is refused, naming the running one.
-    let second = brmcp(&[
-        "bridge",
-        "--datadir",
-        &bridge_dir,
-        "--rpc-config",
-        rpc.to_str().expect("utf-8"),
-        "--listen",
-        &format!("127.0.0.1:{}", free_port()),
-    ])
-    .output()
-    .expect("second bridge");
+    let second = http_bridge(&bridge_dir, &rpc, &format!("127.0.0.1:{}", free_port()))
+        .output()
+        .expect("second bridge");
     let said = String::from_utf8_lossy(&second.stderr);
     assert!(
         !second.status.success()

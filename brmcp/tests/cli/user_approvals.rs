@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use brmcp_test_support::form_message;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ErrorData, Implementation, InputResponses, ProtocolVersion,
@@ -19,7 +20,7 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::{Value, json};
 
 use super::processes::{
-    assert_fortune, bridge_settings, brmcp, free_port, serving, spawn, wait_for,
+    assert_fortune, bridge_settings, brmcp, free_port, http_bridge, serving, spawn, wait_for,
 };
 
 /// How long a payment is watched for not being made: a decided payment is tipped
@@ -44,10 +45,10 @@ impl ClientHandler for Accepts {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
-            return Err(ErrorData::invalid_params("form only", None));
-        };
-        self.asked.lock().expect("asked").push(message);
+        self.asked
+            .lock()
+            .expect("asked")
+            .push(form_message(request)?);
         Ok(serde_json::from_value(json!({"action": "accept"})).expect("accept"))
     }
 }
@@ -116,15 +117,7 @@ async fn a_user_only_agents_accept_pays_nothing_until_approvals_approves() {
     let own = add("own", &["--agent-approves"]);
     let rpc = dir.path().join("bob").join("brmcp-serve.conf");
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut cmd = brmcp(&[
-        "bridge",
-        "--datadir",
-        &bridge_dir,
-        "--rpc-config",
-        rpc.to_str().expect("utf-8"),
-        "--listen",
-        &listen,
-    ]);
+    let mut cmd = http_bridge(&bridge_dir, &rpc, &listen);
     cmd.stdin(Stdio::null());
     let lines = spawn(&mut procs, cmd);
     wait_for(&lines, "Ctrl-C stops the bridge.");

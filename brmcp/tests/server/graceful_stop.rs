@@ -12,8 +12,8 @@ use brmcp::adapters::mem::Fabric;
 use brmcp::adapters::protocol::CALL_INTERRUPTED;
 use brmcp::adapters::wire::{SessionId, UnixTime};
 use brmcp::server::{
-    CallRequest, CallState, Charge, Clock, FREE_STOPPED_NOTICE, Harness, INTERRUPTED, Ledger,
-    ManualClock, NoArgs, Origin, STOPPED_NOTICE, Tip, ToolError, ToolSpec,
+    CallRequest, CallState, Charge, Clock, FREE_STOPPED_NOTICE, INTERRUPTED, Ledger, ManualClock,
+    NoArgs, Origin, STOPPED_NOTICE, Tip, ToolError, ToolSpec,
 };
 use rmcp::ServiceError;
 use rmcp::model::RequestId;
@@ -29,23 +29,7 @@ const FUNDS: u64 = 1_000_000;
 const WITHIN: Duration = Duration::from_secs(20);
 
 fn hanging(started: mpsc::UnboundedSender<()>) -> ToolSpec {
-    ToolSpec::fixed("slow", "Slow paid work", PRICE, move |_, _: NoArgs| {
-        let _ = started.send(());
-        async {
-            std::future::pending::<()>().await;
-            Ok::<_, ToolError>("unreachable")
-        }
-    })
-}
-
-fn harness(dir: &std::path::Path, tool: ToolSpec) -> Harness {
-    Harness::builder()
-        .data_dir(dir)
-        .clock(ManualClock::at_unix(T0))
-        .allowed_uids([peer(ALICE)])
-        .tool(tool)
-        .build()
-        .unwrap()
+    hanging_at(PRICE, started)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +37,7 @@ async fn a_stop_answers_the_paid_call_it_ends_before_the_sessions_close() {
     let dir = tempfile::tempdir().unwrap();
     let fabric = Fabric::new(31);
     let (started_tx, mut started) = mpsc::unbounded_channel();
-    let server = harness(dir.path(), hanging(started_tx));
+    let server = alice_harness(dir.path(), hanging(started_tx));
     tip(&server, 1, ALICE, FUNDS).await;
     let _router = start(&fabric, &server);
     let alice = Arc::new(client(&fabric, ALICE).await);
@@ -95,16 +79,8 @@ async fn a_stop_answers_the_paid_call_it_ends_before_the_sessions_close() {
     drop(server);
 
     // The next start refunds nothing and tells nobody; the money is where it was.
-    let server = harness(dir.path(), hanging(mpsc::unbounded_channel().0));
-    assert_eq!(server.refunded_at_open(), 0);
-    assert!(
-        server
-            .ledger()
-            .unwrap()
-            .interrupted(now)
-            .unwrap()
-            .is_empty()
-    );
+    let server = alice_harness(dir.path(), hanging(mpsc::unbounded_channel().0));
+    nothing_interrupted(&server, now);
     assert_eq!(balance(&server, ALICE).await, FUNDS);
 }
 
@@ -164,7 +140,7 @@ async fn a_stop_answers_a_free_call_without_a_key_too() {
             }
         },
     );
-    let server = harness(dir.path(), free);
+    let server = alice_harness(dir.path(), free);
     let _router = start(&fabric, &server);
     let alice = Arc::new(client(&fabric, ALICE).await);
     let caller = alice.clone();

@@ -11,8 +11,7 @@ use std::time::Duration;
 use brmcp::adapters::mem::Fabric;
 use brmcp::adapters::protocol::CALL_INTERRUPTED;
 use brmcp::server::{
-    CallState, Clock, Harness, INTERRUPTED, INTERRUPTED_NOTICE, ManualClock, NoArgs, ToolError,
-    ToolSpec,
+    CallState, Clock, INTERRUPTED, INTERRUPTED_NOTICE, ManualClock, NoArgs, ToolError, ToolSpec,
 };
 use rmcp::ServiceError;
 use rmcp::model::{ClientRequest, PingRequest, ServerResult};
@@ -43,13 +42,7 @@ fn runtime(threads: usize) -> Runtime {
 
 /// `slow` at [`PRICE`]: says it started, then never finishes.
 fn hanging(started: mpsc::UnboundedSender<()>) -> ToolSpec {
-    ToolSpec::fixed("slow", "Slow paid work", PRICE, move |_, _: NoArgs| {
-        let _ = started.send(());
-        async {
-            std::future::pending::<()>().await;
-            Ok::<_, ToolError>("unreachable")
-        }
-    })
+    hanging_at(PRICE, started)
 }
 
 /// `slow` at [`PRICE`], answering at once.
@@ -57,16 +50,6 @@ fn quick() -> ToolSpec {
     ToolSpec::fixed("slow", "Slow paid work", PRICE, |_, _: NoArgs| async {
         Ok::<_, ToolError>("done")
     })
-}
-
-fn harness(dir: &std::path::Path, tool: ToolSpec) -> Harness {
-    Harness::builder()
-        .data_dir(dir)
-        .clock(ManualClock::at_unix(T0))
-        .allowed_uids([peer(ALICE)])
-        .tool(tool)
-        .build()
-        .unwrap()
 }
 
 /// Waits until `cond` holds, for up to [`TOLD_WITHIN`].
@@ -105,7 +88,7 @@ fn a_restarted_harness_tells_the_caller_its_paid_call_was_interrupted() {
     // The server's first life, on a runtime of its own.
     let first = runtime(1);
     let (started_tx, mut started) = mpsc::unbounded_channel();
-    let server = harness(dir.path(), hanging(started_tx));
+    let server = alice_harness(dir.path(), hanging(started_tx));
     first.block_on(tip(&server, 1, ALICE, FUNDS));
     let first_router = {
         let _inside = first.enter();
@@ -135,7 +118,7 @@ fn a_restarted_harness_tells_the_caller_its_paid_call_was_interrupted() {
     drop(first);
 
     main.block_on(async {
-        let server = harness(dir.path(), quick());
+        let server = alice_harness(dir.path(), quick());
         assert_eq!(server.refunded_at_open(), 1);
         let _router = start(&fabric, &server);
         let failed = tokio::time::timeout(TOLD_WITHIN, pending)
@@ -181,15 +164,7 @@ fn a_restarted_harness_tells_the_caller_its_paid_call_was_interrupted() {
         drop(server);
 
         // Started again: nothing to refund, nobody to tell.
-        let server = harness(dir.path(), quick());
-        assert_eq!(server.refunded_at_open(), 0);
-        assert!(
-            server
-                .ledger()
-                .unwrap()
-                .interrupted(now)
-                .unwrap()
-                .is_empty()
-        );
+        let server = alice_harness(dir.path(), quick());
+        nothing_interrupted(&server, now);
     });
 }

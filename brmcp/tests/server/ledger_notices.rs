@@ -13,6 +13,8 @@ use brmcp::server::{
 };
 use rmcp::model::RequestId;
 
+use crate::support::ledger::schema_version;
+
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
 const NOW: UnixTime = UnixTime(1_767_225_600);
 
@@ -173,9 +175,5 @@ fn a_schema_3_ledger_is_migrated_and_its_pending_calls_refunded_untold() {
     assert_eq!(refunded, 1);
     assert_eq!(ledger.interrupted(NOW).unwrap().len(), 1);
     drop(ledger);
-    let db = rusqlite::Connection::open(&path).unwrap();
-    let version: i32 = db
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(schema_version(&path), SCHEMA_VERSION);
 }

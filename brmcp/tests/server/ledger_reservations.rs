@@ -11,6 +11,8 @@ use brmcp::server::{
 };
 use serde_json::json;
 
+use crate::support::ledger::schema_version;
+
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const PRICE: u64 = 10;
@@ -163,9 +165,5 @@ fn a_schema_4_ledger_is_migrated_and_reserves() {
     tip(&ledger, 1, PRICE, true);
     assert_eq!(reserved(&ledger, NOW), PRICE * MATOMS_PER_ATOM);
     drop(ledger);
-    let db = rusqlite::Connection::open(&path).unwrap();
-    let version: i32 = db
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(schema_version(&path), SCHEMA_VERSION);
 }

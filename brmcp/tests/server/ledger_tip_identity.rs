@@ -9,6 +9,8 @@ use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
 use brmcp::server::{FILE_NAME, Ledger, SCHEMA_VERSION, TIP_REPLAY_WINDOW_SECS, Tip, TipOutcome};
 
+use crate::support::ledger::schema_version;
+
 const NOW: UnixTime = UnixTime(1_767_225_600);
 const ALICE: PeerId = PeerId::from_bytes([0xa1; 32]);
 const BOB: PeerId = PeerId::from_bytes([0xb0; 32]);
@@ -227,9 +229,5 @@ fn a_schema_1_ledger_is_migrated_with_its_tips() {
     );
     assert_eq!(ledger.balance_matoms(&ALICE).unwrap(), 5000);
     drop(ledger);
-    let db = rusqlite::Connection::open(dir.path().join(FILE_NAME)).unwrap();
-    let version: i32 = db
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(schema_version(&dir.path().join(FILE_NAME)), SCHEMA_VERSION);
 }

@@ -57,6 +57,18 @@ pub async fn start_specs(specs: Vec<NodeSpec>, cfg: DevnetConfig) -> Net {
     Net { devnet, dir }
 }
 
+/// The devnet of alice and bob kept in `dir`, started (again, after a stop, on what it
+/// kept): the devnet and the two nodes.
+pub async fn alice_and_bob_in(dir: &Path) -> (Devnet, NodeInfo, NodeInfo) {
+    let specs = vec![NodeSpec::new("alice"), NodeSpec::new("bob")];
+    let devnet = Devnet::start_with(dir, specs, DevnetConfig::default())
+        .await
+        .unwrap();
+    let alice = devnet.node_by_nick("alice").unwrap();
+    let bob = devnet.node_by_nick("bob").unwrap();
+    (devnet, alice, bob)
+}
+
 /// Accepts exactly the pinned certificate, checking handshake signatures with ring.
 #[derive(Debug)]
 struct Pinned {
@@ -400,6 +412,13 @@ impl Client {
         })
         .await
         .map(|f| f.json().unwrap()["params"].clone())
+    }
+
+    /// Opens the stream `method` from its first unacknowledged item and reads `n` items
+    /// of it, in arrival order.
+    pub async fn unacked(&mut self, method: &str, n: usize) -> Vec<Value> {
+        self.request(method, json!({"unackedFrom": "0"}));
+        self.items(method, n).await
     }
 
     /// `n` items of `method`, in arrival order.

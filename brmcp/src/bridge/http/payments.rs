@@ -5,7 +5,7 @@
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::plain;
+use super::refusal::plain;
 use crate::bridge::Inner;
 use crate::bridge::quote::DynamicQuote;
 

@@ -3,13 +3,13 @@
 
 use brmcp_adapters::PeerId;
 use brmcp_adapters::wire::UnixTime;
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::retention::{reclaim, release_expired};
 use super::{
-    AuditAction, AuditEntry, Balance, CallId, CallState, JOURNAL_SELECT, JournalEntry, Ledger,
-    LedgerError, PrunedCalls, Tip, TipRecord, add_balance, amount, audit, bad_column,
-    entry_from_row, lookup, peer, seq_to_sql, sql_limit,
+    AuditAction, AuditEntry, Balance, CallId, CallState, JournalEntry, Ledger, LedgerError,
+    PrunedCalls, Tip, TipRecord, add_balance, amount, amount_to_sql, bad_column, lookup, peer,
+    seq_to_sql, sql_limit,
 };
 #[cfg(doc)]
 use super::{Billing, MAX_JOURNAL_ROWS_PER_CALLER, VACUUM_FREE_PAGES};
@@ -270,4 +270,47 @@ impl Ledger {
             )
             .optional()?)
     }
+}
+
+fn audit(
+    conn: &Connection,
+    now: UnixTime,
+    caller: &str,
+    action: AuditAction,
+    matoms: u64,
+    call: Option<CallId>,
+    reason: &str,
+) -> Result<(), LedgerError> {
+    conn.execute(
+        "INSERT INTO audit (at, caller, action, matoms, call_id, reason) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            now.secs(),
+            caller,
+            action.as_str(),
+            amount_to_sql(matoms)?,
+            call.map(CallId::get),
+            reason
+        ],
+    )?;
+    Ok(())
+}
+
+const JOURNAL_SELECT: &str = "SELECT id, caller, tool, price_atoms, state, started_at, \
+     finished_at, reason, call_key, key_held, outcome IS NOT NULL FROM calls";
+
+fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<JournalEntry> {
+    Ok(JournalEntry {
+        id: CallId::new(row.get(0)?),
+        caller: peer(row, 1)?,
+        tool: row.get(2)?,
+        price_atoms: amount(row, 3)?,
+        state: CallState::from_sql(row, 4)?,
+        started_at: UnixTime(row.get(5)?),
+        finished_at: row.get::<_, Option<i64>>(6)?.map(UnixTime),
+        reason: row.get(7)?,
+        call_key: row.get(8)?,
+        key_held: row.get(9)?,
+        outcome_kept: row.get(10)?,
+    })
 }

@@ -12,11 +12,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{LedgerError, MAX_OUTCOME_BYTES_PER_CALLER, MAX_OUTCOMES_PER_CALLER, sql_limit};
+use super::{LedgerError, sql_limit};
 use brmcp_adapters::wire::UnixTime;
 
 #[cfg(doc)]
-use crate::server::call_key::OUTCOME_TTL_SECS;
+use crate::server::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
 
 /// Finished calls the journal keeps per caller: 2048 (and up to [`PRUNE_EVERY`] less one
 /// more between two prunes), over an hour of calls at the default rate limit (twice the
@@ -26,6 +26,19 @@ use crate::server::call_key::OUTCOME_TTL_SECS;
 /// to the caller's `pruned` totals. Without it, a caller at the rate limit adds
 /// 43,200 rows a day forever.
 pub const MAX_JOURNAL_ROWS_PER_CALLER: usize = 2048;
+
+/// Bytes of replayable outcomes the journal keeps for one caller: 16 MiB, sixteen
+/// maximal outcomes ([`MAX_OUTCOME_BYTES`]). Outcomes are kept for their replay window
+/// ([`OUTCOME_TTL_SECS`]), so without a bound one caller at the rate limit holds
+/// gigabytes of the operator's disk. Past it the caller's oldest outcome goes first; its
+/// key stays held, so a retry is answered "outcome not retained" instead of running and
+/// paying again.
+pub const MAX_OUTCOME_BYTES_PER_CALLER: usize = 16 << 20;
+
+/// Replayable outcomes the journal keeps for one caller: 1024, more than a caller at
+/// the default rate limit finishes in one replay window. Bounds the rows the per-caller
+/// byte check reads.
+pub(crate) const MAX_OUTCOMES_PER_CALLER: usize = 1024;
 
 /// A caller's charges between two prunes of its journal rows: 64. Finding the cut reads
 /// the caller's newest [`MAX_JOURNAL_ROWS_PER_CALLER`] index entries, the largest part

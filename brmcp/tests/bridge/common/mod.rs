@@ -21,6 +21,8 @@ use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::{Bridge, Config, Mode, Settings};
 use rmcp::model::{CompleteRequestParams, CompleteResult, CompletionInfo};
 use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 
 // The bridge test binary and the stdio fixture example include this module; each
@@ -45,17 +47,19 @@ pub use http::{INITIALIZE, http, http_on, initialize, post_on_session};
 #[allow(unused_imports)]
 pub use payer::{PayMode, PayerState, TestPayer};
 
-/// A fabric with the test bot and a bridge, set up for one test.
+/// A fabric with the test bot and a bridge, set up for one test: the [`Stage`]'s
+/// fields read through the env (`env.bot_id`).
 pub struct Env {
-    pub fabric: Fabric,
-    /// The bot's router (the fabric holds routers weakly).
-    pub bot_router: brmcp::adapters::Router,
-    pub bot_id: PeerId,
-    pub bridge_id: PeerId,
-    pub bot: Arc<BotState>,
-    pub payer: Arc<PayerState>,
+    pub stage: Stage,
     pub bridge: Bridge,
-    pub dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Env {
+    type Target = Stage;
+
+    fn deref(&self) -> &Stage {
+        &self.stage
+    }
 }
 
 /// Settings with the bot allowed, autopay, generous caps.
@@ -76,6 +80,68 @@ pub fn base_config(dir: &std::path::Path) -> Config {
     config
 }
 
+/// What bridges run on, one after another when a test restarts one: a fabric with the
+/// test bot serving on it, a payer of the bot and a data directory.
+pub struct Stage {
+    pub fabric: Fabric,
+    /// The bot's router (the fabric holds routers weakly).
+    pub bot_router: brmcp::adapters::Router,
+    pub bot_id: PeerId,
+    pub bridge_id: PeerId,
+    pub bot: Arc<BotState>,
+    pub payer: Arc<PayerState>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Stage {
+    /// The test bot on a fabric of `seed` and a payer of it in `mode`.
+    pub fn new(seed: u64, mode: PayMode) -> Self {
+        let fabric = Fabric::new(seed);
+        let (bot_id, bridge_id) = (uid(1), uid(2));
+        let (bot_router, bot) = serve_test_bot(&fabric, bot_id);
+        let payer = PayerState::new(bot.clone(), bridge_id, mode);
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self {
+            fabric,
+            bot_router,
+            bot_id,
+            bridge_id,
+            bot,
+            payer,
+            dir,
+        }
+    }
+
+    /// A bridge on the stage with `config` and a router of `router_config`.
+    pub fn bridge_with(&self, config: Config, router_config: RouterConfig) -> Bridge {
+        Bridge::new(
+            config,
+            self.fabric.router(self.bridge_id, router_config),
+            TestPayer(self.payer.clone()),
+        )
+        .expect("bridge")
+    }
+
+    /// The first run of a bridge whose paid calls wait on their credit (polled 10 000
+    /// times, so a test can stop it mid-call): with `settings`, started.
+    pub async fn waiting_on_credit(&self, settings: Settings) -> Bridge {
+        let mut config = base_config(self.dir.path());
+        config.poll_attempts = 10_000;
+        let bridge = self.bridge_with(config, RouterConfig::client());
+        bridge.apply_settings(settings).await.expect("settings");
+        bridge.start().await.expect("start");
+        bridge
+    }
+
+    /// The next run of the bridge, on what the earlier one left in the data
+    /// directory: started.
+    pub async fn restarted(&self) -> Bridge {
+        let bridge = self.bridge_with(base_config(self.dir.path()), RouterConfig::client());
+        bridge.start().await.expect("start");
+        bridge
+    }
+}
+
 /// A fabric, the test bot serving on it, and a bridge with `settings` (made from the
 /// bot's uid) and `config`.
 pub async fn env_with(
@@ -91,32 +157,13 @@ pub async fn env_full(
     config: impl FnOnce(Config) -> Config,
     router_config: RouterConfig,
 ) -> Env {
-    let fabric = Fabric::new(7);
-    let (bot_id, bridge_id) = (uid(1), uid(2));
-    let (bot_router, bot) = serve_test_bot(&fabric, bot_id);
-    let client_router = fabric.router(bridge_id, router_config);
-    let payer = PayerState::new(bot.clone(), bridge_id, PayMode::Credit);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bridge = Bridge::new(
-        config(base_config(dir.path())),
-        client_router,
-        TestPayer(payer.clone()),
-    )
-    .expect("bridge");
+    let stage = Stage::new(7, PayMode::Credit);
+    let bridge = stage.bridge_with(config(base_config(stage.dir.path())), router_config);
     bridge
-        .apply_settings(settings(bot_id))
+        .apply_settings(settings(stage.bot_id))
         .await
         .expect("settings");
-    Env {
-        fabric,
-        bot_router,
-        bot_id,
-        bridge_id,
-        bot,
-        payer,
-        bridge,
-        dir,
-    }
+    Env { stage, bridge }
 }
 
 pub async fn env(settings: impl FnOnce(PeerId) -> Settings) -> Env {
@@ -143,6 +190,21 @@ pub async fn connect<H: ClientHandler>(bridge: &Bridge, bot: PeerId, handler: H)
     handler.serve(client_end).await.expect("agent initialize")
 }
 
+/// An MCP client of the agent holding `token`, talking to `bot` (its name or uid)
+/// through the bridge listening at `addr` over streamable HTTP.
+pub async fn http_agent(
+    addr: std::net::SocketAddr,
+    bot: impl std::fmt::Display,
+    token: &str,
+) -> Agent {
+    ().serve(StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp/{bot}"))
+            .auth_header(token),
+    ))
+    .await
+    .expect("HTTP agent")
+}
+
 pub async fn agent(env: &Env) -> Agent {
     agent_with(env, ()).await
 }
@@ -157,6 +219,23 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cond()
+}
+
+/// The payment `env`'s bridge held for a call of `tool` its agent cancelled is dropped
+/// well within the approval's timeout (30 s in these tests: the cancel dropped it, not
+/// the timeout), and nothing was paid nor ran.
+pub async fn held_payment_dropped(env: &Env, tool: &str) {
+    let bridge = env.bridge.clone();
+    assert!(
+        eventually(Duration::from_secs(10), || bridge
+            .pending_payments()
+            .is_empty())
+        .await,
+        "the held payment is dropped"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(env.payer.count(), 0, "nothing paid");
+    assert_eq!(env.bot.executions(tool), 0);
 }
 
 /// The candidates that start with the argument's value, as a completion result.

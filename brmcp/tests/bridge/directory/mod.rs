@@ -20,6 +20,7 @@ use brmcp::adapters::{BoxError, PeerId, Router, RouterConfig};
 use brmcp::bridge::{Bridge, DirectoryEntry, Mode, Payer, Settings};
 use brmcp::directory::{Directory, PayError, PayFuture, Policy, State};
 use brmcp::server::{Harness, Tip, ToolSpec};
+use brmcp_test_support::form_message;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ElicitationAction, Implementation,
@@ -277,10 +278,7 @@ impl ClientHandler for User {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
-            return Err(ErrorData::invalid_params("form only", None));
-        };
-        self.asked.lock().unwrap().push(message);
+        self.asked.lock().unwrap().push(form_message(request)?);
         let action = self.answer.clone().unwrap_or(ElicitationAction::Decline);
         Ok(ElicitResult::new(action))
     }

@@ -6,12 +6,12 @@
 //! approved.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{BoxError, PeerId, RouterConfig};
 use brmcp::directory::{Directory, PayError, PayFuture, Payer, State};
-use brmcp::server::{Harness, ManualClock, Price, PriceBounds, ToolSpec, schemars};
+use brmcp::server::{ManualClock, Price, PriceBounds, ToolSpec, schemars};
 use rmcp::model::{
     CallToolResponse, ContentBlock, ErrorData, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig, Tool,
@@ -46,16 +46,9 @@ fn bounded_registration(tool: &str) -> Value {
 
 /// A provider whose `lookup` is priced one atom a unit, within [`LEAST`]..=[`MOST`].
 fn bounded_provider(fabric: &Fabric, clock: &ManualClock) -> Provider {
-    let dir = tempfile::tempdir().unwrap();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counter = runs.clone();
     let bounds = PriceBounds::new(LEAST, Some(MOST)).unwrap();
-    let harness = Harness::builder()
-        .data_dir(dir.path())
-        .clock(clock.clone())
-        .allow(|_| true)
-        .calls_per_minute(10_000)
-        .tool(ToolSpec::new(
+    provider_selling(fabric, clock, |harness, counter| {
+        harness.tool(ToolSpec::new(
             "lookup",
             "Look things up, one atom a unit",
             Price::bounded(bounds, |_, u: &Units| Ok(u.units)),
@@ -64,16 +57,7 @@ fn bounded_provider(fabric: &Fabric, clock: &ManualClock) -> Provider {
                 async move { Ok(json!({ "looked_up": u.units })) }
             },
         ))
-        .build()
-        .unwrap();
-    let router = harness.start(fabric.sender(uid(PROVIDER))).unwrap();
-    fabric.attach(uid(PROVIDER), &router);
-    Provider {
-        harness,
-        router,
-        runs,
-        _dir: dir,
-    }
+    })
 }
 
 /// Registers with [`bounded_registration`] of `tool` and funds fee plus budget.
@@ -85,28 +69,7 @@ async fn register_and_fund(w: &World, provider: &Session, tool: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bounded_dynamic_tool_is_tested_within_its_bound_and_searched_by_it() {
-    let fabric = Fabric::new(12);
-    let clock = ManualClock::at_unix(T0);
-    let provider = bounded_provider(&fabric, &clock);
-    let payer = FakePayer {
-        provider: provider.harness.clone(),
-        calls: Arc::new(AtomicUsize::new(0)),
-        seq: Arc::new(AtomicU64::new(1)),
-        mode: Mode::Pay,
-    };
-    let data = tempfile::tempdir().unwrap();
-    let (directory, dir_router) =
-        start_directory(&fabric, &clock, data.path(), payer.clone()).await;
-    let w = World {
-        fabric,
-        clock,
-        provider,
-        payer,
-        dir: Some(directory),
-        dir_router,
-        data,
-        tips: AtomicU64::new(1),
-    };
+    let w = world_selling(bounded_provider, Mode::Pay).await;
     let session = w.as_provider().await;
     let (_c, consumer) = w.as_user(CONSUMER).await;
     let (_a, admin) = w.as_user(ADMIN).await;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{BoxError, PeerId, Router, RouterConfig};
 use brmcp::directory::{Directory, Entry, PayError, PayFuture, Payer, Policy, State};
-use brmcp::server::{Harness, ManualClock, Tip, ToolSpec};
+use brmcp::server::{Harness, HarnessBuilder, ManualClock, Tip, ToolSpec};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
@@ -115,30 +115,40 @@ pub struct Provider {
 }
 
 pub fn provider(fabric: &Fabric, clock: &ManualClock) -> Provider {
+    provider_selling(fabric, clock, |harness, counter| {
+        harness
+            .tool(ToolSpec::free(
+                "echo",
+                "Echo the text back",
+                |_, a: EchoArgs| async move { Ok(json!({ "echo": a.text })) },
+            ))
+            .tool(ToolSpec::fixed(
+                "paid_echo",
+                "Echo the text back, paid",
+                PRICE,
+                move |_, a: EchoArgs| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok(json!({ "echo": a.text })) }
+                },
+            ))
+    })
+}
+
+/// A provider on `fabric` allowing every caller 10 000 calls a minute, selling the
+/// tools `tools` adds to its harness (given the counter of [`Provider::runs`]).
+pub fn provider_selling(
+    fabric: &Fabric,
+    clock: &ManualClock,
+    tools: impl FnOnce(HarnessBuilder, Arc<AtomicUsize>) -> HarnessBuilder,
+) -> Provider {
     let dir = tempfile::tempdir().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
-    let counter = runs.clone();
     let harness = Harness::builder()
         .data_dir(dir.path())
         .clock(clock.clone())
         .allow(|_| true)
-        .calls_per_minute(10_000)
-        .tool(ToolSpec::free(
-            "echo",
-            "Echo the text back",
-            |_, a: EchoArgs| async move { Ok(json!({ "echo": a.text })) },
-        ))
-        .tool(ToolSpec::fixed(
-            "paid_echo",
-            "Echo the text back, paid",
-            PRICE,
-            move |_, a: EchoArgs| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                async move { Ok(json!({ "echo": a.text })) }
-            },
-        ))
-        .build()
-        .unwrap();
+        .calls_per_minute(10_000);
+    let harness = tools(harness, runs.clone()).build().unwrap();
     let router = harness.start(fabric.sender(uid(PROVIDER))).unwrap();
     fabric.attach(uid(PROVIDER), &router);
     Provider {
@@ -181,9 +191,17 @@ pub async fn start_directory(
 }
 
 pub async fn world_with(mode: Mode) -> World {
+    world_selling(provider, mode).await
+}
+
+/// The whole setup, with the provider `make_provider` makes and a payer in `mode`.
+pub async fn world_selling(
+    make_provider: impl FnOnce(&Fabric, &ManualClock) -> Provider,
+    mode: Mode,
+) -> World {
     let fabric = Fabric::new(12);
     let clock = ManualClock::at_unix(T0);
-    let provider = provider(&fabric, &clock);
+    let provider = make_provider(&fabric, &clock);
     let payer = FakePayer {
         provider: provider.harness.clone(),
         calls: Arc::new(AtomicUsize::new(0)),

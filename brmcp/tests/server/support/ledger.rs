@@ -1,5 +1,5 @@
-//! What the ledger's bound tests share: the call they repeat and the size of the
-//! ledger's files.
+//! What the ledger's tests share: the call the bound tests repeat, the size of the
+//! ledger's files, and the schema version a file holds.
 
 use brmcp::adapters::PeerId;
 use brmcp::server::{ArgsHash, CallKey, CallRequest, FILE_NAME, Keyed};
@@ -25,4 +25,11 @@ pub fn ledger_bytes(dir: &std::path::Path) -> u64 {
         .filter_map(|suffix| std::fs::metadata(dir.join(format!("{FILE_NAME}{suffix}"))).ok())
         .map(|m| m.len())
         .sum()
+}
+
+/// The schema version (`PRAGMA user_version`) the ledger file at `path` holds.
+pub fn schema_version(path: &std::path::Path) -> i32 {
+    let db = rusqlite::Connection::open(path).unwrap();
+    db.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use brmcp::adapters::mem::{Fabric, uid};
+use brmcp::adapters::wire::UnixTime;
 use brmcp::adapters::{PeerId, Router, RouterConfig};
 use brmcp::server::{
     CALL_KEY_META, CallContext, Harness, HarnessBuilder, ManualClock, NoArgs, Tip, TipOutcome,
@@ -111,6 +112,41 @@ pub fn builder() -> (HarnessBuilder, ManualClock, tempfile::TempDir) {
 }
 
 /// Starts `harness` as [`SERVER`] on `fabric`.
+/// `slow` at `price`: says it started on `started`, then never finishes.
+pub fn hanging_at(price: u64, started: tokio::sync::mpsc::UnboundedSender<()>) -> ToolSpec {
+    ToolSpec::fixed("slow", "Slow paid work", price, move |_, _: NoArgs| {
+        let _ = started.send(());
+        async {
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>("unreachable")
+        }
+    })
+}
+
+/// A harness in `dir` at [`T0`] selling `tool` to [`ALICE`] only.
+pub fn alice_harness(dir: &std::path::Path, tool: ToolSpec) -> Harness {
+    Harness::builder()
+        .data_dir(dir)
+        .clock(ManualClock::at_unix(T0))
+        .allowed_uids([peer(ALICE)])
+        .tool(tool)
+        .build()
+        .unwrap()
+}
+
+/// `server`, just started, refunded nothing at open and owes nobody a notice at `now`.
+pub fn nothing_interrupted(server: &Harness, now: UnixTime) {
+    assert_eq!(server.refunded_at_open(), 0);
+    assert!(
+        server
+            .ledger()
+            .unwrap()
+            .interrupted(now)
+            .unwrap()
+            .is_empty()
+    );
+}
+
 pub fn start(fabric: &Fabric, harness: &Harness) -> Router {
     let router = harness.start(fabric.sender(uid(SERVER))).unwrap();
     fabric.attach(uid(SERVER), &router);
