@@ -71,7 +71,7 @@ use retention::WAL_SIZE_LIMIT;
 pub use retention::{
     MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, PRUNE_EVERY, VACUUM_FREE_PAGES,
 };
-use retention::{OutcomeBytes, PruneClock};
+use retention::{OutcomeBytes, PruneClock, ReleaseClock};
 use sql::{amount, amount_to_sql, bad_column, peer, seq_to_sql, sql_limit};
 pub use tip_replays::{TIP_REPLAY_ROWS, TIP_REPLAY_WINDOW_SECS};
 pub use totals::{DailyRevenue, LedgerTotals, TOTALS_WINDOW_SECS};
@@ -111,6 +111,8 @@ pub struct Ledger {
     prunes: PruneClock,
     /// How many bytes of outcomes each caller may keep, at most.
     outcomes: OutcomeBytes,
+    /// When the expired keys and reservations were last released.
+    releases: ReleaseClock,
 }
 
 impl Ledger {

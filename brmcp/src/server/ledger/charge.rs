@@ -27,36 +27,61 @@ impl Ledger {
             atoms_to_matoms(request.price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
         let caller = request.caller.to_string();
         let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        release_expired(&tx, now)?;
-        if self.prunes.due(&caller) {
-            prune_journal(&tx, &caller)?;
-        }
-        reclaim(&tx)?;
-
-        if let Some(keyed) = request.keyed
-            && let Some(answer) = key_answer(&tx, &caller, request.tool, keyed, now)?
-        {
-            // Keeps the expired keys released above.
+        let release = self.releases.due(now);
+        let charged = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut freed = false;
+            if release {
+                release_expired(&tx, now)?;
+                freed = true;
+            }
+            if self.prunes.due(&caller) {
+                prune_journal(&tx, &caller)?;
+                freed = true;
+            }
+            if freed {
+                reclaim(&tx)?;
+            }
+            let charge = self.charge_in(&tx, request, origin, &caller, price_matoms, now)?;
             tx.commit()?;
+            Ok(charge)
+        })();
+        if release && charged.is_ok() {
+            self.releases.done(now);
+        }
+        charged
+    }
+
+    /// The charge of `charge_with` in `tx`, after the expired keys and reservations went.
+    fn charge_in(
+        &self,
+        tx: &Connection,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        caller: &str,
+        price_matoms: u64,
+        now: UnixTime,
+    ) -> Result<Charge, LedgerError> {
+        if let Some(keyed) = request.keyed
+            && let Some(answer) = key_answer(tx, caller, request.tool, keyed, now)?
+        {
+            // Committed too: keeps the expired keys released before.
             return Ok(answer);
         }
 
         // What this call may spend: the balance less every reservation, plus the one
         // a tip made for this very call.
         let waiting_call = match request.keyed {
-            Some(keyed) => {
-                waiting::find(&tx, &caller, request.tool, keyed)?.filter(|w| w.same_call)
-            }
+            Some(keyed) => waiting::find(tx, caller, request.tool, keyed)?.filter(|w| w.same_call),
             None => None,
         };
         let reserved_here = waiting_call.as_ref().map_or(0, |w| w.reserved_matoms);
-        let mut available = waiting::spendable(&tx, &caller)?.saturating_add(reserved_here);
+        let mut available = waiting::spendable(tx, caller)?.saturating_add(reserved_here);
         if available < price_matoms
             && let (Some(keyed), Some(w)) = (request.keyed, &waiting_call)
             && let Some(freed) = waiting::take_over(
-                &tx,
-                &caller,
+                tx,
+                caller,
                 keyed.key.as_str(),
                 price_matoms - available,
                 w.refused_seq,
@@ -66,9 +91,8 @@ impl Ledger {
         }
         if available < price_matoms {
             if let Some(keyed) = request.keyed {
-                waiting::wait(&tx, &caller, request.tool, keyed, request.price_atoms, now)?;
+                waiting::wait(tx, caller, request.tool, keyed, request.price_atoms, now)?;
             }
-            tx.commit()?;
             return Ok(Charge::Insufficient(Shortfall::new(
                 request.price_atoms,
                 available,
@@ -76,13 +100,13 @@ impl Ledger {
         }
         if let Some(keyed) = request.keyed {
             // Its reservation is spent with this debit (any rest is unreserved).
-            waiting::remove(&tx, &caller, keyed.key.as_str())?;
+            waiting::remove(tx, caller, keyed.key.as_str())?;
         }
         if price_matoms > 0 {
-            let left = balance(&tx, &caller)?
+            let left = balance(tx, caller)?
                 .checked_sub(price_matoms)
                 .ok_or(LedgerError::AmountOutOfRange)?;
-            set_balance(&tx, &caller, left)?;
+            set_balance(tx, caller, left)?;
         }
         let (session, request_id) = notices::origin_to_sql(origin);
         tx.prepare_cached(
@@ -102,9 +126,7 @@ impl Ledger {
             session,
             request_id,
         ])?;
-        let call = CallId::new(tx.last_insert_rowid());
-        tx.commit()?;
-        Ok(Charge::Run(call))
+        Ok(Charge::Run(CallId::new(tx.last_insert_rowid())))
     }
 }
 

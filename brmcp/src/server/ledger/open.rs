@@ -15,7 +15,7 @@ use crate::secure_fs::{SqliteAccess, SqliteKind, StampError, StampedOpen};
 use super::Billing;
 use super::group_sync::GroupSync;
 use super::notices;
-use super::retention::{OutcomeBytes, PruneClock, enable_incremental_vacuum};
+use super::retention::{OutcomeBytes, PruneClock, ReleaseClock, enable_incremental_vacuum};
 use super::{
     APPLICATION_ID, CallId, FILE_NAME, INTERRUPTED, LOCK_FILE_NAME, Ledger, LedgerError, Opened,
     SCHEMA_VERSION, WAL_SIZE_LIMIT, found, refund_pending,
@@ -173,6 +173,7 @@ impl Ledger {
                 _lock: Some(lock),
                 prunes: PruneClock::default(),
                 outcomes: OutcomeBytes::default(),
+                releases: ReleaseClock::default(),
             },
             refunded,
         })
@@ -202,6 +203,7 @@ impl Ledger {
             _lock: None,
             prunes: PruneClock::default(),
             outcomes: OutcomeBytes::default(),
+            releases: ReleaseClock::default(),
         })
     }
 }

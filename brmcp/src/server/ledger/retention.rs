@@ -8,6 +8,7 @@
 //! system once more than [`VACUUM_FREE_PAGES`] of them collect.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -227,6 +228,32 @@ pub(super) fn prune_journal(conn: &Connection, caller: &str) -> Result<usize, Le
         .execute(params![caller, cut])?)
 }
 
+/// The second of the last charge that released expired keys and reservations. Nothing
+/// expires within the second a release ran in (a key or reservation is made to last
+/// past the second it is made in), so a charge in the same second skips the release:
+/// it would find nothing.
+#[derive(Debug)]
+pub(super) struct ReleaseClock(AtomicI64);
+
+impl Default for ReleaseClock {
+    fn default() -> Self {
+        // No second: the first charge releases.
+        Self(AtomicI64::new(i64::MIN))
+    }
+}
+
+impl ReleaseClock {
+    /// Whether a charge at `now` must release (no release committed at `now` yet).
+    pub(super) fn due(&self, now: UnixTime) -> bool {
+        self.0.load(Ordering::Relaxed) != now.secs()
+    }
+
+    /// A release at `now` committed.
+    pub(super) fn done(&self, now: UnixTime) {
+        self.0.store(now.secs(), Ordering::Relaxed);
+    }
+}
+
 /// Give free pages back to the operating system once more than [`VACUUM_FREE_PAGES`]
 /// have collected. Returns whether it vacuumed.
 pub(super) fn reclaim(conn: &Connection) -> Result<bool, LedgerError> {
@@ -258,4 +285,34 @@ pub(super) fn enable_incremental_vacuum(conn: &Connection) -> Result<(), rusqlit
         conn.execute_batch("VACUUM")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_is_due_once_per_second_it_committed_in() {
+        let clock = ReleaseClock::default();
+        let t = UnixTime(1_767_225_600);
+        assert!(clock.due(t), "the first charge releases");
+        // Not committed (the charge failed): still due.
+        assert!(clock.due(t));
+        clock.done(t);
+        assert!(!clock.due(t));
+        assert!(clock.due(t.saturating_add(1)));
+        // A clock set back releases too.
+        assert!(clock.due(UnixTime(t.secs() - 1)));
+    }
+
+    #[test]
+    fn a_caller_is_pruned_at_its_first_charge_then_every_prune_every() {
+        let clock = PruneClock::default();
+        assert!(clock.due("a"));
+        for _ in 1..PRUNE_EVERY {
+            assert!(!clock.due("a"));
+        }
+        assert!(clock.due("a"));
+        assert!(clock.due("b"), "another caller is counted apart");
+    }
 }
