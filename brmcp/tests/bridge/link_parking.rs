@@ -33,10 +33,10 @@ use crate::common::{
 use crate::go_bot_sessions::go_router::{GoProbe, GoRouter};
 
 /// The bridge's park delay here: short, so a test waits little (time is paused).
-const PARK_AFTER: Duration = Duration::from_secs(2);
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(2);
 
 /// The bridge's router: links park after [`PARK_AFTER`].
-fn parking() -> RouterConfig {
+pub(crate) fn parking() -> RouterConfig {
     let mut config = RouterConfig::client();
     config.client_park_after = Some(PARK_AFTER);
     config
@@ -44,8 +44,8 @@ fn parking() -> RouterConfig {
 
 /// What the bot saw, and its side of the session to push on.
 #[derive(Default)]
-struct Seen {
-    initialized: AtomicUsize,
+pub(crate) struct Seen {
+    pub(crate) initialized: AtomicUsize,
     peer: Mutex<Option<Peer<RoleServer>>>,
     /// Tools listed beyond `echo` and `slow`.
     extra: Mutex<Vec<String>>,
@@ -53,7 +53,7 @@ struct Seen {
 
 /// A bot with `echo` and `slow` (answers `text` after `secs` seconds).
 #[derive(Clone, Default)]
-struct ParkBot(Arc<Seen>);
+pub(crate) struct ParkBot(pub(crate) Arc<Seen>);
 
 impl ParkBot {
     fn peer(&self) -> Peer<RoleServer> {
@@ -131,17 +131,17 @@ impl ClientHandler for Heard {
     }
 }
 
-struct Setup {
-    fabric: Fabric,
-    bot_id: PeerId,
-    bridge_id: PeerId,
-    bot_router: Router,
-    bot: ParkBot,
-    bridge: Bridge,
-    dir: tempfile::TempDir,
+pub(crate) struct Setup {
+    pub(crate) fabric: Fabric,
+    pub(crate) bot_id: PeerId,
+    pub(crate) bridge_id: PeerId,
+    pub(crate) bot_router: Router,
+    pub(crate) bot: ParkBot,
+    pub(crate) bridge: Bridge,
+    pub(crate) dir: tempfile::TempDir,
 }
 
-async fn setup(seed: u64) -> Setup {
+pub(crate) async fn setup(seed: u64) -> Setup {
     let fabric = Fabric::new(seed);
     let (bot_id, bridge_id) = (uid(1), uid(2));
     let bot = ParkBot::default();
@@ -168,7 +168,7 @@ async fn setup(seed: u64) -> Setup {
 }
 
 /// The sid and epoch the bridge saved for `bot`.
-fn saved(dir: &std::path::Path, bot: PeerId) -> (String, u64) {
+pub(crate) fn saved(dir: &std::path::Path, bot: PeerId) -> (String, u64) {
     let path = dir.join("sessions").join(format!("{bot}.json"));
     let saved: Value = serde_json::from_slice(&std::fs::read(path).expect("saved session"))
         .expect("saved session is JSON");
@@ -179,7 +179,7 @@ fn saved(dir: &std::path::Path, bot: PeerId) -> (String, u64) {
 }
 
 /// Calls `tool` with `args`; its text, within a minute.
-async fn ask<H: ClientHandler>(
+pub(crate) async fn ask<H: ClientHandler>(
     agent: &crate::common::Agent<H>,
     tool: &'static str,
     args: Value,
@@ -193,7 +193,7 @@ async fn ask<H: ClientHandler>(
 }
 
 /// Waits out a park delay (and more): the idle link parks.
-async fn idle() {
+pub(crate) async fn idle() {
     tokio::time::sleep(PARK_AFTER * 3).await;
 }
 

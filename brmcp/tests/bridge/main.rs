@@ -27,6 +27,7 @@ mod interop_conformance;
 mod interop_errors;
 mod interop_python;
 mod link_parking;
+mod link_parking_restart;
 mod link_reconnect;
 mod listener_lifecycle;
 mod mrtr;
