@@ -8,15 +8,12 @@ pub(crate) use brmcp_test_support::go_router;
 
 use std::time::Duration;
 
-use crate::common::{
-    BotState, PayMode, PayerState, TestPayer, autopay, base_config, call, connect, text,
-};
+use crate::common::{PayMode, autopay_bridge, call, connect, text};
 use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::uid;
 use brmcp::bridge::Bridge;
 use go_router::{GoProbe, GoRouter};
 use serde_json::json;
-use std::sync::Arc;
 
 struct GoEnv {
     go: GoRouter,
@@ -28,13 +25,8 @@ async fn go_env(idle: Duration, cap: usize) -> GoEnv {
     let go = GoRouter::new(uid(1), idle, cap);
     let bridge_id = uid(2);
     let router = go.link(bridge_id, RouterConfig::client());
-    let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, PayMode::Fail);
     let dir = tempfile::tempdir().expect("tempdir");
-    let bridge = Bridge::new(base_config(dir.path()), router, TestPayer(payer)).expect("bridge");
-    bridge
-        .apply_settings(autopay(go.id()))
-        .await
-        .expect("settings");
+    let bridge = autopay_bridge(router, dir.path(), bridge_id, go.id(), PayMode::Fail).await;
     GoEnv {
         go,
         bridge,

@@ -26,10 +26,7 @@ use rmcp::{ClientHandler, Peer, RoleClient, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::common::{
-    BotState, PayMode, PayerState, TestPayer, autopay, base_config, call, connect, env_full,
-    eventually, text,
-};
+use crate::common::{PayMode, autopay, autopay_bridge, call, connect, env_full, eventually, text};
 use crate::go_bot_sessions::go_router::{GoProbe, GoRouter};
 
 /// The bridge's park delay here: short, so a test waits little (time is paused).
@@ -149,13 +146,8 @@ pub(crate) async fn setup(seed: u64) -> Setup {
     let handler = bot.clone();
     bot_router.serve(move |_: &PeerId| handler.clone());
     let dir = tempfile::tempdir().expect("tempdir");
-    let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, PayMode::Fail);
     let router = fabric.router(bridge_id, parking());
-    let bridge = Bridge::new(base_config(dir.path()), router, TestPayer(payer)).expect("bridge");
-    bridge
-        .apply_settings(autopay(bot_id))
-        .await
-        .expect("settings");
+    let bridge = autopay_bridge(router, dir.path(), bridge_id, bot_id, PayMode::Fail).await;
     Setup {
         fabric,
         bot_id,
@@ -423,15 +415,14 @@ async fn a_session_the_bot_lost_while_parked_is_initialized_again() {
     let bridge_id = uid(2);
     let dir = tempfile::tempdir().expect("tempdir");
     let router = go.link(bridge_id, parking());
-    let start = || async {
-        let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, PayMode::Fail);
-        let bridge =
-            Bridge::new(base_config(dir.path()), router.clone(), TestPayer(payer)).expect("bridge");
-        bridge
-            .apply_settings(autopay(go.id()))
-            .await
-            .expect("settings");
-        bridge
+    let start = || {
+        autopay_bridge(
+            router.clone(),
+            dir.path(),
+            bridge_id,
+            go.id(),
+            PayMode::Fail,
+        )
     };
 
     // This run opened the session.

@@ -14,22 +14,15 @@ use brmcp::bridge::Bridge;
 use serde_json::json;
 
 use crate::common::{
-    BotState, FORTUNE_PRICE, PayMode, PayerState, Stage, TestPayer, autopay, base_config, call,
-    connect, eventually,
+    FORTUNE_PRICE, PayMode, Stage, autopay, autopay_bridge, base_config, call, connect, eventually,
 };
 use crate::link_parking::{Setup, ask, idle, parking, saved, setup};
 
 /// The next run of the bridge on `s`'s data directory, its links parking as the first
 /// run's did.
 async fn next_run(s: &Setup) -> Bridge {
-    let payer = PayerState::new(Arc::new(BotState::default()), s.bridge_id, PayMode::Fail);
     let router = s.fabric.router(s.bridge_id, parking());
-    let bridge = Bridge::new(base_config(s.dir.path()), router, TestPayer(payer)).expect("bridge");
-    bridge
-        .apply_settings(autopay(s.bot_id))
-        .await
-        .expect("settings");
-    bridge
+    autopay_bridge(router, s.dir.path(), s.bridge_id, s.bot_id, PayMode::Fail).await
 }
 
 #[tokio::test(start_paused = true)]

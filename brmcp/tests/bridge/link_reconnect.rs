@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{Agent, BotState, PayMode, PayerState, TestPayer, autopay, base_config};
+use crate::common::{Agent, PayMode, autopay_bridge};
 use crate::common::{call, connect, text};
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{PeerId, RouterConfig};
@@ -188,13 +188,7 @@ async fn bridge(s: &Setup) -> Bridge {
     let mut router = RouterConfig::client();
     router.request_timeout = Some(REQUEST_TIMEOUT);
     let router = s.fabric.router(s.bridge_id, router);
-    let payer = PayerState::new(Arc::new(BotState::default()), s.bridge_id, PayMode::Credit);
-    let bridge = Bridge::new(base_config(s.dir.path()), router, TestPayer(payer)).expect("bridge");
-    bridge
-        .apply_settings(autopay(s.bot_id))
-        .await
-        .expect("settings");
-    bridge
+    autopay_bridge(router, s.dir.path(), s.bridge_id, s.bot_id, PayMode::Credit).await
 }
 
 async fn call_text<H: ClientHandler>(agent: &Agent<H>, tool: &'static str) -> String {

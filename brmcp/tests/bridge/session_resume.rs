@@ -8,9 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{
-    BotState, PayMode, PayerState, TestPayer, autopay, base_config, serve_test_bot,
-};
+use crate::common::{PayMode, autopay_bridge, serve_test_bot};
 use crate::common::{call, connect, text};
 use crate::go_bot_sessions::go_router::{GoProbe, GoRouter};
 use brmcp::adapters::mem::{Fabric, uid};
@@ -36,10 +34,7 @@ async fn run(fabric: &Fabric, bridge_id: PeerId, bot: PeerId, dir: &std::path::P
 }
 
 async fn start(router: Router, bridge_id: PeerId, bot: PeerId, dir: &std::path::Path) -> Bridge {
-    let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, PayMode::Credit);
-    let bridge = Bridge::new(base_config(dir), router, TestPayer(payer)).expect("bridge");
-    bridge.apply_settings(autopay(bot)).await.expect("settings");
-    bridge
+    autopay_bridge(router, dir, bridge_id, bot, PayMode::Credit).await
 }
 
 /// The sid the bridge saved for `bot`.

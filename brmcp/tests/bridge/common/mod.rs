@@ -142,6 +142,21 @@ impl Stage {
     }
 }
 
+/// One run of a bridge on `router` and the data directory `dir`, autopaying `bot`
+/// through a payer of its own in `mode` (whose tips reach no test bot's ledger).
+pub async fn autopay_bridge(
+    router: brmcp::adapters::Router,
+    dir: &std::path::Path,
+    bridge_id: PeerId,
+    bot: PeerId,
+    mode: PayMode,
+) -> Bridge {
+    let payer = PayerState::new(Arc::new(BotState::default()), bridge_id, mode);
+    let bridge = Bridge::new(base_config(dir), router, TestPayer(payer)).expect("bridge");
+    bridge.apply_settings(autopay(bot)).await.expect("settings");
+    bridge
+}
+
 /// A fabric, the test bot serving on it, and a bridge with `settings` (made from the
 /// bot's uid) and `config`.
 pub async fn env_with(
