@@ -15,7 +15,7 @@ use crate::relay::Queued;
 pub(crate) struct NodeSnap {
     pub(crate) nick: String,
     pub(crate) contacts: Vec<Contact>,
-    /// By [`StreamKind::index`](super::node::StreamKind::index).
+    /// By [`StreamKind::index`](crate::node::StreamKind::index).
     pub(crate) logs: [ReplayLog; 4],
     /// The posts log; a directory kept before posts has none.
     #[serde(default = "empty_log")]
