@@ -3,7 +3,11 @@
 
 mod cancel_reaches_handler;
 mod chat_and_malformed_ignored;
-mod client_parking;
+mod client_parking_busy;
+mod client_parking_idle;
+mod client_parking_recovery;
+mod client_parking_server_revives;
+mod client_parking_stateless;
 mod client_pending_not_idle;
 mod common;
 mod deadline_fixed_at_send;

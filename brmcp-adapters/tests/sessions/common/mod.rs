@@ -1,6 +1,7 @@
 //! Shared rmcp handlers and helpers for the adapter's integration tests.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod client_parking;
 pub mod raw;
 
 pub use brmcp_test_support::go_router;
