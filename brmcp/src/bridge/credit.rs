@@ -39,6 +39,14 @@
 //!    and does not honour it gains nothing: rule 1 still bounds every call, and a call
 //!    answered from credit not its agent's is recorded against its agent's daily cap
 //!    (rule 4), its payer's call paying again.
+//!
+//!    Such a bot reserves a tip for the oldest call it refused for payment that still
+//!    waits, whichever agent paid it. So a call an earlier run sent and never paid for
+//!    (resumed, or taken up by its agent's retry) is sent [alone](Admission::Alone): as
+//!    at a bot that keeps one balance, once no other agent's calls or credit are
+//!    there, and while it is under way no other agent's priced call is sent. Otherwise
+//!    its resend could find another agent's fresh tip reserved for it, and be charged
+//!    from it.
 //! 3. **How long credit stays its agent's.** In approval mode, for
 //!    [`APPROVED_CREDIT_HOLD_SECS`] after the payment: within it, a call is never
 //!    charged from credit the user did not approve for its agent (the user approved
@@ -106,10 +114,55 @@ const MAX_QUOTES: usize = 4096;
 /// How often a waiting call looks again at credit that may have expired.
 const RECHECK: Duration = Duration::from_secs(1);
 
+/// How a priced call takes its slot at its bot (rule 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// One agent at a time: the bot keeps one balance for the bridge.
+    OneAgent,
+    /// Beside other agents' calls: the bot reserves credit per call.
+    SideBySide,
+    /// Alone: as [`Admission::OneAgent`], and while the slot lives no other agent's
+    /// call is admitted [`Admission::SideBySide`] either. For a call an earlier run
+    /// sent and never paid for, which a bot that reserves credit may hold another
+    /// agent's tip for.
+    Alone,
+}
+
+impl Admission {
+    /// The admission of a call at a bot that `reserves` credit per call (or not).
+    pub(crate) const fn at(reserves: bool) -> Self {
+        if reserves {
+            Self::SideBySide
+        } else {
+            Self::OneAgent
+        }
+    }
+}
+
+/// The priced calls under way at one bot, per agent.
+#[derive(Debug, Default)]
+struct AtBot {
+    calls: HashMap<String, usize>,
+    /// Those of them admitted [`Admission::Alone`].
+    alone: HashMap<String, usize>,
+}
+
+/// Counts `agent` in or out of `map`, dropping a zero.
+fn count(map: &mut HashMap<String, usize>, agent: &str, add: bool) {
+    if add {
+        *map.entry(agent.to_owned()).or_default() += 1;
+    } else if let Some(n) = map.get_mut(agent) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(agent);
+        }
+    }
+}
+
 /// The priced calls under way at each bot, per agent.
 #[derive(Debug, Default)]
 pub(crate) struct CreditBook {
-    bots: Mutex<HashMap<PeerId, HashMap<String, usize>>>,
+    bots: Mutex<HashMap<PeerId, AtBot>>,
     changed: tokio::sync::Notify,
     /// Spend-log rows of payments whose calls are under way (held by their [`Slot`]).
     live_rows: Mutex<HashSet<i64>>,
@@ -118,7 +171,7 @@ pub(crate) struct CreditBook {
 }
 
 impl CreditBook {
-    fn bots(&self) -> MutexGuard<'_, HashMap<PeerId, HashMap<String, usize>>> {
+    fn bots(&self) -> MutexGuard<'_, HashMap<PeerId, AtBot>> {
         self.bots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -153,6 +206,8 @@ pub(crate) struct Slot {
     book: Arc<CreditBook>,
     bot: PeerId,
     agent: String,
+    /// Admitted [`Admission::Alone`].
+    alone: bool,
     /// The spend-log rows of the call's payments.
     rows: Vec<i64>,
 }
@@ -173,14 +228,12 @@ impl Drop for Slot {
         }
         drop(live);
         let mut bots = self.book.bots();
-        if let Some(agents) = bots.get_mut(&self.bot) {
-            if let Some(n) = agents.get_mut(&self.agent) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    agents.remove(&self.agent);
-                }
+        if let Some(at) = bots.get_mut(&self.bot) {
+            count(&mut at.calls, &self.agent, false);
+            if self.alone {
+                count(&mut at.alone, &self.agent, false);
             }
-            if agents.is_empty() {
+            if at.calls.is_empty() {
                 bots.remove(&self.bot);
             }
         }
@@ -269,6 +322,17 @@ pub(crate) fn blocker(
         })
 }
 
+/// Rule 2 at a bot that reserves credit: the first agent other than `agent` with a
+/// call under way there admitted [`Admission::Alone`] (in `alone`, per agent), which
+/// holds back every other agent's call.
+pub(crate) fn alone_there(agent: &str, alone: Option<&HashMap<String, usize>>) -> Option<Blocker> {
+    alone
+        .into_iter()
+        .flatten()
+        .find(|(a, n)| a.as_str() != agent && **n > 0)
+        .map(|(a, _)| Blocker::Calls { agent: a.clone() })
+}
+
 /// A call's first payment when the bot asks `shortfall` atoms of `price`: the shortfall
 /// and the part of what the bot holds (the price less the shortfall) that other agents
 /// paid and have not collected (`others`), which is not this call's to spend (rule 2);
@@ -343,26 +407,28 @@ impl Policy {
     }
 
     /// Rule 2: a slot at `bot` for `agent`'s priced call, which costs at `most` atoms
-    /// (`None`: not known), once no other agent's calls or credit are there (at a bot
-    /// that `reserves` credit per call, only credit whose paying call ended; none while
-    /// the agent's own credit covers the call), waiting up to `wait`; the refusal says
-    /// what it waited for.
+    /// (`None`: not known), once no other agent's calls or credit are there (admitted
+    /// [`Admission::SideBySide`], only credit whose paying call ended, and no call
+    /// admitted alone; none while the agent's own credit covers the call), waiting up
+    /// to `wait`; the refusal says what it waited for.
     pub(crate) async fn admit(
         &self,
         settings: &Settings,
         bot: &PeerId,
         agent: &str,
-        (wait, reserves): (Duration, bool),
+        (wait, admission): (Duration, Admission),
         most: Option<u64>,
     ) -> Result<Slot, Refusal> {
         let deadline = tokio::time::Instant::now() + wait;
+        let reserves = admission == Admission::SideBySide;
+        let alone = admission == Admission::Alone;
         loop {
             let changed = self.credit.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             let (live, busy) = if reserves {
-                let busy = self.credit.bots().get(bot).map_or_else(Vec::new, |agents| {
-                    agents
+                let busy = self.credit.bots().get(bot).map_or_else(Vec::new, |at| {
+                    at.calls
                         .iter()
                         .filter(|(_, n)| **n > 0)
                         .map(|(a, _)| a.clone())
@@ -377,18 +443,25 @@ impl Policy {
                 .map_err(|e| e.to_string())?;
             let blocked = {
                 let mut bots = self.credit.bots();
-                match blocker(agent, bots.get(bot), &credit, reserves, most) {
+                let at = bots.get(bot);
+                let held = reserves
+                    .then(|| alone_there(agent, at.map(|at| &at.alone)))
+                    .flatten();
+                match held
+                    .or_else(|| blocker(agent, at.map(|at| &at.calls), &credit, reserves, most))
+                {
                     Some(blocker) => blocker,
                     None => {
-                        *bots
-                            .entry(*bot)
-                            .or_default()
-                            .entry(agent.to_owned())
-                            .or_default() += 1;
+                        let at = bots.entry(*bot).or_default();
+                        count(&mut at.calls, agent, true);
+                        if alone {
+                            count(&mut at.alone, agent, true);
+                        }
                         return Ok(Slot {
                             book: self.credit.clone(),
                             bot: *bot,
                             agent: agent.to_owned(),
+                            alone,
                             rows: Vec::new(),
                         });
                     }
@@ -464,116 +537,4 @@ impl Policy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn another_agents_calls_or_credit_hold_a_call_back_and_its_own_do_not() {
-        let mut in_flight = HashMap::new();
-        in_flight.insert("a".to_owned(), 2);
-        assert_eq!(
-            blocker("a", Some(&in_flight), &[("a".into(), 5)], false, None),
-            None
-        );
-        assert_eq!(
-            blocker("b", Some(&in_flight), &[], false, None),
-            Some(Blocker::Calls { agent: "a".into() })
-        );
-        assert_eq!(
-            blocker("b", None, &[("b".into(), 3), ("a".into(), 7)], false, None),
-            Some(Blocker::Credit {
-                agent: "a".into(),
-                atoms: 7
-            })
-        );
-        in_flight.insert("a".to_owned(), 0);
-        assert_eq!(
-            blocker("b", Some(&in_flight), &[("a".into(), 0)], false, None),
-            None
-        );
-    }
-
-    #[test]
-    fn at_a_reserving_bot_calls_under_way_hold_no_call_back_and_credit_left_over_does() {
-        let mut in_flight = HashMap::new();
-        in_flight.insert("a".to_owned(), 1);
-        let credit = [("a".to_owned(), 7)];
-        assert_eq!(blocker("b", Some(&in_flight), &[], true, None), None);
-        // The credit given here is of payments whose calls ended (`credit_at` drops
-        // the others).
-        assert_eq!(
-            blocker("b", Some(&in_flight), &credit, true, None),
-            Some(Blocker::Credit {
-                agent: "a".into(),
-                atoms: 7
-            })
-        );
-        assert_eq!(
-            blocker("b", None, &credit, true, None),
-            Some(Blocker::Credit {
-                agent: "a".into(),
-                atoms: 7
-            })
-        );
-        assert_eq!(blocker("a", None, &credit, true, None), None);
-    }
-
-    #[test]
-    fn an_agents_own_credit_covering_its_call_lets_it_past_anothers() {
-        // Both agents hold credit a refunded call left: each call collects its own.
-        let credit = [("a".to_owned(), 1000), ("b".to_owned(), 1000)];
-        for reserves in [false, true] {
-            assert_eq!(blocker("a", None, &credit, reserves, Some(1000)), None);
-            assert_eq!(blocker("b", None, &credit, reserves, Some(1000)), None);
-            // Not when the call may cost more than the agent's credit, or its cost is
-            // not known.
-            for most in [Some(1001), None] {
-                assert_eq!(
-                    blocker("a", None, &credit, reserves, most),
-                    Some(Blocker::Credit {
-                        agent: "b".into(),
-                        atoms: 1000
-                    })
-                );
-            }
-        }
-        // The agent's own calls under way may take its credit first.
-        let mut in_flight = HashMap::new();
-        in_flight.insert("a".to_owned(), 1);
-        assert!(blocker("a", Some(&in_flight), &credit, true, Some(1000)).is_some());
-        assert_eq!(
-            blocker("a", Some(&in_flight), &credit, true, Some(500)),
-            None
-        );
-        // Another agent's calls under way still hold it back at a bot keeping one balance.
-        let mut in_flight = HashMap::new();
-        in_flight.insert("b".to_owned(), 1);
-        assert_eq!(
-            blocker("a", Some(&in_flight), &credit, false, Some(1000)),
-            Some(Blocker::Calls { agent: "b".into() })
-        );
-    }
-
-    #[test]
-    fn a_first_payment_does_not_count_on_other_agents_credit() {
-        // Nothing held: the price.
-        assert_eq!(first_payment(2000, 2000, 500), 2000);
-        // The bot holds 100 another agent paid: paid, not spent.
-        assert_eq!(first_payment(1900, 2000, 100), 2000);
-        // It holds more than others paid: the rest (a hand tip, say) is counted on.
-        assert_eq!(first_payment(1500, 2000, 100), 1600);
-        // Others paid more than it holds: never more than the price.
-        assert_eq!(first_payment(1900, 2000, 5000), 2000);
-        assert_eq!(first_payment(6, 10, 0), 6);
-    }
-
-    #[test]
-    fn only_sold_tools_are_checked_and_held() {
-        assert_eq!(least_price(Some(ToolPrice::Fixed(100))), Some(100));
-        assert_eq!(least_price(Some(ToolPrice::Dynamic)), Some(1));
-        assert_eq!(least_price(Some(ToolPrice::Free)), None);
-        assert_eq!(least_price(None), None);
-        assert_eq!(hold_secs(Mode::Approval), APPROVED_CREDIT_HOLD_SECS);
-        assert_eq!(hold_secs(Mode::Autopay), CREDIT_HOLD_SECS);
-    }
-}
+mod tests;

@@ -167,3 +167,57 @@ fn a_schema_4_ledger_is_migrated_and_reserves() {
     drop(ledger);
     assert_eq!(schema_version(&path), SCHEMA_VERSION);
 }
+
+/// A keyed call cut after its charge, by a stop (`interrupt`) or by a process that died
+/// mid-call (refunded at the next open), is refunded with its credit reserved for its
+/// retry under its key: another call of the caller arriving first is refused for
+/// payment, not run on that credit, and the retry is charged from it.
+#[test]
+fn a_cut_calls_refund_is_reserved_for_its_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let price = PRICE * MATOMS_PER_ATOM;
+    {
+        let ledger = Ledger::open(dir.path(), NOW).unwrap().ledger;
+        tip(&ledger, 1, PRICE, true);
+        let Charge::Run(call) = charge(&ledger, &key(1), json!({}), NOW) else {
+            panic!("charged from the tip");
+        };
+        ledger.interrupt(call, NOW).unwrap();
+        assert_eq!(reserved(&ledger, NOW), price, "held for the retry");
+        assert!(matches!(
+            charge(&ledger, &key(2), json!({}), NOW),
+            Charge::Insufficient(_)
+        ));
+        assert!(matches!(
+            charge(&ledger, &key(1), json!({}), NOW),
+            Charge::Run(_)
+        ));
+        assert_eq!(reserved(&ledger, NOW), 0, "spent by the retry");
+        // The call refused meanwhile gets the next tip, and is cut by a crash with the
+        // retry: both pending when the process dies.
+        tip(&ledger, 2, PRICE, true);
+        let Charge::Run(_) = charge(&ledger, &key(2), json!({}), NOW) else {
+            panic!("charged from its tip");
+        };
+    }
+    let opened = Ledger::open(dir.path(), NOW).unwrap();
+    assert_eq!(opened.refunded, 2, "both pending");
+    let ledger = opened.ledger;
+    assert_eq!(reserved(&ledger, NOW), 2 * price, "each held for its retry");
+    assert!(matches!(
+        charge(&ledger, &key(3), json!({}), NOW),
+        Charge::Insufficient(_)
+    ));
+    assert!(matches!(
+        charge(&ledger, &key(1), json!({}), NOW),
+        Charge::Run(_)
+    ));
+    assert_eq!(reserved(&ledger, NOW), price, "key 2's hold waits on");
+    // Never retried, such a hold ends with the wait, as any reservation does.
+    let later = UnixTime(NOW.0 + RESERVATION_WAIT_SECS as i64 + 1);
+    assert_eq!(reserved(&ledger, later), 0);
+    assert!(matches!(
+        charge(&ledger, &key(3), json!({}), later),
+        Charge::Run(_)
+    ));
+}

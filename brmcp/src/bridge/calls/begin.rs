@@ -42,6 +42,10 @@ pub(crate) struct Journaled {
     /// What the call paid already (a call taken over from an earlier run): never
     /// paid again.
     pub(crate) paid: Option<Paid>,
+    /// An earlier run sent it and paid nothing for it: a bot that reserves credit may
+    /// hold it waiting for payment, and reserve another agent's tip for it (rule 2 of
+    /// `credit`: it is sent alone).
+    pub(crate) sent_unpaid: bool,
     sent: bool,
     /// Left for its agent's retry ([`Calls::leave`]): its end records nothing.
     left: Arc<AtomicBool>,
@@ -58,6 +62,7 @@ impl Journaled {
             id,
             key: String::new(),
             paid: None,
+            sent_unpaid: false,
             sent: false,
             left: Arc::default(),
             _live: Arc::new(live),
@@ -234,6 +239,7 @@ impl Calls {
         Journaled {
             id: row.id,
             key: row.key.clone(),
+            sent_unpaid: paid.is_none() && matches!(row.state, State::Sent | State::Paying),
             paid,
             sent: false,
             left: Arc::default(),
@@ -259,6 +265,7 @@ impl Calls {
                     id,
                     key: call.key.to_owned(),
                     paid: None,
+                    sent_unpaid: false,
                     sent: false,
                     left: Arc::default(),
                     _live: Arc::new(live),

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::journal::{HELD_SECS, Outcome, Row};
 use super::{Live, logged};
 use crate::bridge::Inner;
+use crate::bridge::credit::Admission;
 use crate::bridge::link::BotLink;
 use crate::bridge::proxy::MAX_INTERRUPTED_RETRIES;
 use crate::bridge::quote::Listed;
@@ -155,13 +156,15 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
         };
         // A priced call never paid is charged from the bot's balance if it runs: it
         // takes its slot at the bot first, as any priced call does (rule 2 of
-        // `credit`), so it runs on no other agent's credit.
+        // `credit`), so it runs on no other agent's credit. Alone: a bot that reserves
+        // credit may hold it waiting, and reserve for it the next tip of its price,
+        // whichever agent paid it.
         if slot.is_none()
             && !may_have_paid(inner, &row)
             && let Some(most) = unpaid_priced(&link, &row)
         {
             let settings = inner.settings();
-            let wait = (inner.config.credit_wait, conn.about.reserves_credit);
+            let wait = (inner.config.credit_wait, Admission::Alone);
             let admitted = tokio::select! {
                 () = stop.cancelled() => return,
                 s = inner.policy.admit(&settings, &bot, &row.agent, wait, most) => s,

@@ -159,7 +159,7 @@ impl ProxyServer {
         let mut meta = forwarded_meta(&ctx.meta);
         meta.insert(CALL_KEY_META.into(), Value::String(journal.key.clone()));
         let tool = params.name.to_string();
-        let (price, slot) = match self.before_send(&tool, ctx).await? {
+        let (price, slot) = match self.before_send(&tool, journal.sent_unpaid, ctx).await? {
             Ok(checked) => checked,
             Err(reason) => {
                 let note = format!("{}: {reason}", self.bridge.config.name);
@@ -364,7 +364,8 @@ impl ProxyServer {
                             let settings = self.bridge.settings();
                             if call.slot.is_none() {
                                 // A call that comes to pay holds its bot like a priced one.
-                                match self.admit(&settings, Some(price_atoms), ctx).await? {
+                                let alone = call.journal.sent_unpaid;
+                                match self.admit(&settings, Some(price_atoms), alone, ctx).await? {
                                     Ok(slot) => call.slot = Some(slot),
                                     Err(reason) => return refused(&reason, &call),
                                 }

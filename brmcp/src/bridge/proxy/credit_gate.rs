@@ -6,7 +6,7 @@ use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorData};
 use rmcp::service::{RequestContext, RoleServer};
 
 use super::{Failure, ProxyServer, caller, complete};
-use crate::bridge::credit::{self, Slot};
+use crate::bridge::credit::{self, Admission, Slot};
 use crate::bridge::policy::Refusal;
 use crate::bridge::quote::{Listed, Paid};
 use crate::bridge::settings::{Caller, Settings};
@@ -16,10 +16,12 @@ impl ProxyServer {
     /// Rules 1 and 2 of [`credit`] before a call's first send: the tool's listed price,
     /// and for a tool the bot sells the call's slot at the bot; a refusal when its
     /// agent could not pay the price or waited in vain for another agent's calls or
-    /// credit there.
+    /// credit there. A call an earlier run sent and never paid for (`sent_unpaid`)
+    /// is admitted alone.
     pub(super) async fn before_send(
         &self,
         tool: &str,
+        sent_unpaid: bool,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<(Option<ToolPrice>, Option<Slot>), Refusal>, ErrorData> {
         // The listing comes with the session; without one the send fails as it would.
@@ -50,7 +52,7 @@ impl ProxyServer {
             )));
         }
         let most = self.link.most_price(tool, price);
-        Ok(match self.admit(&settings, most, ctx).await? {
+        Ok(match self.admit(&settings, most, sent_unpaid, ctx).await? {
             Ok(slot) => Ok((price, Some(slot))),
             Err(reason) => Err(format!(
                 "call of bot {label} tool {tool:?} not sent: {reason}"
@@ -59,21 +61,27 @@ impl ProxyServer {
     }
 
     /// The call's slot at the bot (rule 2 of [`credit`]) for a call costing at `most`
-    /// atoms (`None`: not known), while the agent waits.
+    /// atoms (`None`: not known), while the agent waits; `alone` for a call an earlier
+    /// run sent and never paid for.
     pub(super) async fn admit(
         &self,
         settings: &Settings,
         most: Option<u64>,
+        alone: bool,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<Slot, Refusal>, ErrorData> {
         let agent: Caller = caller(ctx);
         let wait = self.bridge.config.credit_wait;
-        let reserves = self.reserves_credit();
+        let admission = if alone {
+            Admission::Alone
+        } else {
+            Admission::at(self.reserves_credit())
+        };
         let bot = &self.link.bot;
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.admit(settings, bot, agent.name(), (wait, reserves), most) => s,
+            s = self.bridge.policy.admit(settings, bot, agent.name(), (wait, admission), most) => s,
         })
     }
 

@@ -112,6 +112,7 @@ impl Ledger {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found = lookup_pending(&tx, call)?;
         refund_pending(&tx, &found, INTERRUPTED, None, now)?;
+        super::waiting::hold_for_retry(&tx, call, now)?;
         mark(&tx, call)?;
         // Answered to the caller as refunded once this returns.
         let ticket = self.commit(tx)?;

@@ -384,6 +384,7 @@ fn refund_interrupted(conn: &mut Connection, now: UnixTime) -> Result<usize, Led
     for call in &pending {
         // No outcome: the key is released, so the caller's retry runs afresh.
         refund_pending(&tx, call, INTERRUPTED, None, now)?;
+        super::waiting::hold_for_retry(&tx, call.id, now)?;
         notices::mark(&tx, call.id)?;
     }
     tx.commit()?;

@@ -18,6 +18,9 @@
 //! call that retries is served, and credit never waits for a call that is not paid for,
 //! while a call that merely arrives before the reserved one's retry does not take it.
 //! Calls that do not wait (new keys, unkeyed calls) never spend reserved credit. A
+//! keyed call cut after its charge (the harness stopping, or its process dying) is
+//! refunded into a reservation for its retry under the key, which its caller makes;
+//! else the next call to arrive would run on the credit the cut call's payer paid. A
 //! waiting call refused before its charge for a reason other than payment (its price
 //! not known, the bot stopping) lets go of its reservation: its caller's retry may
 //! come under another key.
@@ -175,6 +178,83 @@ pub(super) fn wait(
         now.secs(),
         now.saturating_add(RESERVATION_WAIT_SECS).secs(),
         seq,
+    ])?;
+    Ok(())
+}
+
+/// Keeps the credit of keyed call `call`, refunded because it was cut (the harness
+/// stopping, or a process that died mid-call), reserved for its retry under its key:
+/// the caller retries a cut call, and any other call charged from that credit first
+/// would be running on the credit the cut call's payer paid. A row the key had goes;
+/// past [`MAX_WAITING_PER_CALLER`], or for a free or unkeyed call, nothing is kept.
+/// Part of the refund's transaction.
+pub(super) fn hold_for_retry(
+    conn: &Connection,
+    call: super::CallId,
+    now: UnixTime,
+) -> Result<(), LedgerError> {
+    /// The cut call, as its hold needs it.
+    struct Cut {
+        caller: String,
+        key: String,
+        tool: String,
+        args: Vec<u8>,
+    }
+    let found = conn
+        .prepare_cached(
+            "SELECT caller, call_key, tool, args_hash, price_atoms FROM calls \
+             WHERE id = ?1 AND call_key IS NOT NULL AND args_hash IS NOT NULL",
+        )?
+        .query_row([call.get()], |r| {
+            let cut = Cut {
+                caller: r.get(0)?,
+                key: r.get(1)?,
+                tool: r.get(2)?,
+                args: r.get(3)?,
+            };
+            Ok((cut, amount(r, 4)?))
+        })
+        .optional()?;
+    let Some((
+        Cut {
+            caller,
+            key,
+            tool,
+            args,
+        },
+        price_atoms,
+    )) = found
+    else {
+        return Ok(());
+    };
+    let price = atoms_to_matoms(price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
+    if price == 0 {
+        return Ok(());
+    }
+    remove(conn, &caller, &key)?;
+    let count: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM waiting WHERE caller = ?1")?
+        .query_row([&caller], |r| r.get(0))?;
+    if count >= sql_limit(MAX_WAITING_PER_CALLER) {
+        return Ok(());
+    }
+    let seq = next_seq(conn, &caller)?;
+    conn.prepare_cached(
+        "INSERT INTO waiting \
+         (caller, call_key, tool, args_hash, price_atoms, refused_at, expires_at, \
+          refused_seq, reserved_matoms, reserved_seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?8)",
+    )?
+    .execute(params![
+        caller,
+        key,
+        tool,
+        args,
+        amount_to_sql(price_atoms)?,
+        now.secs(),
+        now.saturating_add(RESERVATION_WAIT_SECS).secs(),
+        seq,
+        amount_to_sql(price)?,
     ])?;
     Ok(())
 }
