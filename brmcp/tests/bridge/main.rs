@@ -12,6 +12,7 @@ mod common;
 mod credit_owner;
 mod credit_polling;
 mod credit_reserving;
+mod credit_sent_unpaid;
 mod daily_cap_concurrent;
 mod directory;
 mod durable_resume;
