@@ -425,7 +425,7 @@ fn reference_config_lists_exactly_the_keys_the_parsers_accept() {
         ),
         (
             "brmcp.json upstreams[]",
-            const_list("brmcp/src/server/upstream/config.rs", "KEYS"),
+            const_list("brmcp/src/server/upstream/config/parse.rs", "KEYS"),
         ),
         (
             "brmcp.json directory",
