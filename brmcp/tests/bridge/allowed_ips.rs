@@ -6,27 +6,11 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::ConnectInfo;
-use brmcp::bridge::{Bridge, SETTINGS_FILE};
+use brmcp::bridge::SETTINGS_FILE;
 
-use crate::common::{INITIALIZE, autopay, env, http};
+use crate::common::{INITIALIZE, autopay, env, http, served_as_from};
 
 const TOKEN: &str = "a11a11a11a11a11a11a11a11a11a11a1";
-
-/// Serves `bridge`'s HTTP router on loopback as if every connection came from `peer`;
-/// returns the address to dial.
-async fn served_as_from(bridge: &Bridge, peer: SocketAddr) -> SocketAddr {
-    let router = bridge.http_router().layer(axum::middleware::map_request(
-        move |mut request: axum::extract::Request| async move {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            request
-        },
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
-}
 
 async fn initialize(
     addr: SocketAddr,

@@ -24,7 +24,7 @@ use rmcp::{RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::common::harness_bot::TipPayer;
+use crate::common::harness_bot::{TipPayer, harness_selling};
 use crate::common::{Agent, autopay, base_config, call, eventually, http_agent, text};
 
 /// The price of `add`, in atoms.
@@ -112,16 +112,7 @@ fn tipping_bridge(
 async fn harness_net(seed: u64, tool: ToolSpec) -> HarnessNet {
     let fabric = Fabric::new(seed);
     let (bot, me) = (uid(1), uid(2));
-    let bot_dir = tempfile::tempdir().unwrap();
-    let harness = Harness::builder()
-        .data_dir(bot_dir.path())
-        .allowed_uids([me])
-        .calls_per_minute(6000)
-        .tool(tool)
-        .build()
-        .unwrap();
-    let router = harness.start(fabric.sender(bot)).unwrap();
-    fabric.attach(bot, &router);
+    let (harness, _router, bot_dir) = harness_selling(&fabric, bot, me, tool);
     let dir = tempfile::tempdir().unwrap();
     let bridge = tipping_bridge(&fabric, &harness, me, dir.path(), 1);
     bridge

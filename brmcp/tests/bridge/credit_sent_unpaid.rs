@@ -9,16 +9,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{BoxError, PeerId, RouterConfig};
 use brmcp::bridge::{AgentEntry, Bridge, Payer, Settings};
-use brmcp::server::{CallContext, Harness, NoArgs, ToolError, ToolSpec};
+use brmcp::server::{CallContext, NoArgs, ToolError, ToolSpec};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::common::harness_bot::TipPayer;
-use crate::common::{autopay, base_config, call, http_agent, text};
+use crate::common::harness_bot::{TipPayer, harness_selling};
+use crate::common::{autopay, base_config, call, http_agent, served_as_from, text};
 
 /// The price of `add`, in atoms.
 const PRICE: u64 = 1000;
@@ -62,17 +61,7 @@ impl Payer for FirstHeld {
 /// `bridge`'s HTTP endpoints served on loopback without starting it (so nothing an
 /// earlier run left is resumed: the agent's retry takes it up); the address to dial.
 async fn served(bridge: &Bridge) -> SocketAddr {
-    let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let router = bridge.http_router().layer(axum::middleware::map_request(
-        move |mut request: axum::extract::Request| async move {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            request
-        },
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
+    served_as_from(bridge, "127.0.0.1:1".parse().unwrap()).await
 }
 
 fn config(dir: &std::path::Path) -> brmcp::bridge::Config {
@@ -97,16 +86,7 @@ async fn a_call_sent_unpaid_before_a_restart_never_runs_on_another_agents_tip() 
             async move { Ok::<_, ToolError>(format!("sum #{n}")) }
         },
     );
-    let bot_dir = tempfile::tempdir().unwrap();
-    let harness = Harness::builder()
-        .data_dir(bot_dir.path())
-        .allowed_uids([me])
-        .calls_per_minute(6000)
-        .tool(tool)
-        .build()
-        .unwrap();
-    let bot_router = harness.start(fabric.sender(bot)).unwrap();
-    fabric.attach(bot, &bot_router);
+    let (harness, _bot_router, _bot_dir) = harness_selling(&fabric, bot, me, tool);
     let dir = tempfile::tempdir().unwrap();
     let tips = |seq| TipPayer {
         harness: harness.clone(),

@@ -170,6 +170,27 @@ pub fn harness_bot(fabric: &Fabric, bot_id: PeerId, caller: PeerId) -> HarnessBo
     }
 }
 
+/// Our harness as bot `bot_id` on `fabric`, selling `tool` to `caller` (at a test's
+/// rate: bursts of calls); its router and data directory, which must outlive it.
+pub fn harness_selling(
+    fabric: &Fabric,
+    bot_id: PeerId,
+    caller: PeerId,
+    tool: ToolSpec,
+) -> (Harness, Router, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let harness = Harness::builder()
+        .data_dir(dir.path())
+        .allowed_uids([caller])
+        .calls_per_minute(6000)
+        .tool(tool)
+        .build()
+        .expect("harness");
+    let router = harness.start(fabric.sender(bot_id)).expect("start");
+    fabric.attach(bot_id, &router);
+    (harness, router, dir)
+}
+
 /// Pays by recording a tip at the harness, as the host does on a tip event.
 pub struct TipPayer {
     pub harness: Harness,

@@ -142,6 +142,23 @@ impl Stage {
     }
 }
 
+/// Serves `bridge`'s HTTP router on loopback as if every connection came from `peer`;
+/// returns the address to dial.
+pub async fn served_as_from(bridge: &Bridge, peer: std::net::SocketAddr) -> std::net::SocketAddr {
+    let router = bridge.http_router().layer(axum::middleware::map_request(
+        move |mut request: axum::extract::Request| async move {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            request
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
 /// One run of a bridge on `router` and the data directory `dir`, autopaying `bot`
 /// through a payer of its own in `mode` (whose tips reach no test bot's ledger).
 pub async fn autopay_bridge(
