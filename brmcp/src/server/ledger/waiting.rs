@@ -157,27 +157,58 @@ pub(super) fn wait(
         Some(_) => remove(conn, caller, keyed.key.as_str())?,
         None => {}
     }
+    let row = Row {
+        caller,
+        key: keyed.key.as_str(),
+        tool,
+        args: keyed.args.as_bytes().as_slice(),
+        price_atoms,
+    };
+    insert(conn, &row, now, seq, 0)
+}
+
+/// A waiting row to insert.
+struct Row<'a> {
+    caller: &'a str,
+    key: &'a str,
+    tool: &'a str,
+    args: &'a [u8],
+    price_atoms: u64,
+}
+
+/// Inserts `row`, refused at `seq` and holding `reserved_matoms` (reserved at `seq` too
+/// when any), waiting [`RESERVATION_WAIT_SECS`] from `now`; nothing past
+/// [`MAX_WAITING_PER_CALLER`] rows of its caller.
+fn insert(
+    conn: &Connection,
+    row: &Row<'_>,
+    now: UnixTime,
+    seq: i64,
+    reserved_matoms: u64,
+) -> Result<(), LedgerError> {
     let count: i64 = conn
         .prepare_cached("SELECT COUNT(*) FROM waiting WHERE caller = ?1")?
-        .query_row([caller], |r| r.get(0))?;
+        .query_row([row.caller], |r| r.get(0))?;
     if count >= sql_limit(MAX_WAITING_PER_CALLER) {
         return Ok(());
     }
     conn.prepare_cached(
         "INSERT INTO waiting \
          (caller, call_key, tool, args_hash, price_atoms, refused_at, expires_at, \
-          refused_seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+          refused_seq, reserved_matoms, reserved_seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
-        caller,
-        keyed.key.as_str(),
-        tool,
-        keyed.args.as_bytes().as_slice(),
-        amount_to_sql(price_atoms)?,
+        row.caller,
+        row.key,
+        row.tool,
+        row.args,
+        amount_to_sql(row.price_atoms)?,
         now.secs(),
         now.saturating_add(RESERVATION_WAIT_SECS).secs(),
         seq,
+        amount_to_sql(reserved_matoms)?,
+        if reserved_matoms > 0 { seq } else { 0 },
     ])?;
     Ok(())
 }
@@ -232,31 +263,15 @@ pub(super) fn hold_for_retry(
         return Ok(());
     }
     remove(conn, &caller, &key)?;
-    let count: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM waiting WHERE caller = ?1")?
-        .query_row([&caller], |r| r.get(0))?;
-    if count >= sql_limit(MAX_WAITING_PER_CALLER) {
-        return Ok(());
-    }
     let seq = next_seq(conn, &caller)?;
-    conn.prepare_cached(
-        "INSERT INTO waiting \
-         (caller, call_key, tool, args_hash, price_atoms, refused_at, expires_at, \
-          refused_seq, reserved_matoms, reserved_seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?8)",
-    )?
-    .execute(params![
-        caller,
-        key,
-        tool,
-        args,
-        amount_to_sql(price_atoms)?,
-        now.secs(),
-        now.saturating_add(RESERVATION_WAIT_SECS).secs(),
-        seq,
-        amount_to_sql(price)?,
-    ])?;
-    Ok(())
+    let row = Row {
+        caller: &caller,
+        key: &key,
+        tool: &tool,
+        args: &args,
+        price_atoms,
+    };
+    insert(conn, &row, now, seq, price)
 }
 
 /// For a waiting call `key` refused last at `refused_seq` and `need` milliatoms short:
