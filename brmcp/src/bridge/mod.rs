@@ -587,7 +587,11 @@ impl Bridge {
     /// # Errors
     /// SQLite's.
     pub fn resolve_spend(&self, event: &TipOutcomeEvent<'_>) -> Result<Resolution, SpendError> {
-        self.inner.policy.spend.resolve_outcome(event)
+        let resolution = self.inner.policy.spend.resolve_outcome(event)?;
+        if matches!(resolution, Resolution::Settled(_)) {
+            self.inner.policy.settled();
+        }
+        Ok(resolution)
     }
 
     /// Establishes (or reuses) the session to `bot` within the connect timeout.

@@ -19,6 +19,11 @@
 //!    error marks it failed, a timeout leaves it pending (still counted whatever its
 //!    age; a late tip outcome resolves it through
 //!    [`Bridge::resolve_spend`](super::Bridge::resolve_spend), or the user does).
+//!    A payment the payer reports [`PaymentUnconfirmed`] (it lost sight of the tip,
+//!    which may be paid) is waited on for that late outcome, within the tip wait and
+//!    [`LATE_OUTCOME_WAIT`]: paid, the call goes on, on the credit it bought at the
+//!    bot; failed, it ends. Only with no outcome by then does the call end with its
+//!    payment pending.
 //!    The row records the rail's stream position first ([`Payer::position`]), and the
 //!    outcome's id when it settles, for the attribution rule of
 //!    [`SpendLog::resolve_outcome`](super::SpendLog::resolve_outcome).
@@ -40,12 +45,13 @@ use std::time::Duration;
 
 use brmcp_adapters::wire::UnixTime;
 use brmcp_adapters::{BoxError, Clock, PeerId};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
+use tokio::time::Instant;
 
 use super::credit::CreditBook;
 use super::quote::DynamicQuote;
 use super::settings::{Approver, Caller, Mode, Settings};
-use super::spend::{OverCap, SpendLog, fits_daily_cap};
+use super::spend::{OverCap, SpendLog, SpendStatus, fits_daily_cap};
 
 /// How a payment reaches a bot: the host's payment rail (Bison Relay tips).
 pub trait Payer: Send + Sync + 'static {
@@ -164,7 +170,18 @@ pub(crate) struct Policy {
     pub(crate) credit: Arc<CreditBook>,
     parked: Mutex<HashMap<String, Parked>>,
     announce: broadcast::Sender<PendingPayment>,
+    /// Told when a late outcome settles a pending payment.
+    settled: Notify,
 }
+
+/// How long a call waits for the late outcome of a payment its payer could not
+/// confirm, within the tip wait: 30 s, the longest reconnection backoff of the host's
+/// clientrpc client, so one reconnection (and the outcome's redelivery) fits.
+pub(crate) const LATE_OUTCOME_WAIT: Duration = Duration::from_secs(30);
+
+/// How often such a call looks at its payment's row meanwhile: 1 s, for a settlement
+/// by the user from another process, which does not wake it.
+const LATE_OUTCOME_POLL: Duration = Duration::from_secs(1);
 
 /// A refusal: the reason, as the agent will read it after "payment not made: ".
 pub(crate) type Refusal = String;
@@ -184,6 +201,7 @@ impl Policy {
             credit: Arc::default(),
             parked: Mutex::new(HashMap::new()),
             announce: broadcast::channel(64).0,
+            settled: Notify::new(),
         }
     }
 
@@ -331,8 +349,9 @@ impl Policy {
             Err(refused) => return Err(over(refused)),
         };
         let wait = Duration::from_secs(settings.tip_wait_secs);
+        let deadline = Instant::now() + wait;
         let paying = self.payer.pay_dyn(*bot, amount, position);
-        let outcome = match tokio::time::timeout(wait, paying).await {
+        let outcome = match tokio::time::timeout_at(deadline, paying).await {
             Ok(Ok(outcome_id)) => Ok(outcome_id),
             Ok(Err(e)) if e.is::<PaymentUnconfirmed>() => Err((e.to_string(), None, true)),
             Ok(Err(e)) => {
@@ -375,6 +394,20 @@ impl Policy {
         if let Err(e) = self.spend.raise_floor(self.payer.position_dyn()) {
             tracing::warn!(error = %e, "spend log position not recorded");
         }
+        let outcome = match outcome {
+            // The payer lost sight of the tip (its connection dropped, say), which may
+            // have been paid: its outcome, redelivered once the host is back, decides
+            // the call rather than ending it with its credit left at the bot.
+            Err((reason, _, true)) => {
+                let until = deadline.min(Instant::now() + LATE_OUTCOME_WAIT);
+                match self.late_settlement(id, until).await {
+                    Some(Ok(())) => Ok(None),
+                    Some(Err(failed)) => Err((format!("tip failed: {failed}"), None, false)),
+                    None => Err((reason, None, true)),
+                }
+            }
+            outcome => outcome,
+        };
         match outcome {
             Ok(_) => {
                 tracing::info!(%bot, tool, amount, agent = name, "paid");
@@ -385,6 +418,41 @@ impl Policy {
                 Err(reason)
             }
         }
+    }
+
+    /// Waits until the spend row `id`, left pending, is settled by its late outcome
+    /// (or the user), until `until`: `Ok` paid, `Err` with why it failed; `None` while
+    /// it is still pending.
+    async fn late_settlement(&self, id: i64, until: Instant) -> Option<Result<(), String>> {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            match self.spend.status(id) {
+                Ok(Some((SpendStatus::Paid, _))) => return Some(Ok(())),
+                Ok(Some((SpendStatus::Failed, err))) => {
+                    return Some(Err(err.unwrap_or_else(|| "no reason given".into())));
+                }
+                Ok(Some((SpendStatus::Pending, _)) | None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, id, "spend log not read");
+                    return None;
+                }
+            }
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            // Settled here by the outcome stream; polled too, for the user's
+            // `spend resolve` from another process.
+            let _ = tokio::time::timeout_at(until.min(now + LATE_OUTCOME_POLL), settled).await;
+        }
+    }
+
+    /// A pending payment was settled (by its late outcome): wakes the calls waiting on
+    /// theirs.
+    pub(crate) fn settled(&self) {
+        self.settled.notify_waiters();
     }
 
     /// Parks the payment for the user, and asks through `ask` if given; `Ok` once

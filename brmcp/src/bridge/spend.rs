@@ -509,6 +509,22 @@ impl SpendLog {
         Ok(resolution)
     }
 
+    /// The status of row `id` and, if it failed, why; `None` if there is no such row.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn status(&self, id: i64) -> Result<Option<(SpendStatus, Option<String>)>, SpendError> {
+        let row = self
+            .db()
+            .query_row(
+                "SELECT status, err FROM spend WHERE id = ?1",
+                params![id],
+                |r| Ok((SpendStatus::parse(&r.get::<_, String>(0)?), r.get(1)?)),
+            )
+            .optional()?;
+        Ok(row)
+    }
+
     /// Every row, oldest first.
     ///
     /// # Errors

@@ -26,6 +26,9 @@ pub enum PayMode {
     Slow(Duration),
     /// Give up waiting: [`brmcp::bridge::PaymentUnconfirmed`].
     Unconfirmed,
+    /// Credit the bot, yet report [`brmcp::bridge::PaymentUnconfirmed`]: the tip
+    /// went through as the payer's connection dropped.
+    CreditUnconfirmed,
 }
 
 /// What the payer did.
@@ -83,6 +86,10 @@ impl Payer for TestPayer {
                 Ok(())
             }
             PayMode::Unconfirmed => Err(brmcp::bridge::PaymentUnconfirmed.into()),
+            PayMode::CreditUnconfirmed => {
+                self.0.bot.credit(self.0.payer_id, atoms);
+                Err(brmcp::bridge::PaymentUnconfirmed.into())
+            }
         }
     }
 }
