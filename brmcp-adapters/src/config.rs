@@ -70,6 +70,13 @@ pub const DEFAULT_ACCEPT_BACKLOG: usize = 128;
 /// Concurrent partial messages the reassembler tracks (its slot count).
 pub const ASSEMBLER_SLOTS: usize = 256;
 
+/// The shortest idle time after which the timer's scan parks a session a peer opened:
+/// 1 s. A session is parked `server_park_after` after it came to rest, as its writer
+/// reports (see `router::at_rest`); the scan, which runs over every session, catches
+/// one that came to rest unreported (its last request cancelled, say), and with a
+/// short park delay runs at most this often however many sessions revive.
+pub(crate) const PARK_SCAN_FLOOR: Duration = Duration::from_secs(1);
+
 /// Settings of one [`Router`](crate::Router).
 ///
 /// [`RouterConfig::server`] and [`RouterConfig::client`] give the defaults for each role;
@@ -95,10 +102,13 @@ pub struct RouterConfig {
     pub client_idle_timeout: Option<Duration>,
     /// Idle time after which a session a peer opened is parked: its rmcp service and
     /// handler are dropped and only what it takes to resume it is kept; its next message
-    /// revives it already initialized, so the peer notices nothing. Only sessions opened
-    /// with `initialize` are parked. `None` (the default): never. A parked session's
-    /// handler cannot push notifications (a list change, a log line) until the peer's
-    /// next message, so set it only for handlers that keep no per-session state.
+    /// revives it already initialized, so the peer notices nothing. Idle counts from
+    /// the session coming to rest (its answers sent, no request in progress), so a
+    /// delay shorter than the peer's round trip parks a session between its calls.
+    /// Only sessions opened with `initialize` are parked. `None` (the default): never.
+    /// A parked session's handler cannot push notifications (a list change, a log
+    /// line) until the peer's next message, so set it only for handlers that keep no
+    /// per-session state.
     pub server_park_after: Option<Duration>,
     /// Idle time after which a session we hold through a [`Client`](crate::Client) (or
     /// another [`ServiceSlot`](crate::ServiceSlot)) is parked: its rmcp service is
@@ -168,6 +178,13 @@ impl RouterConfig {
             tell_refused: false,
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The idle time after which the timer's scan parks a session a peer opened:
+    /// [`server_park_after`](Self::server_park_after), at least [`PARK_SCAN_FLOOR`].
+    pub(crate) fn park_scan_after(&self) -> Option<Duration> {
+        self.server_park_after
+            .map(|after| after.max(PARK_SCAN_FLOOR))
     }
 
     /// Defaults for a router that only dials: parts for unknown sessions are dropped.

@@ -56,6 +56,7 @@ use crate::stats::{Counters, RouterStats};
 use crate::transport::{BrTransport, Waits};
 use crate::{Acceptor, Ctl, ServiceSlot};
 
+mod at_rest;
 mod client_park;
 mod refusals;
 mod sessions;
@@ -114,19 +115,21 @@ impl Router {
     /// Outside a tokio runtime.
     pub fn new(sender: impl PmSender, config: RouterConfig) -> Self {
         let counters = Arc::new(Counters::default());
+        let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
         let outlet = Arc::new(Outlet {
             sender: Arc::new(sender),
             clock: config.clock.clone(),
             counters: counters.clone(),
             chunk_len: config.chunk_len,
             ttl: config.ttl,
+            at_rest: (config.accept_inbound && config.server_park_after.is_some())
+                .then(|| ctl_tx.downgrade()),
         });
         let (inbound, pm_rx) = inbound_queue(
             config.inbound_queue,
             config.max_inbound_bytes,
             counters.clone(),
         );
-        let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
         let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
         let (reply_tx, reply_rx) = mpsc::channel(REPLY_QUEUE);
         let next_id = Arc::new(AtomicU64::new(1));
@@ -149,6 +152,7 @@ impl Router {
             config: config.clone(),
             refused: refused.clone(),
             refusal_replies: refusals::RefusalReplies::default(),
+            resting: at_rest::Resting::default(),
         };
         tokio::spawn(driver.run(pm_rx, ctl_rx));
         Self {
@@ -430,6 +434,8 @@ struct Driver {
     refused: Refused,
     /// When each refused peer was last told so.
     refusal_replies: refusals::RefusalReplies,
+    /// Sessions peers opened that came to rest, by when they are due to park.
+    resting: at_rest::Resting,
 }
 
 /// The last [`REFUSED_LOGGED`] peers refused, newest last; the driver writes it, the
@@ -514,6 +520,7 @@ impl Driver {
                     self.close(key, CloseReason::Transport);
                 }
             }
+            Ctl::AtRest { peer, sid, id } => self.at_rest((peer, sid), id),
             Ctl::Parkable {
                 peer,
                 sid,

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use brmcp_wire::{Chunks, MessageId, SessionId, UnixTime, encode_part};
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage, RequestId};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::Ctl;
 use crate::clock::Clock;
 use crate::error::AdapterError;
 use crate::host::DynSender;
@@ -29,6 +30,9 @@ pub(crate) struct Outlet {
     pub(crate) counters: Arc<Counters>,
     pub(crate) chunk_len: usize,
     pub(crate) ttl: Duration,
+    /// Told when a session's writer drained its queue with no request in progress, if
+    /// sessions a peer opened are parked; weak, so it never keeps the router running.
+    pub(crate) at_rest: Option<mpsc::WeakUnboundedSender<Ctl>>,
 }
 
 impl Outlet {
@@ -106,6 +110,9 @@ pub(crate) struct SessionShared {
     /// The host's error for the last send that failed, until one succeeds.
     send_error: Mutex<Option<String>>,
     closed: AtomicBool,
+    /// The writer reported the session at rest and the router has not looked at it
+    /// since (see `router::at_rest`).
+    rest_reported: AtomicBool,
     /// Requests not answered yet: the peer's (server role) or ours (client role), and
     /// on a dialed session the server's to us too, tagged `true` (their ids are the
     /// server's, so they are kept apart from ours; one set, so an idle session pays
@@ -146,6 +153,7 @@ impl SessionShared {
             last_heard: AtomicU64::new(u64::MAX),
             send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
+            rest_reported: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
             resume: Mutex::new(Resume::default()),
@@ -168,6 +176,7 @@ impl SessionShared {
             last_heard: AtomicU64::new(self.last_heard.load(Ordering::Relaxed)),
             send_error: Mutex::new(None),
             closed: AtomicBool::new(false),
+            rest_reported: AtomicBool::new(false),
             unanswered: Mutex::new(HashSet::new()),
             queued: AtomicUsize::new(0),
             resume: Mutex::new(crate::lock(&self.resume).clone()),
@@ -323,6 +332,17 @@ impl SessionShared {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Whether the writer is to report the session at rest now: `true` once until
+    /// [`rest_unreported`](Self::rest_unreported).
+    pub(crate) fn claim_rest_report(&self) -> bool {
+        !self.rest_reported.swap(true, Ordering::AcqRel)
+    }
+
+    /// The router looked at the session's rest: the writer reports the next one.
+    pub(crate) fn rest_unreported(&self) {
+        self.rest_reported.store(false, Ordering::Release);
+    }
+
     /// Marks the session closed; `true` the first time.
     pub(crate) fn mark_closed(&self) -> bool {
         !self.closed.swap(true, Ordering::AcqRel)
@@ -404,5 +424,16 @@ async fn write(outlet: Arc<Outlet>, session: Arc<SessionShared>) {
         if let Some(ack) = ack {
             let _ = ack.send(result);
         }
+    }
+    // At rest: the router may park the session until its next message.
+    if let Some(at_rest) = outlet.at_rest.as_ref().and_then(|w| w.upgrade())
+        && !session.is_busy()
+        && session.claim_rest_report()
+    {
+        let _ = at_rest.send(Ctl::AtRest {
+            peer: session.peer,
+            sid: session.sid,
+            id: session.id,
+        });
     }
 }

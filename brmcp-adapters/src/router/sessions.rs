@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use brmcp_wire::{MessageId, SessionId};
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta, JsonRpcMessage, RequestId,
-    ServerJsonRpcMessage, ServerNotification,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, GetMeta,
+    JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerNotification,
 };
 
 use tokio::time::Instant;
@@ -70,7 +70,18 @@ impl Driver {
         }
         entry.recent.push_back(mid);
         if matches!(entry.inbox, Inbox::Parked) {
-            self.revive(key, payload);
+            match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
+                // A revived service gets the handshake replayed, `initialized` with it,
+                // and has no request a cancellation or progress report could be about.
+                Ok(message) if needs_no_service(&message) => {
+                    Counters::bump(&self.counters.messages_delivered);
+                }
+                Ok(message) => self.revive(key, message, payload),
+                Err(e) => {
+                    Counters::bump(&self.counters.dropped_json);
+                    tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
+                }
+            }
             return;
         }
         if matches!(entry.inbox, Inbox::ClientParked) {
@@ -226,7 +237,7 @@ impl Driver {
         Counters::bump(&self.counters.messages_delivered);
         self.counters.sessions_open.fetch_add(1, Relaxed);
         self.schedule_idle(idle);
-        self.schedule_idle(self.config.server_park_after);
+        self.schedule_idle(self.config.park_scan_after());
     }
 
     /// Starts the service of a server session on `shared`: its inbox gets the recorded
@@ -292,7 +303,11 @@ impl Driver {
         let Some(entry) = self.sessions.get_mut(&key) else {
             return;
         };
+        // A message delivered and not yet taken by the service (a notification) would
+        // be lost with the inbox.
+        let untaken = matches!(&entry.inbox, Inbox::Server(inbox) if !inbox.is_empty());
         if !entry.inbound
+            || untaken
             || entry.shared.is_busy()
             || entry.shared.has_outbound()
             || entry.shared.resume_record().is_none()
@@ -308,16 +323,8 @@ impl Driver {
 
     /// A message on a parked session: a new service, given the recorded handshake (not
     /// for a new `initialize`) and then the message.
-    fn revive(&mut self, key: (PeerId, SessionId), payload: &[u8]) {
+    fn revive(&mut self, key: (PeerId, SessionId), message: ClientJsonRpcMessage, payload: &[u8]) {
         let (peer, sid) = key;
-        let message = match serde_json::from_slice::<ClientJsonRpcMessage>(payload) {
-            Ok(message) => message,
-            Err(e) => {
-                Counters::bump(&self.counters.dropped_json);
-                tracing::debug!(%peer, %sid, error = %e, "not a JSON-RPC message");
-                return;
-            }
-        };
         let Some(shared) = self.sessions.get(&key).map(|e| e.shared.clone()) else {
             return;
         };
@@ -344,7 +351,7 @@ impl Driver {
                 shared.touch();
                 Counters::bump(&self.counters.messages_delivered);
                 tracing::debug!(%peer, %sid, "session revived");
-                self.schedule_idle(self.config.server_park_after);
+                self.schedule_idle(self.config.park_scan_after());
             }
             Err(Unstarted::Stopping) => {}
             Err(Unstarted::Lost) => {
@@ -399,6 +406,18 @@ fn concerns_no_parked(message: &ServerJsonRpcMessage) -> bool {
         ),
         JsonRpcMessage::Request(_) => false,
     }
+}
+
+/// Whether a client's message on a parked session needs no service: `initialized`
+/// (a revival replays one), or a cancellation or progress report (a parked session has
+/// no request in progress).
+fn needs_no_service(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, JsonRpcMessage::Notification(n) if matches!(
+        n.notification,
+        ClientNotification::InitializedNotification(_)
+            | ClientNotification::CancelledNotification(_)
+            | ClientNotification::ProgressNotification(_)
+    ))
 }
 
 /// Whether a message is the legacy handshake's `initialize`.

@@ -24,10 +24,10 @@ impl Driver {
             let secs = deadline.0.saturating_sub(self.config.clock.now().0).max(0);
             Instant::now().checked_add(Duration::from_secs(secs.unsigned_abs()))
         });
-        match (reassembly, self.next_idle_check) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [reassembly, self.next_idle_check, self.resting.next_due()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     pub(super) fn on_timer(&mut self, assembler: &mut Assembler<'_, PeerKey, ASSEMBLER_SLOTS>) {
@@ -38,12 +38,13 @@ impl Driver {
         self.update_buffered(assembler);
 
         let now = Instant::now();
+        self.park_rested(now);
         if self.next_idle_check.is_some_and(|at| at <= now) {
             let mut next: Option<Instant> = None;
             let mut idle = Vec::new();
             let mut park = Vec::new();
             let mut park_clients = Vec::new();
-            let park_after = self.config.server_park_after;
+            let park_after = self.config.park_scan_after();
             let client_park_after = self.config.client_park_after;
             for (key, entry) in &self.sessions {
                 // A session with a request in progress is busy, not idle. A timeout too

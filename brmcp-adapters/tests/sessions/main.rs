@@ -22,6 +22,7 @@ mod idle_expiry_recovery;
 mod inbox_overflow;
 mod large_results_chunked;
 mod outbound_bound;
+mod parked_at_rest;
 mod parked_sessions;
 mod progress_before_response;
 mod recovery_duplicates;

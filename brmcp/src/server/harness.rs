@@ -35,7 +35,7 @@ mod fit;
 mod interrupted;
 mod session;
 mod stop;
-pub use builder::{DEFAULT_PARK_AFTER, HarnessBuilder};
+pub use builder::{DEFAULT_PARK_AFTER, HarnessBuilder, LISTENED_PARK_AFTER};
 pub use call::ANSWER_TOO_LARGE;
 pub use fit::{ANSWER_WRAPPER_BYTES, max_answer_bytes, max_message_bytes};
 pub use interrupted::INTERRUPTED_NOTICE;

@@ -79,8 +79,9 @@ pub use dynamic::DynamicTools;
 pub use gate::{AllowGate, GateChange};
 pub use harness::{
     ANSWER_TOO_LARGE, ANSWER_WRAPPER_BYTES, ChatHook, DEFAULT_PARK_AFTER, FREE_STOPPED_NOTICE,
-    Harness, HarnessBuilder, HarnessError, HarnessStats, INTERRUPTED_NOTICE, STOPPED_NOTICE,
-    STOPPING, Stopped, TipEvent, TipHook, Visibility, max_answer_bytes, max_message_bytes,
+    Harness, HarnessBuilder, HarnessError, HarnessStats, INTERRUPTED_NOTICE, LISTENED_PARK_AFTER,
+    STOPPED_NOTICE, STOPPING, Stopped, TipEvent, TipHook, Visibility, max_answer_bytes,
+    max_message_bytes,
 };
 pub use ledger::{
     APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, DailyRevenue, FILE_NAME,

@@ -124,3 +124,44 @@ async fn a_caller_removed_while_parked_is_refused_and_others_revive() {
     assert_eq!(probe.runs(), 3);
     assert_eq!(env.router.stats().sessions_resumed, 1);
 }
+
+/// By default a caller's session parks between its calls (`DEFAULT_PARK_AFTER` after it
+/// came to rest) and lives on unnoticed; with lists that can change at run time it
+/// stays running `LISTENED_PARK_AFTER`, to hear of changes as they happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_session_parks_between_calls_unless_lists_can_change() {
+    use brmcp::server::{DEFAULT_PARK_AFTER, DynamicTools, LISTENED_PARK_AFTER};
+    assert!(LISTENED_PARK_AFTER > Duration::from_secs(2));
+
+    let probe = Arc::new(Probe::default());
+    let (builder, clock, dir) = builder();
+    let fixed = env(builder.tool(echo(&probe)), clock, dir);
+    let alice = client(&fixed.fabric, ALICE).await;
+    for round in 1..=2 {
+        let said = call(&alice, "echo", json!({"text": "hi"}), None).await;
+        assert!(!is_error(&said), "{said:?}");
+        tokio::time::sleep(DEFAULT_PARK_AFTER * 5).await;
+        let again = call(&alice, "echo", json!({"text": "hi"}), None).await;
+        assert_eq!(text(&again), text(&said));
+        revived(&fixed, round).await;
+    }
+    assert_eq!(probe.runs(), 4);
+
+    let (builder, clock, dir) = super::support::builder();
+    let listened = env(
+        builder
+            .tool(echo(&probe))
+            .dynamic_tools(DynamicTools::new()),
+        clock,
+        dir,
+    );
+    let bob = client(&listened.fabric, BOB).await;
+    call(&bob, "echo", json!({"text": "hi"}), None).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    call(&bob, "echo", json!({"text": "hi"}), None).await;
+    assert_eq!(
+        listened.router.stats().sessions_resumed,
+        0,
+        "parked though it may be told of changes"
+    );
+}

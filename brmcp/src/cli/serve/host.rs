@@ -54,9 +54,9 @@ pub(crate) async fn start_serving(
         .auto_reply(AutoReply::new(
             "This is a brmcp bot: connect an MCP agent with `brmcp bridge` to use its tools.",
         ));
-    // Idle callers' sessions are parked (the harness's default, `DEFAULT_PARK_AFTER`),
-    // upstream tools included: a list change a parked session missed is told on its
-    // revival.
+    // Callers' sessions are parked at rest (the harness's default: `DEFAULT_PARK_AFTER`,
+    // or `LISTENED_PARK_AFTER` with upstream tools, whose list changes are pushed; one
+    // a parked session missed is told on its revival).
     let (mut builder, upstreams) = with_tools(builder, datadir, config);
     let block = RegistrantBlock::from_config(config, &datadir.join(super::SERVE_CONFIG))?;
     let registrant = match &block {

@@ -24,18 +24,32 @@ use crate::server::rate_limit::RateLimiter;
 use crate::server::tools::ToolSpec;
 use crate::server::{Clock, SystemClock};
 
-/// How long a caller's session stays idle before the harness parks it
-/// (`RouterConfig::server_park_after`), by default: longer than the pause between an
-/// agent's calls in one task, so those never wait for a revival, and far shorter than
-/// the idle expiry, so thousands of idle callers cost a few KiB each instead of an
-/// rmcp service each. A harness session keeps no state of its own (balances, call keys
-/// and rate limits live in the harness), and a list change it missed while parked is
-/// told on its revival, so parking is safe for every harness.
-pub const DEFAULT_PARK_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a caller's session stays at rest (its answers sent, no request in
+/// progress) before the harness parks it (`RouterConfig::server_park_after`), by
+/// default: 100 ms. A session holds an rmcp service (some 28 KB: its task and the
+/// first blocks of its channels) only while it has work; over Bison Relay a caller's
+/// next message comes a round trip later at the soonest, so a session parks between
+/// its calls, and one parked costs about 1.5 KB. Back-to-back calls of a local caller
+/// keep it running; a revival costs tens of microseconds, nothing beside a round trip.
+/// A harness session keeps no state of its own (balances, call keys and rate limits
+/// live in the harness), so parking is safe for every harness.
+pub const DEFAULT_PARK_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// `config` with idle sessions parked after [`DEFAULT_PARK_AFTER`].
-fn parking(mut config: RouterConfig) -> RouterConfig {
-    config.server_park_after = Some(DEFAULT_PARK_AFTER);
+/// The park delay of a harness whose lists can change at run time (dynamic tools, a
+/// catalog), by default: 30 s. A parked session cannot be told of a change until its
+/// next message (it is told then), so a caller's session stays running this long
+/// after its last message to hear of changes as they happen.
+pub const LISTENED_PARK_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The default router settings: sessions parked after [`DEFAULT_PARK_AFTER`], or
+/// [`LISTENED_PARK_AFTER`] when the harness `pushes` list changes.
+fn parking(pushes: bool) -> RouterConfig {
+    let mut config = RouterConfig::server();
+    config.server_park_after = Some(if pushes {
+        LISTENED_PARK_AFTER
+    } else {
+        DEFAULT_PARK_AFTER
+    });
     config
 }
 
@@ -54,7 +68,8 @@ pub struct HarnessBuilder {
     auto_reply: Option<AutoReply>,
     tip_hook: Option<TipHook>,
     clock: Arc<dyn Clock>,
-    router_config: RouterConfig,
+    /// Set by the operator; the default ([`parking`]) depends on what the harness pushes.
+    router_config: Option<RouterConfig>,
     tell_refused: bool,
     info: Implementation,
     instructions: Option<String>,
@@ -86,7 +101,7 @@ impl HarnessBuilder {
             auto_reply: None,
             tip_hook: None,
             clock: Arc::new(SystemClock),
-            router_config: parking(RouterConfig::server()),
+            router_config: None,
             tell_refused: true,
             info: Implementation::new("brmcp", env!("CARGO_PKG_VERSION")),
             instructions: None,
@@ -195,11 +210,11 @@ impl HarnessBuilder {
         self
     }
 
-    /// The router's settings (default [`RouterConfig::server`] with idle sessions parked
-    /// after [`DEFAULT_PARK_AFTER`]); its authorizer is replaced by the harness's allow
-    /// gate.
+    /// The router's settings (default [`RouterConfig::server`] with sessions parked
+    /// after [`DEFAULT_PARK_AFTER`] at rest, or [`LISTENED_PARK_AFTER`] with dynamic
+    /// tools or a catalog); its authorizer is replaced by the harness's allow gate.
     pub fn router_config(mut self, config: RouterConfig) -> Self {
-        self.router_config = config;
+        self.router_config = Some(config);
         self
     }
 
@@ -277,6 +292,8 @@ impl HarnessBuilder {
             prompts.list_changed = Some(true);
             capabilities.prompts = Some(prompts);
         }
+        let pushes = self.dynamic.is_some() || resources || prompts;
+        let router_config = self.router_config.unwrap_or_else(|| parking(pushes));
         let mut info = ServerConfig::new(capabilities).with_server_info(self.info);
         if let Some(text) = self.instructions {
             info = info.with_instructions(text);
@@ -310,7 +327,7 @@ impl HarnessBuilder {
                 chat_hook: self.chat_hook,
                 auto_reply: throttle,
                 tip_hook: self.tip_hook,
-                router_config: self.router_config.with_tell_refused(self.tell_refused),
+                router_config: router_config.with_tell_refused(self.tell_refused),
                 info,
                 counters: Counters::default(),
                 started: OnceLock::new(),
