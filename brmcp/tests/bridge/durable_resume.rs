@@ -3,7 +3,9 @@
 //! it), the agent's retry gets an error saying what was paid and that nothing was paid
 //! again, and the payer paid once; when the bot has the credit, the retry gets the
 //! result, run once, and the resumed call collected its credit (none is left to hold
-//! other agents back).
+//! other agents back). A call cut while it waits for its payment's late outcome (the
+//! payer lost sight of the tip) is settled by that outcome in the next run, and the
+//! retry gets the result on the credit it bought, paid once.
 
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use crate::common::{
 };
 use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::{Fabric, uid};
-use brmcp::bridge::Bridge;
+use brmcp::bridge::{Bridge, Resolution, SpendStatus, TipOutcomeEvent};
 use rmcp::ServiceError;
 use serde_json::json;
 
@@ -144,4 +146,145 @@ async fn requests_racing_under_one_own_key_make_one_call_paid_once() {
     assert!(results.iter().all(|r| *r == results[0]), "{results:?}");
     assert_eq!(payer.count(), 1, "paid once");
     assert_eq!(bot.executions("fortune"), 1, "run once");
+}
+
+/// The bridge stops while a call waits for its tip's late outcome; the outcome reaches
+/// the next run before the agent's retry, or after it (the retry runs on the credit the
+/// bot already has, and the outcome then settles the row).
+async fn late_outcome_after_stop(outcome_before_retry: bool) {
+    // The tip reaches the bot as the payer loses sight of it.
+    let stage = Stage::new(17, PayMode::CreditUnconfirmed);
+    let (bot_id, bot, payer) = (stage.bot_id, &stage.bot, &stage.payer);
+    let first = stage.waiting_on_credit(autopay(bot_id)).await;
+    let agent = connect(&first, bot_id, ()).await;
+    let peer = agent.peer().clone();
+    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
+    assert!(
+        eventually(Duration::from_secs(10), || payer.count() == 1).await,
+        "paid"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!cut.is_finished(), "still waiting on the late outcome");
+    first.close().await;
+    cut.abort();
+    drop(agent);
+    drop(first);
+    assert_eq!(bot.executions("fortune"), 0);
+
+    let second = stage.restarted().await;
+    let (entries, _) = second.spend_log().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].status, SpendStatus::Pending, "not yet known");
+    let settle = |second: &Bridge| {
+        // The host redelivers the outcome once the bridge is back.
+        second
+            .resolve_spend(&TipOutcomeEvent {
+                id: 1,
+                bot: bot_id,
+                atoms: FORTUNE_PRICE,
+                outcome: Ok(()),
+            })
+            .unwrap()
+    };
+    if outcome_before_retry {
+        assert!(matches!(settle(&second), Resolution::Settled(_)));
+    }
+    let agent = connect(&second, bot_id, ()).await;
+    let retry = async {
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            agent.call_tool(call("fortune", json!({}))),
+        )
+        .await
+        .expect("an answer")
+    };
+    let later = async {
+        if !outcome_before_retry {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(matches!(settle(&second), Resolution::Settled(_)));
+        }
+    };
+    let (retry, ()) = tokio::join!(retry, later);
+    let result = retry.expect("the result");
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert_eq!(payer.count(), 1, "paid once");
+    assert_eq!(bot.executions("fortune"), 1, "run once");
+    let (entries, _) = second.spend_log().unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].status, SpendStatus::Paid);
+    let (uncollected, _) = second.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "collected: {uncollected:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_while_its_tip_outcome_was_unknown_runs_once_on_the_late_outcome() {
+    late_outcome_after_stop(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_before_the_late_outcome_runs_on_the_bots_credit_and_is_not_paid_again() {
+    late_outcome_after_stop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_call_whose_tip_failed_late_is_paid_anew_only_once_the_failure_is_known() {
+    // The payer loses sight of a tip that never lands.
+    let stage = Stage::new(19, PayMode::Unconfirmed);
+    let (bot_id, bot, payer) = (stage.bot_id, &stage.bot, &stage.payer);
+    let first = stage.waiting_on_credit(autopay(bot_id)).await;
+    let agent = connect(&first, bot_id, ()).await;
+    let peer = agent.peer().clone();
+    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
+    assert!(
+        eventually(Duration::from_secs(10), || payer.count() == 1).await,
+        "paid"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!cut.is_finished(), "still waiting on the late outcome");
+    first.close().await;
+    cut.abort();
+    drop(agent);
+    drop(first);
+
+    let second = stage.restarted().await;
+    *payer.mode.lock().unwrap() = PayMode::Credit;
+    let agent = connect(&second, bot_id, ()).await;
+    // While the tip may still land, the retry pays nothing more.
+    let retry = agent.call_tool(call("fortune", json!({}))).await;
+    let Err(ServiceError::McpError(error)) = retry else {
+        panic!("an error saying what was paid: {retry:?}");
+    };
+    assert!(
+        error.message.contains("not paid again"),
+        "{}",
+        error.message
+    );
+    assert_eq!(
+        payer.count(),
+        1,
+        "not paid again while the outcome is unknown"
+    );
+    // The host learns the tip failed: the budget is free, and the next retry pays.
+    let failed = second
+        .resolve_spend(&TipOutcomeEvent {
+            id: 1,
+            bot: bot_id,
+            atoms: FORTUNE_PRICE,
+            outcome: Err("route expired"),
+        })
+        .unwrap();
+    assert!(matches!(failed, Resolution::Settled(_)));
+    let result = agent
+        .call_tool(call("fortune", json!({})))
+        .await
+        .expect("the result");
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert_eq!(payer.count(), 2, "paid anew once the first tip failed");
+    assert_eq!(bot.executions("fortune"), 1, "run once");
+    let (entries, _) = second.spend_log().unwrap();
+    let statuses: Vec<_> = entries.iter().map(|e| e.status).collect();
+    assert!(
+        statuses.contains(&SpendStatus::Failed) && statuses.contains(&SpendStatus::Paid),
+        "{statuses:?}"
+    );
 }
