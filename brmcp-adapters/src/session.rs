@@ -338,6 +338,12 @@ impl SessionShared {
         !self.rest_reported.swap(true, Ordering::AcqRel)
     }
 
+    /// Whether a rest was reported and the router has not looked at it yet (a hint:
+    /// [`claim_rest_report`](Self::claim_rest_report) decides).
+    pub(crate) fn rest_report_outstanding(&self) -> bool {
+        self.rest_reported.load(Ordering::Relaxed)
+    }
+
     /// The router looked at the session's rest: the writer reports the next one.
     pub(crate) fn rest_unreported(&self) {
         self.rest_reported.store(false, Ordering::Release);
@@ -425,8 +431,12 @@ async fn write(outlet: Arc<Outlet>, session: Arc<SessionShared>) {
             let _ = ack.send(result);
         }
     }
-    // At rest: the router may park the session until its next message.
-    if let Some(at_rest) = outlet.at_rest.as_ref().and_then(|w| w.upgrade())
+    // At rest: the router may park the session until its next message. A report still
+    // outstanding skips the upgrade and the busy lock; the claim stays after the busy
+    // check, so a busy session never holds the flag with nothing reported.
+    if let Some(weak) = outlet.at_rest.as_ref()
+        && !session.rest_report_outstanding()
+        && let Some(at_rest) = weak.upgrade()
         && !session.is_busy()
         && session.claim_rest_report()
     {

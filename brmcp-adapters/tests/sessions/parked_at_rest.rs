@@ -4,22 +4,16 @@
 //! back keep it running; a notification that needs no service (`initialized`, a
 //! cancellation, a progress report) leaves a parked session parked, flood or not.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::raw::RawClient;
-use crate::common::{Lifecycle, Probe, call, connect, serve, text};
+use crate::common::{Lifecycle, call, connect, handlers, serve, text};
 use brmcp_adapters::RouterConfig;
 use brmcp_adapters::mem::{Faults, Pair, uid};
 use serde_json::json;
 
 /// Far below the scan's one second: only the rest report parks this soon.
 const PARK_AFTER: Duration = Duration::from_millis(50);
-
-/// Handlers alive: the probe is held by the test, the router's factory and each one.
-fn handlers(probe: &Arc<Probe>) -> usize {
-    Arc::strong_count(probe) - 2
-}
 
 fn server_config() -> RouterConfig {
     let mut server = RouterConfig::server();

@@ -2,20 +2,14 @@
 //! by its next message, already initialized: the client notices nothing. A session with
 //! a call in progress is never parked, and a parked one stays in the session count.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Lifecycle, Probe, call, connect, serve, text};
+use crate::common::{Lifecycle, call, connect, handlers, serve, text};
 use brmcp_adapters::RouterConfig;
 use brmcp_adapters::mem::{Faults, Pair};
 use serde_json::json;
 
 const PARK_AFTER: Duration = Duration::from_secs(10);
-
-/// Handlers alive: the probe is held by the test, the router's factory and each one.
-fn handlers(probe: &Arc<Probe>) -> usize {
-    Arc::strong_count(probe) - 2
-}
 
 fn pair() -> Pair {
     let mut server = RouterConfig::server();

@@ -24,6 +24,12 @@ use rmcp::{
 };
 use tokio::sync::Notify;
 
+/// Handlers alive for a probe served with [`serve`]: the probe is held by the test,
+/// the router's factory and each handler.
+pub fn handlers(probe: &Arc<Probe>) -> usize {
+    Arc::strong_count(probe) - 2
+}
+
 /// What the test server saw, for assertions.
 #[derive(Debug, Default)]
 pub struct Probe {
