@@ -67,6 +67,39 @@ enum Parking {
     Both,
 }
 
+impl Parking {
+    const ALL: [Self; 3] = [Self::Harness, Self::Off, Self::Both];
+
+    /// Its name in [`RSS_CHILD_ENV`].
+    fn name(self) -> &'static str {
+        match self {
+            Self::Harness => "harness",
+            Self::Off => "off",
+            Self::Both => "both",
+        }
+    }
+
+    /// The pair's goal line.
+    fn goal_name(self) -> &'static str {
+        match self {
+            Self::Harness => "running session pair",
+            Self::Off => "session pair with a service at each end",
+            Self::Both => "parked session pair",
+        }
+    }
+}
+
+/// Set in a child run of this bench to the [`Parking::name`] whose resident set it
+/// measures, alone in its process.
+const RSS_CHILD_ENV: &str = "BRMCP_SESSION_MEMORY_RSS";
+
+/// How a child reports its figure on its standard output.
+const RSS_LINE: &str = "rss_per_pair ";
+
+/// Fresh processes measured per state for the resident set; their median is reported
+/// (the resident set grows in steps as the allocator maps memory, so one run is noisy).
+const RSS_RUNS: usize = 3;
+
 /// Sessions opened (and kept) before the baseline, so one-time setup is not counted.
 const WARM_UP: usize = 8;
 
@@ -113,8 +146,9 @@ fn per_session(bytes: i128) -> i128 {
     bytes / N as i128
 }
 
-async fn measure(parking: Parking) {
-    let park = parking == Parking::Both;
+/// A client and a server router with each role's default configuration but for
+/// `parking`, serving the bench's server.
+fn pair(parking: Parking) -> Pair {
     let mut server = RouterConfig::server();
     server.max_sessions_per_peer = N + WARM_UP;
     server.server_park_after = match parking {
@@ -124,10 +158,64 @@ async fn measure(parking: Parking) {
     };
     let mut client = RouterConfig::client();
     if parking != Parking::Harness {
-        client.client_park_after = park.then_some(PARK_AFTER);
+        client.client_park_after = (parking == Parking::Both).then_some(PARK_AFTER);
     }
     let pair = Pair::with_configs(1, Faults::none(), server, client);
     pair.server.serve(|_peer: &PeerId| BenchServer::new());
+    pair
+}
+
+/// Opens the sessions counted into `clients` (its room already made, so the vector is
+/// not counted) and gives them time to park as `parking` parks them.
+async fn open_all(pair: &Pair, parking: Parking, clients: &mut Vec<Client<()>>) {
+    for _ in 0..N {
+        clients.push(open(pair).await);
+    }
+    settle().await;
+    if parking == Parking::Both {
+        tokio::time::sleep(PARK_AFTER * 2).await;
+    }
+}
+
+/// The resident set's growth per pair for `parking`, measured in this process (a
+/// fresh child of the bench) with nothing allocated and freed before: memory a
+/// previous measurement freed would be reused and hide part of the growth.
+async fn measure_rss(parking: Parking) {
+    let pair = pair(parking);
+    let mut warm = Vec::with_capacity(WARM_UP);
+    for _ in 0..WARM_UP {
+        warm.push(open(&pair).await);
+    }
+    let mut clients = Vec::with_capacity(N);
+    settle().await;
+    let before = rss().expect("VmRSS");
+    open_all(&pair, parking, &mut clients).await;
+    let after = rss().expect("VmRSS");
+    println!("{RSS_LINE}{}", per_session(after - before));
+    drop(clients);
+}
+
+/// The median of [`RSS_RUNS`] fresh processes' [`measure_rss`], and each run's figure.
+fn rss_in_children(parking: Parking) -> Option<(i128, Vec<i128>)> {
+    let exe = std::env::current_exe().ok()?;
+    let mut runs = Vec::with_capacity(RSS_RUNS);
+    for _ in 0..RSS_RUNS {
+        let out = std::process::Command::new(&exe)
+            .env(RSS_CHILD_ENV, parking.name())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find_map(|l| l.strip_prefix(RSS_LINE))?;
+        runs.push(line.trim().parse().ok()?);
+    }
+    let mut sorted = runs.clone();
+    sorted.sort_unstable();
+    Some((sorted[RSS_RUNS / 2], runs))
+}
+
+async fn measure(parking: Parking) {
+    let park = parking == Parking::Both;
+    let pair = pair(parking);
 
     let mut warm = Vec::with_capacity(WARM_UP);
     for _ in 0..WARM_UP {
@@ -153,16 +241,8 @@ async fn measure(parking: Parking) {
     settle().await;
 
     let heap_before = live_heap();
-    let rss_before = rss();
-    for _ in 0..N {
-        clients.push(open(&pair).await);
-    }
-    settle().await;
-    if park {
-        tokio::time::sleep(PARK_AFTER * 2).await;
-    }
+    open_all(&pair, parking, &mut clients).await;
     let heap_open = live_heap();
-    let rss_open = rss();
 
     let stats = pair.server.stats();
     assert_eq!(stats.sessions_open as usize, N + WARM_UP, "{stats:?}");
@@ -185,7 +265,7 @@ async fn measure(parking: Parking) {
             println!(
                 "running between calls (the server end parked at rest as the harness parks it, the client end running):"
             );
-            goal("running session pair", both, PAIR_GOAL);
+            goal(parking.goal_name(), both, PAIR_GOAL);
             goal("running session, server end", server_side, SERVER_END_GOAL);
         }
         Parking::Off => {
@@ -193,7 +273,7 @@ async fn measure(parking: Parking) {
         }
         Parking::Both => {
             println!("both ends parked after 200 ms:");
-            goal("parked session pair", both, PAIR_GOAL);
+            goal(parking.goal_name(), both, PAIR_GOAL);
         }
     }
     println!("idle_session_memory: {both} bytes/session (N={N}, live heap, client + server ends)");
@@ -224,12 +304,20 @@ async fn measure(parking: Parking) {
             size_of::<rmcp::model::ServerJsonRpcMessage>()
         );
     }
-    match (rss_before, rss_open) {
-        (Some(before), Some(after)) => println!(
-            "idle_session_memory_rss: {} bytes/session (N={N}, VmRSS growth, both ends)",
-            per_session(after - before)
-        ),
-        _ => println!("idle_session_memory_rss: unavailable (no /proc/self/status)"),
+    match rss_in_children(parking) {
+        Some((median, runs)) => {
+            println!(
+                "idle_session_memory_rss: {median} bytes/session (N={N}, VmRSS growth, both ends; median of {RSS_RUNS} fresh processes: {runs:?})"
+            );
+            if parking != Parking::Off {
+                goal(
+                    &format!("{} (VmRSS)", parking.goal_name()),
+                    median,
+                    PAIR_GOAL,
+                );
+            }
+        }
+        None => println!("idle_session_memory_rss: unavailable (no /proc/self/status)"),
     }
 
     for client in warm {
@@ -240,13 +328,22 @@ async fn measure(parking: Parking) {
 }
 
 fn main() {
+    let child = std::env::var(RSS_CHILD_ENV).ok();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime")
         .block_on(async {
-            measure(Parking::Harness).await;
-            measure(Parking::Off).await;
-            measure(Parking::Both).await;
+            if let Some(name) = child {
+                let parking = Parking::ALL
+                    .into_iter()
+                    .find(|p| p.name() == name)
+                    .expect("a parking state");
+                measure_rss(parking).await;
+                return;
+            }
+            for parking in Parking::ALL {
+                measure(parking).await;
+            }
         });
 }

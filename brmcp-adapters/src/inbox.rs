@@ -1,18 +1,15 @@
 //! A session's inbound queue, bounded in messages and in bytes.
 //!
-//! Only the router task sends, so the byte check and the add need no lock; the
-//! session's transport subtracts as it receives.
-//!
-//! Messages are queued boxed: the channel allocates its slots in blocks of 32 up front,
-//! and a JSON-RPC message is hundreds of bytes inline, so an idle session's empty queue
-//! would hold about 12 KiB where a box per slot holds 512 bytes.
+//! One lock around a deque, its byte count and the receiver's waker, shared by the
+//! router task (the only sender) and the session's transport (the only receiver). Not
+//! a channel: tokio's allocates a 32-slot block and a cache-padded header up front,
+//! about 1 KiB a session even boxed, where an empty deque allocates nothing and grows
+//! only as deep as the session's queue ever was.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::Relaxed;
-
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Poll, Waker};
 
 /// Why a message was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,78 +20,138 @@ pub(crate) enum Refused {
     Gone,
 }
 
-/// The router's end.
+/// What both ends share.
 #[derive(Debug)]
-pub(crate) struct InboxTx<T> {
-    tx: mpsc::Sender<(Box<T>, usize)>,
-    bytes: Arc<AtomicUsize>,
+struct Queue<T> {
+    /// Messages, each boxed (a JSON-RPC message is hundreds of bytes inline) with its
+    /// encoded size.
+    messages: VecDeque<(Box<T>, usize)>,
+    /// The encoded sizes of `messages`, summed.
+    bytes: usize,
+    /// The receiver closed or dropped its end: nothing more is queued.
+    closed: bool,
+    /// The sender dropped its end: the receiver ends once the queue is empty.
+    sender_gone: bool,
+    /// The receiver waiting for a message.
+    waker: Option<Waker>,
+}
+
+#[derive(Debug)]
+struct Shared<T> {
+    queue: Mutex<Queue<T>>,
+    capacity: usize,
     max_bytes: usize,
 }
 
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, Queue<T>> {
+        // Nothing panics while holding the lock; a poisoned one is still consistent.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The router's end.
+#[derive(Debug)]
+pub(crate) struct InboxTx<T>(Arc<Shared<T>>);
+
 /// The transport's end.
 #[derive(Debug)]
-pub(crate) struct InboxRx<T> {
-    rx: mpsc::Receiver<(Box<T>, usize)>,
-    bytes: Arc<AtomicUsize>,
-}
+pub(crate) struct InboxRx<T>(Arc<Shared<T>>);
 
 /// A queue of at most `capacity` messages (at least 1) and `max_bytes` of their
 /// encoded sizes; a message larger than `max_bytes` is still taken into an empty
 /// queue, so any message the reassembler let through can be delivered.
 pub(crate) fn inbox<T>(capacity: usize, max_bytes: usize) -> (InboxTx<T>, InboxRx<T>) {
-    let (tx, rx) = mpsc::channel(capacity.max(1));
-    let bytes = Arc::new(AtomicUsize::new(0));
-    (
-        InboxTx {
-            tx,
-            bytes: bytes.clone(),
-            max_bytes,
-        },
-        InboxRx { rx, bytes },
-    )
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(Queue {
+            messages: VecDeque::new(),
+            bytes: 0,
+            closed: false,
+            sender_gone: false,
+            waker: None,
+        }),
+        capacity: capacity.max(1),
+        max_bytes,
+    });
+    (InboxTx(shared.clone()), InboxRx(shared))
 }
 
 impl<T> InboxTx<T> {
     /// Queues `message`, whose encoded size is `len` bytes.
     pub(crate) fn try_send(&self, message: T, len: usize) -> Result<(), Refused> {
-        let queued = self.bytes.load(Relaxed);
-        if queued > 0 && queued.saturating_add(len) > self.max_bytes {
-            return Err(if self.tx.is_closed() {
-                Refused::Gone
-            } else {
-                Refused::Full
-            });
+        let mut queue = self.0.lock();
+        if queue.closed {
+            return Err(Refused::Gone);
         }
-        // Counted before the send, so the receiver never subtracts what was not added.
-        self.bytes.fetch_add(len, Relaxed);
-        self.tx.try_send((Box::new(message), len)).map_err(|e| {
-            self.bytes.fetch_sub(len, Relaxed);
-            match e {
-                TrySendError::Full(_) => Refused::Full,
-                TrySendError::Closed(_) => Refused::Gone,
-            }
-        })
+        if queue.messages.len() >= self.0.capacity
+            || (queue.bytes > 0 && queue.bytes.saturating_add(len) > self.0.max_bytes)
+        {
+            return Err(Refused::Full);
+        }
+        queue.messages.push_back((Box::new(message), len));
+        queue.bytes = queue.bytes.saturating_add(len);
+        let waker = queue.waker.take();
+        drop(queue);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// Whether the transport has taken every message queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().messages.is_empty()
     }
 }
 
-impl<T> InboxTx<T> {
-    /// Whether the transport has taken every message queued.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.tx.capacity() == self.tx.max_capacity()
+impl<T> Drop for InboxTx<T> {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        queue.sender_gone = true;
+        let waker = queue.waker.take();
+        drop(queue);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
 impl<T> InboxRx<T> {
     /// The next message; `None` once the router dropped its end and the queue is empty.
+    /// Cancel-safe: a message is taken only by the poll that returns it.
     pub(crate) async fn recv(&mut self) -> Option<T> {
-        let (message, len) = self.rx.recv().await?;
-        self.bytes.fetch_sub(len, Relaxed);
-        Some(*message)
+        poll_fn(|cx| {
+            let mut queue = self.0.lock();
+            if let Some((message, len)) = queue.messages.pop_front() {
+                queue.bytes -= len;
+                return Poll::Ready(Some(*message));
+            }
+            if queue.sender_gone {
+                return Poll::Ready(None);
+            }
+            match &mut queue.waker {
+                Some(waker) => waker.clone_from(cx.waker()),
+                none => *none = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     /// Refuses further messages; those queued can still be received.
     pub(crate) fn close(&mut self) {
-        self.rx.close();
+        self.0.lock().closed = true;
+    }
+}
+
+impl<T> Drop for InboxRx<T> {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        queue.closed = true;
+        // What nobody will receive is freed now, not with the sender's end.
+        queue.messages = VecDeque::new();
+        queue.bytes = 0;
+        queue.waker = None;
     }
 }
 
@@ -119,15 +176,45 @@ mod tests {
         for want in 3..=5 {
             assert_eq!(rx.recv().await, Some(want));
         }
-        assert_eq!(tx.bytes.load(Relaxed), 0);
+        assert_eq!(tx.0.lock().bytes, 0);
         rx.close();
         assert_eq!(tx.try_send(7, 1), Err(Refused::Gone));
-        assert_eq!(
-            tx.bytes.load(Relaxed),
-            0,
-            "a refused message is not counted"
-        );
+        assert_eq!(tx.0.lock().bytes, 0, "a refused message is not counted");
         drop(tx);
         assert_eq!(rx.recv().await, None);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_receiver_is_woken_and_a_dropped_wait_loses_nothing() {
+        let (tx, mut rx) = inbox::<u32>(4, 100);
+        // A wait dropped before anything came takes nothing with it.
+        let pending = tokio::time::timeout(std::time::Duration::from_millis(20), rx.recv());
+        assert!(pending.await.is_err());
+        let sender = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tx.try_send(7, 1).unwrap();
+            tx.try_send(8, 1).unwrap();
+            // The sender's end goes: the receiver still gets what was queued.
+        });
+        assert_eq!(rx.recv().await, Some(7));
+        sender.await.unwrap();
+        assert_eq!(rx.recv().await, Some(8));
+        assert_eq!(
+            rx.recv().await,
+            None,
+            "the sender is gone and the queue empty"
+        );
+    }
+
+    #[test]
+    fn a_dropped_receiver_refuses_and_frees_what_was_queued() {
+        let (tx, rx) = inbox::<Arc<()>>(4, 100);
+        let held = Arc::new(());
+        tx.try_send(held.clone(), 1).unwrap();
+        assert!(!tx.is_empty());
+        drop(rx);
+        assert_eq!(Arc::strong_count(&held), 1, "freed with the receiver");
+        assert_eq!(tx.try_send(held.clone(), 1), Err(Refused::Gone));
+        assert!(tx.is_empty());
     }
 }
