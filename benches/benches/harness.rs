@@ -19,7 +19,9 @@
 //! completion. After criterion, `goal` lines time a fixed number of calls on each
 //! paid path and print calls per second beside the goals, which are stated against
 //! the Go implementation's serving harness measured on the same machine (paid calls
-//! with a fresh key each: 187/s; without a key: 4,233/s, never synced).
+//! with a fresh key each: 187/s; without a key: 4,233/s, never synced). A line before
+//! them gives this run's disk: the median time of a 4 KiB overwrite and its data sync,
+//! which bounds one caller's unkeyed calls (one sync each).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -218,6 +220,12 @@ fn harness(c: &mut Criterion) {
             ("unkeyed, 1 caller", one(false).await, GO_UNKEYED_PER_SEC / 2.0, "half Go's unkeyed"),
             ("unkeyed, 10 callers", ten(false).await, GO_UNKEYED_PER_SEC, "Go's unkeyed"),
         ];
+        // The unkeyed paths wait on one sync a call (or a shared one): what this
+        // run's disk gave, so figures from runs on different days compare.
+        let sync = data_sync_micros(dir.path());
+        println!(
+            "this run's disk: a 4 KiB overwrite and its data sync, median {sync:.0} us ({SYNC_SAMPLES} samples)"
+        );
         for (what, per_sec, goal, against) in rows {
             let met = if per_sec >= goal { "met" } else { "NOT met" };
             println!(
@@ -242,6 +250,36 @@ fn harness(c: &mut Criterion) {
         router.close();
     }
     harness.close();
+}
+
+/// Data syncs timed for the disk line.
+const SYNC_SAMPLES: usize = 200;
+
+/// The median time of a 4 KiB overwrite of a preallocated file in `dir` and its
+/// `sync_data`, in microseconds: the write a ledger commit's sync waits for.
+fn data_sync_micros(dir: &std::path::Path) -> f64 {
+    use std::io::{Seek, SeekFrom, Write};
+    let path = dir.join("sync-probe");
+    let mut file = std::fs::File::create(&path).expect("sync probe");
+    let page = [0x5a_u8; 4096];
+    for _ in 0..16 {
+        file.write_all(&page).expect("preallocate");
+    }
+    file.sync_all().expect("sync");
+    let mut times: Vec<f64> = (0..SYNC_SAMPLES)
+        .map(|n| {
+            let at = std::time::Instant::now();
+            file.seek(SeekFrom::Start((n % 16) as u64 * 4096))
+                .expect("seek");
+            file.write_all(&page).expect("write");
+            file.sync_data().expect("sync");
+            at.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    times.sort_by(f64::total_cmp);
+    times[SYNC_SAMPLES / 2]
 }
 
 /// One paid call by `client`, keyed or not, awaited to its answer.
