@@ -117,7 +117,8 @@ impl<T> Drop for InboxTx<T> {
 }
 
 impl<T> InboxRx<T> {
-    /// The next message; `None` once the router dropped its end and the queue is empty.
+    /// The next message; `None` once the router dropped its end or this one was closed,
+    /// and the queue is empty.
     /// Cancel-safe: a message is taken only by the poll that returns it.
     pub(crate) async fn recv(&mut self) -> Option<T> {
         poll_fn(|cx| {
@@ -126,7 +127,7 @@ impl<T> InboxRx<T> {
                 queue.bytes -= len;
                 return Poll::Ready(Some(*message));
             }
-            if queue.sender_gone {
+            if queue.sender_gone || queue.closed {
                 return Poll::Ready(None);
             }
             match &mut queue.waker {
@@ -177,9 +178,20 @@ mod tests {
             assert_eq!(rx.recv().await, Some(want));
         }
         assert_eq!(tx.0.lock().bytes, 0);
+        tx.try_send(6, 1).unwrap();
         rx.close();
         assert_eq!(tx.try_send(7, 1), Err(Refused::Gone));
-        assert_eq!(tx.0.lock().bytes, 0, "a refused message is not counted");
+        assert_eq!(tx.0.lock().bytes, 1, "a refused message is not counted");
+        assert_eq!(
+            rx.recv().await,
+            Some(6),
+            "what was queued is still received"
+        );
+        assert_eq!(
+            rx.recv().await,
+            None,
+            "closed and drained, the sender still there"
+        );
         drop(tx);
         assert_eq!(rx.recv().await, None);
     }
