@@ -11,6 +11,11 @@ use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Poll, Waker};
 
+/// Slots an emptied queue keeps: 8, more than a session's usual depth (a request and
+/// its notifications), so a burst past it (a flood, up to the queue's capacity) does
+/// not leave the session holding its high-water mark for the rest of its life.
+const KEPT_SLOTS: usize = 8;
+
 /// Why a message was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
@@ -125,6 +130,9 @@ impl<T> InboxRx<T> {
             let mut queue = self.0.lock();
             if let Some((message, len)) = queue.messages.pop_front() {
                 queue.bytes -= len;
+                if queue.messages.is_empty() && queue.messages.capacity() > KEPT_SLOTS {
+                    queue.messages.shrink_to(KEPT_SLOTS);
+                }
                 return Poll::Ready(Some(*message));
             }
             if queue.sender_gone || queue.closed {
@@ -216,6 +224,19 @@ mod tests {
             None,
             "the sender is gone and the queue empty"
         );
+    }
+
+    #[tokio::test]
+    async fn a_drained_burst_gives_back_its_room() {
+        let (tx, mut rx) = inbox::<u32>(128, usize::MAX);
+        for n in 0..100 {
+            tx.try_send(n, 1).unwrap();
+        }
+        assert!(tx.0.lock().messages.capacity() >= 100);
+        for n in 0..100 {
+            assert_eq!(rx.recv().await, Some(n));
+        }
+        assert!(tx.0.lock().messages.capacity() <= KEPT_SLOTS);
     }
 
     #[test]
