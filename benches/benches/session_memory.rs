@@ -170,6 +170,17 @@ fn pair(parking: Parking) -> Pair {
     pair
 }
 
+/// The warm-up sessions, opened and settled, and room for the sessions counted.
+async fn warmed(pair: &Pair) -> (Vec<Client<()>>, Vec<Client<()>>) {
+    let mut warm = Vec::with_capacity(WARM_UP);
+    for _ in 0..WARM_UP {
+        warm.push(open(pair).await);
+    }
+    let clients = Vec::with_capacity(N);
+    settle().await;
+    (warm, clients)
+}
+
 /// Opens the sessions counted into `clients` (its room already made, so the vector is
 /// not counted) and gives them time to park as `parking` parks them.
 async fn open_all(pair: &Pair, parking: Parking, clients: &mut Vec<Client<()>>) {
@@ -187,12 +198,7 @@ async fn open_all(pair: &Pair, parking: Parking, clients: &mut Vec<Client<()>>) 
 /// previous measurement freed would be reused and hide part of the growth.
 async fn measure_rss(parking: Parking) {
     let pair = pair(parking);
-    let mut warm = Vec::with_capacity(WARM_UP);
-    for _ in 0..WARM_UP {
-        warm.push(open(&pair).await);
-    }
-    let mut clients = Vec::with_capacity(N);
-    settle().await;
+    let (_warm, mut clients) = warmed(&pair).await;
     let before = rss().expect("VmRSS");
     open_all(&pair, parking, &mut clients).await;
     let after = rss().expect("VmRSS");
@@ -221,13 +227,7 @@ fn rss_in_children(parking: Parking) -> Option<(i128, Vec<i128>)> {
 async fn measure(parking: Parking) {
     let park = parking == Parking::Both;
     let pair = pair(parking);
-
-    let mut warm = Vec::with_capacity(WARM_UP);
-    for _ in 0..WARM_UP {
-        warm.push(open(&pair).await);
-    }
-    let mut clients = Vec::with_capacity(N);
-    settle().await;
+    let (warm, mut clients) = warmed(&pair).await;
 
     // What the handler alone holds per session (its tool router), for reference.
     let handler_before = live_heap();

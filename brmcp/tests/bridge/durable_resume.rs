@@ -148,6 +148,23 @@ async fn requests_racing_under_one_own_key_make_one_call_paid_once() {
     assert_eq!(bot.executions("fortune"), 1, "run once");
 }
 
+/// Runs the first bridge until an agent's `fortune` call paid and waits for its tip's
+/// late outcome, then stops it.
+async fn cut_while_waiting(stage: &Stage) {
+    let first = stage.waiting_on_credit(autopay(stage.bot_id)).await;
+    let agent = connect(&first, stage.bot_id, ()).await;
+    let peer = agent.peer().clone();
+    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
+    assert!(
+        eventually(Duration::from_secs(10), || stage.payer.count() == 1).await,
+        "paid"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!cut.is_finished(), "still waiting on the late outcome");
+    first.close().await;
+    cut.abort();
+}
+
 /// The bridge stops while a call waits for its tip's late outcome; the outcome reaches
 /// the next run before the agent's retry, or after it (the retry runs on the credit the
 /// bot already has, and the outcome then settles the row).
@@ -155,20 +172,7 @@ async fn late_outcome_after_stop(outcome_before_retry: bool) {
     // The tip reaches the bot as the payer loses sight of it.
     let stage = Stage::new(17, PayMode::CreditUnconfirmed);
     let (bot_id, bot, payer) = (stage.bot_id, &stage.bot, &stage.payer);
-    let first = stage.waiting_on_credit(autopay(bot_id)).await;
-    let agent = connect(&first, bot_id, ()).await;
-    let peer = agent.peer().clone();
-    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
-    assert!(
-        eventually(Duration::from_secs(10), || payer.count() == 1).await,
-        "paid"
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!cut.is_finished(), "still waiting on the late outcome");
-    first.close().await;
-    cut.abort();
-    drop(agent);
-    drop(first);
+    cut_while_waiting(&stage).await;
     assert_eq!(bot.executions("fortune"), 0);
 
     let second = stage.restarted().await;
@@ -231,20 +235,7 @@ async fn a_cut_call_whose_tip_failed_late_is_paid_anew_only_once_the_failure_is_
     // The payer loses sight of a tip that never lands.
     let stage = Stage::new(19, PayMode::Unconfirmed);
     let (bot_id, bot, payer) = (stage.bot_id, &stage.bot, &stage.payer);
-    let first = stage.waiting_on_credit(autopay(bot_id)).await;
-    let agent = connect(&first, bot_id, ()).await;
-    let peer = agent.peer().clone();
-    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
-    assert!(
-        eventually(Duration::from_secs(10), || payer.count() == 1).await,
-        "paid"
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!cut.is_finished(), "still waiting on the late outcome");
-    first.close().await;
-    cut.abort();
-    drop(agent);
-    drop(first);
+    cut_while_waiting(&stage).await;
 
     let second = stage.restarted().await;
     *payer.mode.lock().unwrap() = PayMode::Credit;
