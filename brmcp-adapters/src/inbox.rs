@@ -129,7 +129,7 @@ impl<T> InboxRx<T> {
         poll_fn(|cx| {
             let mut queue = self.0.lock();
             if let Some((message, len)) = queue.messages.pop_front() {
-                queue.bytes -= len;
+                queue.bytes = queue.bytes.saturating_sub(len);
                 if queue.messages.is_empty() && queue.messages.capacity() > KEPT_SLOTS {
                     queue.messages.shrink_to(KEPT_SLOTS);
                 }
@@ -157,10 +157,13 @@ impl<T> Drop for InboxRx<T> {
     fn drop(&mut self) {
         let mut queue = self.0.lock();
         queue.closed = true;
-        // What nobody will receive is freed now, not with the sender's end.
-        queue.messages = VecDeque::new();
+        // What nobody will receive is freed now, not with the sender's end (and outside
+        // the lock).
+        let unreceived = std::mem::take(&mut queue.messages);
         queue.bytes = 0;
         queue.waker = None;
+        drop(queue);
+        drop(unreceived);
     }
 }
 
