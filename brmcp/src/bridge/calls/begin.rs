@@ -197,7 +197,7 @@ impl Calls {
             };
             match row.state {
                 State::Answered | State::Delivered => {
-                    logged("delivery", self.journal.deliver(row.id, self.now()));
+                    self.handed.hand(row.id, own.is_none());
                     tracing::info!(agent, bot, tool, key = %row.key, "held outcome handed to the agent's repeat");
                     return Ok(Begin::Held {
                         outcome: held_outcome(row.outcome.as_ref()),
@@ -330,7 +330,7 @@ impl Calls {
     }
 
     /// The call ended with `outcome` for the agent: an answer (a result or an error) is
-    /// kept and marked delivered; a request the agent stopped waiting for
+    /// kept and delivered (a paid result once it has had time to leave); a request the agent stopped waiting for
     /// (`agent_gone`) is cancelled, unless the bridge is stopping, when it is left to
     /// the next start; a call held for the agent's input or turned into a task goes on.
     pub(crate) fn finish(
@@ -345,8 +345,14 @@ impl Calls {
             return;
         }
         let now = self.now();
+        // A result the call paid for is held until it has had time to leave (see
+        // `handed`); anything else is delivered at once.
+        let mut hold = false;
         let kept = match outcome {
             Ok(CallToolResponse::Complete(result)) => {
+                hold = logged("read", self.journal.get(call.id))
+                    .flatten()
+                    .is_some_and(|row| row.paid_atoms > 0);
                 serde_json::to_string(result).map(Outcome::Result)
             }
             Ok(_) => return,
@@ -359,7 +365,10 @@ impl Calls {
         };
         match kept {
             Ok(kept) => {
-                logged("outcome", self.journal.answer(call.id, kept, true, now));
+                let answered = logged("outcome", self.journal.answer(call.id, kept, !hold, now));
+                if hold && answered.flatten() == Some(State::Answered) {
+                    self.handed.hand(call.id, false);
+                }
             }
             Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),
         }

@@ -7,12 +7,14 @@
 //! - [`key`]: the key sent to the bot (fresh, or derived from the agent's own
 //!   `brmcp/callKey`) and the digest of the arguments.
 //! - [`begin`](Calls::begin) and the hooks of the paid-call loop (`proxy::call`).
+//! - [`handed`]: an answer counts as delivered only once it has had time to leave.
 //! - [`resume`](mod@resume): on start, each call an earlier run left in flight is asked of its bot
 //!   again under its key (the harness replays a completed call and runs nothing
 //!   again), never paid again, and its outcome kept for the agent's retry.
 
 mod begin;
 mod bounds;
+mod handed;
 pub(crate) mod journal;
 pub(crate) mod key;
 mod resume;
@@ -37,7 +39,9 @@ pub(crate) use resume::resume;
 
 /// The journal of the bridge's calls and the calls this process runs.
 pub(crate) struct Calls {
-    journal: Journal,
+    journal: Arc<Journal>,
+    /// Answers handed to their agents, not yet marked delivered.
+    handed: Arc<handed::Handed>,
     /// This process's run: a call of another run died with it (or is being resumed).
     run: String,
     /// The calls this process runs now (an agent's request, or a resume): another
@@ -87,11 +91,12 @@ impl Calls {
     /// # Errors
     /// [`JournalError`], naming the file.
     pub(crate) fn open(dir: &std::path::Path, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
-        let journal = Journal::open(dir, clock.now().0)?;
+        let journal = Arc::new(Journal::open(dir, clock.now().0)?);
         // Never the run of an earlier process: random, as call keys are.
         let run = crate::bridge::random_hex::<8>()
             .unwrap_or_else(|_| format!("{}-{}", std::process::id(), clock.now().0));
         Ok(Self {
+            handed: Arc::new(handed::Handed::new(journal.clone(), clock.clone())),
             journal,
             run,
             live: Arc::default(),
@@ -106,9 +111,11 @@ impl Calls {
         self.clock.now().0
     }
 
-    /// The bridge is stopping: requests it cuts are left for the next start.
+    /// The bridge is stopping: requests it cuts are left for the next start, and so
+    /// are answers that may not have left yet.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
+        self.handed.close();
         self.tasks.close();
     }
 
