@@ -95,11 +95,7 @@ impl<T> InboxTx<T> {
         }
         queue.messages.push_back((Box::new(message), len));
         queue.bytes = queue.bytes.saturating_add(len);
-        let waker = queue.waker.take();
-        drop(queue);
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        wake_unlocked(queue);
         Ok(())
     }
 
@@ -113,11 +109,17 @@ impl<T> Drop for InboxTx<T> {
     fn drop(&mut self) {
         let mut queue = self.0.lock();
         queue.sender_gone = true;
-        let waker = queue.waker.take();
-        drop(queue);
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        wake_unlocked(queue);
+    }
+}
+
+/// Wakes the receiver after releasing `queue`'s lock, so the woken task never
+/// contends for it.
+fn wake_unlocked<T>(mut queue: MutexGuard<'_, Queue<T>>) {
+    let waker = queue.waker.take();
+    drop(queue);
+    if let Some(waker) = waker {
+        waker.wake();
     }
 }
 

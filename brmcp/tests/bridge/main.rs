@@ -14,6 +14,7 @@ mod credit_polling;
 mod credit_reserving;
 mod credit_sent_unpaid;
 mod daily_cap_concurrent;
+mod delivery;
 mod directory;
 mod durable_resume;
 mod fair_shares;

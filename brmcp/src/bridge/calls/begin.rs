@@ -11,6 +11,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::json;
 
 use super::bounds::MAX_CALLS_PER_AGENT;
+use super::delivery::Delivery;
 use super::journal::{NewCall, Outcome, Recorded, Row};
 use super::key::{agent_key, args_digest, derived_key};
 use super::state::State;
@@ -197,7 +198,12 @@ impl Calls {
             };
             match row.state {
                 State::Answered | State::Delivered => {
-                    self.handed.hand(row.id, own.is_none());
+                    match Delivery::of(ctx) {
+                        Some(delivery) => delivery.hand(row.id, own.is_none()),
+                        None => {
+                            logged("delivery", self.journal.deliver(row.id, self.now()));
+                        }
+                    }
                     tracing::info!(agent, bot, tool, key = %row.key, "held outcome handed to the agent's repeat");
                     return Ok(Begin::Held {
                         outcome: held_outcome(row.outcome.as_ref()),
@@ -330,14 +336,16 @@ impl Calls {
     }
 
     /// The call ended with `outcome` for the agent: an answer (a result or an error) is
-    /// kept and delivered (a paid result once it has had time to leave); a request the agent stopped waiting for
-    /// (`agent_gone`) is cancelled, unless the bridge is stopping, when it is left to
-    /// the next start; a call held for the agent's input or turned into a task goes on.
+    /// kept and delivered (a paid result going out on `delivery`'s response once that
+    /// response was written); a request the agent stopped waiting for (`agent_gone`) is
+    /// cancelled, unless the bridge is stopping, when it is left to the next start; a
+    /// call held for the agent's input or turned into a task goes on.
     pub(crate) fn finish(
         &self,
         mut running: Running<'_>,
         outcome: &Result<CallToolResponse, ErrorData>,
         agent_gone: bool,
+        delivery: Option<&Delivery>,
     ) {
         running.ended = true;
         let call = running.call;
@@ -345,14 +353,16 @@ impl Calls {
             return;
         }
         let now = self.now();
-        // A result the call paid for is held until it has had time to leave (see
-        // `handed`); anything else is delivered at once.
-        let mut hold = false;
+        // A result the call paid for stays answered until its response was written;
+        // anything else is delivered at once.
+        let mut hold = None;
         let kept = match outcome {
             Ok(CallToolResponse::Complete(result)) => {
-                hold = logged("read", self.journal.get(call.id))
-                    .flatten()
-                    .is_some_and(|row| row.paid_atoms > 0);
+                hold = delivery.filter(|_| {
+                    logged("read", self.journal.get(call.id))
+                        .flatten()
+                        .is_some_and(|row| row.paid_atoms > 0)
+                });
                 serde_json::to_string(result).map(Outcome::Result)
             }
             Ok(_) => return,
@@ -365,9 +375,12 @@ impl Calls {
         };
         match kept {
             Ok(kept) => {
-                let answered = logged("outcome", self.journal.answer(call.id, kept, !hold, now));
-                if hold && answered.flatten() == Some(State::Answered) {
-                    self.handed.hand(call.id, false);
+                let deliver = hold.is_none();
+                let answered = logged("outcome", self.journal.answer(call.id, kept, deliver, now));
+                if let Some(delivery) = hold
+                    && answered.flatten() == Some(State::Answered)
+                {
+                    delivery.hand(call.id, false);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),

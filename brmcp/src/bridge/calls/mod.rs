@@ -7,14 +7,14 @@
 //! - [`key`]: the key sent to the bot (fresh, or derived from the agent's own
 //!   `brmcp/callKey`) and the digest of the arguments.
 //! - [`begin`](Calls::begin) and the hooks of the paid-call loop (`proxy::call`).
-//! - [`handed`]: an answer counts as delivered only once it has had time to leave.
+//! - [`delivery`]: a paid answer counts as delivered once its response was written.
 //! - [`resume`](mod@resume): on start, each call an earlier run left in flight is asked of its bot
 //!   again under its key (the harness replays a completed call and runs nothing
 //!   again), never paid again, and its outcome kept for the agent's retry.
 
 mod begin;
 mod bounds;
-mod handed;
+pub(crate) mod delivery;
 pub(crate) mod journal;
 pub(crate) mod key;
 mod resume;
@@ -35,13 +35,12 @@ use journal::Journal;
 pub use journal::{CALLS_FILE, JournalError};
 
 pub(crate) use begin::{Begin, Journaled};
+pub(crate) use delivery::Delivery;
 pub(crate) use resume::resume;
 
 /// The journal of the bridge's calls and the calls this process runs.
 pub(crate) struct Calls {
     journal: Arc<Journal>,
-    /// Answers handed to their agents, not yet marked delivered.
-    handed: Arc<handed::Handed>,
     /// This process's run: a call of another run died with it (or is being resumed).
     run: String,
     /// The calls this process runs now (an agent's request, or a resume): another
@@ -96,7 +95,6 @@ impl Calls {
         let run = crate::bridge::random_hex::<8>()
             .unwrap_or_else(|_| format!("{}-{}", std::process::id(), clock.now().0));
         Ok(Self {
-            handed: Arc::new(handed::Handed::new(journal.clone(), clock.clone())),
             journal,
             run,
             live: Arc::default(),
@@ -111,11 +109,9 @@ impl Calls {
         self.clock.now().0
     }
 
-    /// The bridge is stopping: requests it cuts are left for the next start, and so
-    /// are answers that may not have left yet.
+    /// The bridge is stopping: requests it cuts are left for the next start.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
-        self.handed.close();
         self.tasks.close();
     }
 

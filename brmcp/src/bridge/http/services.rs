@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::access::token_key;
 use super::refusal::{Form, retry_after};
 use super::{Endpoint, HttpState, sessions, tasks25};
+use crate::bridge::calls::Delivery;
 use crate::bridge::directory::DirectoryServer;
 use crate::bridge::link::BotLink;
 use crate::bridge::proxy::ProxyServer;
@@ -238,6 +239,12 @@ pub(super) async fn session_request(
         tasks25::Inspected::Passed(request, seen) => (request, seen),
         tasks25::Inspected::Answered(answer) => return answer,
     };
+    // A paid answer counts as delivered once the response carrying it was written.
+    let mut request = request;
+    let delivery = (method == axum::http::Method::POST).then(|| Delivery::new(inner));
+    if let Some(delivery) = &delivery {
+        request.extensions_mut().insert(delivery.clone());
+    }
     let response = match &service.service {
         Handler::Bot(s) => s.handle(request).await.map(Body::new),
         Handler::Directory(s) => s.handle(request).await.map(Body::new),
@@ -263,6 +270,10 @@ pub(super) async fn session_request(
             return StatusCode::NO_CONTENT.into_response();
         }
     }
+    let response = match delivery {
+        Some(delivery) => response.map(|body| delivery.carry(body)),
+        None => response,
+    };
     match busy {
         // The session stays busy until its response (an event stream, say) ends.
         Some(busy) => response.map(|body| {

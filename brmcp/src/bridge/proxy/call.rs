@@ -27,7 +27,7 @@ use super::{
     forwarded_meta,
 };
 use crate::bridge::calls::tasks::ApprovalMark;
-use crate::bridge::calls::{Begin, Journaled};
+use crate::bridge::calls::{Begin, Delivery, Journaled};
 use crate::bridge::credit::{self, MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
 use crate::bridge::quote::{Decision, DynamicQuote, Listed, Paid, decide};
@@ -168,7 +168,7 @@ impl ProxyServer {
                 // Refused before any send: the journal keeps the refusal as the answer.
                 let outcome = Ok(CallToolResponse::Complete(result));
                 let calls = &self.bridge.calls;
-                calls.finish(calls.running(&journal), &outcome, false);
+                calls.finish(calls.running(&journal), &outcome, false, None);
                 return outcome;
             }
         };
@@ -205,7 +205,10 @@ impl ProxyServer {
         let running = self.bridge.calls.running(&journal);
         let outcome = self.run(call, resume, ctx).await;
         let agent_gone = ctx.ct.is_cancelled();
-        self.bridge.calls.finish(running, &outcome, agent_gone);
+        let delivery = Delivery::of(ctx);
+        self.bridge
+            .calls
+            .finish(running, &outcome, agent_gone, delivery.as_ref());
         outcome
     }
 

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ProxyServer, caller};
 use crate::bridge::calls::tasks::{Answered, TaskRun, UpdateError};
-use crate::bridge::calls::{Begin, Journaled};
+use crate::bridge::calls::{Begin, Delivery, Journaled};
 use serde_json::json;
 
 /// The error of a task id this agent has not (on this bot, within the journal's
@@ -50,7 +50,7 @@ impl ProxyServer {
                 let task_id = journal.key.clone();
                 if let Some(refusal) = refused {
                     let outcome = Ok(CallToolResponse::Complete(refusal));
-                    calls.finish(calls.running(&journal), &outcome, false);
+                    calls.finish(calls.running(&journal), &outcome, false, None);
                 } else {
                     let stop = CancellationToken::new();
                     let run = calls.task_started(&journal, stop.clone());
@@ -82,6 +82,10 @@ impl ProxyServer {
     ) {
         let mut run_ctx = ctx.clone();
         run_ctx.ct = stop;
+        // Its outcome is read by `tasks/get`, not carried on this request's response.
+        if let Some(parts) = run_ctx.extensions.get_mut::<axum::http::request::Parts>() {
+            parts.extensions.remove::<Delivery>();
+        }
         // The 2025-11-25 form shows the run's wait for its payment's approval.
         run_ctx.extensions.insert(run.approval_mark());
         let server = self.clone();
