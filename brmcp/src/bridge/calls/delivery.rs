@@ -36,6 +36,8 @@ struct Carried {
     /// Each call answered on this response: its id, whether a repeat claimed it (given
     /// back if the answer never left), and the frames yielded before it was handed.
     calls: Vec<(i64, bool, u64)>,
+    /// The response ended or was dropped: nothing more goes out on it.
+    settled: bool,
 }
 
 impl Delivery {
@@ -68,6 +70,14 @@ impl Delivery {
     /// handed to a repeat).
     pub(super) fn hand(&self, id: i64, claimed: bool) {
         let mut carried = self.carried();
+        if carried.settled {
+            // The response already ended without it: the call stays answered.
+            drop(carried);
+            if claimed {
+                logged("release", self.0.journal.release(id));
+            }
+            return;
+        }
         let frames = carried.frames;
         carried.calls.push((id, claimed, frames));
     }
@@ -85,7 +95,15 @@ impl Delivery {
 
     /// The response body ended (`ended`) or was dropped.
     fn settle(&self, ended: bool) {
-        let carried = std::mem::take(&mut *self.carried());
+        let carried = {
+            let mut carried = self.carried();
+            carried.settled = true;
+            Carried {
+                frames: carried.frames,
+                calls: std::mem::take(&mut carried.calls),
+                settled: true,
+            }
+        };
         let slot = &self.0;
         for (id, claimed, before) in carried.calls {
             if ended && carried.frames > before {
