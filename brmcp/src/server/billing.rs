@@ -241,6 +241,28 @@ pub trait Billing: Send + Sync {
         self.refund(call, super::ledger::INTERRUPTED, None, now)
     }
 
+    /// A call of `tool` that came as the harness stopped was refused, nothing charged
+    /// and credit reserved for it kept for its retry: keep its caller (waiting at
+    /// `origin`) to be told like an interrupted call's, listed by
+    /// [`interrupted`](Self::interrupted) until [`told`](Self::told), so a refusal the
+    /// closing session never carried still reaches it from the next start. Durable on
+    /// return. The mark's id, or `None` if none is kept (the default: a store that
+    /// keeps no origins tells nobody later).
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    fn refuse_stopping(
+        &self,
+        caller: &PeerId,
+        tool: &str,
+        origin: Origin<'_>,
+        now: UnixTime,
+    ) -> Result<Option<CallId>, BillingError> {
+        let _ = (caller, tool, origin, now);
+        Ok(None)
+    }
+
     /// The caller of an [`interrupted`](Self::interrupted) call was told (or will not
     /// be): it is not listed again.
     ///

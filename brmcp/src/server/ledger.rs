@@ -93,6 +93,10 @@ pub const APPLICATION_ID: i32 = 0x6272_6d63;
 /// The refund reason of a call found pending at open: its process died mid-call.
 pub const INTERRUPTED: &str = "interrupted";
 
+/// The reason kept with a call refused, uncharged, because the harness was stopping
+/// (a row of price 0 that only carries its caller's notice).
+pub const STOPPING_REFUSAL: &str = "stopping";
+
 /// The SQLite ledger.
 ///
 /// One connection behind a mutex, held for one transaction at a time: SQLite serialises
@@ -305,6 +309,16 @@ impl Billing for Ledger {
 
     fn interrupt(&self, call: CallId, now: UnixTime) -> Result<(), BillingError> {
         Ok(Self::interrupt(self, call, now)?)
+    }
+
+    fn refuse_stopping(
+        &self,
+        caller: &PeerId,
+        tool: &str,
+        origin: Origin<'_>,
+        now: UnixTime,
+    ) -> Result<Option<CallId>, BillingError> {
+        Ok(Self::refuse_stopping(self, caller, tool, origin, now)?)
     }
 
     fn held(

@@ -11,7 +11,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use tokio::sync::oneshot;
 
-use super::stop::{Run, Running, STOPPING, Stop};
+use super::stop::{Run, Running, Stop};
 use super::{Counters, HarnessError, Shared, fit};
 use crate::server::billing::{CallId, CallRequest, Charge, Keyed, Origin};
 use crate::server::call_key::{ArgsHash, CallKey};
@@ -138,8 +138,7 @@ impl Shared {
         };
         let charged = if self.running.stopping() {
             give_back(ticket);
-            self.release_reserved(caller, keyed.as_ref()).await;
-            return Err(Stop::Refused);
+            return Err(self.refused_at_stop(caller, &tool, origin, None).await);
         } else if price_atoms == 0 && keyed.is_none() {
             None
         } else {
@@ -190,17 +189,9 @@ impl Shared {
             stop: stop_tx,
         };
         if !self.running.start(run, running) {
-            if let Some(id) = charged {
-                // No outcome kept: the key is released, so the retry runs afresh.
-                let now = self.clock.now();
-                let refunded = self
-                    .blocking(move |b| b.refund(id, STOPPING, None, now))
-                    .await;
-                if let Err(e) = refunded {
-                    tracing::error!(call = %id, error = %e, "call refused at the stop not refunded; refunded at the next start");
-                }
-            }
-            return Err(Stop::Refused);
+            return Err(self
+                .refused_at_stop(caller, &tool, (origin.0, request_id), charged)
+                .await);
         }
         let context = CallContext {
             caller,
@@ -239,6 +230,39 @@ impl Shared {
             self.finish(id, outcome, refund_reason).await;
         }
         Ok(result)
+    }
+
+    /// A call that came as the harness stopped, refused: a `charged` one refunded as
+    /// interrupted (its key released, its credit held for its retry), an uncharged one
+    /// recorded as refused (credit reserved for it stays reserved); either way its
+    /// caller is kept to be told, so a refusal the closing session never carries
+    /// reaches it from the next start.
+    async fn refused_at_stop(
+        &self,
+        caller: PeerId,
+        tool: &Arc<str>,
+        origin: (SessionId, RequestId),
+        charged: Option<CallId>,
+    ) -> Stop {
+        let (name, now) = (tool.clone(), self.clock.now());
+        let mark = self
+            .blocking(move |b| match charged {
+                Some(id) => b.interrupt(id, now).map(|()| Some(id)),
+                None => {
+                    let (sid, request_id) = origin;
+                    let origin = Origin {
+                        sid,
+                        request_id: &request_id,
+                    };
+                    b.refuse_stopping(&caller, &name, origin, now)
+                }
+            })
+            .await;
+        Stop::Refused(mark.unwrap_or_else(|e| {
+            // A charge still pending is refunded and told at the next start.
+            tracing::error!(error = %e, "call refused at the stop not recorded");
+            None
+        }))
     }
 
     /// A keyed call refused before its charge for a reason other than payment lets go

@@ -212,14 +212,26 @@ impl ServerHandler for Session {
         };
         let name = call.tool.clone();
         let cancelled = context.ct.clone();
-        let result = match shared.call(call, prepared, context).await {
+        let request_id = context.id.clone();
+        let result = match Arc::clone(&shared).call(call, prepared, context).await {
             Ok(result) => result,
-            Err(Stop::Refused) => {
-                return Err(ErrorData::new(CALL_INTERRUPTED, STOPPING, None));
+            Err(Stop::Refused(mark)) => {
+                let refused = ErrorData::new(CALL_INTERRUPTED, STOPPING, None);
+                let told = shared
+                    .tell_refused(self.caller, self.sid, request_id, mark)
+                    .await;
+                if told {
+                    // Answered on the session already; this request ends with it
+                    // (holding nothing of the harness meanwhile).
+                    drop(shared);
+                    cancelled.cancelled().await;
+                }
+                return Err(refused);
             }
             Err(Stop::Answered) => {
                 // A graceful stop took the call and answers it on the session itself;
                 // this request sends nothing more, and ends with the session.
+                drop(shared);
                 cancelled.cancelled().await;
                 return Err(ErrorData::new(CALL_INTERRUPTED, STOPPED_NOTICE, None));
             }

@@ -48,8 +48,10 @@ pub(super) enum Stop {
     /// The stop took the running call and answers its caller itself.
     Answered,
     /// The call came as the harness stopped; nothing was charged: answer it
-    /// `CALL_INTERRUPTED` with [`STOPPING`], so its client retries it.
-    Refused,
+    /// `CALL_INTERRUPTED` with [`STOPPING`], so its client retries it; the store's
+    /// mark (if it keeps one) to clear once told
+    /// ([`Billing::refuse_stopping`](crate::server::billing::Billing::refuse_stopping)).
+    Refused(Option<CallId>),
 }
 
 /// A running call in the register: a charged one by its charge, a free one without a
@@ -120,6 +122,36 @@ impl RunningCalls {
 }
 
 impl Shared {
+    /// Answers a call refused at the stop ([`Stop::Refused`]) on its session at once,
+    /// not through its closing service, and clears its `mark` once sent. Whether it
+    /// was sent (if not, the next start tells a marked caller).
+    pub(super) async fn tell_refused(
+        &self,
+        caller: PeerId,
+        sid: SessionId,
+        request_id: RequestId,
+        mark: Option<CallId>,
+    ) -> bool {
+        let Some(router) = self.started.get().map(|s| s.router.clone()) else {
+            return false;
+        };
+        let message = ServerJsonRpcMessage::error(
+            ErrorData::new(CALL_INTERRUPTED, STOPPING, None),
+            Some(request_id),
+        );
+        if let Err(e) = router.send_on(caller, sid, &message).await {
+            tracing::warn!(error = %e, "call refused at the stop: caller not told now");
+            return false;
+        }
+        if let Some(call) = mark
+            && let Err(e) = self.blocking(move |b| b.told(call)).await
+        {
+            // Told again at the next start: harmless.
+            tracing::warn!(%call, error = %e, "refused call's notice not cleared");
+        }
+        true
+    }
+
     /// Stops every running call: its handler is stopped, a charge refunded with its
     /// caller marked to be told (one transaction), and its caller answered
     /// [`CALL_INTERRUPTED`]; waits up to `wait` for those answers to be sent. Returns

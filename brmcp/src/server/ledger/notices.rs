@@ -7,8 +7,8 @@ use rmcp::model::RequestId;
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::{
-    CallId, INTERRUPTED, Interrupted, Ledger, LedgerError, Origin, lookup_pending, peer,
-    refund_pending,
+    CallId, INTERRUPTED, Interrupted, Ledger, LedgerError, Origin, STOPPING_REFUSAL,
+    lookup_pending, peer, refund_pending,
 };
 #[cfg(doc)]
 use crate::server::billing::Billing;
@@ -102,6 +102,46 @@ pub(super) fn told(conn: &Connection, call: CallId) -> Result<(), LedgerError> {
 }
 
 impl Ledger {
+    /// [`Billing::refuse_stopping`], failing with the ledger's own [`LedgerError`]: a
+    /// finished row of price 0 carrying the notice (nothing else reads it as a call).
+    ///
+    /// # Errors
+    /// As [`Billing::refuse_stopping`].
+    pub fn refuse_stopping(
+        &self,
+        caller: &brmcp_adapters::PeerId,
+        tool: &str,
+        origin: Origin<'_>,
+        now: UnixTime,
+    ) -> Result<Option<CallId>, LedgerError> {
+        self.owner()?;
+        let (session, request_id) = origin_to_sql(Some(origin));
+        if session.is_none() {
+            return Ok(None);
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO calls \
+             (caller, tool, price_atoms, state, started_at, finished_at, reason, session, \
+              request_id, notify) \
+             VALUES (?1, ?2, 0, 'refunded', ?3, ?3, ?4, ?5, ?6, 1)",
+            params![
+                caller.to_string(),
+                tool,
+                now.secs(),
+                STOPPING_REFUSAL,
+                session,
+                request_id
+            ],
+        )?;
+        let call = CallId::new(tx.last_insert_rowid());
+        let ticket = self.commit(tx)?;
+        drop(conn);
+        self.durable(ticket)?;
+        Ok(Some(call))
+    }
+
     /// [`Billing::interrupt`], failing with the ledger's own [`LedgerError`].
     ///
     /// # Errors

@@ -52,13 +52,14 @@ impl Ledger {
             |r| r.get(0),
         )?;
         let (calls, earned, refunds, pending): (i64, i64, i64, i64) = conn.query_row(
+            // A refusal while stopping (`STOPPING_REFUSAL`) is a notice, not a call.
             "SELECT \
-               COUNT(*) FILTER (WHERE started_at >= ?1), \
+               COUNT(*) FILTER (WHERE started_at >= ?1 AND reason IS NOT ?2), \
                COALESCE(SUM(price_atoms) FILTER (WHERE started_at >= ?1 AND state = 'completed'), 0), \
-               COUNT(*) FILTER (WHERE state = 'refunded' AND finished_at >= ?1), \
+               COUNT(*) FILTER (WHERE state = 'refunded' AND finished_at >= ?1 AND reason IS NOT ?2), \
                COUNT(*) FILTER (WHERE state = 'pending') \
              FROM calls",
-            params![since],
+            params![since, super::STOPPING_REFUSAL],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
