@@ -1,7 +1,7 @@
 //! A call lives as long as its agent waits for it. A hostile bot double answers
 //! `CALL_INTERRUPTED` (the harness's word for a call its previous process was running):
-//! the bridge retries at once under the same call key while the agent waits, a bounded
-//! number of times. An agent that cancels, or times out, ends the call: nothing is
+//! the bridge retries under the same call key while the agent waits, after a pause that
+//! lets a stopping bot come back, a bounded number of times. An agent that cancels, or times out, ends the call: nothing is
 //! reissued or paid for it afterwards. A bot that says nothing at all fails the call
 //! within the answer bound, with the reason; a bot that runs a call silently but
 //! answers the session's ping is not cut, and meanwhile the agent hears what it waits
@@ -47,6 +47,8 @@ struct Script {
     answers: Mutex<VecDeque<Answer>>,
     /// The call key of every `tools/call` received, in order.
     keys: Mutex<Vec<Option<String>>>,
+    /// When each `tools/call` came, in order.
+    times: Mutex<Vec<std::time::Instant>>,
     /// Calls the bridge cancelled while the bot held them.
     cancelled: Mutex<usize>,
 }
@@ -87,6 +89,7 @@ impl ServerHandler for Bot {
             .and_then(Value::as_str)
             .map(str::to_owned);
         self.0.keys.lock().unwrap().push(key);
+        self.0.times.lock().unwrap().push(std::time::Instant::now());
         let answer = self.0.answers.lock().unwrap().pop_front();
         match answer.unwrap_or(Answer::Ran) {
             Answer::Interrupted => Err(ErrorData::new(
@@ -211,6 +214,52 @@ async fn an_interrupted_call_is_retried_under_its_key_while_the_agent_waits() {
         "same call key: {keys:?}"
     );
     assert_eq!(s.payer.count(), 0, "the refund is credit: nothing paid");
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_retry_after_interrupted_gives_the_bot_time_to_come_back() {
+    let s = setup(&[Answer::Interrupted], Mode::Autopay).await;
+    let agent = connect(&s.bridge, s.bot, ()).await;
+    let result = agent
+        .call_tool(CallToolRequestParams::new("slow"))
+        .await
+        .expect("the retry's outcome");
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    let times = s.script.times.lock().unwrap().clone();
+    assert_eq!(times.len(), 2);
+    // A bot that is stopping answers every call so; one retried at once finds it
+    // still stopping.
+    assert!(
+        times[1] - times[0] >= Duration::from_millis(900),
+        "retried after {:?}",
+        times[1] - times[0]
+    );
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_that_leaves_during_the_pause_is_not_retried_for() {
+    let s = setup(&[Answer::Interrupted], Mode::Autopay).await;
+    let agent = connect(&s.bridge, s.bot, ()).await;
+    // The agent gives up while the bridge pauses before its retry.
+    let request =
+        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("slow")));
+    let mut options = PeerRequestOptions::no_options();
+    options.timeout = Some(Duration::from_millis(300));
+    let handle = agent
+        .peer()
+        .send_request_with_option(request, options)
+        .await
+        .unwrap();
+    let outcome = handle.await_response().await;
+    assert!(
+        matches!(outcome, Err(ServiceError::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(keys(&s.script).len(), 1, "sent once");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(keys(&s.script).len(), 1, "no retry for an agent that left");
     agent.cancel().await.unwrap();
 }
 

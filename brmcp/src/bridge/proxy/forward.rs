@@ -23,6 +23,12 @@ use crate::bridge::link::{Conn, Silence, Tracked};
 /// again and again is not believed for ever.
 pub(crate) const MAX_INTERRUPTED_RETRIES: u32 = 3;
 
+/// The pause before the first retry of a call the bot answered [`CALL_INTERRUPTED`],
+/// the second waiting twice as long, the third three times: 1 s. A bot that is
+/// stopping says so to every call, and one retried at once finds it still stopping;
+/// a bot restarts within seconds, and a retry sent while it is down waits for it.
+const INTERRUPTED_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why a forwarded request got no answer from the bot.
 pub(super) enum Failure {
     /// The bot answered with a JSON-RPC error: passed on as is.
@@ -322,7 +328,8 @@ impl ProxyServer {
     /// Sends `request` with `meta` while the agent waits (or waits on in `resume`, a
     /// held call's send): on a failed session, once per `attempts` (which span every
     /// send of one logical call), again on a fresh session; on the bot's
-    /// [`CALL_INTERRUPTED`], again at once, at most [`MAX_INTERRUPTED_RETRIES`] times.
+    /// [`CALL_INTERRUPTED`], again after a pause ([`INTERRUPTED_RETRY_PAUSE`]), at most
+    /// [`MAX_INTERRUPTED_RETRIES`] times.
     pub(super) async fn forward_retrying(
         &self,
         request: &ClientRequest,
@@ -365,6 +372,11 @@ impl ProxyServer {
                 Err(Failure::Interrupted(e)) if attempts.interrupted < MAX_INTERRUPTED_RETRIES => {
                     tracing::info!(bot = %self.link.bot, reason = %e.message, "call interrupted at the bot; retrying it");
                     attempts.interrupted += 1;
+                    let pause = INTERRUPTED_RETRY_PAUSE * attempts.interrupted;
+                    tokio::select! {
+                        () = ctx.ct.cancelled() => return Err(Failure::Cancelled),
+                        () = tokio::time::sleep(pause) => {}
+                    }
                 }
                 other => return other,
             }
