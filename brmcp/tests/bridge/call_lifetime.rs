@@ -217,6 +217,25 @@ async fn an_interrupted_call_is_retried_under_its_key_while_the_agent_waits() {
     agent.cancel().await.unwrap();
 }
 
+/// The agent's call of `slow`, given up after `timeout` (rmcp then tells the bridge it
+/// is cancelled).
+async fn timed_out(agent: &crate::common::Agent, timeout: Duration) {
+    let request =
+        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("slow")));
+    let mut options = PeerRequestOptions::no_options();
+    options.timeout = Some(timeout);
+    let handle = agent
+        .peer()
+        .send_request_with_option(request, options)
+        .await
+        .unwrap();
+    let outcome = handle.await_response().await;
+    assert!(
+        matches!(outcome, Err(ServiceError::Timeout { .. })),
+        "{outcome:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_retry_after_interrupted_gives_the_bot_time_to_come_back() {
     let s = setup(&[Answer::Interrupted], Mode::Autopay).await;
@@ -243,20 +262,7 @@ async fn an_agent_that_leaves_during_the_pause_is_not_retried_for() {
     let s = setup(&[Answer::Interrupted], Mode::Autopay).await;
     let agent = connect(&s.bridge, s.bot, ()).await;
     // The agent gives up while the bridge pauses before its retry.
-    let request =
-        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("slow")));
-    let mut options = PeerRequestOptions::no_options();
-    options.timeout = Some(Duration::from_millis(300));
-    let handle = agent
-        .peer()
-        .send_request_with_option(request, options)
-        .await
-        .unwrap();
-    let outcome = handle.await_response().await;
-    assert!(
-        matches!(outcome, Err(ServiceError::Timeout { .. })),
-        "{outcome:?}"
-    );
+    timed_out(&agent, Duration::from_millis(300)).await;
     assert_eq!(keys(&s.script).len(), 1, "sent once");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(keys(&s.script).len(), 1, "no retry for an agent that left");
@@ -289,20 +295,7 @@ async fn a_bot_that_always_says_interrupted_is_believed_a_bounded_number_of_time
 async fn an_agent_that_times_out_ends_its_call_at_the_bot() {
     let s = setup(&[Answer::Hold], Mode::Autopay).await;
     let agent = connect(&s.bridge, s.bot, ()).await;
-    let request =
-        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("slow")));
-    let mut options = PeerRequestOptions::no_options();
-    options.timeout = Some(Duration::from_secs(1));
-    let handle = agent
-        .peer()
-        .send_request_with_option(request, options)
-        .await
-        .unwrap();
-    let outcome = handle.await_response().await;
-    assert!(
-        matches!(outcome, Err(ServiceError::Timeout { .. })),
-        "{outcome:?}"
-    );
+    timed_out(&agent, Duration::from_secs(1)).await;
     let script = s.script.clone();
     assert!(
         eventually(Duration::from_secs(20), || *script

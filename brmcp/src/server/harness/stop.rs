@@ -122,6 +122,31 @@ impl RunningCalls {
 }
 
 impl Shared {
+    /// Answers the request `request_id` on `caller`'s session `sid` with
+    /// [`CALL_INTERRUPTED`] and `notice`, on the router itself (not through the
+    /// request's service, whose session may be closing).
+    async fn interrupted_answer(
+        &self,
+        caller: PeerId,
+        sid: SessionId,
+        request_id: RequestId,
+        notice: &'static str,
+    ) -> Result<(), brmcp_adapters::BoxError> {
+        let router = self
+            .started
+            .get()
+            .map(|s| s.router.clone())
+            .ok_or("not started")?;
+        let message = ServerJsonRpcMessage::error(
+            ErrorData::new(CALL_INTERRUPTED, notice, None),
+            Some(request_id),
+        );
+        router
+            .send_on(caller, sid, &message)
+            .await
+            .map_err(Into::into)
+    }
+
     /// Answers a call refused at the stop ([`Stop::Refused`]) on its session at once,
     /// not through its closing service, and clears its `mark` once sent. Whether it
     /// was sent (if not, the next start tells a marked caller).
@@ -132,14 +157,10 @@ impl Shared {
         request_id: RequestId,
         mark: Option<CallId>,
     ) -> bool {
-        let Some(router) = self.started.get().map(|s| s.router.clone()) else {
-            return false;
-        };
-        let message = ServerJsonRpcMessage::error(
-            ErrorData::new(CALL_INTERRUPTED, STOPPING, None),
-            Some(request_id),
-        );
-        if let Err(e) = router.send_on(caller, sid, &message).await {
+        if let Err(e) = self
+            .interrupted_answer(caller, sid, request_id, STOPPING)
+            .await
+        {
             tracing::warn!(error = %e, "call refused at the stop: caller not told now");
             return false;
         }
@@ -187,14 +208,7 @@ impl Shared {
                     tracing::error!(%call, error = %e, "stopped call not refunded now");
                     return false;
                 }
-                let Some(router) = shared.started.get().map(|s| s.router.clone()) else {
-                    return false;
-                };
-                let message = ServerJsonRpcMessage::error(
-                    ErrorData::new(CALL_INTERRUPTED, notice, None),
-                    Some(request_id),
-                );
-                if let Err(e) = router.send_on(caller, sid, &message).await {
+                if let Err(e) = shared.interrupted_answer(caller, sid, request_id, notice).await {
                     tracing::warn!(?run, error = %e, "stopped call's caller not told; a charged one is told by the next start");
                     return false;
                 }
