@@ -64,6 +64,11 @@ impl BillingError {
 /// blocking, so an async trait would only move the blocking elsewhere. The harness
 /// (tokio) runs these calls on `spawn_blocking`, so a slow store never stalls the
 /// reactor, and a sync trait stays usable as `Arc<dyn Billing>` without boxed futures.
+/// The `try_` methods are the exception: the harness calls them on its own task, and
+/// a store answers them only when it can at once (nothing to wait for: no lock held
+/// elsewhere, no sync, no upkeep), else declines with `None` and gets the blocking
+/// call. A call made at once saves the two thread hand-offs of `spawn_blocking`, about
+/// as long as a disk sync; the defaults always decline.
 ///
 /// Contract, which [`Ledger`](super::Ledger) keeps and another store must keep too:
 /// - a debit and its journal entry commit together, and so do a tip's credit and its
@@ -272,6 +277,76 @@ pub trait Billing: Send + Sync {
     fn told(&self, call: CallId) -> Result<(), BillingError> {
         let _ = call;
         Ok(())
+    }
+
+    /// [`held`](Self::held) answered at once, or `None` if the store would have to
+    /// wait for it (see the trait's docs). The default declines.
+    fn try_held(
+        &self,
+        caller: &PeerId,
+        tool: &str,
+        keyed: Keyed<'_>,
+        now: UnixTime,
+    ) -> Option<Result<Option<Charge>, BillingError>> {
+        let _ = (caller, tool, keyed, now);
+        None
+    }
+
+    /// [`charge_from`](Self::charge_from) done at once, or `None` if the store would
+    /// have to wait for it (see the trait's docs). A charge is never synced by itself,
+    /// so doing it at once loses nothing. The default declines.
+    fn try_charge_from(
+        &self,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        now: UnixTime,
+    ) -> Option<Result<Charge, BillingError>> {
+        let _ = (request, origin, now);
+        None
+    }
+
+    /// [`complete`](Self::complete)'s commit done at once, or `None` if the store
+    /// would have to wait for it (see the trait's docs). The completion survives the
+    /// process being killed on `Some(Ok(_))`, and a power cut once
+    /// [`synced`](Self::synced) returns for the [`Commit`]: the harness waits for that,
+    /// on the blocking pool, before it answers. The default declines.
+    fn try_complete(
+        &self,
+        call: CallId,
+        outcome: &str,
+        now: UnixTime,
+    ) -> Option<Result<Commit, BillingError>> {
+        let _ = (call, outcome, now);
+        None
+    }
+
+    /// Returns once `commit` (from [`try_complete`](Self::try_complete)) survives a
+    /// power cut; may block. The default returns at once: a store that never commits
+    /// at once has nothing to sync.
+    ///
+    /// # Errors
+    ///
+    /// The sync failed: the commit may not survive a power cut.
+    fn synced(&self, commit: Commit) -> Result<(), BillingError> {
+        let _ = commit;
+        Ok(())
+    }
+}
+
+/// A commit made at once ([`Billing::try_complete`]), to wait on with
+/// [`Billing::synced`]: its place in the store's commit order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Commit(u64);
+
+impl Commit {
+    /// The commit numbered `n` (stores number their commits).
+    pub const fn new(n: u64) -> Self {
+        Self(n)
+    }
+
+    /// Its number.
+    pub const fn get(self) -> u64 {
+        self.0
     }
 }
 

@@ -514,6 +514,19 @@ impl Shared {
         }
     }
 
+    /// `done` if the store made the call at once (a `try_` call), else `blocking` on
+    /// the blocking pool.
+    async fn or_blocking<T: Send + 'static>(
+        &self,
+        done: Option<Result<T, BillingError>>,
+        blocking: impl FnOnce(&dyn Billing) -> Result<T, BillingError> + Send + 'static,
+    ) -> Result<T, HarnessError> {
+        match done {
+            Some(done) => done.map_err(HarnessError::from),
+            None => self.blocking(blocking).await,
+        }
+    }
+
     /// Runs one billing call on the blocking pool.
     async fn blocking<T: Send + 'static>(
         &self,

@@ -24,15 +24,15 @@
 //! one in.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use brmcp_adapters::PeerId;
 use brmcp_adapters::wire::UnixTime;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::billing::{
-    Billing, BillingError, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed, Origin,
-    Tip, TipOutcome,
+    Billing, BillingError, CallId, CallRequest, Charge, Commit, Interrupted, KeyConflict, Keyed,
+    Origin, Tip, TipOutcome,
 };
 use super::call_key::{MAX_OUTCOME_BYTES, OUTCOME_TTL_SECS};
 use super::money::{MAX_MATOMS, atoms_to_matoms};
@@ -44,8 +44,10 @@ macro_rules! found_columns {
     };
 }
 
+mod at_once;
 mod balances;
 mod charge;
+mod checkpoint;
 mod error;
 mod group_sync;
 mod notices;
@@ -61,6 +63,8 @@ mod totals;
 mod waiting;
 use balances::{add_balance, balance, set_balance};
 use charge::key_answer;
+pub use checkpoint::CHECKPOINT_PAGES;
+use checkpoint::Checkpoints;
 pub use error::LedgerError;
 use group_sync::{GroupSync, Ticket};
 use pending::{close, found, lookup, lookup_pending, refund_pending};
@@ -101,7 +105,9 @@ pub const STOPPING_REFUSAL: &str = "stopping";
 ///
 /// One connection behind a mutex, held for one transaction at a time: SQLite serialises
 /// writers anyway, each transaction is short, and the harness reaches the ledger from
-/// `spawn_blocking`, so a blocked caller blocks a blocking-pool thread, not the reactor.
+/// `spawn_blocking`, so a blocked caller blocks a blocking-pool thread, not the reactor;
+/// or, for the `try_` calls, from its own task, only when nothing would block
+/// ([`at_once`]).
 #[derive(Debug)]
 pub struct Ledger {
     conn: Mutex<Connection>,
@@ -117,6 +123,8 @@ pub struct Ledger {
     outcomes: OutcomeBytes,
     /// When the expired keys and reservations were last released.
     releases: ReleaseClock,
+    /// The log's size, and its checkpoints.
+    checkpoints: Checkpoints,
 }
 
 impl Ledger {
@@ -136,13 +144,14 @@ impl Ledger {
     /// Commits `tx`: the ticket to wait on, once the connection is released, with
     /// [`durable`](Self::durable).
     fn commit(&self, tx: rusqlite::Transaction<'_>) -> Result<Option<Ticket>, LedgerError> {
-        tx.commit()?;
+        self.checkpoints.commit(tx)?;
         Ok(self.sync.as_ref().map(GroupSync::ticket))
     }
 
-    /// Returns once the commit of `ticket` survives a power cut.
+    /// Returns once the commit of `ticket` survives a power cut; then checkpoints the
+    /// log if that is due (this path may block).
     fn durable(&self, ticket: Option<Ticket>) -> Result<(), LedgerError> {
-        match (&self.sync, ticket) {
+        let synced = match (&self.sync, ticket) {
             (Some(sync), Some(ticket)) => {
                 sync.durable(ticket).map_err(|source| LedgerError::Sync {
                     path: self.path.clone(),
@@ -150,6 +159,22 @@ impl Ledger {
                 })
             }
             _ => Ok(()),
+        };
+        // Only if the connection is free: some callers hold it here, and a charge on
+        // the blocking pool checkpoints whatever this skips.
+        if synced.is_ok()
+            && self.checkpoints.due()
+            && let Some(conn) = self.try_conn()
+        {
+            self.checkpoint(&conn);
+        }
+        synced
+    }
+
+    /// Checkpoints the log if due; a failure is logged and tried again later.
+    fn checkpoint(&self, conn: &Connection) {
+        if let Err(e) = self.checkpoints.run_if_due(conn) {
+            tracing::warn!(path = %self.path.display(), error = %e, "ledger checkpoint failed");
         }
     }
 
@@ -158,6 +183,15 @@ impl Ledger {
         // A panic while the guard was held was inside a transaction, which rolled back
         // when it was dropped during unwinding, so the connection is still consistent.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection if no one holds it (this thread included), as [`conn`](Self::conn).
+    fn try_conn(&self) -> Option<MutexGuard<'_, Connection>> {
+        match self.conn.try_lock() {
+            Ok(conn) => Some(conn),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -222,16 +256,23 @@ impl Ledger {
     /// As [`Billing::complete`].
     pub fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
         self.owner()?;
-        let mut conn = self.conn();
-        let ticket = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let found = lookup_pending(&tx, call)?;
-            let kept = close(&tx, &found, CallState::Completed, None, Some(outcome), now)?;
-            self.outcomes.bound(&tx, &found.caller, kept)?;
-            self.commit(tx)
-        })();
-        drop(conn);
+        let ticket = self.complete_in(&mut self.conn(), call, outcome, now);
         self.durable(self.outcomes.unless_failed(ticket)?)
+    }
+
+    /// The transaction of [`complete`](Self::complete), committed on `conn`.
+    fn complete_in(
+        &self,
+        conn: &mut Connection,
+        call: CallId,
+        outcome: &str,
+        now: UnixTime,
+    ) -> Result<Option<Ticket>, LedgerError> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found = lookup_pending(&tx, call)?;
+        let kept = close(&tx, &found, CallState::Completed, None, Some(outcome), now)?;
+        self.outcomes.bound(&tx, &found.caller, kept)?;
+        self.commit(tx)
     }
 
     /// [`Billing::refund`], failing with the ledger's own [`LedgerError`].
@@ -368,6 +409,38 @@ impl Billing for Ledger {
 
     fn release_reserved(&self, caller: &PeerId, key: &str) -> Result<(), BillingError> {
         Ok(Self::release_reserved(self, caller, key)?)
+    }
+
+    fn try_held(
+        &self,
+        caller: &PeerId,
+        tool: &str,
+        keyed: Keyed<'_>,
+        now: UnixTime,
+    ) -> Option<Result<Option<Charge>, BillingError>> {
+        Some(Self::try_held(self, caller, tool, keyed, now)?.map_err(BillingError::from))
+    }
+
+    fn try_charge_from(
+        &self,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        now: UnixTime,
+    ) -> Option<Result<Charge, BillingError>> {
+        Some(Self::try_charge_from(self, request, origin, now)?.map_err(BillingError::from))
+    }
+
+    fn try_complete(
+        &self,
+        call: CallId,
+        outcome: &str,
+        now: UnixTime,
+    ) -> Option<Result<Commit, BillingError>> {
+        Some(Self::try_complete(self, call, outcome, now)?.map_err(BillingError::from))
+    }
+
+    fn synced(&self, commit: Commit) -> Result<(), BillingError> {
+        Ok(Self::synced(self, commit)?)
     }
 }
 

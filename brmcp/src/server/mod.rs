@@ -64,7 +64,7 @@ mod tools;
 pub mod upstream;
 
 pub use billing::{
-    Billing, BillingError, CallId, CallRequest, Charge, Interrupted, KeyConflict, Keyed,
+    Billing, BillingError, CallId, CallRequest, Charge, Commit, Interrupted, KeyConflict, Keyed,
     MAX_REQUEST_ID_BYTES, NOTICE_WINDOW_SECS, Origin, Tip, TipOutcome,
 };
 pub use brmcp_adapters::{Clock, ManualClock, SystemClock};
@@ -84,8 +84,8 @@ pub use harness::{
     max_message_bytes,
 };
 pub use ledger::{
-    APPLICATION_ID, AuditAction, AuditEntry, Balance, CallState, DailyRevenue, FILE_NAME,
-    INTERRUPTED, JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals,
+    APPLICATION_ID, AuditAction, AuditEntry, Balance, CHECKPOINT_PAGES, CallState, DailyRevenue,
+    FILE_NAME, INTERRUPTED, JournalEntry, LOCK_FILE_NAME, Ledger, LedgerError, LedgerTotals,
     MAX_JOURNAL_ROWS_PER_CALLER, MAX_OUTCOME_BYTES_PER_CALLER, MAX_WAITING_PER_CALLER, Opened,
     PRUNE_EVERY, PrunedCalls, RESERVATION_WAIT_SECS, SCHEMA_VERSION, STOPPING_REFUSAL,
     TIP_REPLAY_ROWS, TIP_REPLAY_WINDOW_SECS, TOTALS_WINDOW_SECS, TipRecord, VACUUM_FREE_PAGES,

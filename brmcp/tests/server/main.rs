@@ -16,6 +16,7 @@ mod dynamic_tools;
 mod graceful_stop;
 mod interrupted;
 mod key_conflict;
+mod ledger_at_once;
 mod ledger_call_key;
 mod ledger_concurrency;
 mod ledger_debit_journal;

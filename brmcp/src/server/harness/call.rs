@@ -94,9 +94,15 @@ impl Shared {
             priced,
         } = call;
         if let Some((key, args)) = &keyed {
-            let (key, args, name, now) = (key.clone(), *args, tool.clone(), self.clock.now());
+            let now = self.clock.now();
+            let at_once = self
+                .billing
+                .try_held(&caller, &tool, Keyed { key, args: *args }, now);
+            let (key, args, name) = (key.clone(), *args, tool.clone());
             let held = self
-                .blocking(move |b| b.held(&caller, &name, Keyed { key: &key, args }, now))
+                .or_blocking(at_once, move |b| {
+                    b.held(&caller, &name, Keyed { key: &key, args }, now)
+                })
                 .await;
             match held {
                 Ok(None) => {}
@@ -142,10 +148,25 @@ impl Shared {
         } else if price_atoms == 0 && keyed.is_none() {
             None
         } else {
-            let (name, key, now) = (tool.clone(), keyed.clone(), self.clock.now());
+            let now = self.clock.now();
             let (sid, request_id) = origin;
+            let request = CallRequest {
+                caller,
+                tool: &tool,
+                price_atoms,
+                keyed: keyed.as_ref().map(|(key, args)| Keyed { key, args: *args }),
+            };
+            let at_once = self.billing.try_charge_from(
+                &request,
+                Some(Origin {
+                    sid,
+                    request_id: &request_id,
+                }),
+                now,
+            );
+            let (name, key) = (tool.clone(), keyed.clone());
             let charge = self
-                .blocking(move |b| {
+                .or_blocking(at_once, move |b| {
                     let request = CallRequest {
                         caller,
                         tool: &name,
@@ -335,12 +356,18 @@ impl Shared {
             return;
         };
         let now = self.clock.now();
-        let done = self
-            .blocking(move |b| match refund_reason {
-                None => b.complete(id, &outcome, now),
-                Some(reason) => b.refund(id, &reason, Some(&outcome), now),
-            })
-            .await;
+        let done = match refund_reason {
+            // Committed at once, then synced on the blocking pool before the answer.
+            None => match self.billing.try_complete(id, &outcome, now) {
+                Some(Ok(commit)) => self.blocking(move |b| b.synced(commit)).await,
+                Some(Err(e)) => Err(e.into()),
+                None => self.blocking(move |b| b.complete(id, &outcome, now)).await,
+            },
+            Some(reason) => {
+                self.blocking(move |b| b.refund(id, &reason, Some(&outcome), now))
+                    .await
+            }
+        };
         if let Err(e) = done {
             // The call stays pending in the store and is refunded on the next start.
             tracing::error!(call = %id, error = %e, "call outcome not recorded");

@@ -28,28 +28,51 @@ impl Ledger {
         let caller = request.caller.to_string();
         let mut conn = self.conn();
         let release = self.releases.due(now);
-        let charged = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let mut freed = false;
-            if release {
-                release_expired(&tx, now)?;
-                freed = true;
-            }
-            if self.prunes.due(&caller) {
-                prune_journal(&tx, &caller)?;
-                freed = true;
-            }
-            if freed {
-                reclaim(&tx)?;
-            }
-            let charge = self.charge_in(&tx, request, origin, &caller, price_matoms, now)?;
-            tx.commit()?;
-            Ok(charge)
-        })();
+        let charged = self.charge_tx(
+            &mut conn,
+            request,
+            origin,
+            &caller,
+            price_matoms,
+            release,
+            now,
+        );
         if release && charged.is_ok() {
             self.releases.done(now);
         }
+        self.checkpoint(&conn);
         charged
+    }
+
+    /// One charge's transaction on `conn`, committed: the expired keys and
+    /// reservations released first if `release`, the caller's journal pruned if due.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn charge_tx(
+        &self,
+        conn: &mut Connection,
+        request: &CallRequest<'_>,
+        origin: Option<Origin<'_>>,
+        caller: &str,
+        price_matoms: u64,
+        release: bool,
+        now: UnixTime,
+    ) -> Result<Charge, LedgerError> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut freed = false;
+        if release {
+            release_expired(&tx, now)?;
+            freed = true;
+        }
+        if self.prunes.due(caller) {
+            prune_journal(&tx, caller)?;
+            freed = true;
+        }
+        if freed {
+            reclaim(&tx)?;
+        }
+        let charge = self.charge_in(&tx, request, origin, caller, price_matoms, now)?;
+        self.checkpoints.commit(tx)?;
+        Ok(charge)
     }
 
     /// The charge of `charge_with` in `tx`, after the expired keys and reservations went.

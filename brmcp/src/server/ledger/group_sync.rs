@@ -21,6 +21,18 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Ticket(u64);
 
+impl Ticket {
+    /// The ticket numbered `n` (a [`Commit`](crate::server::Commit) handed back).
+    pub(super) const fn new(n: u64) -> Self {
+        Self(n)
+    }
+
+    /// Its number.
+    pub(super) const fn get(self) -> u64 {
+        self.0
+    }
+}
+
 /// The serving connection's commits and how far the WAL is synced.
 #[derive(Debug)]
 pub(super) struct GroupSync {
@@ -67,9 +79,12 @@ impl GroupSync {
     ///
     /// The sync's failure, to the caller that ran it (the others try again).
     pub(super) fn durable(&self, ticket: Ticket) -> io::Result<()> {
+        // A ticket never handed out (a made-up commit) waits for every commit so far,
+        // not for ever.
+        let wanted = ticket.0.min(self.committed.load(Ordering::SeqCst));
         let mut state = self.lock();
         loop {
-            if state.durable >= ticket.0 {
+            if state.durable >= wanted {
                 return Ok(());
             }
             if state.syncing {

@@ -13,6 +13,7 @@ use crate::secure_fs::{SqliteAccess, SqliteKind, StampError, StampedOpen};
 
 #[cfg(doc)]
 use super::Billing;
+use super::checkpoint::Checkpoints;
 use super::group_sync::GroupSync;
 use super::notices;
 use super::retention::{OutcomeBytes, PruneClock, ReleaseClock, enable_incremental_vacuum};
@@ -109,7 +110,7 @@ const LOCK_RETRY: Duration = Duration::from_millis(25);
 
 /// How long a transaction waits for another connection's write (an operator's credit
 /// beside the server, say). Every writer holds the lock for one short transaction.
-const BUSY_WAIT: Duration = Duration::from_secs(5);
+pub(super) const BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// How many `quick_check` complaints an error quotes; the first few name the damage.
 const CHECK_LINES: usize = 4;
@@ -162,9 +163,11 @@ impl Ledger {
             LedgerError::Sqlite(e) => open_error(&path, e),
             other => other,
         })?;
-        // Commits from here on are synced by group commit (see `group_sync`).
+        // Commits from here on are synced by group commit (see `group_sync`), and the
+        // log checkpointed by the ledger itself (see `checkpoint`).
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| open_error(&path, e))?;
+        Checkpoints::hook(&conn);
         Ok(Opened {
             ledger: Self {
                 conn: Mutex::new(conn),
@@ -174,6 +177,7 @@ impl Ledger {
                 prunes: PruneClock::default(),
                 outcomes: OutcomeBytes::default(),
                 releases: ReleaseClock::default(),
+                checkpoints: Checkpoints::default(),
             },
             refunded,
         })
@@ -204,6 +208,7 @@ impl Ledger {
             prunes: PruneClock::default(),
             outcomes: OutcomeBytes::default(),
             releases: ReleaseClock::default(),
+            checkpoints: Checkpoints::default(),
         })
     }
 }

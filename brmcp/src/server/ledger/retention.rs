@@ -57,6 +57,14 @@ const PRUNE_CLOCK_CALLERS: usize = 4096;
 pub(super) struct PruneClock(Mutex<HashMap<String, u32>>);
 
 impl PruneClock {
+    /// Whether `caller`'s next charge will be due a prune, counting nothing.
+    pub(super) fn next_due(&self, caller: &str) -> bool {
+        let counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        counts
+            .get(caller)
+            .is_none_or(|count| *count + 1 >= PRUNE_EVERY)
+    }
+
     /// Counts a charge of `caller`'s; `true` when its journal is due a prune.
     pub(super) fn due(&self, caller: &str) -> bool {
         let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
