@@ -5,7 +5,8 @@
 //! - `harness/paid_call`: a keyed 1-atom call with a fresh key each iteration: the
 //!   key check (a read), the debit with its journal entry (a write transaction), the
 //!   handler, and the completion with the outcome kept for replay (a write
-//!   transaction), each on the blocking pool.
+//!   transaction), each on the harness's task when nothing would wait, the
+//!   completion's sync on the blocking pool.
 //! - `harness/paid_call_unkeyed`: a 1-atom call without a key: the debit (a write
 //!   transaction, not synced) and the completion (a write transaction, synced before
 //!   the answer: one fsync a call).

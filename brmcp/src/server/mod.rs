@@ -10,7 +10,8 @@
 //! - [`Catalog`]: resources and prompts served beside the tools.
 //! - [`ServeConfig`]: the operator's `brmcp.json` (Go field names), read fail-closed.
 //! - [`Billing`]: what the harness calls for every paid (or keyed) tool call and every
-//!   tip; synchronous, run on `spawn_blocking`.
+//!   tip; synchronous, run on `spawn_blocking`, but for its `try_` calls, made on the
+//!   harness's task when the store can answer them at once.
 //! - [`Ledger`]: the default [`Billing`], one crash-safe SQLite file per data
 //!   directory ([`FILE_NAME`]), plus the operator's calls (balances, manual credit and
 //!   refund with an audit trail, the journal).
