@@ -1,6 +1,7 @@
 //! The serving harness end to end: a real rmcp client calling tools of a
 //! `brmcp::server::Harness` over the in-memory PM fabric, the ledger a SQLite file in a
-//! temporary directory (WAL, `synchronous = FULL`: every commit is synced to disk).
+//! temporary directory (WAL; every commit a caller acts on is synced to disk first, by
+//! group commit).
 //!
 //! - `harness/paid_call`: a keyed 1-atom call with a fresh key each iteration: the
 //!   key check (a read), the debit with its journal entry (a write transaction), the
