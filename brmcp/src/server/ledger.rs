@@ -106,8 +106,8 @@ pub const STOPPING_REFUSAL: &str = "stopping";
 /// One connection behind a mutex, held for one transaction at a time: SQLite serialises
 /// writers anyway, each transaction is short, and the harness reaches the ledger from
 /// `spawn_blocking`, so a blocked caller blocks a blocking-pool thread, not the reactor;
-/// or, for the `try_` calls, from its own task, only when nothing would block
-/// ([`at_once`]).
+/// or, for the `try_` calls ([`try_charge_from`](Self::try_charge_from) and its
+/// siblings), from its own task, only when nothing would block.
 #[derive(Debug)]
 pub struct Ledger {
     conn: Mutex<Connection>,
