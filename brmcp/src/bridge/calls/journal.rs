@@ -154,7 +154,21 @@ impl Journal {
             bounds: Bounds::default(),
         };
         journal.expire(now)?;
+        journal.drop_claims()?;
         Ok(journal)
+    }
+
+    /// Claims are a process's: one the previous process held (a retry it gave an
+    /// answer whose response never ended, say, when it was killed) is given back, so
+    /// the agent's next retry takes the call.
+    fn drop_claims(&self) -> Result<usize, JournalError> {
+        self.db()
+            .execute(
+                "UPDATE calls SET claimed = 0 \
+                 WHERE claimed = 1 AND state NOT IN ('delivered', 'cancelled')",
+                [],
+            )
+            .map_err(|e| self.err(e))
     }
 
     /// The journal with other bounds (tests of the bounds).

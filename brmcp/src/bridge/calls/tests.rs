@@ -160,6 +160,42 @@ fn a_retry_takes_an_undelivered_call_of_an_earlier_run_once() {
 }
 
 #[test]
+fn a_claim_dies_with_its_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), T0).unwrap();
+    let id = new(&journal, &call("ci", "eeeeeeee", "run1", 1), T0);
+    journal.sent(id, T0).unwrap();
+    journal.paying(id, 100, 100, T0).unwrap();
+    journal.paid(id, Some(3), T0).unwrap();
+    // Answered and held for the agent (its response was never written).
+    journal
+        .answer(id, Outcome::Result("{}".into()), false, T0 + 1)
+        .unwrap();
+    // Run 2's retry claims the answered call, and the process is killed before its
+    // response ends: nothing gives the claim back.
+    let claim = |journal: &Journal, run: &str| {
+        journal
+            .claim_retry("ci", BOT, "slow", &[1; 32], run, T0 + 10)
+            .unwrap()
+            .map(|r| r.id)
+    };
+    assert_eq!(claim(&journal, "run2"), Some(id));
+    drop(journal);
+
+    // The next process holds no claims: run 3's retry gets the answer, once.
+    let journal = Journal::open(dir.path(), T0 + 5).unwrap();
+    assert!(!journal.get(id).unwrap().unwrap().claimed);
+    assert_eq!(claim(&journal, "run3"), Some(id));
+    assert_eq!(claim(&journal, "run3"), None);
+    // A delivered call stays delivered across a reopen.
+    journal.deliver(id, T0 + 11).unwrap();
+    drop(journal);
+    let journal = Journal::open(dir.path(), T0 + 12).unwrap();
+    assert_eq!(journal.get(id).unwrap().unwrap().state, State::Delivered);
+    assert_eq!(claim(&journal, "run4"), None);
+}
+
+#[test]
 fn over_its_bounds_an_agent_loses_finished_calls_first_and_paid_outcomes_last() {
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::open(dir.path(), T0).unwrap().with_bounds(Bounds {
