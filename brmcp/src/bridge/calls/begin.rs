@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::bounds::MAX_CALLS_PER_AGENT;
 use super::delivery::Delivery;
-use super::journal::{NewCall, Outcome, Recorded, Row};
+use super::journal::{Handing, NewCall, Outcome, Recorded, Row};
 use super::key::{agent_key, args_digest, derived_key};
 use super::state::State;
 use super::{Calls, JournalError, Live, logged};
@@ -353,16 +353,14 @@ impl Calls {
             return;
         }
         let now = self.now();
-        // A result the call paid for stays answered until its response was written;
-        // anything else is delivered at once.
-        let mut hold = None;
+        // A result the call paid for stays answered until its response was written
+        // (when it goes out on an HTTP response); anything else is delivered at once.
+        let mut handing = Handing::Now;
         let kept = match outcome {
             Ok(CallToolResponse::Complete(result)) => {
-                hold = delivery.filter(|_| {
-                    logged("read", self.journal.get(call.id))
-                        .flatten()
-                        .is_some_and(|row| row.paid_atoms > 0)
-                });
+                if delivery.is_some() {
+                    handing = Handing::HeldIfPaid;
+                }
                 serde_json::to_string(result).map(Outcome::Result)
             }
             Ok(_) => return,
@@ -375,9 +373,9 @@ impl Calls {
         };
         match kept {
             Ok(kept) => {
-                let deliver = hold.is_none();
-                let answered = logged("outcome", self.journal.answer(call.id, kept, deliver, now));
-                if let Some(delivery) = hold
+                let answered = logged("outcome", self.journal.answer(call.id, kept, handing, now));
+                if let Some(delivery) = delivery
+                    && handing == Handing::HeldIfPaid
                     && answered.flatten() == Some(State::Answered)
                 {
                     delivery.hand(call.id, false);

@@ -24,6 +24,7 @@ mod steps;
 
 use rows::{COLUMNS, read_row};
 pub(crate) use rows::{NewCall, Outcome, Row};
+pub(crate) use steps::Handing;
 
 /// The journal's file name inside the data directory.
 pub const CALLS_FILE: &str = "mcpcalls.sqlite";

@@ -18,7 +18,7 @@ use rmcp::service::PeerRequestOptions;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::journal::{HELD_SECS, Outcome, Row};
+use super::journal::{HELD_SECS, Handing, Outcome, Row};
 use super::{Live, logged};
 use crate::bridge::Inner;
 use crate::bridge::credit::Admission;
@@ -234,7 +234,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                     "outcome",
                     calls
                         .journal
-                        .answer(row.id, Outcome::Error(kept), false, now),
+                        .answer(row.id, Outcome::Error(kept), Handing::Held, now),
                 );
                 return;
             }
@@ -275,7 +275,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                 "outcome",
                 calls
                     .journal
-                    .answer(row.id, Outcome::Error(kept), false, now),
+                    .answer(row.id, Outcome::Error(kept), Handing::Held, now),
             );
             return;
         }
@@ -300,7 +300,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                     "outcome",
                     calls
                         .journal
-                        .answer(row.id, Outcome::Result(kept), false, now),
+                        .answer(row.id, Outcome::Result(kept), Handing::Held, now),
                 );
             }
             Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),

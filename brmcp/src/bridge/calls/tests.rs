@@ -2,8 +2,8 @@
 
 use super::bounds::Bounds;
 use super::journal::{
-    CALLS_FILE, HELD_SECS, Journal, JournalError, MAX_KEPT_OUTCOME_BYTES, NewCall, Outcome,
-    Recorded,
+    CALLS_FILE, HELD_SECS, Handing, Journal, JournalError, MAX_KEPT_OUTCOME_BYTES, NewCall,
+    Outcome, Recorded,
 };
 use super::state::State;
 
@@ -64,7 +64,7 @@ fn a_paid_calls_steps_survive_a_reopen_and_it_is_resumed_by_the_next_run_only() 
         .answer(
             id,
             Outcome::Result(r#"{"content":[]}"#.into()),
-            false,
+            Handing::Held,
             T0 + 3,
         )
         .unwrap();
@@ -75,7 +75,7 @@ fn a_paid_calls_steps_survive_a_reopen_and_it_is_resumed_by_the_next_run_only() 
     // An outcome is never replaced, and a finished call not cancelled.
     assert_eq!(
         journal
-            .answer(id, Outcome::Error("{}".into()), true, T0 + 4)
+            .answer(id, Outcome::Error("{}".into()), Handing::Now, T0 + 4)
             .unwrap(),
         None
     );
@@ -118,7 +118,7 @@ fn a_retry_takes_an_undelivered_call_of_an_earlier_run_once() {
     journal.sent(old, T0).unwrap();
     let delivered = new(&journal, &call("ci", "bbbbbbbb", "run1", 2), T0);
     journal
-        .answer(delivered, Outcome::Result("{}".into()), true, T0)
+        .answer(delivered, Outcome::Result("{}".into()), Handing::Now, T0)
         .unwrap();
     let own = new(
         &journal,
@@ -169,7 +169,7 @@ fn a_claim_dies_with_its_process() {
     journal.paid(id, Some(3), T0).unwrap();
     // Answered and held for the agent (its response was never written).
     journal
-        .answer(id, Outcome::Result("{}".into()), false, T0 + 1)
+        .answer(id, Outcome::Result("{}".into()), Handing::Held, T0 + 1)
         .unwrap();
     // Run 2's retry claims the answered call, and the process is killed before its
     // response ends: nothing gives the claim back.
@@ -212,15 +212,15 @@ fn over_its_bounds_an_agent_loses_finished_calls_first_and_paid_outcomes_last() 
     journal.paying(paid, 5, 5, T0).unwrap();
     journal.paid(paid, None, T0).unwrap();
     journal
-        .answer(paid, Outcome::Result("{}".into()), false, T0)
+        .answer(paid, Outcome::Result("{}".into()), Handing::Held, T0)
         .unwrap();
     let unpaid = new(&journal, &call("ci", keys[1], "r", 1), T0);
     journal
-        .answer(unpaid, Outcome::Result("{}".into()), false, T0)
+        .answer(unpaid, Outcome::Result("{}".into()), Handing::Held, T0)
         .unwrap();
     let delivered = new(&journal, &call("ci", keys[2], "r", 2), T0);
     journal
-        .answer(delivered, Outcome::Result("{}".into()), true, T0)
+        .answer(delivered, Outcome::Result("{}".into()), Handing::Now, T0)
         .unwrap();
     let flying = new(&journal, &call("ci", keys[3], "r", 3), T0);
     // Another agent's calls do not count.
@@ -271,7 +271,7 @@ fn an_outcome_over_the_bounds_is_kept_as_its_size() {
         "x".repeat(MAX_KEPT_OUTCOME_BYTES)
     );
     journal
-        .answer(id, Outcome::Result(big.clone()), false, T0)
+        .answer(id, Outcome::Result(big.clone()), Handing::Held, T0)
         .unwrap();
     let row = journal.get(id).unwrap().unwrap();
     assert_eq!(row.outcome, Some(Outcome::TooLarge(big.len() as u64)));
@@ -288,7 +288,7 @@ fn an_outcome_over_the_bounds_is_kept_as_its_size() {
     });
     let id = new(&small, &call("chat", "smallsmall", "r", 1), T0);
     small
-        .answer(id, Outcome::Result("y".repeat(300)), false, T0)
+        .answer(id, Outcome::Result("y".repeat(300)), Handing::Held, T0)
         .unwrap();
     assert_eq!(
         small.get(id).unwrap().unwrap().outcome,
@@ -302,7 +302,7 @@ fn calls_past_the_replay_window_are_dropped() {
     let journal = Journal::open(dir.path(), T0).unwrap();
     let id = new(&journal, &call("ci", "oldoldold", "r", 1), T0);
     journal
-        .answer(id, Outcome::Result("{}".into()), false, T0 + 10)
+        .answer(id, Outcome::Result("{}".into()), Handing::Held, T0 + 10)
         .unwrap();
     drop(journal);
     let journal = Journal::open(dir.path(), T0 + 10 + HELD_SECS).unwrap();

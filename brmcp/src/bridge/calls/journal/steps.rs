@@ -4,10 +4,22 @@
 
 use rusqlite::{TransactionBehavior, params};
 
-use super::rows::{Outcome, i64_of, u64_of};
+use super::rows::{Outcome, Row, i64_of, u64_of};
 use super::{Journal, JournalError};
 use crate::bridge::calls::bounds::make_room;
 use crate::bridge::calls::state::{Event, State};
+
+/// Whether an answered call is delivered with its answer ([`Journal::answer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handing {
+    /// Delivered with it: its agent has it already, or needs no proof it came.
+    Now,
+    /// Held, answered, until its agent takes it.
+    Held,
+    /// Held if the call paid (it is delivered once its response was written), else
+    /// delivered with it.
+    HeldIfPaid,
+}
 
 impl Journal {
     /// Moves the call `id` by `event` if its state allows it, with `set` (SQL
@@ -20,6 +32,32 @@ impl Journal {
         extra: (i64, Option<String>),
         now: i64,
     ) -> Result<Option<State>, JournalError> {
+        self.step_with(
+            id,
+            |row| {
+                let paid = match event {
+                    // Whether a payment before this one settled.
+                    Event::Unpaid => row.paid_atoms > 0,
+                    _ => row.paid(),
+                };
+                row.state.next(event, paid)
+            },
+            set,
+            extra,
+            now,
+        )
+    }
+
+    /// As [`step`](Self::step), the state after decided by `next` from the row as it
+    /// stands in the write's transaction.
+    fn step_with(
+        &self,
+        id: i64,
+        next: impl FnOnce(&Row) -> Option<State>,
+        set: &str,
+        extra: (i64, Option<String>),
+        now: i64,
+    ) -> Result<Option<State>, JournalError> {
         let mut db = self.db();
         let tx = db
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -27,12 +65,7 @@ impl Journal {
         let Some(row) = self.rows(&tx, "WHERE id = ?1", params![id])?.pop() else {
             return Ok(None);
         };
-        let paid = match event {
-            // Whether a payment before this one settled.
-            Event::Unpaid => row.paid_atoms > 0,
-            _ => row.paid(),
-        };
-        let Some(next) = row.state.next(event, paid) else {
+        let Some(next) = next(&row) else {
             return Ok(None);
         };
         let sql = format!(
@@ -101,8 +134,9 @@ impl Journal {
         self.step(id, Event::Unpaid, "paying_atoms = 0", (0, None), now)
     }
 
-    /// The bot's outcome, kept (bounded); delivered at once if `deliver`. Room is made
-    /// within the agent's bounds; an outcome that does not fit is kept as its size.
+    /// The bot's outcome, kept (bounded), and delivered in the same write unless
+    /// `handing` holds it. Room is made within the agent's bounds; an outcome that does
+    /// not fit is kept as its size.
     ///
     /// # Errors
     /// SQLite's.
@@ -110,7 +144,7 @@ impl Journal {
         &self,
         id: i64,
         outcome: Outcome,
-        deliver: bool,
+        handing: Handing,
         now: i64,
     ) -> Result<Option<State>, JournalError> {
         let mut outcome = outcome.bounded();
@@ -125,11 +159,21 @@ impl Journal {
         }
         let (kind, text) = outcome.columns();
         let set = format!("outcome_kind = '{kind}', outcome = ?3");
-        let answered = self.step(id, Event::Answer, &set, (0, Some(text)), now)?;
-        if answered.is_some() && deliver {
-            return self.deliver(id, now);
-        }
-        Ok(answered)
+        let next = |row: &Row| {
+            let answered = row.state.next(Event::Answer, row.paid())?;
+            let deliver = match handing {
+                Handing::Now => true,
+                Handing::Held => false,
+                Handing::HeldIfPaid => row.paid_atoms == 0,
+            };
+            Some(
+                deliver
+                    .then(|| answered.next(Event::Deliver, row.paid()))
+                    .flatten()
+                    .unwrap_or(answered),
+            )
+        };
+        self.step_with(id, next, &set, (0, Some(text)), now)
     }
 
     /// The outcome is handed to the agent.
