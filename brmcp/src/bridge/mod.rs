@@ -105,8 +105,9 @@ pub use settings::{
     RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };
 pub use spend::{
-    Collected, CreditUse, DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution, SPEND_FILE,
-    SpendEntry, SpendError, SpendLog, SpendStatus, TipOutcomeEvent, Uncollected,
+    CallPayment, Collected, CreditUse, DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution,
+    SPEND_FILE, SpendEntry, SpendError, SpendLog, SpendStatus, Spender, TipOutcomeEvent,
+    Uncollected,
 };
 pub use stdio::serve_stdio;
 pub use watch::Reload;
@@ -363,6 +364,8 @@ impl Bridge {
         spend.unconfirm_left_pending()?;
         let policy = Policy::new(Arc::new(payer), spend, config.clock.clone());
         let calls = calls::Calls::open(&config.data_dir, config.clock.clone())?;
+        // Payments an earlier run was about to make and never reserved were not made.
+        calls::unpaid_unreserved(&calls, &policy.spend);
         let inner = Arc::new(Inner {
             http: http::HttpState::new(config.bot_calls_per_minute),
             config,

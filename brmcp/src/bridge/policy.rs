@@ -51,7 +51,7 @@ use tokio::time::Instant;
 use super::credit::CreditBook;
 use super::quote::DynamicQuote;
 use super::settings::{Approver, Caller, Mode, Settings};
-use super::spend::{OverCap, SpendLog, SpendStatus, fits_daily_cap};
+use super::spend::{OverCap, SpendLog, SpendStatus, Spender, fits_daily_cap};
 
 /// How a payment reaches a bot: the host's payment rail (Bison Relay tips).
 pub trait Payer: Send + Sync + 'static {
@@ -304,13 +304,14 @@ impl Policy {
         Ok(())
     }
 
-    /// Decides and makes one payment of `amount` to `bot` for `tool`: the spend log
-    /// row of the payment once made.
+    /// Decides and makes one payment of `amount` to `bot` for `tool`, for the call of
+    /// `call_key` when there is one (its spend-log row names it): the spend log row of
+    /// the payment once made.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn settle(
         &self,
         settings: &Settings,
-        caller: &Caller,
+        (caller, call_key): (&Caller, Option<&str>),
         bot: &PeerId,
         tool: &str,
         amount: u64,
@@ -335,8 +336,11 @@ impl Policy {
             .spend
             .reserve_as(
                 self.clock.now(),
-                name,
-                agent_cap,
+                &Spender {
+                    agent: name,
+                    agent_cap,
+                    call_key,
+                },
                 bot,
                 tool,
                 amount,

@@ -244,6 +244,56 @@ pub enum OverCap {
     Agent(OverDailyCap),
 }
 
+/// A journaled call whose payment [`SpendLog::payment_for_call`] looks up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallPayment<'a> {
+    /// The bot paid.
+    pub bot: &'a PeerId,
+    /// The call journal's key of the call.
+    pub key: &'a str,
+    /// The agent whose call it is.
+    pub agent: &'a str,
+    /// The tool called.
+    pub tool: &'a str,
+    /// The atoms of the payment.
+    pub atoms: u64,
+    /// When the call began, unix seconds.
+    pub since: i64,
+}
+
+/// Who makes a payment, as [`SpendLog::reserve_as`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spender<'a> {
+    /// The agent paying.
+    pub agent: &'a str,
+    /// The agent's own daily cap, in atoms, if it has one.
+    pub agent_cap: Option<u64>,
+    /// The call journal's key of the call the payment is for, if any: how a restart
+    /// tells a call's payment from another of the same agent, bot, tool and amount.
+    pub call_key: Option<&'a str>,
+}
+
+impl<'a> Spender<'a> {
+    /// `agent`'s payment for no journaled call.
+    #[must_use]
+    pub const fn agent(agent: &'a str, agent_cap: Option<u64>) -> Self {
+        Self {
+            agent,
+            agent_cap,
+            call_key: None,
+        }
+    }
+
+    /// The payment for the call of `call_key`.
+    #[must_use]
+    pub const fn for_call(self, call_key: &'a str) -> Self {
+        Self {
+            call_key: Some(call_key),
+            ..self
+        }
+    }
+}
+
 /// The spend log of one data directory.
 #[derive(Debug)]
 pub struct SpendLog {
@@ -344,23 +394,15 @@ impl SpendLog {
         daily_cap: u64,
         tip_pos: u64,
     ) -> Result<Result<i64, OverDailyCap>, SpendError> {
-        let reserved = self.reserve_as(
-            now,
-            DEFAULT_AGENT,
-            None,
-            bot,
-            tool,
-            atoms,
-            daily_cap,
-            tip_pos,
-        );
+        let payer = Spender::agent(DEFAULT_AGENT, None);
+        let reserved = self.reserve_as(now, &payer, bot, tool, atoms, daily_cap, tip_pos);
         Ok(reserved?.map_err(|(OverCap::Daily(over) | OverCap::Agent(over))| over))
     }
 
-    /// [`reserve`](Self::reserve) for `agent`'s payment, which must also fit the
-    /// agent's own daily cap `agent_cap` (when it has one) counting its payments only;
-    /// both checks and the row in one transaction, so concurrent agents cannot
-    /// together pass either cap.
+    /// [`reserve`](Self::reserve) for `payer`'s payment, which must also fit the
+    /// agent's own daily cap (when it has one) counting its payments only; both checks
+    /// and the row in one transaction, so concurrent agents cannot together pass
+    /// either cap. The row names the call it pays for, when there is one.
     ///
     /// # Errors
     /// `Ok(Err(OverCap))` when it would not fit; `Err` for SQLite's errors.
@@ -368,8 +410,7 @@ impl SpendLog {
     pub fn reserve_as(
         &self,
         now: UnixTime,
-        agent: &str,
-        agent_cap: Option<u64>,
+        payer: &Spender<'_>,
         bot: &PeerId,
         tool: &str,
         atoms: u64,
@@ -378,8 +419,8 @@ impl SpendLog {
     ) -> Result<Result<i64, OverCap>, SpendError> {
         let mut db = self.db();
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Some(cap) = agent_cap {
-            let spent = spent_by(&tx, now, agent)?;
+        if let Some(cap) = payer.agent_cap {
+            let spent = spent_by(&tx, now, payer.agent)?;
             if !fits_daily_cap(spent, atoms, cap) {
                 return Ok(Err(OverCap::Agent(OverDailyCap { spent })));
             }
@@ -390,15 +431,16 @@ impl SpendLog {
         }
         let tip_pos = raise_floor(&tx, tip_pos)?;
         tx.execute(
-            "INSERT INTO spend (ts, bot, tool, rail, atoms, status, tip_pos, agent, left_atoms) \
-             VALUES (?1, ?2, ?3, 'tip', ?4, 'pending', ?5, ?6, ?4)",
+            "INSERT INTO spend (ts, bot, tool, rail, atoms, status, tip_pos, agent, left_atoms, \
+             call_key) VALUES (?1, ?2, ?3, 'tip', ?4, 'pending', ?5, ?6, ?4, ?7)",
             params![
                 now.0,
                 bot.to_string(),
                 tool,
                 i64_of(atoms),
                 i64_of(tip_pos),
-                agent
+                payer.agent,
+                payer.call_key,
             ],
         )?;
         let id = tx.last_insert_rowid();
@@ -531,26 +573,67 @@ impl SpendLog {
     /// SQLite's.
     pub fn entries(&self) -> Result<Vec<SpendEntry>, SpendError> {
         let db = self.db();
-        let mut stmt = db
-            .prepare("SELECT id, ts, bot, tool, rail, atoms, status, err, unconfirmed, tip_pos, outcome, agent FROM spend ORDER BY id")?;
-        let rows = stmt.query_map([], |r| {
-            Ok(SpendEntry {
-                id: r.get(0)?,
-                ts: r.get(1)?,
-                bot: r.get(2)?,
-                tool: r.get(3)?,
-                rail: r.get(4)?,
-                atoms: u64_of(r.get(5)?),
-                status: SpendStatus::parse(&r.get::<_, String>(6)?),
-                err: r.get(7)?,
-                unconfirmed: r.get(8)?,
-                tip_pos: u64_of(r.get(9)?),
-                outcome: r.get::<_, Option<i64>>(10)?.map(u64_of),
-                agent: r.get(11)?,
-            })
-        })?;
+        let mut stmt = db.prepare(&format!("SELECT {ENTRY_COLUMNS} FROM spend ORDER BY id"))?;
+        let rows = stmt.query_map([], entry)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+
+    /// The latest payment made for `call`: the row its reservation wrote, which names
+    /// it. A row written before rows named their call (schema version 5 and older) is
+    /// taken for it when it may be it: of the call's agent, bot, tool and atoms,
+    /// reserved no earlier than the call began. `None`: no payment of the call
+    /// reached the log (its journal may say it was about to pay, and a crash came
+    /// first).
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn payment_for_call(
+        &self,
+        call: &CallPayment<'_>,
+    ) -> Result<Option<SpendEntry>, SpendError> {
+        let db = self.db();
+        let found = db
+            .query_row(
+                &format!(
+                    "SELECT {ENTRY_COLUMNS} FROM spend WHERE bot = ?1 AND (call_key = ?2 \
+                     OR (call_key IS NULL AND agent = ?3 AND tool = ?4 AND atoms = ?5 \
+                     AND ts >= ?6)) ORDER BY call_key IS NULL, id DESC LIMIT 1"
+                ),
+                params![
+                    call.bot.to_string(),
+                    call.key,
+                    call.agent,
+                    call.tool,
+                    i64_of(call.atoms),
+                    call.since
+                ],
+                entry,
+            )
+            .optional()?;
+        Ok(found)
+    }
+}
+
+/// The columns [`entry`] reads, in its order.
+const ENTRY_COLUMNS: &str =
+    "id, ts, bot, tool, rail, atoms, status, err, unconfirmed, tip_pos, outcome, agent";
+
+/// A [`SpendEntry`] from a row of [`ENTRY_COLUMNS`].
+fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpendEntry> {
+    Ok(SpendEntry {
+        id: r.get(0)?,
+        ts: r.get(1)?,
+        bot: r.get(2)?,
+        tool: r.get(3)?,
+        rail: r.get(4)?,
+        atoms: u64_of(r.get(5)?),
+        status: SpendStatus::parse(&r.get::<_, String>(6)?),
+        err: r.get(7)?,
+        unconfirmed: r.get(8)?,
+        tip_pos: u64_of(r.get(9)?),
+        outcome: r.get::<_, Option<i64>>(10)?.map(u64_of),
+        agent: r.get(11)?,
+    })
 }
 
 fn spent(db: &Connection, now: UnixTime) -> rusqlite::Result<u64> {

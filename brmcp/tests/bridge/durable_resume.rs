@@ -5,7 +5,9 @@
 //! result, run once, and the resumed call collected its credit (none is left to hold
 //! other agents back). A call cut while it waits for its payment's late outcome (the
 //! payer lost sight of the tip) is settled by that outcome in the next run, and the
-//! retry gets the result on the credit it bought, paid once.
+//! retry gets the result on the credit it bought, paid once. A call stopped while its
+//! payment waited for the user's approval was never paid: the next run does not take
+//! an earlier payment of the same agent, tool and price for it, and pays for it once.
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use crate::common::{
 };
 use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::{Fabric, uid};
-use brmcp::bridge::{Bridge, Resolution, SpendStatus, TipOutcomeEvent};
+use brmcp::bridge::{Bridge, Mode, Resolution, SpendStatus, TipOutcomeEvent};
 use rmcp::ServiceError;
 use serde_json::json;
 
@@ -278,4 +280,60 @@ async fn a_cut_call_whose_tip_failed_late_is_paid_anew_only_once_the_failure_is_
         statuses.contains(&SpendStatus::Failed) && statuses.contains(&SpendStatus::Paid),
         "{statuses:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stopped_before_its_payment_was_made_is_paid_once_after_a_restart() {
+    let stage = Stage::new(17, PayMode::Credit);
+    let mut settings = autopay(stage.bot_id);
+    settings.mode = Mode::Approval;
+    settings.approval_timeout_secs = 600;
+    let first = stage.waiting_on_credit(settings).await;
+    let mut parked = first.subscribe_payments();
+    let agent = connect(&first, stage.bot_id, ()).await;
+
+    // A call of the agent, paid and answered: a payment of the same agent, bot, tool
+    // and atoms as the next one's.
+    let peer = agent.peer().clone();
+    let earlier =
+        tokio::spawn(async move { peer.call_tool(call("fortune", json!({"n": 1}))).await });
+    let approval = parked.recv().await.unwrap();
+    assert!(first.resolve_payment(&approval.id, true));
+    let earlier = earlier.await.unwrap().unwrap();
+    assert_ne!(earlier.is_error, Some(true), "{earlier:?}");
+
+    // The next call's payment waits for the user's approval, and the bridge stops:
+    // its journal says it was about to pay; no payment was made.
+    let peer = agent.peer().clone();
+    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({"n": 2}))).await });
+    let _waiting = parked.recv().await.unwrap();
+    first.close().await;
+    cut.abort();
+    drop(agent);
+    drop(first);
+    assert_eq!(stage.payer.count(), 1);
+
+    // The next run resumes it as a call never paid for; the agent's retry pays for it
+    // once the user approves, and gets its result.
+    let second = stage.restarted().await;
+    let mut parked = second.subscribe_payments();
+    let agent = connect(&second, stage.bot_id, ()).await;
+    let peer = agent.peer().clone();
+    let retry = tokio::spawn(async move { peer.call_tool(call("fortune", json!({"n": 2}))).await });
+    let approval = tokio::time::timeout(Duration::from_secs(30), parked.recv())
+        .await
+        .expect("the retry asks its payment's approval")
+        .unwrap();
+    assert!(second.resolve_payment(&approval.id, true));
+    let retry = tokio::time::timeout(Duration::from_secs(30), retry)
+        .await
+        .expect("an answer")
+        .unwrap()
+        .expect("the result");
+    assert_ne!(retry.is_error, Some(true), "{retry:?}");
+    assert_eq!(stage.payer.count(), 2, "each call paid once");
+    assert_eq!(stage.bot.executions("fortune"), 2, "each call run once");
+    let (uncollected, uses) = second.credit_log().unwrap();
+    assert!(uncollected.is_empty(), "{uncollected:?}");
+    assert!(uses.is_empty(), "{uses:?}");
 }

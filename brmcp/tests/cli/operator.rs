@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::bridge::SpendLog;
+use brmcp::bridge::{SpendLog, Spender};
 use brmcp::server::{CallId, CallRequest, Charge, Ledger};
 use serde_json::Value;
 
@@ -282,7 +282,15 @@ fn spend_prints_a_table_and_json() {
     {
         let log = SpendLog::open(dir.path(), now).expect("spend log");
         let paid = log
-            .reserve_as(now, "ci", Some(50), &bot, "fortune", 10, 100, 0)
+            .reserve_as(
+                now,
+                &Spender::agent("ci", Some(50)),
+                &bot,
+                "fortune",
+                10,
+                100,
+                0,
+            )
             .expect("sqlite")
             .expect("fits");
         assert!(log.settle(paid, Ok(())).expect("settle"));

@@ -29,7 +29,7 @@ const HISTORY_DAYS: i64 = 9;
 /// A spend log with a payment to `bot` on each of the last [`HISTORY_DAYS`] days, by
 /// the default agent and by `research`, all paid.
 fn seed_history(bridge_dir: &std::path::Path, bot: &str) {
-    use brmcp::bridge::{DAY_SECS, SpendLog};
+    use brmcp::bridge::{DAY_SECS, SpendLog, Spender};
     use brmcp_adapters::wire::UnixTime;
     brmcp::secure_fs::create_dir(bridge_dir).expect("bridge dir");
     let now = std::time::SystemTime::now()
@@ -46,7 +46,15 @@ fn seed_history(bridge_dir: &std::path::Path, bot: &str) {
             }
             let at = UnixTime(now - day * DAY_SECS);
             let id = log
-                .reserve_as(at, agent, None, &bot, "fortune", atoms, u64::MAX, 0)
+                .reserve_as(
+                    at,
+                    &Spender::agent(agent, None),
+                    &bot,
+                    "fortune",
+                    atoms,
+                    u64::MAX,
+                    0,
+                )
                 .expect("reserve")
                 .expect("fits");
             log.settle(id, Ok(())).expect("settle");

@@ -36,7 +36,7 @@ pub use journal::{CALLS_FILE, JournalError};
 
 pub(crate) use begin::{Begin, Journaled};
 pub(crate) use delivery::Delivery;
-pub(crate) use resume::resume;
+pub(crate) use resume::{resume, unpaid_unreserved};
 
 /// The journal of the bridge's calls and the calls this process runs.
 pub(crate) struct Calls {

@@ -19,13 +19,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::journal::{HELD_SECS, Handing, Outcome, Row};
-use super::{Live, logged};
+use super::{Calls, Live, logged};
 use crate::bridge::Inner;
 use crate::bridge::credit::Admission;
 use crate::bridge::link::BotLink;
 use crate::bridge::proxy::MAX_INTERRUPTED_RETRIES;
 use crate::bridge::quote::Listed;
-use crate::bridge::spend::{SpendEntry, SpendStatus};
+use crate::bridge::spend::{CallPayment, SpendEntry, SpendLog, SpendStatus};
 
 /// Pause before trying a bot again that could not be reached or lost the session: 5 s.
 const RESUME_RETRY: Duration = Duration::from_secs(5);
@@ -74,33 +74,84 @@ fn request_of(row: &Row) -> Option<(ClientRequest, RequestMetaObject)> {
     ))
 }
 
-/// The spend log's row of the call's payment: its own; for a payment whose end the
-/// journal did not record, the agent's newest payment of these atoms to the bot for
-/// the tool.
-fn spend_entry(inner: &Inner, row: &Row) -> Option<SpendEntry> {
-    let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
-    let entries = inner.policy.spend.entries().unwrap_or_default();
-    match row.spend_id {
-        Some(id) => entries.into_iter().find(|e| e.id == id),
-        None => entries.into_iter().rev().find(|e| {
-            e.agent == row.agent && e.bot == row.bot && e.tool == row.tool && e.atoms == atoms
-        }),
+/// What the spend log's lookup of `row`'s payment needs.
+fn call_payment<'a>(row: &'a Row, bot: &'a PeerId) -> CallPayment<'a> {
+    CallPayment {
+        bot,
+        key: &row.key,
+        agent: &row.agent,
+        tool: &row.tool,
+        atoms: row.paid_atoms.saturating_add(row.paying_atoms),
+        since: row.created,
+    }
+}
+
+/// The spend log's row of the call's latest payment (see
+/// [`SpendLog::payment_for_call`]); for a payment the journal settled, the row it
+/// recorded. `None`: no payment of the call reached the log.
+fn spend_entry(inner: &Inner, row: &Row) -> Result<Option<SpendEntry>, String> {
+    let spend = &inner.policy.spend;
+    let bot: PeerId = row.bot.parse().map_err(|_| format!("bot {:?}", row.bot))?;
+    if let Some(entry) = spend
+        .payment_for_call(&call_payment(row, &bot))
+        .map_err(|e| e.to_string())?
+    {
+        return Ok(Some(entry));
+    }
+    let Some(id) = row.spend_id else {
+        return Ok(None);
+    };
+    let entries = spend.entries().map_err(|e| e.to_string())?;
+    Ok(entries.into_iter().find(|e| e.id == id))
+}
+
+/// Records as not made each payment the journal says an earlier run was about to
+/// make and that never reached the spend log: the run died between the two writes (a
+/// payment's approval waits there), so no tip went out. Run once as the bridge opens,
+/// before a resume or an agent's retry reads the rows: they then neither count the
+/// call as paid (and wait for credit that never comes, or run on another agent's)
+/// nor pay for it twice.
+pub(crate) fn unpaid_unreserved(calls: &Calls, spend: &SpendLog) {
+    let Some(rows) = logged("payment check", calls.journal.in_flight_before(&calls.run)) else {
+        return;
+    };
+    for row in rows.iter().filter(|r| r.paying_atoms > 0) {
+        let Ok(bot) = row.bot.parse::<PeerId>() else {
+            continue;
+        };
+        if let Ok(None) = spend.payment_for_call(&call_payment(row, &bot)) {
+            tracing::info!(agent = %row.agent, bot = %row.bot, tool = %row.tool, key = %row.key, "a payment an earlier run was about to make was never made");
+            logged("payment check", calls.journal.unpaid(row.id, calls.now()));
+        }
     }
 }
 
 /// Whether the call paid, or may have: a settled payment, or one whose end the
-/// journal did not record and the spend log does not say failed (or never made: an
-/// approval declined before its payment).
+/// journal did not record and the spend log does not say failed. A payment the
+/// journal was about to make that never reached the spend log was not made (a crash
+/// came between the two); one the log cannot be read for may have been.
 fn may_have_paid(inner: &Inner, row: &Row) -> bool {
-    row.paid_atoms > 0
-        || (row.paying_atoms > 0
-            && spend_entry(inner, row).is_some_and(|e| e.status != SpendStatus::Failed))
+    if row.paid_atoms > 0 {
+        return true;
+    }
+    if row.paying_atoms == 0 {
+        return false;
+    }
+    match spend_entry(inner, row) {
+        Ok(entry) => entry.is_some_and(|e| e.status != SpendStatus::Failed),
+        Err(e) => {
+            tracing::warn!(key = %row.key, error = %e, "spend log not read: the call counts as paid");
+            true
+        }
+    }
 }
 
 /// What the spend log says of the call's payment, for the agent.
 fn payment_note(inner: &Inner, row: &Row) -> String {
     let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
     let status = spend_entry(inner, row)
+        .ok()
+        .flatten()
         .map(|e| format!(" (spend log row {}: {})", e.id, e.status.as_str()));
     format!("{atoms} atoms{}", status.unwrap_or_default())
 }
@@ -285,7 +336,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
             // Charged: it collects its credit (rule 4 of `credit`), or the spend log
             // would keep credit the bot no longer holds, holding other agents back.
             let own = may_have_paid(inner, &row)
-                .then(|| spend_entry(inner, &row))
+                .then(|| spend_entry(inner, &row).ok().flatten())
                 .flatten()
                 .filter(|e| e.status != SpendStatus::Failed)
                 .map(|e| e.id);

@@ -350,7 +350,7 @@ fn each_paid_call_records_the_spend_row_its_own_payment_wrote() {
 
     use super::{Calls, Journaled};
     use crate::bridge::quote::Paid;
-    use crate::bridge::spend::SpendLog;
+    use crate::bridge::spend::{SpendLog, Spender};
 
     let dir = tempfile::tempdir().unwrap();
     let calls = Calls::open(dir.path(), Arc::new(SystemClock)).unwrap();
@@ -365,7 +365,15 @@ fn each_paid_call_records_the_spend_row_its_own_payment_wrote() {
     });
     let rows = [0, 1].map(|pos| {
         spend
-            .reserve_as(UnixTime(T0), "ci", None, &bot, "slow", 2_000, 100_000, pos)
+            .reserve_as(
+                UnixTime(T0),
+                &Spender::agent("ci", None),
+                &bot,
+                "slow",
+                2_000,
+                100_000,
+                pos,
+            )
             .unwrap()
             .unwrap()
     });

@@ -389,9 +389,8 @@ impl ProxyServer {
                                     }
                                 }
                             } else {
-                                let settled = self
-                                    .settle(&settings, &call.tool, atoms, quoted, ctx)
-                                    .await?;
+                                let settled =
+                                    self.settle(&settings, &call, atoms, quoted, ctx).await?;
                                 (result, Some((settled, paid)))
                             }
                         }
@@ -480,12 +479,12 @@ impl ProxyServer {
     async fn settle(
         &self,
         settings: &Settings,
-        tool: &str,
+        call: &CallState,
         atoms: u64,
         quoted: Option<DynamicQuote>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<i64, Refusal>, ErrorData> {
-        let bot = &self.link.bot;
+        let (bot, tool) = (&self.link.bot, call.tool.as_str());
         let label = settings.bot_label(bot);
         let asked = (settings.mode == Mode::Approval)
             .then(|| ask::ask(ctx, &self.bridge, &label, tool, atoms, quoted))
@@ -502,7 +501,7 @@ impl ProxyServer {
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.settle(settings, &payer, bot, tool, atoms, quoted, asked) => s,
+            s = self.bridge.policy.settle(settings, (&payer, Some(&call.journal.key)), bot, tool, atoms, quoted, asked) => s,
             never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
         })
     }
@@ -552,13 +551,14 @@ impl ProxyServer {
         });
         let bridge = self.bridge.clone();
         let (payer, bot, tool) = (caller(ctx), self.link.bot, call.tool.clone());
+        let key = call.journal.key.clone();
         let owned = settings.clone();
         tokio::spawn(async move {
             let settled = bridge
                 .policy
                 .settle(
                     &owned,
-                    &payer,
+                    (&payer, Some(&key)),
                     &bot,
                     &tool,
                     paid.atoms,

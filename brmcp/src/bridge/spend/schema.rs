@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS spend (
     tip_pos INTEGER NOT NULL DEFAULT 0,
     outcome INTEGER,
     agent  TEXT    NOT NULL DEFAULT 'default',
-    left_atoms INTEGER NOT NULL DEFAULT 0
+    left_atoms INTEGER NOT NULL DEFAULT 0,
+    call_key TEXT
 );
 CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
 CREATE TABLE IF NOT EXISTS credit_use (
@@ -46,18 +47,21 @@ CREATE TABLE IF NOT EXISTS tip_floor (
 /// Columns added after version 1, with their declarations: an older log gains them
 /// when opened. `agent` (version 4): the rows before it were the default agent's.
 /// `left_atoms` (version 5): the rows before it count as collected by their calls.
-const ADDED_COLUMNS: [(&str, &str); 5] = [
+/// `call_key` (version 6): the rows before it name no call.
+const ADDED_COLUMNS: [(&str, &str); 6] = [
     ("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),
     ("tip_pos", "INTEGER NOT NULL DEFAULT 0"),
     ("outcome", "INTEGER"),
     ("agent", "TEXT NOT NULL DEFAULT 'default'"),
     ("left_atoms", "INTEGER NOT NULL DEFAULT 0"),
+    ("call_key", "TEXT"),
 ];
 
 /// The schema version written to `PRAGMA user_version`.
 /// Version 5 added `left_atoms` and the `credit_use` table (the credit module's
-/// records of calls answered from credit at a bot).
-const USER_VERSION: i32 = 5;
+/// records of calls answered from credit at a bot); version 6 `call_key`, the call
+/// journal's key of the call a payment was for.
+const USER_VERSION: i32 = 6;
 
 /// How long an open waits for another connection's lock.
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -87,6 +91,8 @@ pub(super) fn open(path: &Path) -> Result<Connection, SpendError> {
     }
     // An outcome settles at most one row.
     db.execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS spend_outcome ON spend (outcome)")?;
+    // A restart looks up a call's payment by its key.
+    db.execute_batch("CREATE INDEX IF NOT EXISTS spend_call ON spend (call_key)")?;
     db.pragma_update(None, "user_version", USER_VERSION)?;
     Ok(db)
 }
@@ -94,7 +100,7 @@ pub(super) fn open(path: &Path) -> Result<Connection, SpendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bridge::spend::{Resolution, SPEND_FILE, SpendLog, TipOutcomeEvent};
+    use crate::bridge::spend::{Resolution, SPEND_FILE, SpendLog, Spender, TipOutcomeEvent};
     use brmcp_adapters::PeerId;
     use brmcp_adapters::wire::UnixTime;
 
@@ -165,7 +171,15 @@ mod tests {
         assert_eq!(log.spent_today_by(UnixTime(200), "ci").unwrap(), 7);
         let bot = PeerId::from_bytes([1; 32]);
         let id = log
-            .reserve_as(UnixTime(200), "ci", None, &bot, "t", 5, 100, 0)
+            .reserve_as(
+                UnixTime(200),
+                &Spender::agent("ci", None),
+                &bot,
+                "t",
+                5,
+                100,
+                0,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(log.left_of(id).unwrap(), 5);

@@ -12,8 +12,16 @@ fn an_agent_is_held_to_its_own_cap_and_to_the_global_one() {
     let t0 = UnixTime(1_000_000);
     let log = SpendLog::open(dir.path(), t0).unwrap();
     let reserve = |agent: &str, cap: Option<u64>, atoms: u64| {
-        log.reserve_as(t0, agent, cap, &bot(1), "t", atoms, 1000, 0)
-            .unwrap()
+        log.reserve_as(
+            t0,
+            &Spender::agent(agent, cap),
+            &bot(1),
+            "t",
+            atoms,
+            1000,
+            0,
+        )
+        .unwrap()
     };
     assert!(reserve("a", Some(500), 400).is_ok());
     assert_eq!(
@@ -267,7 +275,15 @@ fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest()
     let log = SpendLog::open(dir.path(), t0).unwrap();
     let pay = |agent: &str, atoms: u64| {
         let id = log
-            .reserve_as(t0, agent, Some(10_000), &bot(1), "t", atoms, 100_000, 0)
+            .reserve_as(
+                t0,
+                &Spender::agent(agent, Some(10_000)),
+                &bot(1),
+                "t",
+                atoms,
+                100_000,
+                0,
+            )
             .unwrap()
             .unwrap();
         assert!(log.settle(id, Ok(())).unwrap());
@@ -277,7 +293,15 @@ fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest()
     let a2 = pay("a", 100);
     let b1 = pay("b", 100);
     let failed = log
-        .reserve_as(t0, "a", None, &bot(1), "t", 100, 100_000, 0)
+        .reserve_as(
+            t0,
+            &Spender::agent("a", None),
+            &bot(1),
+            "t",
+            100,
+            100_000,
+            0,
+        )
         .unwrap()
         .unwrap();
     log.settle(failed, Err("no route")).unwrap();
@@ -336,7 +360,7 @@ fn credit_survives_a_restart_and_a_late_outcome_settles_it() {
     let t0 = UnixTime(1_000_000);
     let log = SpendLog::open(dir.path(), t0).unwrap();
     let id = log
-        .reserve_as(t0, "a", None, &bot(2), "t", 40, 1000, 5)
+        .reserve_as(t0, &Spender::agent("a", None), &bot(2), "t", 40, 1000, 5)
         .unwrap()
         .unwrap();
     log.unconfirm(id).unwrap();
@@ -359,4 +383,104 @@ fn credit_survives_a_restart_and_a_late_outcome_settles_it() {
         log.uncollected(None).unwrap().is_empty(),
         "failed: no credit"
     );
+}
+
+#[test]
+fn a_calls_payment_is_the_row_that_names_it_never_another_of_its_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let spender = Spender::agent("a", None);
+    let reserve = |key: &str| {
+        log.reserve_as(t0, &spender.for_call(key), &bot(1), "t", 100, 100_000, 0)
+            .unwrap()
+            .unwrap()
+    };
+    let earlier = reserve("k1");
+    assert!(log.settle(earlier, Ok(())).unwrap());
+    let (one, two) = (bot(1), bot(2));
+    let call = |key| CallPayment {
+        bot: &one,
+        key,
+        agent: "a",
+        tool: "t",
+        atoms: 100,
+        since: t0.0,
+    };
+    // Same agent, bot, tool, atoms and second: still not this call's payment.
+    assert_eq!(log.payment_for_call(&call("k2")).unwrap(), None);
+    let first = reserve("k2");
+    assert!(log.settle(first, Err("no route")).unwrap());
+    let again = reserve("k2");
+    let found = log.payment_for_call(&call("k2")).unwrap().unwrap();
+    assert_eq!(found.id, again, "the call's latest payment");
+    assert_eq!(
+        log.payment_for_call(&call("k1")).unwrap().unwrap().id,
+        earlier
+    );
+    let elsewhere = CallPayment {
+        bot: &two,
+        ..call("k2")
+    };
+    assert_eq!(
+        log.payment_for_call(&elsewhere).unwrap(),
+        None,
+        "another bot's"
+    );
+}
+
+#[test]
+fn a_row_written_before_rows_named_their_call_may_be_its_payment() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    // As an older bridge wrote it: no call named.
+    let legacy = log
+        .reserve_as(
+            t0,
+            &Spender::agent("a", None),
+            &bot(1),
+            "t",
+            100,
+            100_000,
+            0,
+        )
+        .unwrap()
+        .unwrap();
+    let one = bot(1);
+    let call = |since: i64, atoms: u64| CallPayment {
+        bot: &one,
+        key: "k",
+        agent: "a",
+        tool: "t",
+        atoms,
+        since,
+    };
+    let found = log.payment_for_call(&call(t0.0, 100)).unwrap();
+    assert_eq!(found.map(|e| e.id), Some(legacy), "it may be the call's");
+    assert_eq!(
+        log.payment_for_call(&call(t0.0 + 1, 100)).unwrap(),
+        None,
+        "reserved before the call began"
+    );
+    assert_eq!(
+        log.payment_for_call(&call(t0.0, 101)).unwrap(),
+        None,
+        "another amount"
+    );
+    // A row that names the call wins over one that may be it.
+    let named = log
+        .reserve_as(
+            t0,
+            &Spender::agent("a", None).for_call("k"),
+            &bot(1),
+            "t",
+            100,
+            100_000,
+            0,
+        )
+        .unwrap()
+        .unwrap();
+    let found = log.payment_for_call(&call(t0.0, 100)).unwrap();
+    assert_eq!(found.map(|e| e.id), Some(named));
 }
