@@ -145,7 +145,13 @@ impl Ledger {
     /// [`durable`](Self::durable).
     fn commit(&self, tx: rusqlite::Transaction<'_>) -> Result<Option<Ticket>, LedgerError> {
         self.checkpoints.commit(tx)?;
-        Ok(self.sync.as_ref().map(GroupSync::ticket))
+        Ok(self.ticket())
+    }
+
+    /// The ticket of the commits made so far, to wait on with
+    /// [`durable`](Self::durable); `None` on a ledger that syncs each commit itself.
+    fn ticket(&self) -> Option<Ticket> {
+        self.sync.as_ref().map(GroupSync::ticket)
     }
 
     /// Returns once the commit of `ticket` survives a power cut; then checkpoints the
@@ -160,13 +166,9 @@ impl Ledger {
             }
             _ => Ok(()),
         };
-        // Only if the connection is free: some callers hold it here, and a charge on
-        // the blocking pool checkpoints whatever this skips.
-        if synced.is_ok()
-            && self.checkpoints.due()
-            && let Some(conn) = self.try_conn()
-        {
-            self.checkpoint(&conn);
+        // Every caller let the connection go before this wait.
+        if synced.is_ok() && self.checkpoints.due() {
+            self.checkpoint(&self.conn());
         }
         synced
     }
@@ -256,23 +258,26 @@ impl Ledger {
     /// As [`Billing::complete`].
     pub fn complete(&self, call: CallId, outcome: &str, now: UnixTime) -> Result<(), LedgerError> {
         self.owner()?;
-        let ticket = self.complete_in(&mut self.conn(), call, outcome, now);
-        self.durable(self.outcomes.unless_failed(ticket)?)
+        let committed = self
+            .complete_in(&mut self.conn(), call, outcome, now)
+            .map(|()| self.ticket());
+        self.durable(self.outcomes.unless_failed(committed)?)
     }
 
-    /// The transaction of [`complete`](Self::complete), committed on `conn`.
+    /// The transaction of [`complete`](Self::complete), committed on `conn`; the
+    /// caller takes its ticket.
     fn complete_in(
         &self,
         conn: &mut Connection,
         call: CallId,
         outcome: &str,
         now: UnixTime,
-    ) -> Result<Option<Ticket>, LedgerError> {
+    ) -> Result<(), LedgerError> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found = lookup_pending(&tx, call)?;
         let kept = close(&tx, &found, CallState::Completed, None, Some(outcome), now)?;
         self.outcomes.bound(&tx, &found.caller, kept)?;
-        self.commit(tx)
+        Ok(self.checkpoints.commit(tx)?)
     }
 
     /// [`Billing::refund`], failing with the ledger's own [`LedgerError`].

@@ -20,11 +20,10 @@ use rusqlite::{Connection, ErrorCode};
 
 #[cfg(doc)]
 use super::Billing;
+use super::charge::{Charging, Upkeep};
+use super::group_sync::GroupSync;
 use super::open::BUSY_WAIT;
-use super::{
-    CallId, CallRequest, Charge, Keyed, Ledger, LedgerError, Origin, Ticket, atoms_to_matoms,
-    key_answer,
-};
+use super::{CallId, CallRequest, Charge, Keyed, Ledger, LedgerError, Origin, Ticket, key_answer};
 use crate::server::Commit;
 
 /// The connection, held without waiting, failing rather than waiting on another
@@ -69,15 +68,16 @@ fn unless_busy<T>(done: Result<T, LedgerError>) -> Option<Result<T, LedgerError>
 }
 
 impl Ledger {
-    /// The connection if it is free now and this ledger serves calls, with no
-    /// checkpoint due.
-    fn at_once(&self) -> Option<AtOnce<'_>> {
+    /// The connection if it is free now and this ledger serves calls (so it syncs
+    /// its commits in groups), with no checkpoint due; and its group sync.
+    fn at_once(&self) -> Option<(AtOnce<'_>, &GroupSync)> {
         if self.owner().is_err() || self.checkpoints.due() {
             return None;
         }
+        let sync = self.sync.as_ref()?;
         let conn = self.try_conn()?;
         conn.busy_timeout(Duration::ZERO).ok()?;
-        Some(AtOnce(conn))
+        Some((AtOnce(conn), sync))
     }
 
     /// [`Billing::try_held`]: [`held`](Self::held) at once.
@@ -88,7 +88,7 @@ impl Ledger {
         keyed: Keyed<'_>,
         now: UnixTime,
     ) -> Option<Result<Option<Charge>, LedgerError>> {
-        let conn = self.at_once()?;
+        let (conn, _) = self.at_once()?;
         unless_busy(key_answer(&conn, &caller.to_string(), tool, keyed, now))
     }
 
@@ -100,25 +100,22 @@ impl Ledger {
         origin: Option<Origin<'_>>,
         now: UnixTime,
     ) -> Option<Result<Charge, LedgerError>> {
-        let caller = request.caller.to_string();
-        if self.releases.due(now) || self.prunes.next_due(&caller) {
+        if self.releases.due(now) {
             return None;
         }
-        let mut conn = self.at_once()?;
-        let Some(price_matoms) = atoms_to_matoms(request.price_atoms) else {
-            return Some(Err(LedgerError::AmountOutOfRange));
+        let charging = match Charging::of(request, origin) {
+            Ok(charging) => charging,
+            Err(e) => return Some(Err(e)),
         };
-        // A prune that came due since (another charge of the caller's counted first)
-        // runs here: rare, and as short as the charge.
-        unless_busy(self.charge_tx(
-            &mut conn,
-            request,
-            origin,
-            &caller,
-            price_matoms,
-            false,
-            now,
-        ))
+        let (mut conn, _) = self.at_once()?;
+        if !self.prunes.count_unless_due(&charging.caller) {
+            return None;
+        }
+        let upkeep = Upkeep {
+            release: false,
+            prune: false,
+        };
+        unless_busy(self.charge_tx(&mut conn, &charging, upkeep, now))
     }
 
     /// [`Billing::try_complete`]: [`complete`](Self::complete)'s commit at once; it
@@ -129,12 +126,13 @@ impl Ledger {
         outcome: &str,
         now: UnixTime,
     ) -> Option<Result<Commit, LedgerError>> {
-        let mut conn = self.at_once()?;
-        let ticket = self.complete_in(&mut conn, call, outcome, now);
+        let (mut conn, sync) = self.at_once()?;
+        let committed = self
+            .complete_in(&mut conn, call, outcome, now)
+            .map(|()| sync.ticket());
         drop(conn);
-        let ticket = unless_busy(self.outcomes.unless_failed(ticket))?;
-        // A serving ledger tickets every commit.
-        Some(ticket.map(|t| Commit::new(t.map_or(0, Ticket::get))))
+        let ticket = unless_busy(self.outcomes.unless_failed(committed))?;
+        Some(ticket.map(|t| Commit::new(t.get())))
     }
 
     /// [`Billing::synced`]: returns once `commit` survives a power cut.

@@ -14,6 +14,44 @@ use super::{
 use crate::server::billing::Billing;
 use crate::server::money::Shortfall;
 
+/// One charge as its transaction reads it: the request, where it came from, and its
+/// caller and price in the ledger's units, made once by both ways of charging.
+pub(super) struct Charging<'a> {
+    request: &'a CallRequest<'a>,
+    origin: Option<Origin<'a>>,
+    /// The caller as the ledger keys it.
+    pub(super) caller: String,
+    price_matoms: u64,
+}
+
+impl<'a> Charging<'a> {
+    /// The charge of `request`, from `origin`.
+    ///
+    /// # Errors
+    /// [`LedgerError::AmountOutOfRange`]: the price does not fit the ledger's units.
+    pub(super) fn of(
+        request: &'a CallRequest<'a>,
+        origin: Option<Origin<'a>>,
+    ) -> Result<Self, LedgerError> {
+        Ok(Self {
+            request,
+            origin,
+            caller: request.caller.to_string(),
+            price_matoms: atoms_to_matoms(request.price_atoms)
+                .ok_or(LedgerError::AmountOutOfRange)?,
+        })
+    }
+}
+
+/// The upkeep a charge's transaction does first.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Upkeep {
+    /// Release the expired keys and reservations.
+    pub(super) release: bool,
+    /// Prune the caller's journal.
+    pub(super) prune: bool,
+}
+
 impl Ledger {
     /// [`Billing::charge`], keeping `origin` with a charge.
     pub(super) fn charge_with(
@@ -23,54 +61,39 @@ impl Ledger {
         now: UnixTime,
     ) -> Result<Charge, LedgerError> {
         self.owner()?;
-        let price_matoms =
-            atoms_to_matoms(request.price_atoms).ok_or(LedgerError::AmountOutOfRange)?;
-        let caller = request.caller.to_string();
+        let charging = Charging::of(request, origin)?;
         let mut conn = self.conn();
-        let release = self.releases.due(now);
-        let charged = self.charge_tx(
-            &mut conn,
-            request,
-            origin,
-            &caller,
-            price_matoms,
-            release,
-            now,
-        );
-        if release && charged.is_ok() {
+        let upkeep = Upkeep {
+            release: self.releases.due(now),
+            prune: self.prunes.due(&charging.caller),
+        };
+        let charged = self.charge_tx(&mut conn, &charging, upkeep, now);
+        if upkeep.release && charged.is_ok() {
             self.releases.done(now);
         }
         self.checkpoint(&conn);
         charged
     }
 
-    /// One charge's transaction on `conn`, committed: the expired keys and
-    /// reservations released first if `release`, the caller's journal pruned if due.
-    #[allow(clippy::too_many_arguments)]
+    /// One charge's transaction on `conn`, committed, after its `upkeep`.
     pub(super) fn charge_tx(
         &self,
         conn: &mut Connection,
-        request: &CallRequest<'_>,
-        origin: Option<Origin<'_>>,
-        caller: &str,
-        price_matoms: u64,
-        release: bool,
+        charging: &Charging<'_>,
+        upkeep: Upkeep,
         now: UnixTime,
     ) -> Result<Charge, LedgerError> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut freed = false;
-        if release {
+        if upkeep.release {
             release_expired(&tx, now)?;
-            freed = true;
         }
-        if self.prunes.due(caller) {
-            prune_journal(&tx, caller)?;
-            freed = true;
+        if upkeep.prune {
+            prune_journal(&tx, &charging.caller)?;
         }
-        if freed {
+        if upkeep.release || upkeep.prune {
             reclaim(&tx)?;
         }
-        let charge = self.charge_in(&tx, request, origin, caller, price_matoms, now)?;
+        let charge = self.charge_in(&tx, charging, now)?;
         self.checkpoints.commit(tx)?;
         Ok(charge)
     }
@@ -79,12 +102,16 @@ impl Ledger {
     fn charge_in(
         &self,
         tx: &Connection,
-        request: &CallRequest<'_>,
-        origin: Option<Origin<'_>>,
-        caller: &str,
-        price_matoms: u64,
+        charging: &Charging<'_>,
         now: UnixTime,
     ) -> Result<Charge, LedgerError> {
+        let Charging {
+            request,
+            origin,
+            ref caller,
+            price_matoms,
+        } = *charging;
+        let caller = caller.as_str();
         if let Some(keyed) = request.keyed
             && let Some(answer) = key_answer(tx, caller, request.tool, keyed, now)?
         {

@@ -34,6 +34,7 @@ impl Ledger {
         reclaim(&tx)?;
         // Rare, and answered to the operator as done: synced before it returns.
         let ticket = self.commit(tx)?;
+        drop(conn);
         self.durable(ticket)?;
         Ok(released)
     }
@@ -82,6 +83,7 @@ impl Ledger {
         audit(&tx, now, &caller, AuditAction::Credit, matoms, None, reason)?;
         // Rare, and answered to the operator as done: synced before it returns.
         let ticket = self.commit(tx)?;
+        drop(conn);
         self.durable(ticket)?;
         Ok(balance)
     }
@@ -132,6 +134,7 @@ impl Ledger {
         )?;
         // Rare, and answered to the operator as done: synced before it returns.
         let ticket = self.commit(tx)?;
+        drop(conn);
         self.durable(ticket)?;
         Ok(balance)
     }

@@ -57,12 +57,17 @@ const PRUNE_CLOCK_CALLERS: usize = 4096;
 pub(super) struct PruneClock(Mutex<HashMap<String, u32>>);
 
 impl PruneClock {
-    /// Whether `caller`'s next charge will be due a prune, counting nothing.
-    pub(super) fn next_due(&self, caller: &str) -> bool {
-        let counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        counts
-            .get(caller)
-            .is_none_or(|count| *count + 1 >= PRUNE_EVERY)
+    /// Counts a charge of `caller`'s unless its journal would be due a prune (then it
+    /// counts nothing): `true` when it counted.
+    pub(super) fn count_unless_due(&self, caller: &str) -> bool {
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match counts.get_mut(caller) {
+            Some(count) if *count + 1 < PRUNE_EVERY => {
+                *count += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Counts a charge of `caller`'s; `true` when its journal is due a prune.
