@@ -95,11 +95,18 @@ impl SpendStatus {
         }
     }
 
-    fn parse(text: &str) -> Self {
-        match text {
-            "pending" => Self::Pending,
-            "paid" => Self::Paid,
-            _ => Self::Failed,
+    /// The status stored in column `index` of `row`; a value the schema's check
+    /// forbids is a damaged row, an error.
+    fn read(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Self> {
+        match row.get_ref(index)?.as_str()? {
+            "pending" => Ok(Self::Pending),
+            "paid" => Ok(Self::Paid),
+            "failed" => Ok(Self::Failed),
+            other => Err(rusqlite::Error::FromSqlConversionFailure(
+                index,
+                rusqlite::types::Type::Text,
+                format!("spend status {other:?}").into(),
+            )),
         }
     }
 }
@@ -561,7 +568,7 @@ impl SpendLog {
             .query_row(
                 "SELECT status, err FROM spend WHERE id = ?1",
                 params![id],
-                |r| Ok((SpendStatus::parse(&r.get::<_, String>(0)?), r.get(1)?)),
+                |r| Ok((SpendStatus::read(r, 0)?, r.get(1)?)),
             )
             .optional()?;
         Ok(row)
@@ -627,7 +634,7 @@ fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpendEntry> {
         tool: r.get(3)?,
         rail: r.get(4)?,
         atoms: u64_of(r.get(5)?),
-        status: SpendStatus::parse(&r.get::<_, String>(6)?),
+        status: SpendStatus::read(r, 6)?,
         err: r.get(7)?,
         unconfirmed: r.get(8)?,
         tip_pos: u64_of(r.get(9)?),

@@ -484,3 +484,19 @@ fn a_row_written_before_rows_named_their_call_may_be_its_payment() {
     let found = log.payment_for_call(&call(t0.0, 100)).unwrap();
     assert_eq!(found.map(|e| e.id), Some(named));
 }
+
+#[test]
+fn a_damaged_status_is_an_error_never_taken_for_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let id = log.reserve(t0, &bot(1), "t", 5, 100, 0).unwrap().unwrap();
+    log.db()
+        .execute_batch(&format!(
+            "PRAGMA ignore_check_constraints = ON; UPDATE spend SET status = 'lost' WHERE id = {id}"
+        ))
+        .unwrap();
+    let err = log.entries().unwrap_err().to_string();
+    assert!(err.contains("spend status \"lost\""), "{err}");
+    assert!(log.status(id).is_err());
+}
