@@ -58,11 +58,17 @@
 //!    recorded against its own daily cap ([`CreditUse`](super::spend::CreditUse)),
 //!    as a payment would be.
 //!    Credit of an agent removed from the settings holds no one back: it can no
-//!    longer collect it.
+//!    longer collect it. Nor does a payment still pending past the tip wait
+//!    (`tip_wait_secs`, the most the bridge waits for a tip's outcome): its tip may
+//!    never have reached the bot (lost as the host went down), and a call that
+//!    collected from it was charged from its agent's confirmed credit instead (rule 4),
+//!    so it would hold other agents back for credit the bot does not hold. If its
+//!    outcome confirms it later, it holds them back as any credit.
 //!    Credit the bridge never paid (a tip sent by hand) is the user's own doing; a
 //!    call answered from it is recorded the same way.
 //! 4. **Who collects what.** A priced call answered (not an error, which the bot
-//!    refunds) collects its price: a paid call from its own payment first, a call
+//!    refunds) collects its price: a paid call from its own payment first (when its
+//!    tip is confirmed; one still pending after the agent's confirmed credit), a call
 //!    answered without paying from its agent's uncollected payments
 //!    ([`SpendLog::collect`]). A paid call refused `payment_required` again waits for
 //!    its credit while its payment is still uncollected (a tip on its way); once a
@@ -366,7 +372,9 @@ pub(crate) const fn least_price(price: Option<ToolPrice>) -> Option<u64> {
 /// Uncollected credit at `bot` per agent, within its hold (by `settings`' mode) at
 /// `now`, less the payments in `live` (their calls are under way) and those still
 /// being made by an agent in `busy` (its paying call holds a slot). An agent removed
-/// from `settings` can collect nothing: its credit holds no one back.
+/// from `settings` can collect nothing: its credit holds no one back. Nor does a
+/// payment still pending past `settings`' tip wait: the bridge stopped waiting for its
+/// tip, which may never have reached the bot (rule 3).
 fn credit_at(
     spend: &SpendLog,
     settings: &Settings,
@@ -375,12 +383,14 @@ fn credit_at(
     (live, busy): (&HashSet<i64>, &[String]),
 ) -> Result<Vec<(String, u64)>, SpendError> {
     let hold = hold_secs(settings.mode);
+    let tip_wait = i64::try_from(settings.tip_wait_secs).unwrap_or(i64::MAX);
     let mut per_agent: Vec<(String, u64)> = Vec::new();
     for row in spend.uncollected(Some(bot))? {
         let expired = row.ts <= now.saturating_sub(hold);
         let removed = row.agent != DEFAULT_AGENT && settings.agent(&row.agent).is_none();
         let paying = row.pending && busy.contains(&row.agent);
-        if expired || removed || paying || live.contains(&row.id) {
+        let lost_sight = row.pending && row.ts <= now.saturating_sub(tip_wait);
+        if expired || removed || paying || lost_sight || live.contains(&row.id) {
             continue;
         }
         match per_agent.iter_mut().find(|(a, _)| *a == row.agent) {

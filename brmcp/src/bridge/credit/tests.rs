@@ -216,3 +216,33 @@ fn only_sold_tools_are_checked_and_held() {
     assert_eq!(hold_secs(Mode::Approval), APPROVED_CREDIT_HOLD_SECS);
     assert_eq!(hold_secs(Mode::Autopay), CREDIT_HOLD_SECS);
 }
+
+#[test]
+fn a_payment_pending_past_the_tip_wait_holds_no_one_back_until_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = brmcp_adapters::wire::UnixTime(1_000_000);
+    let spend = SpendLog::open(dir.path(), t0).unwrap();
+    let settings = Settings::default();
+    let bot = brmcp_adapters::mem::uid(1);
+    let payer = crate::bridge::spend::Spender::agent(DEFAULT_AGENT, None);
+    let id = spend
+        .reserve_as(t0, &payer, &bot, "t", 100, 100_000, 0)
+        .unwrap()
+        .unwrap();
+    spend.unconfirm(id).unwrap();
+    let none = (&HashSet::new(), &[][..]);
+    let wait = i64::try_from(settings.tip_wait_secs).unwrap();
+    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap();
+    assert_eq!(
+        credit(t0.0 + wait - 1),
+        vec![(DEFAULT_AGENT.to_owned(), 100)],
+        "its tip may yet land"
+    );
+    assert!(
+        credit(t0.0 + wait).is_empty(),
+        "the bridge stopped waiting for it"
+    );
+    // Its outcome confirms it after all: credit the bot holds, within its hold.
+    assert!(spend.settle(id, Ok(())).unwrap());
+    assert_eq!(credit(t0.0 + wait), vec![(DEFAULT_AGENT.to_owned(), 100)]);
+}

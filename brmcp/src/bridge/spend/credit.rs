@@ -60,6 +60,13 @@ impl SpendLog {
     /// never paid. What was not the agent's is recorded as [`CreditUse`] rows, which
     /// count against the agent's daily cap. One transaction.
     ///
+    /// A call's own payment still pending goes first only among the agent's pending
+    /// ones, after its confirmed credit: its tip may never have reached the bot (lost
+    /// as the host went down, its place in the outcome stream taken by a later tip of
+    /// the same amount), and then the bot charged the call from that credit. So what
+    /// stays uncollected is the uncertain payment, which its outcome decides (failed:
+    /// nothing), never confirmed credit the bot no longer holds.
+    ///
     /// # Errors
     /// SQLite's.
     pub fn collect(
@@ -76,10 +83,12 @@ impl SpendLog {
         let bot_text = bot.to_string();
         let mut rest = atoms;
         let mut collected = Collected::default();
-        if let Some(id) = own {
+        if let Some(id) = own
+            && confirmed(&tx, id)?
+        {
             collected.own = take(&tx, id, &mut rest)?;
         }
-        for (id, whose) in candidates(&tx, &bot_text, agent)? {
+        for (id, whose) in candidates(&tx, &bot_text, agent, own)? {
             if rest == 0 {
                 break;
             }
@@ -137,15 +146,31 @@ fn add(others: &mut Vec<(Option<String>, u64)>, whose: Option<String>, atoms: u6
     }
 }
 
-/// The uncollected payments at `bot` a charge is taken from after the call's own:
-/// `agent`'s before others', confirmed before pending, oldest first.
-fn candidates(db: &Connection, bot: &str, agent: &str) -> rusqlite::Result<Vec<(i64, String)>> {
+/// The uncollected payments at `bot` a charge is taken from after the call's own
+/// confirmed payment: `agent`'s before others', confirmed before pending, the call's
+/// own (`own`) first among the pending, oldest first.
+fn candidates(
+    db: &Connection,
+    bot: &str,
+    agent: &str,
+    own: Option<i64>,
+) -> rusqlite::Result<Vec<(i64, String)>> {
     let mut stmt = db.prepare(
         "SELECT id, agent FROM spend WHERE bot = ?1 AND left_atoms > 0 AND status != 'failed' \
-         ORDER BY agent != ?2, status = 'pending', id",
+         ORDER BY agent != ?2, status = 'pending', id IS NOT ?3, id",
     )?;
-    let rows = stmt.query_map(params![bot, agent], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let rows = stmt.query_map(params![bot, agent, own], |r| Ok((r.get(0)?, r.get(1)?)))?;
     rows.collect()
+}
+
+/// Whether payment `id`'s tip is confirmed (the row is `paid`).
+fn confirmed(db: &Connection, id: i64) -> rusqlite::Result<bool> {
+    let status: Option<String> = db
+        .query_row("SELECT status FROM spend WHERE id = ?1", params![id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(status.as_deref() == Some("paid"))
 }
 
 /// Takes up to `rest` atoms of payment `id`'s uncollected credit; returns how many.

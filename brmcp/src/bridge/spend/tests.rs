@@ -500,3 +500,52 @@ fn a_damaged_status_is_an_error_never_taken_for_failed() {
     assert!(err.contains("spend status \"lost\""), "{err}");
     assert!(log.status(id).is_err());
 }
+
+#[test]
+fn a_call_whose_own_payment_is_pending_collects_its_agents_confirmed_credit_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let reserve = |key: &str| {
+        log.reserve_as(
+            t0,
+            &Spender::agent("a", None).for_call(key),
+            &bot(1),
+            "t",
+            100,
+            100_000,
+            0,
+        )
+        .unwrap()
+        .unwrap()
+    };
+    // Credit a refunded call left, confirmed; then a call whose tip's outcome went to
+    // another payment: still pending.
+    let refunded = reserve("k1");
+    assert!(log.settle(refunded, Ok(())).unwrap());
+    let own = reserve("k2");
+    log.unconfirm(own).unwrap();
+    let collected = log.collect(t0, &bot(1), "a", "t", Some(own), 100).unwrap();
+    assert_eq!(collected.own, 100);
+    assert!(collected.others.is_empty());
+    assert_eq!(
+        log.left_of(refunded).unwrap(),
+        0,
+        "the credit the bot charged"
+    );
+    assert_eq!(log.left_of(own).unwrap(), 100, "what its outcome decides");
+    // Its tip never arrived: nothing is left with the bot.
+    assert!(log.settle(own, Err("lost")).unwrap());
+    assert!(log.uncollected(None).unwrap().is_empty());
+
+    // A confirmed own payment still goes first.
+    let older = reserve("k3");
+    assert!(log.settle(older, Ok(())).unwrap());
+    let mine = reserve("k4");
+    assert!(log.settle(mine, Ok(())).unwrap());
+    log.collect(t0, &bot(1), "a", "t", Some(mine), 100).unwrap();
+    assert_eq!(
+        (log.left_of(older).unwrap(), log.left_of(mine).unwrap()),
+        (100, 0)
+    );
+}
