@@ -6,6 +6,13 @@ fn bot(n: u8) -> PeerId {
     PeerId::from_bytes([n; 32])
 }
 
+/// A payment of 100 atoms to bot 1 for tool `t`, reserved at `now` within a wide cap.
+fn reserved(log: &SpendLog, spender: &Spender<'_>, now: UnixTime) -> i64 {
+    log.reserve_as(now, spender, &bot(1), "t", 100, 100_000, 0)
+        .unwrap()
+        .unwrap()
+}
+
 #[test]
 fn an_agent_is_held_to_its_own_cap_and_to_the_global_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -292,18 +299,7 @@ fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest()
     let a1 = pay("a", 100);
     let a2 = pay("a", 100);
     let b1 = pay("b", 100);
-    let failed = log
-        .reserve_as(
-            t0,
-            &Spender::agent("a", None),
-            &bot(1),
-            "t",
-            100,
-            100_000,
-            0,
-        )
-        .unwrap()
-        .unwrap();
+    let failed = reserved(&log, &Spender::agent("a", None), t0);
     log.settle(failed, Err("no route")).unwrap();
     assert_eq!(log.left_of(failed).unwrap(), 0, "a failed tip left nothing");
     assert_eq!(log.uncollected(Some(&bot(1))).unwrap().len(), 3);
@@ -390,12 +386,7 @@ fn a_calls_payment_is_the_row_that_names_it_never_another_of_its_kind() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = UnixTime(1_000_000);
     let log = SpendLog::open(dir.path(), t0).unwrap();
-    let spender = Spender::agent("a", None);
-    let reserve = |key: &str| {
-        log.reserve_as(t0, &spender.for_call(key), &bot(1), "t", 100, 100_000, 0)
-            .unwrap()
-            .unwrap()
-    };
+    let reserve = |key: &str| reserved(&log, &Spender::agent("a", None).for_call(key), t0);
     let earlier = reserve("k1");
     assert!(log.settle(earlier, Ok(())).unwrap());
     let (one, two) = (bot(1), bot(2));
@@ -435,18 +426,7 @@ fn a_row_written_before_rows_named_their_call_may_be_its_payment() {
     let t0 = UnixTime(1_000_000);
     let log = SpendLog::open(dir.path(), t0).unwrap();
     // As an older bridge wrote it: no call named.
-    let legacy = log
-        .reserve_as(
-            t0,
-            &Spender::agent("a", None),
-            &bot(1),
-            "t",
-            100,
-            100_000,
-            0,
-        )
-        .unwrap()
-        .unwrap();
+    let legacy = reserved(&log, &Spender::agent("a", None), t0);
     let one = bot(1);
     let call = |since: i64, atoms: u64| CallPayment {
         bot: &one,
@@ -469,18 +449,7 @@ fn a_row_written_before_rows_named_their_call_may_be_its_payment() {
         "another amount"
     );
     // A row that names the call wins over one that may be it.
-    let named = log
-        .reserve_as(
-            t0,
-            &Spender::agent("a", None).for_call("k"),
-            &bot(1),
-            "t",
-            100,
-            100_000,
-            0,
-        )
-        .unwrap()
-        .unwrap();
+    let named = reserved(&log, &Spender::agent("a", None).for_call("k"), t0);
     let found = log.payment_for_call(&call(t0.0, 100)).unwrap();
     assert_eq!(found.map(|e| e.id), Some(named));
 }
@@ -506,19 +475,7 @@ fn a_call_whose_own_payment_is_pending_collects_its_agents_confirmed_credit_firs
     let dir = tempfile::tempdir().unwrap();
     let t0 = UnixTime(1_000_000);
     let log = SpendLog::open(dir.path(), t0).unwrap();
-    let reserve = |key: &str| {
-        log.reserve_as(
-            t0,
-            &Spender::agent("a", None).for_call(key),
-            &bot(1),
-            "t",
-            100,
-            100_000,
-            0,
-        )
-        .unwrap()
-        .unwrap()
-    };
+    let reserve = |key: &str| reserved(&log, &Spender::agent("a", None).for_call(key), t0);
     // Credit a refunded call left, confirmed; then a call whose tip's outcome went to
     // another payment: still pending.
     let refunded = reserve("k1");
