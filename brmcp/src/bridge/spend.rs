@@ -51,8 +51,11 @@
 //! ([`CreditUse`]), and counts against that agent's own daily cap as a payment would;
 //! it never counts against the global cap, whose money was counted when paid.
 
+mod call_payment;
 mod credit;
 mod schema;
+
+pub use call_payment::CallPayment;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -249,23 +252,6 @@ pub enum OverCap {
     Daily(OverDailyCap),
     /// The agent's own daily cap would be exceeded; `spent` is the agent's.
     Agent(OverDailyCap),
-}
-
-/// A journaled call whose payment [`SpendLog::payment_for_call`] looks up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallPayment<'a> {
-    /// The bot paid.
-    pub bot: &'a PeerId,
-    /// The call journal's key of the call.
-    pub key: &'a str,
-    /// The agent whose call it is.
-    pub agent: &'a str,
-    /// The tool called.
-    pub tool: &'a str,
-    /// The atoms of the payment.
-    pub atoms: u64,
-    /// When the call began, unix seconds.
-    pub since: i64,
 }
 
 /// Who makes a payment, as [`SpendLog::reserve_as`] records it.
@@ -584,49 +570,14 @@ impl SpendLog {
         let rows = stmt.query_map([], entry)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
-
-    /// The latest payment made for `call`: the row its reservation wrote, which names
-    /// it. A row written before rows named their call (schema version 5 and older) is
-    /// taken for it when it may be it: of the call's agent, bot, tool and atoms,
-    /// reserved no earlier than the call began. `None`: no payment of the call
-    /// reached the log (its journal may say it was about to pay, and a crash came
-    /// first).
-    ///
-    /// # Errors
-    /// SQLite's.
-    pub fn payment_for_call(
-        &self,
-        call: &CallPayment<'_>,
-    ) -> Result<Option<SpendEntry>, SpendError> {
-        let db = self.db();
-        let found = db
-            .query_row(
-                &format!(
-                    "SELECT {ENTRY_COLUMNS} FROM spend WHERE bot = ?1 AND (call_key = ?2 \
-                     OR (call_key IS NULL AND agent = ?3 AND tool = ?4 AND atoms = ?5 \
-                     AND ts >= ?6)) ORDER BY call_key IS NULL, id DESC LIMIT 1"
-                ),
-                params![
-                    call.bot.to_string(),
-                    call.key,
-                    call.agent,
-                    call.tool,
-                    i64_of(call.atoms),
-                    call.since
-                ],
-                entry,
-            )
-            .optional()?;
-        Ok(found)
-    }
 }
 
 /// The columns [`entry`] reads, in its order.
-const ENTRY_COLUMNS: &str =
+pub(super) const ENTRY_COLUMNS: &str =
     "id, ts, bot, tool, rail, atoms, status, err, unconfirmed, tip_pos, outcome, agent";
 
 /// A [`SpendEntry`] from a row of [`ENTRY_COLUMNS`].
-fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpendEntry> {
+pub(super) fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpendEntry> {
     Ok(SpendEntry {
         id: r.get(0)?,
         ts: r.get(1)?,
