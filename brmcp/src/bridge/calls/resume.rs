@@ -107,10 +107,11 @@ fn spend_entry(inner: &Inner, row: &Row) -> Result<Option<SpendEntry>, String> {
 
 /// Records as not made each payment the journal says an earlier run was about to
 /// make and that never reached the spend log: the run died between the two writes (a
-/// payment's approval waits there), so no tip went out. Run once as the bridge opens,
-/// before a resume or an agent's retry reads the rows: they then neither count the
-/// call as paid (and wait for credit that never comes, or run on another agent's)
-/// nor pay for it twice.
+/// payment's approval waits there), so no tip went out. A call paying again has its
+/// earlier payment in the log, the one the journal recorded: that is not this one.
+/// Run once as the bridge opens, before a resume or an agent's retry reads the rows:
+/// they then neither count the call as paid (and wait for credit that never comes, or
+/// run on another agent's) nor pay for it twice.
 pub(crate) fn unpaid_unreserved(calls: &Calls, spend: &SpendLog) {
     let Some(rows) = logged("payment check", calls.journal.in_flight_before(&calls.run)) else {
         return;
@@ -119,7 +120,10 @@ pub(crate) fn unpaid_unreserved(calls: &Calls, spend: &SpendLog) {
         let Ok(bot) = row.bot.parse::<PeerId>() else {
             continue;
         };
-        if let Ok(None) = spend.payment_for_call(&call_payment(row, &bot)) {
+        let Ok(latest) = spend.payment_for_call(&call_payment(row, &bot)) else {
+            continue;
+        };
+        if latest.is_none_or(|e| Some(e.id) == row.spend_id) {
             tracing::info!(agent = %row.agent, bot = %row.bot, tool = %row.tool, key = %row.key, "a payment an earlier run was about to make was never made");
             logged("payment check", calls.journal.unpaid(row.id, calls.now()));
         }

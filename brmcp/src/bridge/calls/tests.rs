@@ -398,3 +398,75 @@ fn each_paid_call_records_the_spend_row_its_own_payment_wrote() {
         assert_eq!(kept.spend_id, Some(*row), "call {key}");
     }
 }
+
+#[test]
+fn a_payment_the_journal_was_about_to_make_and_never_reserved_is_recorded_unpaid() {
+    use std::sync::Arc;
+
+    use brmcp_adapters::PeerId;
+    use brmcp_adapters::SystemClock;
+    use brmcp_adapters::wire::UnixTime;
+
+    use super::{Calls, Journaled, unpaid_unreserved};
+    use crate::bridge::quote::Paid;
+    use crate::bridge::spend::{SpendLog, Spender};
+
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Calls::open(dir.path(), Arc::new(SystemClock)).unwrap();
+    let spend = SpendLog::open(dir.path(), UnixTime(T0)).unwrap();
+    let bot: PeerId = BOT.parse().unwrap();
+    let paid = Paid {
+        price_atoms: 100,
+        atoms: 100,
+    };
+    let reserve = |key: &str| {
+        let spender = Spender::agent("ci", None).for_call(key);
+        spend
+            .reserve_as(UnixTime(T0), &spender, &bot, "slow", 100, 100_000, 0)
+            .unwrap()
+            .unwrap()
+    };
+    // An earlier run's calls, each stopped about to pay: one before its payment was
+    // reserved, one after, and one paying again after a settled payment.
+    let keys = ["k1k1k1k1", "k2k2k2k2", "k3k3k3k3"];
+    let ids = [0u8, 1, 2].map(|n| {
+        new(
+            &calls.journal,
+            &call("ci", keys[usize::from(n)], "run1", n),
+            T0,
+        )
+    });
+    let [never, reserved, again] = ids.map(|id| {
+        let mut call = Journaled::of(&calls, id);
+        calls.sent(&mut call);
+        call
+    });
+    calls.paying(&never, paid);
+    calls.paying(&reserved, paid);
+    reserve(keys[1]);
+    calls.paying(&again, paid);
+    let first = reserve(keys[2]);
+    spend.settle(first, Ok(())).unwrap();
+    calls.paid(&again, first);
+    calls.paying(&again, paid);
+
+    unpaid_unreserved(&calls, &spend);
+    let row = |key| calls.journal.by_key(BOT, key).unwrap().expect("kept");
+    let never = row(keys[0]);
+    assert_eq!(
+        (never.state, never.paying_atoms, never.paid_atoms),
+        (State::Sent, 0, 0)
+    );
+    let reserved = row(keys[1]);
+    assert_eq!(
+        (reserved.state, reserved.paying_atoms),
+        (State::Paying, 100),
+        "may be paid"
+    );
+    let again = row(keys[2]);
+    assert_eq!(
+        (again.state, again.paying_atoms, again.paid_atoms),
+        (State::Paid, 0, 100),
+        "paid once, not twice"
+    );
+}
