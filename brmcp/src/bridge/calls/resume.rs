@@ -101,8 +101,7 @@ fn spend_entry(inner: &Inner, row: &Row) -> Result<Option<SpendEntry>, String> {
     let Some(id) = row.spend_id else {
         return Ok(None);
     };
-    let entries = spend.entries().map_err(|e| e.to_string())?;
-    Ok(entries.into_iter().find(|e| e.id == id))
+    spend.payment(id).map_err(|e| e.to_string())
 }
 
 /// Records as not made each payment the journal says an earlier run was about to
@@ -153,11 +152,12 @@ fn may_have_paid(inner: &Inner, row: &Row) -> bool {
 /// What the spend log says of the call's payment, for the agent.
 fn payment_note(inner: &Inner, row: &Row) -> String {
     let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
-    let status = spend_entry(inner, row)
-        .ok()
-        .flatten()
-        .map(|e| format!(" (spend log row {}: {})", e.id, e.status.as_str()));
-    format!("{atoms} atoms{}", status.unwrap_or_default())
+    let status = match spend_entry(inner, row) {
+        Ok(Some(e)) => format!(" (spend log row {}: {})", e.id, e.status.as_str()),
+        Ok(None) => String::new(),
+        Err(e) => format!(" (spend log not read: {e})"),
+    };
+    format!("{atoms} atoms{status}")
 }
 
 /// What the bot charged a resumed call it answered: the price its payment was made

@@ -1,6 +1,6 @@
 //! A journaled call's payment, looked up by the call's key: how a restart tells the
 //! payment of a call its journal says was about to pay from another of the same agent,
-//! bot, tool and amount.
+//! bot, tool and amount; or by the row id the journal recorded as settled.
 
 use brmcp_adapters::PeerId;
 use rusqlite::{OptionalExtension, params};
@@ -54,6 +54,23 @@ impl SpendLog {
                     i64_of(call.atoms),
                     call.since
                 ],
+                entry,
+            )
+            .optional()?;
+        Ok(found)
+    }
+
+    /// The payment of row `id`, as the call journal records a payment it settled;
+    /// `None` when no such row is left (pruned, or never written).
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn payment(&self, id: i64) -> Result<Option<SpendEntry>, SpendError> {
+        let db = self.db();
+        let found = db
+            .query_row(
+                &format!("SELECT {ENTRY_COLUMNS} FROM spend WHERE id = ?1"),
+                params![id],
                 entry,
             )
             .optional()?;

@@ -421,6 +421,26 @@ fn a_calls_payment_is_the_row_that_names_it_never_another_of_its_kind() {
 }
 
 #[test]
+fn a_payment_is_read_by_its_row_id_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let first = reserved(&log, &Spender::agent("a", None).for_call("k1"), t0);
+    let second = reserved(&log, &Spender::agent("b", None).for_call("k2"), t0);
+    assert!(log.settle(first, Err("no route")).unwrap());
+    let read = log.payment(first).unwrap().unwrap();
+    assert_eq!(
+        (read.id, read.agent.as_str(), read.status),
+        (first, "a", SpendStatus::Failed)
+    );
+    assert_eq!(
+        log.payment(second).unwrap().unwrap().status,
+        SpendStatus::Pending
+    );
+    assert_eq!(log.payment(second + 1).unwrap(), None, "no such row");
+}
+
+#[test]
 fn a_row_written_before_rows_named_their_call_may_be_its_payment() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = UnixTime(1_000_000);

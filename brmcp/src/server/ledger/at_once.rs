@@ -115,7 +115,12 @@ impl Ledger {
             release: false,
             prune: false,
         };
-        unless_busy(self.charge_tx(&mut conn, &charging, upkeep, now))
+        let charged = unless_busy(self.charge_tx(&mut conn, &charging, upkeep, now));
+        if charged.is_none() {
+            // Declined: the blocking charge that follows counts the call itself.
+            self.prunes.uncount(&charging.caller);
+        }
+        charged
     }
 
     /// [`Billing::try_complete`]: [`complete`](Self::complete)'s commit at once; it

@@ -70,6 +70,15 @@ impl PruneClock {
         }
     }
 
+    /// Takes back a count of [`count_unless_due`](Self::count_unless_due) whose charge
+    /// was declined, so the charge made in its place is counted once.
+    pub(super) fn uncount(&self, caller: &str) {
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(caller) {
+            *count = count.saturating_sub(1);
+        }
+    }
+
     /// Counts a charge of `caller`'s; `true` when its journal is due a prune.
     pub(super) fn due(&self, caller: &str) -> bool {
         let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -327,5 +336,29 @@ mod tests {
         }
         assert!(clock.due("a"));
         assert!(clock.due("b"), "another caller is counted apart");
+    }
+
+    #[test]
+    fn a_declined_charge_is_not_counted_twice() {
+        let clock = PruneClock::default();
+        assert!(
+            !clock.count_unless_due("a"),
+            "a first charge is due a prune"
+        );
+        assert!(clock.due("a"));
+        // Every charge of a run counts once, each declined one taken back first and
+        // counted again by the blocking charge made in its place.
+        for _ in 2..=PRUNE_EVERY {
+            assert!(clock.count_unless_due("a"));
+            clock.uncount("a");
+            assert!(!clock.due("a"));
+        }
+        assert!(!clock.count_unless_due("a"), "the next is due");
+        assert!(clock.due("a"));
+        clock.uncount("b");
+        assert!(
+            clock.due("b"),
+            "taking back nothing counted leaves a caller unknown"
+        );
     }
 }
