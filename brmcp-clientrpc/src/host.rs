@@ -44,6 +44,12 @@ use run::{Handler, consume, supervise};
 /// that fall behind; older ones are skipped for them (they see a lag error).
 const TIP_PROGRESS_BROADCAST: usize = 64;
 
+/// Times [`ClientRpcHost::pm`] sends a PM again after its connection died with the PM
+/// in flight: 2. Each send waits for a connection within the request timeout, so a
+/// client that is down for good fails the PM after three of them; one kill of the
+/// client or of the socket costs one resend.
+pub const PM_RESENDS: u32 = 2;
+
 /// How a tip ended, as far as the TipProgress stream told within the tip timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -345,9 +351,17 @@ impl ClientRpcHost {
     /// each waits for the previous one's answer, since the server runs requests
     /// concurrently. Returns once the relay accepted the PM (not a delivery receipt).
     ///
+    /// A PM whose connection died before its answer is sent again, unchanged, once a
+    /// connection is back (at most [`PM_RESENDS`] times): the client may not have taken
+    /// it, and a PM left unsent loses what it carries (a paid call's answer, which the
+    /// caller then waits for in vain). The client may have taken it too, so the peer
+    /// can get it twice: an envelope part carries its message id, and a receiver drops
+    /// a message it already has.
+    ///
     /// # Errors
     /// As [`call`](Self::call); the server's text for an unknown user, an empty
-    /// message or one too large.
+    /// message or one too large. [`ClientRpcError::ConnectionLost`] when the
+    /// connection died under every send.
     pub async fn pm(&self, user: &str, message: impl Into<String>) -> Result<(), ClientRpcError> {
         let slot = UserSlot::take(&self.inner, user);
         let _turn = slot.lock.lock().await;
@@ -358,10 +372,24 @@ impl ClientRpcHost {
                 ..RmPrivateMessage::default()
             }),
         };
-        self.inner
-            .request::<_, PmResponse>(method::PM, &request)
-            .await
-            .map(drop)
+        let mut resends = 0;
+        loop {
+            match self
+                .inner
+                .request::<_, PmResponse>(method::PM, &request)
+                .await
+            {
+                Err(ClientRpcError::ConnectionLost) if resends < PM_RESENDS => {
+                    resends += 1;
+                    tracing::info!(
+                        user,
+                        resends,
+                        "connection lost with a PM in flight; sending it again"
+                    );
+                }
+                sent => return sent.map(drop),
+            }
+        }
     }
 
     /// Tips `to` `atoms` (sent as DCR, `atoms / ATOMS_PER_DCR`) and waits, within the config's

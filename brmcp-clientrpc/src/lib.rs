@@ -60,8 +60,8 @@ pub use config::{
 };
 pub use error::ClientRpcError;
 pub use host::{
-    ClientRpcHost, HostStatus, KxHandler, PmHandler, PostHandler, Streams, TipHandler, TipOutcome,
-    TipResultHandler,
+    ClientRpcHost, HostStatus, KxHandler, PM_RESENDS, PmHandler, PostHandler, Streams, TipHandler,
+    TipOutcome, TipResultHandler,
 };
 pub use items::{BadUid, KxCompleted, ReceivedPm, ReceivedPost, ReceivedTip, TipProgressEvent};
 pub use streams::{MAX_QUEUED_PER_STREAM, StreamKind};
