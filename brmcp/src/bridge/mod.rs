@@ -135,6 +135,15 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = DEFAULT_ANSWER_BOUND;
 /// Default time a failed connection attempt is remembered, answering 503 at once: 5 s.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// How long after its response body ended an answer counts as delivered: 2 s. The
+/// body ends when the server let go of its last bytes, not when the agent read them:
+/// the kernel resets the connections of a killed process, and an agent's read of bytes
+/// it had not taken yet then fails (soak seed 71 lost a paid answer so, and the
+/// agent's repeat paid for the call again). A bridge that dies within the grace leaves
+/// the answer for the agent's repeat in the next run; a stopping bridge marks at once,
+/// since a graceful stop closes its connections after their bytes went out.
+pub const DEFAULT_DELIVERY_GRACE: Duration = Duration::from_secs(2);
+
 /// Default wait between reissues of a paid call whose credit is still in flight: 3 s.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
 
@@ -165,6 +174,9 @@ pub struct Config {
     /// Bound on a request the bot has not answered in any way (see
     /// [`DEFAULT_ANSWER_BOUND`]).
     pub answer_bound: Duration,
+    /// How long after its response ended a paid answer counts as delivered (see
+    /// [`DEFAULT_DELIVERY_GRACE`]).
+    pub delivery_grace: Duration,
     /// How long a failed attempt is remembered.
     pub retry_after: Duration,
     /// Wait between reissues of a paid call whose credit is in flight.
@@ -205,6 +217,7 @@ impl Config {
             allowed_hosts: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             answer_bound: DEFAULT_ANSWER_BOUND,
+            delivery_grace: DEFAULT_DELIVERY_GRACE,
             retry_after: DEFAULT_RETRY_AFTER,
             poll_interval: DEFAULT_POLL_INTERVAL,
             poll_attempts: DEFAULT_POLL_ATTEMPTS,
@@ -363,7 +376,8 @@ impl Bridge {
         // Payments an earlier run was waiting for: their outcomes now arrive late.
         spend.unconfirm_left_pending()?;
         let policy = Policy::new(Arc::new(payer), spend, config.clock.clone());
-        let calls = calls::Calls::open(&config.data_dir, config.clock.clone())?;
+        let calls = calls::Calls::open(&config.data_dir, config.clock.clone())?
+            .with_delivery_grace(config.delivery_grace);
         // Payments an earlier run was about to make and never reserved were not made.
         calls::unpaid_unreserved(&calls, &policy.spend);
         let inner = Arc::new(Inner {

@@ -1,5 +1,6 @@
 //! A paid answer counts as delivered only once the HTTP response carrying it was
-//! written out. A bridge stopped while a paid call's response has not gone out to its
+//! written out, and a grace after (a killed bridge's connections are reset, and an
+//! agent may not have read what was written). A bridge stopped while a paid call's response has not gone out to its
 //! agent keeps the answer for the agent's repeat in the next run, which gets it unpaid
 //! and not run again; an answer that did go out makes the repeat a call of its own.
 //! Every outcome the bot was paid for reaches the agent once, and nothing is paid
@@ -23,10 +24,14 @@ const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialize
 
 /// A run of the stage's bridge listening with [`TOKEN`], autopaying its bot.
 async fn run(stage: &Stage) -> (Bridge, SocketAddr) {
-    let bridge = stage.bridge_with(
-        crate::common::base_config(stage.dir.path()),
-        brmcp::adapters::RouterConfig::client(),
-    );
+    run_with_grace(stage, brmcp::bridge::DEFAULT_DELIVERY_GRACE).await
+}
+
+/// As [`run`], an answer counting as delivered `grace` after its response ended.
+async fn run_with_grace(stage: &Stage, grace: Duration) -> (Bridge, SocketAddr) {
+    let mut config = crate::common::base_config(stage.dir.path());
+    config.delivery_grace = grace;
+    let bridge = stage.bridge_with(config, brmcp::adapters::RouterConfig::client());
     let mut settings = autopay(stage.bot_id);
     settings.enabled = true;
     settings.token = TOKEN.into();
@@ -179,4 +184,36 @@ async fn a_held_answer_whose_hand_off_was_cut_is_handed_again() {
     assert!(repeat.contains("fortune #1"), "{repeat}");
     assert_eq!(stage.payer.count(), 1, "paid once");
     assert_eq!(stage.bot.executions("fortune"), 1, "run once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_whose_bridge_died_within_the_grace_reaches_the_repeat_unpaid() {
+    let stage = Stage::new(47, PayMode::Credit);
+    let (first, addr) = run_with_grace(&stage, Duration::from_secs(600)).await;
+    let got = call_over_tcp(&stage, addr).await;
+    assert!(got.contains("fortune #1"), "{got}");
+    // Gone as a killed process goes: no stop, within the grace.
+    drop(first);
+    let (second, addr) = run(&stage).await;
+    let repeat = call_over_tcp(&stage, addr).await;
+    second.close().await;
+    assert!(repeat.contains("fortune #1"), "the held answer: {repeat}");
+    assert_eq!(stage.payer.count(), 1, "paid once");
+    assert_eq!(stage.bot.executions("fortune"), 1, "run once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_past_its_grace_makes_the_repeat_a_call_of_its_own() {
+    let stage = Stage::new(53, PayMode::Credit);
+    let (first, addr) = run_with_grace(&stage, Duration::from_millis(100)).await;
+    let got = call_over_tcp(&stage, addr).await;
+    assert!(got.contains("fortune #1"), "{got}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(first);
+    let (second, addr) = run(&stage).await;
+    let repeat = call_over_tcp(&stage, addr).await;
+    second.close().await;
+    assert!(repeat.contains("fortune #2"), "a call of its own: {repeat}");
+    assert_eq!(stage.payer.count(), 2);
+    assert_eq!(stage.bot.executions("fortune"), 2);
 }

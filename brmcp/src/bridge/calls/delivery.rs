@@ -1,14 +1,17 @@
 //! When an answer counts as delivered: once the HTTP response carrying it has been
-//! written out. rmcp writes a response after the handler returns it; a stop or a kill
-//! in between loses it, and an unkeyed agent's repeat never takes a delivered call
-//! (the repeat may be a new call). So a paid result (or a held outcome handed to a
-//! repeat) stays answered until its response body has ended after carrying it: one
-//! the bridge stops (or dies) before then is handed to the agent's repeat in the next
-//! run, not paid and run again.
+//! written out, and a grace after ([`DEFAULT_DELIVERY_GRACE`]). rmcp writes a response after the handler
+//! returns it; a stop or a kill in between loses it, and an unkeyed agent's repeat
+//! never takes a delivered call (the repeat may be a new call). So a paid result (or a
+//! held outcome handed to a repeat) stays answered until its response body has ended
+//! after carrying it and the grace has passed: one the bridge stops (or dies) before
+//! then is handed to the agent's repeat in the next run, not paid and run again.
 
+use std::collections::HashSet;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use futures_util::Stream;
@@ -16,7 +19,43 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::journal::Journal;
 use super::logged;
+#[cfg(doc)]
+use crate::bridge::DEFAULT_DELIVERY_GRACE;
 use crate::bridge::Inner;
+
+/// Answers whose response ended and whose [`DEFAULT_DELIVERY_GRACE`] runs: the journal ids,
+/// marked delivered when it passes, or at once when the bridge stops.
+pub(crate) struct InGrace {
+    /// How long the grace is.
+    grace: Duration,
+    ids: Mutex<HashSet<i64>>,
+    /// The bridge is stopping: answers count as delivered once their response ended.
+    stopping: AtomicBool,
+}
+
+impl InGrace {
+    pub(crate) fn new(grace: Duration) -> Self {
+        Self {
+            grace,
+            ids: Mutex::default(),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    fn ids(&self) -> MutexGuard<'_, HashSet<i64>> {
+        self.ids.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The bridge stops: every answer in its grace is delivered now, and those that end
+    /// from now on at once.
+    pub(crate) fn stop(&self, journal: &Journal, now: i64) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let ids: Vec<i64> = self.ids().drain().collect();
+        for id in ids {
+            logged("delivery", journal.deliver(id, now));
+        }
+    }
+}
 
 /// The answers one HTTP request carries to its agent; in the request's extensions,
 /// where the call's end finds it through rmcp's request context.
@@ -26,6 +65,7 @@ pub(crate) struct Delivery(Arc<Slot>);
 struct Slot {
     journal: Arc<Journal>,
     clock: Arc<dyn brmcp_adapters::Clock>,
+    grace: Arc<InGrace>,
     carried: Mutex<Carried>,
 }
 
@@ -47,6 +87,7 @@ impl Delivery {
         Self(Arc::new(Slot {
             journal: calls.journal.clone(),
             clock: calls.clock.clone(),
+            grace: calls.grace.clone(),
             carried: Mutex::default(),
         }))
     }
@@ -105,11 +146,44 @@ impl Delivery {
             }
         };
         let slot = &self.0;
+        let mut delivered = Vec::new();
         for (id, claimed, before) in carried.calls {
             if ended && carried.frames > before {
-                logged("delivery", slot.journal.deliver(id, slot.clock.now().0));
+                delivered.push(id);
             } else if claimed {
                 logged("release", slot.journal.release(id));
+            }
+        }
+        if !delivered.is_empty() {
+            self.deliver_after_grace(delivered);
+        }
+    }
+
+    /// Marks `ids` delivered once the grace has passed ([`DEFAULT_DELIVERY_GRACE`] by
+    /// default; at once if the bridge is stopping, or off a runtime).
+    fn deliver_after_grace(&self, ids: Vec<i64>) {
+        let slot = self.0.clone();
+        let runtime = tokio::runtime::Handle::try_current();
+        let grace = &slot.grace;
+        match runtime {
+            Ok(runtime) if !grace.stopping.load(Ordering::SeqCst) => {
+                grace.ids().extend(ids.iter().copied());
+                runtime.spawn(async move {
+                    tokio::time::sleep(slot.grace.grace).await;
+                    let now = slot.clock.now().0;
+                    for id in ids {
+                        // Unless a stop delivered it meanwhile.
+                        if slot.grace.ids().remove(&id) {
+                            logged("delivery", slot.journal.deliver(id, now));
+                        }
+                    }
+                });
+            }
+            _ => {
+                let now = slot.clock.now().0;
+                for id in ids {
+                    logged("delivery", slot.journal.deliver(id, now));
+                }
             }
         }
     }

@@ -53,6 +53,8 @@ pub(crate) struct Calls {
     resumed: AtomicBool,
     /// The tasks this process runs.
     tasks: Arc<tasks::Running>,
+    /// Answers whose response ended, not yet counted as delivered.
+    grace: Arc<delivery::InGrace>,
     clock: Arc<dyn Clock>,
 }
 
@@ -101,8 +103,18 @@ impl Calls {
             closing: AtomicBool::new(false),
             resumed: AtomicBool::new(false),
             tasks: Arc::default(),
+            grace: Arc::new(delivery::InGrace::new(
+                crate::bridge::DEFAULT_DELIVERY_GRACE,
+            )),
             clock,
         })
+    }
+
+    /// Answers count as delivered `grace` after their response ended (see
+    /// [`DEFAULT_DELIVERY_GRACE`](crate::bridge::DEFAULT_DELIVERY_GRACE)).
+    pub(crate) fn with_delivery_grace(mut self, grace: std::time::Duration) -> Self {
+        self.grace = Arc::new(delivery::InGrace::new(grace));
+        self
     }
 
     fn now(&self) -> i64 {
@@ -113,6 +125,7 @@ impl Calls {
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
         self.tasks.close();
+        self.grace.stop(&self.journal, self.now());
     }
 
     /// Whether the bridge is stopping (see [`close`](Self::close)).
