@@ -217,3 +217,25 @@ async fn an_answer_past_its_grace_makes_the_repeat_a_call_of_its_own() {
     assert_eq!(stage.payer.count(), 2);
     assert_eq!(stage.bot.executions("fortune"), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_delivered_once_its_agent_asks_again_on_the_session() {
+    let stage = Stage::new(59, PayMode::Credit);
+    let (first, addr) = run_with_grace(&stage, Duration::from_secs(600)).await;
+    let session = session(&stage, addr).await;
+    let bot = stage.bot_id.to_string();
+    let (status, _, got) = post_on_session(addr, &bot, TOKEN, &session, CALL).await;
+    assert_eq!(status, 200, "{got}");
+    assert!(got.contains("fortune #1"), "{got}");
+    // The agent's next request on the session: it took the answer.
+    const PING: &str = r#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#;
+    let (status, _, pong) = post_on_session(addr, &bot, TOKEN, &session, PING).await;
+    assert_eq!(status, 200, "{pong}");
+    drop(first);
+    let (second, addr) = run(&stage).await;
+    let repeat = call_over_tcp(&stage, addr).await;
+    second.close().await;
+    assert!(repeat.contains("fortune #2"), "a call of its own: {repeat}");
+    assert_eq!(stage.payer.count(), 2);
+    assert_eq!(stage.bot.executions("fortune"), 2);
+}

@@ -3,10 +3,11 @@
 //! returns it; a stop or a kill in between loses it, and an unkeyed agent's repeat
 //! never takes a delivered call (the repeat may be a new call). So a paid result (or a
 //! held outcome handed to a repeat) stays answered until its response body has ended
-//! after carrying it and the grace has passed: one the bridge stops (or dies) before
-//! then is handed to the agent's repeat in the next run, not paid and run again.
+//! after carrying it and the grace has passed, or the agent made its next request on
+//! the session: one the bridge stops (or dies) before then is handed to the agent's
+//! repeat in the next run, not paid and run again.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -28,7 +29,8 @@ use crate::bridge::Inner;
 pub(crate) struct InGrace {
     /// How long the grace is.
     grace: Duration,
-    ids: Mutex<HashSet<i64>>,
+    /// Each answer's journal id, and the MCP session its response went out on.
+    ids: Mutex<HashMap<i64, Option<String>>>,
     /// The bridge is stopping: answers count as delivered once their response ended.
     stopping: AtomicBool,
 }
@@ -42,15 +44,36 @@ impl InGrace {
         }
     }
 
-    fn ids(&self) -> MutexGuard<'_, HashSet<i64>> {
+    fn ids(&self) -> MutexGuard<'_, HashMap<i64, Option<String>>> {
         self.ids.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The agent made another request on `session`: it took the answers sent on the
+    /// session before (a client waits for an answer, or gives up on it, before its next
+    /// request), which are delivered now.
+    pub(crate) fn acknowledged(&self, session: &str, journal: &Journal, now: i64) {
+        let ids: Vec<i64> = {
+            let mut ids = self.ids();
+            let taken: Vec<i64> = ids
+                .iter()
+                .filter(|(_, s)| s.as_deref() == Some(session))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &taken {
+                ids.remove(id);
+            }
+            taken
+        };
+        for id in ids {
+            logged("delivery", journal.deliver(id, now));
+        }
     }
 
     /// The bridge stops: every answer in its grace is delivered now, and those that end
     /// from now on at once.
     pub(crate) fn stop(&self, journal: &Journal, now: i64) {
         self.stopping.store(true, Ordering::SeqCst);
-        let ids: Vec<i64> = self.ids().drain().collect();
+        let ids: Vec<i64> = self.ids().drain().map(|(id, _)| id).collect();
         for id in ids {
             logged("delivery", journal.deliver(id, now));
         }
@@ -66,6 +89,8 @@ struct Slot {
     journal: Arc<Journal>,
     clock: Arc<dyn brmcp_adapters::Clock>,
     grace: Arc<InGrace>,
+    /// The MCP session the request came on, if any.
+    session: Option<String>,
     carried: Mutex<Carried>,
 }
 
@@ -81,13 +106,14 @@ struct Carried {
 }
 
 impl Delivery {
-    /// A delivery for one request to `inner`'s bridge.
-    pub(crate) fn new(inner: &Inner) -> Self {
+    /// A delivery for one request to `inner`'s bridge, on the MCP session `session`.
+    pub(crate) fn new(inner: &Inner, session: Option<String>) -> Self {
         let calls = &inner.calls;
         Self(Arc::new(Slot {
             journal: calls.journal.clone(),
             clock: calls.clock.clone(),
             grace: calls.grace.clone(),
+            session,
             carried: Mutex::default(),
         }))
     }
@@ -167,13 +193,15 @@ impl Delivery {
         let grace = &slot.grace;
         match runtime {
             Ok(runtime) if !grace.stopping.load(Ordering::SeqCst) => {
-                grace.ids().extend(ids.iter().copied());
+                grace
+                    .ids()
+                    .extend(ids.iter().map(|&id| (id, slot.session.clone())));
                 runtime.spawn(async move {
                     tokio::time::sleep(slot.grace.grace).await;
                     let now = slot.clock.now().0;
                     for id in ids {
                         // Unless a stop delivered it meanwhile.
-                        if slot.grace.ids().remove(&id) {
+                        if slot.grace.ids().remove(&id).is_some() {
                             logged("delivery", slot.journal.deliver(id, now));
                         }
                     }

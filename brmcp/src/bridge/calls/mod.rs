@@ -128,6 +128,12 @@ impl Calls {
         self.grace.stop(&self.journal, self.now());
     }
 
+    /// The agent made a request on `session`: the answers sent on it before count as
+    /// delivered (see [`delivery::InGrace::acknowledged`]).
+    pub(crate) fn acknowledged(&self, session: &str) {
+        self.grace.acknowledged(session, &self.journal, self.now());
+    }
+
     /// Whether the bridge is stopping (see [`close`](Self::close)).
     pub(crate) fn closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)

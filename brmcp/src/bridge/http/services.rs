@@ -241,7 +241,15 @@ pub(super) async fn session_request(
     };
     // A paid answer counts as delivered once the response carrying it was written.
     let mut request = request;
-    let delivery = (method == axum::http::Method::POST).then(|| Delivery::new(inner));
+    // A new request or the session's end (not a stream resumed, which says something
+    // was missed) shows the agent took the answers sent on the session before.
+    if let Some(session) = &session
+        && method != axum::http::Method::GET
+    {
+        inner.calls.acknowledged(session);
+    }
+    let delivery =
+        (method == axum::http::Method::POST).then(|| Delivery::new(inner, session.clone()));
     if let Some(delivery) = &delivery {
         request.extensions_mut().insert(delivery.clone());
     }
