@@ -186,17 +186,25 @@ async fn a_held_answer_whose_hand_off_was_cut_is_handed_again() {
     assert_eq!(stage.bot.executions("fortune"), 1, "run once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_whose_bridge_died_within_the_grace_reaches_the_repeat_unpaid() {
-    let stage = Stage::new(47, PayMode::Credit);
-    let (first, addr) = run_with_grace(&stage, Duration::from_secs(600)).await;
+/// A first run, answers delivered `grace` after their response ended, whose agent
+/// reads its `fortune` call's answer; the bridge then gone as a killed process goes
+/// (no stop) `after` that; then the agent's repeat in the next run: what it read.
+async fn repeat_after_a_kill(seed: u64, grace: Duration, after: Duration) -> (Stage, String) {
+    let stage = Stage::new(seed, PayMode::Credit);
+    let (first, addr) = run_with_grace(&stage, grace).await;
     let got = call_over_tcp(&stage, addr).await;
     assert!(got.contains("fortune #1"), "{got}");
-    // Gone as a killed process goes: no stop, within the grace.
+    tokio::time::sleep(after).await;
     drop(first);
     let (second, addr) = run(&stage).await;
     let repeat = call_over_tcp(&stage, addr).await;
     second.close().await;
+    (stage, repeat)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_whose_bridge_died_within_the_grace_reaches_the_repeat_unpaid() {
+    let (stage, repeat) = repeat_after_a_kill(47, Duration::from_secs(600), Duration::ZERO).await;
     assert!(repeat.contains("fortune #1"), "the held answer: {repeat}");
     assert_eq!(stage.payer.count(), 1, "paid once");
     assert_eq!(stage.bot.executions("fortune"), 1, "run once");
@@ -204,15 +212,8 @@ async fn an_answer_whose_bridge_died_within_the_grace_reaches_the_repeat_unpaid(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_past_its_grace_makes_the_repeat_a_call_of_its_own() {
-    let stage = Stage::new(53, PayMode::Credit);
-    let (first, addr) = run_with_grace(&stage, Duration::from_millis(100)).await;
-    let got = call_over_tcp(&stage, addr).await;
-    assert!(got.contains("fortune #1"), "{got}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    drop(first);
-    let (second, addr) = run(&stage).await;
-    let repeat = call_over_tcp(&stage, addr).await;
-    second.close().await;
+    let (stage, repeat) =
+        repeat_after_a_kill(53, Duration::from_millis(100), Duration::from_secs(1)).await;
     assert!(repeat.contains("fortune #2"), "a call of its own: {repeat}");
     assert_eq!(stage.payer.count(), 2);
     assert_eq!(stage.bot.executions("fortune"), 2);
