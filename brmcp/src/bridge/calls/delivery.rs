@@ -1,11 +1,11 @@
 //! When an answer counts as delivered: once the HTTP response carrying it has been
-//! written out, and a grace after ([`DEFAULT_DELIVERY_GRACE`]). rmcp writes a response after the handler
-//! returns it; a stop or a kill in between loses it, and an unkeyed agent's repeat
-//! never takes a delivered call (the repeat may be a new call). So a paid result (or a
-//! held outcome handed to a repeat) stays answered until its response body has ended
-//! after carrying it and the grace has passed, or the agent made its next request on
-//! the session: one the bridge stops (or dies) before then is handed to the agent's
-//! repeat in the next run, not paid and run again.
+//! written out, and a grace after ([`DEFAULT_DELIVERY_GRACE`]). rmcp writes a
+//! response after the handler returns it; a stop or a kill in between loses it, and
+//! an unkeyed agent's repeat never takes a delivered call (the repeat may be a new
+//! call). So a paid result (or a held outcome handed to a repeat) stays answered until
+//! its response body has ended after carrying it and the grace has passed, or the
+//! agent made its next request on the session: one the bridge stops (or dies) before
+//! then is handed to the agent's repeat in the next run, not paid and run again.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -24,8 +24,9 @@ use super::logged;
 use crate::bridge::DEFAULT_DELIVERY_GRACE;
 use crate::bridge::Inner;
 
-/// Answers whose response ended and whose [`DEFAULT_DELIVERY_GRACE`] runs: the journal ids,
-/// marked delivered when it passes, or at once when the bridge stops.
+/// Answers whose response ended and whose grace ([`DEFAULT_DELIVERY_GRACE`]) runs:
+/// the journal ids, marked delivered when it passes, at the agent's next request on
+/// the session, or at once when the bridge stops.
 pub(crate) struct InGrace {
     /// How long the grace is.
     grace: Duration,
