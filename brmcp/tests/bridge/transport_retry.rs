@@ -12,7 +12,9 @@ use serde_json::json;
 #[tokio::test]
 async fn lost_reply_is_retried_with_the_same_key() {
     let mut router = RouterConfig::client();
-    router.request_timeout = Some(Duration::from_millis(500));
+    // Long enough for the agent's initialize (the bot's tool list) on a loaded
+    // machine; the lost reply is waited for this long before the retry.
+    router.request_timeout = Some(Duration::from_secs(3));
     let env = env_full(autopay, |c| c, router).await;
     let agent = agent(&env).await;
     // The paid attempt runs, then its reply is lost (refusals and replays answer
