@@ -15,6 +15,7 @@ mod announcement;
 mod bounds;
 mod call_key;
 mod money;
+mod no_outcome;
 mod rate;
 mod reserves;
 
@@ -34,8 +35,12 @@ pub use money::{
     ATOMS_PER_DCR, MATOMS_PER_ATOM, MAX_AMOUNT_ATOMS, MAX_RAILS, PAYMENT_REQUIRED, PaymentRequired,
     PaymentRequiredError, PriceMetaError, TIP_RAIL, ToolPrice,
 };
+pub use no_outcome::{
+    BILLING_UNAVAILABLE, DUPLICATE_IN_PROGRESS, ORIGINAL_CALL_FAILED, is_no_outcome,
+};
 pub use rate::{
-    CALLS_PER_MINUTE_META, CallsPerMinuteError, advertise_calls_per_minute, calls_per_minute,
+    CALLS_PER_MINUTE_META, CallsPerMinuteError, RATE_LIMITED, advertise_calls_per_minute,
+    calls_per_minute,
 };
 pub use reserves::{
     RESERVES_CREDIT_META, ReservesCreditError, advertise_reserves_credit, reserves_credit,

@@ -12,6 +12,9 @@ use serde_json::Value;
 /// caller, a whole number from 1 to `u32::MAX`.
 pub const CALLS_PER_MINUTE_META: &str = "brmcp/callsPerMinute";
 
+/// The text of a tool result refused by the rate limit (the Go harness's).
+pub const RATE_LIMITED: &str = "rate limited; retry later";
+
 /// Why an `initialize` result's [`CALLS_PER_MINUTE_META`] was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CallsPerMinuteError {

@@ -99,6 +99,7 @@ pub use presence::{
     ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge, running_bridge,
 };
 pub use proxy::input_required::INPUT_HOLD;
+pub use proxy::reask::MAX_REASKS;
 pub use settings::{
     AgentEntry, Approver, BotChange, Caller, DEFAULT_AGENT, DEFAULT_APPROVAL_TIMEOUT_SECS,
     DEFAULT_TIP_WAIT_SECS, DirectoryEntry, IpRange, MIN_TOKEN_LEN, Mode, NamedBot,
@@ -144,6 +145,13 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// since a graceful stop closes its connections after their bytes went out.
 pub const DEFAULT_DELIVERY_GRACE: Duration = Duration::from_secs(2);
 
+/// Default wait before a paid call the bot is heard for but has not answered is asked
+/// again under its call key: 30 s, the next re-asks after twice the wait before each
+/// (see [`MAX_REASKS`]). Most calls are answered well within it, so a re-ask is rare;
+/// an agent that gives up after a minute (soak seed 29's) still gets an answer its bot
+/// lost.
+pub const DEFAULT_REASK_AFTER: Duration = Duration::from_secs(30);
+
 /// Default wait between reissues of a paid call whose credit is still in flight: 3 s.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
 
@@ -177,6 +185,9 @@ pub struct Config {
     /// How long after its response ended a paid answer counts as delivered (see
     /// [`DEFAULT_DELIVERY_GRACE`]).
     pub delivery_grace: Duration,
+    /// How long a paid call the bot is heard for but has not answered waits before it
+    /// is asked again under its call key (see [`DEFAULT_REASK_AFTER`]).
+    pub reask_after: Duration,
     /// How long a failed attempt is remembered.
     pub retry_after: Duration,
     /// Wait between reissues of a paid call whose credit is in flight.
@@ -218,6 +229,7 @@ impl Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             answer_bound: DEFAULT_ANSWER_BOUND,
             delivery_grace: DEFAULT_DELIVERY_GRACE,
+            reask_after: DEFAULT_REASK_AFTER,
             retry_after: DEFAULT_RETRY_AFTER,
             poll_interval: DEFAULT_POLL_INTERVAL,
             poll_attempts: DEFAULT_POLL_ATTEMPTS,
@@ -257,6 +269,8 @@ impl std::fmt::Debug for Config {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("connect_timeout", &self.connect_timeout)
             .field("answer_bound", &self.answer_bound)
+            .field("delivery_grace", &self.delivery_grace)
+            .field("reask_after", &self.reask_after)
             .field("poll_interval", &self.poll_interval)
             .field("poll_attempts", &self.poll_attempts)
             .field("require_token", &self.require_token)

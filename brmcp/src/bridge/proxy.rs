@@ -11,6 +11,7 @@ mod forward;
 mod held;
 pub(crate) mod input_required;
 mod read;
+pub(crate) mod reask;
 mod task;
 
 pub(crate) use forward::MAX_INTERRUPTED_RETRIES;

@@ -39,8 +39,7 @@ pub const DEFAULT_CALLS_PER_MINUTE: u32 = 30;
 /// predicate; pruning keeps memory proportional to callers active within a minute.
 pub(crate) const PRUNE_AT: usize = 4096;
 
-/// The text of a tool result refused by the rate limit (the Go harness's).
-pub const RATE_LIMITED: &str = "rate limited; retry later";
+pub use brmcp_adapters::protocol::RATE_LIMITED;
 
 /// How long a call refused `payment_required` keeps its run reserved: 10 minutes, the
 /// longest a caller waits for a call (the routers' default request timeout). A bridge

@@ -33,6 +33,7 @@ mod link_parking_restart;
 mod link_reconnect;
 mod listener_lifecycle;
 mod mrtr;
+mod reask;
 mod reload;
 mod restart_storm;
 mod session_resume;

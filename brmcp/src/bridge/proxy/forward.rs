@@ -15,6 +15,7 @@ use brmcp_adapters::protocol::CALL_INTERRUPTED;
 use brmcp_adapters::{REQUEST_TIMEOUT, is_session_lost};
 
 use super::input_required::{Asks, InputAsk, MAX_ASKS_PER_CALL};
+use super::reask::{Answer, Reasks};
 use super::{ProxyServer, ask, expect_complete, forwarded_meta};
 use crate::bridge::link::{Conn, Silence, Tracked};
 
@@ -66,7 +67,7 @@ pub(super) struct BotInput {
 
 /// How the wait for one answer ended.
 enum Waited {
-    Answer(Box<Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>>),
+    Answer(Box<Answer>),
     Cancelled,
     Silent(Silence),
     Input(Box<InputAsk>),
@@ -153,10 +154,10 @@ impl ProxyServer {
         let hub = &self.link.hub;
         let inputs = asks.as_ref().map(|a| a.inputs.clone());
         let tracked = hub.track(&ctx.peer, &ctx.id, self.session().is_none(), inputs);
-        let options = PeerRequestOptions::no_options().with_meta(meta);
+        let options = PeerRequestOptions::no_options().with_meta(meta.clone());
         let handle = conn
             .peer()
-            .send_request_with_option(request, options)
+            .send_request_with_option(request.clone(), options)
             .await
             .map_err(|e| Failure::Transport(e.to_string()))?;
         let waiting = Waiting {
@@ -167,17 +168,21 @@ impl ProxyServer {
             sent: tokio::time::Instant::now(),
             tracked,
         };
-        self.wait(waiting, ctx, attempts, asks).await
+        self.wait(waiting, ctx, attempts, asks, Some((&request, &meta)))
+            .await
     }
 
     /// Waits for the bot's answer to a sent request (see
-    /// [`forward_once`](Self::forward_once)).
+    /// [`forward_once`](Self::forward_once)). A keyed call among `sent` (the request
+    /// and its `_meta`) is asked again while the bot is heard but has not answered it
+    /// (see `reask`).
     async fn wait(
         &self,
         waiting: Waiting,
         ctx: &RequestContext<RoleServer>,
         attempts: &mut Attempts,
         mut asks: Option<&mut Asks>,
+        reask: Option<(&ClientRequest, &RequestMetaObject)>,
     ) -> Result<ServerResult, Failure> {
         let hub = &self.link.hub;
         let Waiting {
@@ -199,9 +204,12 @@ impl ProxyServer {
             ask::PROGRESS_INTERVAL,
         );
         let mut ticks: u32 = 0;
+        let mut reasks = Reasks::new(reask, self.bridge.config.reask_after, sent);
         let waited = loop {
             let silent = !attempts.heard;
             let bot_progress = route.as_ref().is_some_and(|r| r.heard());
+            // Only a bot that is there is asked again: a silent one is given up on.
+            let reask_due = reasks.due().filter(|_| attempts.heard);
             tokio::select! {
                 biased;
                 () = ctx.ct.cancelled() => break Waited::Cancelled,
@@ -209,6 +217,7 @@ impl ProxyServer {
                     attempts.heard = true;
                     break Waited::Answer(Box::new(answer));
                 }
+                answer = reasks.answer() => break Waited::Answer(Box::new(answer)),
                 Some(asked) = next_ask(&mut asks) => {
                     attempts.heard = true;
                     break Waited::Input(Box::new(asked));
@@ -220,6 +229,9 @@ impl ProxyServer {
                     } else {
                         break Waited::Silent(Silence::of(&conn.watch));
                     }
+                }
+                () = tokio::time::sleep_until(reask_due.unwrap_or(sent)), if reask_due.is_some() => {
+                    reasks.send(&conn).await;
                 }
                 // Until the bot's own progress for the call takes over.
                 _ = tick.tick(), if !bot_progress && agent_token.is_some() => {
@@ -343,7 +355,10 @@ impl ProxyServer {
             let (conn, answer) = match resume.take() {
                 Some(waiting) => {
                     let conn = waiting.conn.clone();
-                    let answer = self.wait(waiting, ctx, attempts, asks.as_deref_mut()).await;
+                    let sent = Some((request, meta));
+                    let answer = self
+                        .wait(waiting, ctx, attempts, asks.as_deref_mut(), sent)
+                        .await;
                     (conn, answer)
                 }
                 None => {

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use brmcp_adapters::PeerId;
+use brmcp_adapters::protocol::{BILLING_UNAVAILABLE, DUPLICATE_IN_PROGRESS, ORIGINAL_CALL_FAILED};
 use brmcp_adapters::wire::SessionId;
 use rmcp::model::{CallToolResult, ContentBlock, RequestId};
 use rmcp::service::{RequestContext, RoleServer};
@@ -53,9 +54,10 @@ impl Shared {
                         Counters::bump(&self.counters.waited);
                         let _registered =
                             self.waiting.register(&call.origin, waiter.owner_cancel());
-                        return Ok(waiter.answer().await.unwrap_or_else(|| {
-                            refusal("the original call with this key failed; retry")
-                        }));
+                        return Ok(waiter
+                            .answer()
+                            .await
+                            .unwrap_or_else(|| refusal(ORIGINAL_CALL_FAILED)));
                     }
                     Claim::Owner(owner) => Some(owner),
                 }
@@ -406,7 +408,7 @@ fn answer_for(charge: Charge, tool: &str) -> CallToolResult {
         Charge::OutcomeNotRetained => refusal(
             "duplicate call: outcome not retained (too large, or dropped by the per-caller bound)",
         ),
-        Charge::InProgress => refusal("duplicate call: still in progress; retry later"),
+        Charge::InProgress => refusal(DUPLICATE_IN_PROGRESS),
         Charge::KeyConflict(conflict) => refusal(conflict.to_string()),
         Charge::Run(id) => {
             // Never passed here; a charge without a handler run would stay pending.
@@ -418,7 +420,7 @@ fn answer_for(charge: Charge, tool: &str) -> CallToolResult {
 
 fn store_failure(e: &HarnessError) -> CallToolResult {
     tracing::error!(error = %e, "billing store failed");
-    refusal("server error: billing unavailable; retry later")
+    refusal(BILLING_UNAVAILABLE)
 }
 
 /// A refund reason: the handler's message, cut to [`MAX_REASON_LEN`] bytes.

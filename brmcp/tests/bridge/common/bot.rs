@@ -2,7 +2,7 @@
 //! per call, call keys that run and charge once and replay their outcome.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,6 +50,14 @@ pub struct BotState {
     pub extra_tools: Mutex<Vec<Tool>>,
     /// Drop the next N answers to `tools/call` after running the call (a lost reply).
     pub lose_replies: AtomicUsize,
+    /// Keyed calls running, by (caller, key): a duplicate waits for the original's
+    /// outcome, as both serving harnesses have it (brmcp-go.md §4.6).
+    pub running: Mutex<std::collections::HashSet<(PeerId, String)>>,
+    /// What a duplicate of a running keyed call is answered at once instead, when set
+    /// (a refusal that says to ask again, go-sdk's empty success).
+    pub duplicate_answer: Mutex<Option<CallToolResult>>,
+    /// How long each `fortune` takes, in milliseconds.
+    pub fortune_ms: AtomicU64,
     /// The errors the bot's elicitations (the `elicit` tool's, the `ask` prompt's and
     /// the `test://ask` resource's) got.
     pub elicit_errors: Mutex<Vec<String>>,
@@ -236,6 +244,41 @@ impl TestBot {
         }
     }
 
+    /// A call past its key's claim: priced, debited, run, its outcome kept under its
+    /// key; with whether its answer is to be lost.
+    async fn keyed_call(
+        &self,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+        key: Option<String>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(CallToolResult, bool), ErrorData> {
+        let price = Self::price(name, args);
+        if price > 0 {
+            let mut balances = self.state.balances.lock().unwrap();
+            let balance = balances.entry(self.caller).or_default();
+            if *balance < price {
+                let body = Shortfall::new(price, *balance * 1000).payment_required_json(name);
+                return Ok((CallToolResult::error(vec![ContentBlock::text(body)]), false));
+            }
+            *balance -= price;
+        }
+        let result = self.run(name, args, context).await?;
+        if let Some(key) = key {
+            self.state
+                .outcomes
+                .lock()
+                .unwrap()
+                .insert((self.caller, key), result.clone());
+        }
+        let lose = self
+            .state
+            .lose_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        Ok((result, lose))
+    }
+
     async fn run(
         &self,
         name: &str,
@@ -259,6 +302,8 @@ impl TestBot {
             }
             "fortune" => {
                 let n = self.state.executions("fortune");
+                let ms = self.state.fortune_ms.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
                 CallToolResult::success(vec![ContentBlock::text(format!("fortune #{n}"))])
             }
             "quote" => CallToolResult::success(vec![ContentBlock::text("a quote")]),
@@ -443,44 +488,36 @@ impl ServerHandler for TestBot {
             .lock()
             .unwrap()
             .push(context.meta.0.0.clone());
-        if let Some(key) = &key
-            && let Some(outcome) = self
-                .state
-                .outcomes
-                .lock()
-                .unwrap()
-                .get(&(self.caller, key.clone()))
-        {
-            return Ok(outcome.clone().into());
-        }
-        let price = Self::price(&name, &args);
-        if price > 0 {
-            let mut balances = self.state.balances.lock().unwrap();
-            let balance = balances.entry(self.caller).or_default();
-            if *balance < price {
-                let body = Shortfall::new(price, *balance * 1000).payment_required_json(&name);
-                return Ok(CallToolResult::error(vec![ContentBlock::text(body)]).into());
+        if let Some(key) = &key {
+            let slot = (self.caller, key.clone());
+            loop {
+                if let Some(outcome) = self.state.outcomes.lock().unwrap().get(&slot) {
+                    return Ok(outcome.clone().into());
+                }
+                if self.state.running.lock().unwrap().insert(slot.clone()) {
+                    break;
+                }
+                if let Some(answer) = self.state.duplicate_answer.lock().unwrap().clone() {
+                    return Ok(answer.into());
+                }
+                // The original is running: its outcome, or the key once it is released.
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            *balance -= price;
         }
-        let result = self.run(&name, &args, &context).await?;
+        let answer = self.keyed_call(&name, &args, key.clone(), &context).await;
         if let Some(key) = key {
             self.state
-                .outcomes
+                .running
                 .lock()
                 .unwrap()
-                .insert((self.caller, key), result.clone());
+                .remove(&(self.caller, key));
         }
-        if self
-            .state
-            .lose_replies
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
+        let (answer, lose) = answer?;
+        if lose {
             // The call ran; its answer never arrives (the session is dropped under it).
             std::future::pending::<()>().await;
         }
-        Ok(result.into())
+        Ok(answer.into())
     }
 
     async fn list_resources(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use brmcp::adapters::mem::{Fabric, uid};
 use brmcp::adapters::{BoxError, PeerId, Router, RouterConfig};
-use brmcp::bridge::{Bridge, Payer, Settings};
+use brmcp::bridge::{Bridge, Config, Payer, Settings};
 use brmcp::server::{CallContext, Harness, NoArgs, Price, Tip, ToolError, ToolSpec};
 use rmcp::model::{
     CallToolResult, ContentBlock, LoggingLevel, LoggingMessageNotificationParam,
@@ -51,6 +51,8 @@ pub struct LineArgs {
 #[derive(Debug, Default)]
 pub struct Probe {
     pub fortunes: AtomicUsize,
+    /// How long each fortune takes to tell, in milliseconds.
+    pub fortune_ms: AtomicU64,
     pub cancelled: AtomicUsize,
 }
 
@@ -81,7 +83,11 @@ fn tools(probe: &Arc<Probe>) -> Vec<ToolSpec> {
             FORTUNE_PRICE,
             move |_call: CallContext, _: NoArgs| {
                 let n = fortunes.fortunes.fetch_add(1, Ordering::SeqCst) + 1;
-                async move { Ok::<_, ToolError>(format!("fortune #{n}")) }
+                let ms = fortunes.fortune_ms.load(Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, ToolError>(format!("fortune #{n}"))
+                }
             },
         ),
         ToolSpec::new(
@@ -225,14 +231,24 @@ pub struct HarnessEnv {
 
 /// The harness bot, and a bridge to it with `settings` (made from the bot's uid).
 pub async fn harness_env(settings: impl FnOnce(PeerId) -> Settings) -> HarnessEnv {
+    harness_env_with(settings, |c| c, RouterConfig::client()).await
+}
+
+/// As [`harness_env`], with the bridge's config changed by `config` and its router's
+/// config `router`.
+pub async fn harness_env_with(
+    settings: impl FnOnce(PeerId) -> Settings,
+    config: impl FnOnce(Config) -> Config,
+    router: RouterConfig,
+) -> HarnessEnv {
     let fabric = Fabric::new(23);
     let (bot_id, bridge_id) = (uid(1), uid(2));
     let bot = harness_bot(&fabric, bot_id, bridge_id);
     let payments = Arc::new(AtomicUsize::new(0));
     let dir = tempfile::tempdir().expect("tempdir");
     let bridge = Bridge::new(
-        super::base_config(dir.path()),
-        fabric.router(bridge_id, RouterConfig::client()),
+        config(super::base_config(dir.path())),
+        fabric.router(bridge_id, router),
         TipPayer {
             harness: bot.harness.clone(),
             from: bridge_id,
