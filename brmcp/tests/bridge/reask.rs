@@ -2,7 +2,8 @@
 //! key: an answer the bot lost reaches the agent long before the request timeout, paid
 //! and run once; a bot still running the call has the duplicate wait, and the call
 //! runs once; a refusal that says to ask again, or go-sdk's empty success, is not taken
-//! for the answer.
+//! for the answer; a bot that is not heard is given up on at the answer bound, never
+//! asked again.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -136,5 +137,24 @@ async fn the_serving_harness_has_a_call_asked_again_wait_for_its_original() {
         0,
         "charged once"
     );
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_bot_that_is_not_heard_is_not_asked_again() {
+    let env = quick_env().await;
+    let agent = agent(&env).await;
+    // The bot goes offline: what is sent to it is stored, and it says nothing.
+    env.fabric.set_online(&env.bot_id, false);
+    let error = tokio::time::timeout(PROMPT, agent.call_tool(call("fortune", json!({}))))
+        .await
+        .expect("given up on at the answer bound")
+        .expect_err("unanswered");
+    assert!(error.to_string().contains("did not answer"), "{error}");
+    // Back online, the bot gets what was stored for it: the call, once.
+    env.fabric.set_online(&env.bot_id, true);
+    tokio::time::sleep(BOUND).await;
+    assert_eq!(env.bot.calls_of("fortune").len(), 1, "never asked again");
+    assert_eq!(env.payer.count(), 0);
     agent.cancel().await.unwrap();
 }
