@@ -2,8 +2,8 @@
 //! key: an answer the bot lost reaches the agent long before the request timeout, paid
 //! and run once; a bot still running the call has the duplicate wait, and the call
 //! runs once; a refusal that says to ask again, or go-sdk's empty success, is not taken
-//! for the answer; a bot that is not heard is given up on at the answer bound, never
-//! asked again.
+//! for the answer; a bot that is not heard is given up on at the answer bound, and a
+//! free tool's call is sent once, never asked again.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -156,5 +156,19 @@ async fn a_bot_that_is_not_heard_is_not_asked_again() {
     tokio::time::sleep(BOUND).await;
     assert_eq!(env.bot.calls_of("fortune").len(), 1, "never asked again");
     assert_eq!(env.payer.count(), 0);
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_free_tools_call_is_never_asked_again() {
+    let env = quick_env().await;
+    let agent = agent(&env).await;
+    // `wait` is free and runs until cancelled; the bot is heard on the session all
+    // along. A server that lists no price may not keep a key's outcome: a second send
+    // could run the tool twice.
+    let waited =
+        tokio::time::timeout(BOUND + REASK * 8, agent.call_tool(call("wait", json!({})))).await;
+    assert!(waited.is_err(), "still running: {waited:?}");
+    assert_eq!(env.bot.calls_of("wait").len(), 1, "sent once");
     agent.cancel().await.unwrap();
 }

@@ -176,11 +176,15 @@ impl ProxyServer {
             let capabilities = ctx.client_capabilities().unwrap_or_default();
             Asks::new(capabilities, self.bridge.config.input_hold)
         });
+        let attempts = Attempts {
+            reask: credit::least_price(price).is_some() || journal.paid.is_some(),
+            ..Attempts::default()
+        };
         let call = CallState {
             request: ClientRequest::CallToolRequest(CallToolRequest::new(params)),
             meta,
             tool,
-            attempts: Attempts::default(),
+            attempts,
             paid: journal.paid,
             polls: 0,
             relisted: false,
@@ -420,6 +424,7 @@ impl ProxyServer {
             match settled {
                 Some((Ok(row), paid)) => {
                     call.paid = Some(paid);
+                    call.attempts.reask = true;
                     call.row = Some(row);
                     if let Some(slot) = call.slot.as_mut() {
                         slot.paid(row);

@@ -115,6 +115,11 @@ pub(super) struct Attempts {
     /// The bot answered something for the request (an answer, progress) or was heard
     /// on the session while it waited: the answer bound no longer applies.
     pub(super) heard: bool,
+    /// The request may be asked again under its key while the bot is heard but has
+    /// not answered it (see `reask`): a call of a priced tool, or one paid for, whose
+    /// bot is a serving harness that keeps a key's outcome. A plain MCP server's tool
+    /// is never sent twice: the server would run it twice.
+    pub(super) reask: bool,
 }
 impl ProxyServer {
     /// The session to the bot, while the agent waits for it.
@@ -204,6 +209,7 @@ impl ProxyServer {
             ask::PROGRESS_INTERVAL,
         );
         let mut ticks: u32 = 0;
+        let reask = reask.filter(|_| attempts.reask);
         let mut reasks = Reasks::new(reask, self.bridge.config.reask_after, sent);
         let waited = loop {
             let silent = !attempts.heard;

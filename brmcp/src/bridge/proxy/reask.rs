@@ -2,9 +2,10 @@
 //! lose its answer (its brclient's connection dropped as the answer went out, and it
 //! does not send it again) while its session stays up and carries other answers: only
 //! the request timeout (10 minutes) would end the wait, and an agent that retries
-//! sooner without a call key of its own pays again. So a keyed `tools/call` that the
-//! bot is heard on the session for but has not answered is sent again under its key,
-//! as both serving harnesses expect of a client: one still running the call has the
+//! sooner without a call key of its own pays again. So a keyed `tools/call` of a
+//! priced tool (or one paid for) that the bot is heard on the session for but has not
+//! answered is sent again under its key, as both serving harnesses expect of a client
+//! (a plain MCP server's free tool is never sent twice: it would run twice): one still running the call has the
 //! duplicate wait for it and answers both, one that finished it replays its outcome,
 //! one that never got it runs it once. An answer that is no outcome of the call
 //! ([`is_no_outcome`]: a refusal that says to ask again, go-sdk's empty success) is not
