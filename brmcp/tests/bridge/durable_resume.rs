@@ -8,6 +8,8 @@
 //! retry gets the result on the credit it bought, paid once. A call stopped while its
 //! payment waited for the user's approval was never paid: the next run does not take
 //! an earlier payment of the same agent, tool and price for it, and pays for it once.
+//! A resumed call answered something that is no outcome (a refusal that says to ask
+//! again) is asked again, and the retry gets the call's own result.
 
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use crate::common::{
 };
 use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::{Fabric, uid};
+use brmcp::adapters::protocol::DUPLICATE_IN_PROGRESS;
 use brmcp::bridge::{Bridge, Mode, Resolution, SpendStatus, TipOutcomeEvent};
 use rmcp::ServiceError;
 use serde_json::json;
@@ -336,4 +339,43 @@ async fn a_call_stopped_before_its_payment_was_made_is_paid_once_after_a_restart
     let (uncollected, uses) = second.credit_log().unwrap();
     assert!(uncollected.is_empty(), "{uncollected:?}");
     assert!(uses.is_empty(), "{uses:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_call_answered_no_outcome_is_asked_again_and_its_retry_gets_the_result() {
+    let stage = Stage::new(19, PayMode::Credit);
+    // A fortune that is still being told when the bridge stops and starts again.
+    stage
+        .bot
+        .fortune_ms
+        .store(3_000, std::sync::atomic::Ordering::SeqCst);
+    let first = stage.waiting_on_credit(autopay(stage.bot_id)).await;
+    let agent = connect(&first, stage.bot_id, ()).await;
+    let peer = agent.peer().clone();
+    let cut = tokio::spawn(async move { peer.call_tool(call("fortune", json!({}))).await });
+    assert!(
+        eventually(Duration::from_secs(10), || stage.bot.executions("fortune")
+            == 1)
+        .await,
+        "running"
+    );
+    first.close().await;
+    cut.abort();
+    // The bot answers a duplicate of the running call at once with a refusal that
+    // says to ask again, as a harness that cannot wait for the original does.
+    *stage.bot.duplicate_answer.lock().unwrap() = Some(rmcp::model::CallToolResult::error(vec![
+        rmcp::model::ContentBlock::text(DUPLICATE_IN_PROGRESS),
+    ]));
+    let second = stage.restarted().await;
+    let agent = connect(&second, stage.bot_id, ()).await;
+    let retry = tokio::time::timeout(
+        Duration::from_secs(30),
+        agent.call_tool(call("fortune", json!({}))),
+    )
+    .await
+    .expect("an answer")
+    .expect("the result");
+    assert_eq!(crate::common::text(&retry), "fortune #1", "{retry:?}");
+    assert_eq!(stage.payer.count(), 1, "paid once");
+    assert_eq!(stage.bot.executions("fortune"), 1, "run once");
 }

@@ -1,13 +1,17 @@
 //! On start: every call an earlier run left in flight is asked of its bot again under
 //! its key, once the bot's link is up. The harness answers a completed call with its
 //! result, waits a duplicate for a running one, and runs nothing again; the outcome
-//! is kept for the agent's retry. Nothing is paid: a call the journal says was paid
+//! is kept for the agent's retry. An answer that is no outcome of the call (a refusal
+//! that says to ask again, go-sdk's empty success) is not kept: the call is asked
+//! again after a pause. Nothing is paid: a call the journal says was paid
 //! that the bot still asks payment for ends with an error saying what was paid.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use brmcp_adapters::protocol::{CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired, ToolPrice};
+use brmcp_adapters::protocol::{
+    CALL_INTERRUPTED, CALL_KEY_META, PaymentRequired, ToolPrice, is_no_outcome,
+};
 use brmcp_adapters::{PeerId, REQUEST_TIMEOUT, is_session_lost};
 use rmcp::ServiceError;
 use rmcp::model::{
@@ -24,6 +28,7 @@ use crate::bridge::Inner;
 use crate::bridge::credit::Admission;
 use crate::bridge::link::BotLink;
 use crate::bridge::proxy::MAX_INTERRUPTED_RETRIES;
+use crate::bridge::proxy::reask::MAX_REASKS;
 use crate::bridge::quote::Listed;
 use crate::bridge::spend::{CallPayment, SpendEntry, SpendLog, SpendStatus};
 
@@ -191,6 +196,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
     let stop = CancellationToken::new();
     let _run = calls.task_resumed(row.id, stop.clone());
     let mut interrupted = 0;
+    let mut stand_ins = 0;
     let mut polls = 0;
     let mut slot = None;
     loop {
@@ -300,6 +306,18 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                 continue;
             }
         };
+        if is_no_outcome(&result) {
+            // Not the call's outcome (the original still runs where the bot cannot wait
+            // for it, say): asked again, a bounded number of times, then left for its
+            // agent's retry.
+            stand_ins += 1;
+            if stand_ins > MAX_REASKS {
+                tracing::info!(%bot, key = %row.key, "resumed call answered no outcome: left for its agent's retry");
+                return;
+            }
+            tokio::time::sleep(RESUME_RETRY).await;
+            continue;
+        }
         if matches!(PaymentRequired::from_result(&result), Ok(Some(_))) {
             if !may_have_paid(inner, &row) {
                 // Never paid, never run: nothing is owed, and the agent's retry is a

@@ -201,6 +201,16 @@ pub fn serve_test_bot(fabric: &Fabric, bot_id: PeerId) -> (Router, Arc<BotState>
     (bot_router, bot)
 }
 
+/// A keyed call's hold on its key while it runs: released when the run ends, or when
+/// its future is dropped (its session closed under it).
+struct Claim<'a>(&'a BotState, (PeerId, String));
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.running.lock().unwrap().remove(&self.1);
+    }
+}
+
 /// The test bot, one per session; `caller` is the Bison Relay uid of the peer.
 #[derive(Clone)]
 pub struct TestBot {
@@ -488,6 +498,7 @@ impl ServerHandler for TestBot {
             .lock()
             .unwrap()
             .push(context.meta.0.0.clone());
+        let mut claim = None;
         if let Some(key) = &key {
             let slot = (self.caller, key.clone());
             loop {
@@ -495,6 +506,7 @@ impl ServerHandler for TestBot {
                     return Ok(outcome.clone().into());
                 }
                 if self.state.running.lock().unwrap().insert(slot.clone()) {
+                    claim = Some(Claim(&self.state, slot));
                     break;
                 }
                 if let Some(answer) = self.state.duplicate_answer.lock().unwrap().clone() {
@@ -505,13 +517,7 @@ impl ServerHandler for TestBot {
             }
         }
         let answer = self.keyed_call(&name, &args, key.clone(), &context).await;
-        if let Some(key) = key {
-            self.state
-                .running
-                .lock()
-                .unwrap()
-                .remove(&(self.caller, key));
-        }
+        drop(claim);
         let (answer, lose) = answer?;
         if lose {
             // The call ran; its answer never arrives (the session is dropped under it).
