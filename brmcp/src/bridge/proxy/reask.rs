@@ -88,6 +88,7 @@ impl<'a> Reasks<'a> {
             Ok(handle) => {
                 tracing::info!(
                     reask = self.sent,
+                    key = key_of(meta),
                     "no answer yet from a bot that is heard; asked again under the call key"
                 );
                 self.answers.push(handle.rx);
@@ -103,7 +104,8 @@ impl<'a> Reasks<'a> {
             match self.answers.next().await {
                 Some(answer) => {
                     if let Some(answer) = taken(answer) {
-                        tracing::info!("answer got by asking again");
+                        let key = self.ask.map(|(_, meta)| key_of(meta));
+                        tracing::info!(key, "answer got by asking again");
                         return answer;
                     }
                 }
@@ -111,6 +113,13 @@ impl<'a> Reasks<'a> {
             }
         }
     }
+}
+
+/// The call key in `meta`, for the log.
+fn key_of(meta: &RequestMetaObject) -> &str {
+    meta.get(CALL_KEY_META)
+        .and_then(|key| key.as_str())
+        .unwrap_or_default()
 }
 
 /// A re-ask's answer, if it is the call's: an outcome (not [`is_no_outcome`]), or the
