@@ -209,8 +209,11 @@ impl ProxyServer {
             ask::PROGRESS_INTERVAL,
         );
         let mut ticks: u32 = 0;
+        // Counted from this wait, not the send: a call held for its agent's input
+        // waits again once the input went to the bot, which owed no answer before.
         let reask = reask.filter(|_| attempts.reask);
-        let mut reasks = Reasks::new(reask, self.bridge.config.reask_after, sent);
+        let now = tokio::time::Instant::now();
+        let mut reasks = Reasks::new(reask, self.bridge.config.reask_after, now);
         let waited = loop {
             let silent = !attempts.heard;
             let bot_progress = route.as_ref().is_some_and(|r| r.heard());

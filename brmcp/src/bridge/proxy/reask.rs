@@ -47,11 +47,12 @@ pub(super) struct Reasks<'a> {
 }
 
 impl<'a> Reasks<'a> {
-    /// The re-asks of `request` sent with `meta` at `sent`, the first `pause` later.
+    /// The re-asks of `request` sent with `meta`, waited for from `from`: the first
+    /// `pause` later.
     pub(super) fn new(
         ask: Option<(&'a ClientRequest, &'a RequestMetaObject)>,
         pause: Duration,
-        sent: Instant,
+        from: Instant,
     ) -> Self {
         let ask = ask.filter(|(request, meta)| {
             matches!(request, ClientRequest::CallToolRequest(_)) && meta.contains_key(CALL_KEY_META)
@@ -59,7 +60,7 @@ impl<'a> Reasks<'a> {
         Self {
             ask,
             pause,
-            next: sent + pause,
+            next: from + pause,
             sent: 0,
             answers: FuturesUnordered::new(),
         }

@@ -51,7 +51,7 @@ pub struct BotState {
     /// Drop the next N answers to `tools/call` after running the call (a lost reply).
     pub lose_replies: AtomicUsize,
     /// Keyed calls running, by (caller, key): a duplicate waits for the original's
-    /// outcome, as both serving harnesses have it (brmcp-go.md §4.6).
+    /// outcome, as both serving harnesses (ours and the Go one) have it.
     pub running: Mutex<std::collections::HashSet<(PeerId, String)>>,
     /// What a duplicate of a running keyed call is answered at once instead, when set
     /// (a refusal that says to ask again, go-sdk's empty success).
