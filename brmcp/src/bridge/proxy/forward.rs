@@ -145,8 +145,8 @@ impl ProxyServer {
     async fn forward_once(
         &self,
         conn: &Arc<Conn>,
-        request: ClientRequest,
-        meta: RequestMetaObject,
+        request: &ClientRequest,
+        meta: &RequestMetaObject,
         ctx: &RequestContext<RoleServer>,
         attempts: &mut Attempts,
         asks: Option<&mut Asks>,
@@ -173,7 +173,7 @@ impl ProxyServer {
             sent: tokio::time::Instant::now(),
             tracked,
         };
-        self.wait(waiting, ctx, attempts, asks, Some((&request, &meta)))
+        self.wait(waiting, ctx, attempts, asks, Some((request, meta)))
             .await
     }
 
@@ -373,14 +373,7 @@ impl ProxyServer {
                 None => {
                     let conn = self.conn(ctx).await?;
                     let answer = self
-                        .forward_once(
-                            &conn,
-                            request.clone(),
-                            meta.clone(),
-                            ctx,
-                            attempts,
-                            asks.as_deref_mut(),
-                        )
+                        .forward_once(&conn, request, meta, ctx, attempts, asks.as_deref_mut())
                         .await;
                     (conn, answer)
                 }
