@@ -106,9 +106,9 @@ pub use settings::{
     RESERVED_BOT_NAMES, SETTINGS_FILE, Settings, SettingsError, token_hash,
 };
 pub use spend::{
-    CallPayment, Collected, CreditUse, DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Resolution,
-    SPEND_FILE, SpendEntry, SpendError, SpendLog, SpendStatus, Spender, TipOutcomeEvent,
-    Uncollected,
+    CallPayment, Collected, CreditUse, DAY_SECS, KEEP_SECS, OverCap, OverDailyCap, Payment,
+    Resolution, SPEND_FILE, SpendEntry, SpendError, SpendLog, SpendStatus, Spender,
+    TipOutcomeEvent, Uncollected,
 };
 pub use stdio::serve_stdio;
 pub use watch::Reload;

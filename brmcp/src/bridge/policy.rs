@@ -51,7 +51,7 @@ use tokio::time::Instant;
 use super::credit::CreditBook;
 use super::quote::DynamicQuote;
 use super::settings::{Approver, Caller, Mode, Settings};
-use super::spend::{OverCap, SpendLog, SpendStatus, Spender, fits_daily_cap};
+use super::spend::{OverCap, Payment, SpendLog, SpendStatus, Spender, fits_daily_cap};
 
 /// How a payment reaches a bot: the host's payment rail (Bison Relay tips).
 pub trait Payer: Send + Sync + 'static {
@@ -304,20 +304,21 @@ impl Policy {
         Ok(())
     }
 
-    /// Decides and makes one payment of `amount` to `bot` for `tool`, for the call of
-    /// `call_key` when there is one (its spend-log row names it): the spend log row of
-    /// the payment once made.
-    #[allow(clippy::too_many_arguments)]
+    /// Decides and makes one `payment`, for the call of `call_key` when there is one
+    /// (its spend-log row names it): the spend log row of the payment once made.
     pub(crate) async fn settle(
         &self,
         settings: &Settings,
         (caller, call_key): (&Caller, Option<&str>),
-        bot: &PeerId,
-        tool: &str,
-        amount: u64,
+        payment: Payment<'_>,
         quoted: Option<DynamicQuote>,
         ask: Option<Ask<'_>>,
     ) -> Result<i64, Refusal> {
+        let Payment {
+            bot,
+            tool,
+            atoms: amount,
+        } = payment;
         let agent_cap = self.caps(settings, caller, bot, amount)?;
         let name = caller.name();
         let daily = settings.per_day_cap_atoms;
@@ -328,8 +329,7 @@ impl Policy {
             self.first_look(settings, caller, agent_cap, amount)?;
             // The agent's own answer approves only where the user lets it.
             let ask = ask.filter(|_| settings.approver_of(caller) == Approver::Agent);
-            self.approve(settings, name, bot, tool, amount, quoted, ask)
-                .await?;
+            self.approve(settings, name, payment, quoted, ask).await?;
         }
         let position = self.payer.position_dyn();
         let id = match self
@@ -341,9 +341,7 @@ impl Policy {
                     agent_cap,
                     call_key,
                 },
-                bot,
-                tool,
-                amount,
+                payment,
                 daily,
                 position,
             )
@@ -461,17 +459,15 @@ impl Policy {
 
     /// Parks the payment for the user, and asks through `ask` if given; `Ok` once
     /// approved.
-    #[allow(clippy::too_many_arguments)]
     async fn approve(
         &self,
         settings: &Settings,
         agent: &str,
-        bot: &PeerId,
-        tool: &str,
-        atoms: u64,
+        payment: Payment<'_>,
         quoted: Option<DynamicQuote>,
         ask: Option<Ask<'_>>,
     ) -> Result<(), Refusal> {
+        let Payment { bot, tool, atoms } = payment;
         let id = super::random_hex::<8>().map_err(|e| e.to_string())?;
         let info = PendingPayment {
             id: id.clone(),

@@ -254,6 +254,26 @@ pub enum OverCap {
     Agent(OverDailyCap),
 }
 
+/// A payment asked for, as [`SpendLog::reserve_as`] records it: `atoms` to `bot`, for
+/// a call of `tool`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Payment<'a> {
+    /// The bot paid.
+    pub bot: &'a PeerId,
+    /// The tool the payment is for.
+    pub tool: &'a str,
+    /// How much, in atoms.
+    pub atoms: u64,
+}
+
+impl<'a> Payment<'a> {
+    /// `atoms` to `bot` for a call of `tool`.
+    #[must_use]
+    pub const fn new(bot: &'a PeerId, tool: &'a str, atoms: u64) -> Self {
+        Self { bot, tool, atoms }
+    }
+}
+
 /// Who makes a payment, as [`SpendLog::reserve_as`] records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spender<'a> {
@@ -388,7 +408,13 @@ impl SpendLog {
         tip_pos: u64,
     ) -> Result<Result<i64, OverDailyCap>, SpendError> {
         let payer = Spender::agent(DEFAULT_AGENT, None);
-        let reserved = self.reserve_as(now, &payer, bot, tool, atoms, daily_cap, tip_pos);
+        let reserved = self.reserve_as(
+            now,
+            &payer,
+            Payment::new(bot, tool, atoms),
+            daily_cap,
+            tip_pos,
+        );
         Ok(reserved?.map_err(|(OverCap::Daily(over) | OverCap::Agent(over))| over))
     }
 
@@ -399,17 +425,15 @@ impl SpendLog {
     ///
     /// # Errors
     /// `Ok(Err(OverCap))` when it would not fit; `Err` for SQLite's errors.
-    #[allow(clippy::too_many_arguments)]
     pub fn reserve_as(
         &self,
         now: UnixTime,
         payer: &Spender<'_>,
-        bot: &PeerId,
-        tool: &str,
-        atoms: u64,
+        payment: Payment<'_>,
         daily_cap: u64,
         tip_pos: u64,
     ) -> Result<Result<i64, OverCap>, SpendError> {
+        let Payment { bot, tool, atoms } = payment;
         let mut db = self.db();
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(cap) = payer.agent_cap {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::admin::{audit, check};
 use super::client;
 use super::money;
+use super::pipeline::Budget;
 use super::service::Core;
 use super::snapshot::{SignedSnapshot, verify};
 use super::store::{DirError, Table, refuse};
@@ -261,7 +262,7 @@ impl Core {
         let budget = self.policy.snapshot_price_atoms * PEER_SNAPSHOT_BUDGET_FACTOR;
         let key = money::new_key()?;
         let answer = self
-            .paid_call(peer_id, "get_snapshot", None, &key, budget, None, None)
+            .paid_call(peer_id, "get_snapshot", None, &key, Budget::own(budget))
             .await
             .map_err(|e| DirError::Refused(format!("snapshot purchase: {e}")))?;
         let text = result_text(&answer.result);
@@ -348,7 +349,7 @@ impl Core {
             unreachable!("an object")
         };
         let answer = self
-            .paid_call(uid, "listing_invite", Some(&args), call_key, 0, None, None)
+            .paid_call(uid, "listing_invite", Some(&args), call_key, Budget::own(0))
             .await
             .map_err(Undelivered)?;
         if answer.result.is_error == Some(true) {

@@ -40,6 +40,30 @@ const CLOSING: &str = "directory shutting down";
 /// ambiguous (counted as spent, never refunded).
 pub(crate) const PAY_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// What one paid call of the directory's may pay, and from where.
+#[derive(Clone, Copy)]
+pub(crate) struct Budget<'a> {
+    /// The most it pays, in atoms.
+    pub(crate) max_atoms: i64,
+    /// The registration's fund key, whose escrow is debited from the provider's
+    /// balance first; without it the directory's own wallet pays.
+    pub(crate) escrow: Option<&'a str>,
+    /// The provider's crawled catalog: the price must then be within the bound the
+    /// tool is listed with.
+    pub(crate) catalog: Option<&'a serde_json::Value>,
+}
+
+impl Budget<'_> {
+    /// At most `max_atoms`, from the directory's own wallet, with no listed bound.
+    pub(crate) const fn own(max_atoms: i64) -> Self {
+        Self {
+            max_atoms,
+            escrow: None,
+            catalog: None,
+        }
+    }
+}
+
 impl Core {
     /// The funding check: with the fee and the test budget covered, debit the fee and
     /// start the pipeline.
@@ -170,15 +194,18 @@ impl Core {
                 }
                 State::Testing => {
                     let remaining = (reg.budget_atoms - reg.paid_atoms).max(0);
+                    let budget = Budget {
+                        max_atoms: remaining,
+                        escrow: Some(&fund_key),
+                        catalog: reg.catalog.as_ref(),
+                    };
                     let tested = self
                         .paid_call(
                             uid,
                             &reg.test.tool,
                             reg.test.args.as_ref(),
                             &reg.call_key,
-                            remaining,
-                            Some(&fund_key),
-                            reg.catalog.as_ref(),
+                            budget,
                         )
                         .await;
                     let (outcome, err, latency) = match &tested {
@@ -224,21 +251,20 @@ impl Core {
     }
 
     /// One logical paid call: every attempt carries `call_key`; at most one payment,
-    /// of the quoted shortfall, if it is within `max_atoms` (and, with the provider's
-    /// crawled `catalog`, its price within the bound the tool is listed with); with
-    /// `escrow` (the registration's fund key) debited from the provider's balance
-    /// first, else paid from the directory's own wallet.
-    #[allow(clippy::too_many_arguments)]
+    /// of the quoted shortfall, within the `budget`.
     pub(crate) async fn paid_call(
         &self,
         uid: PeerId,
         tool: &str,
         args: Option<&JsonObject>,
         call_key: &str,
-        max_atoms: i64,
-        escrow: Option<&str>,
-        catalog: Option<&serde_json::Value>,
+        budget: Budget<'_>,
     ) -> Result<Answer, String> {
+        let Budget {
+            max_atoms,
+            escrow,
+            catalog,
+        } = budget;
         let bounds = match catalog {
             Some(catalog) => client::listed_bounds(catalog, tool)?,
             None => PriceBounds::NONE,

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use brmcp::adapters::PeerId;
 use brmcp::adapters::wire::UnixTime;
-use brmcp::bridge::{SpendLog, Spender};
+use brmcp::bridge::{Payment, SpendLog, Spender};
 use brmcp::server::{CallId, CallRequest, Charge, Ledger};
 use serde_json::Value;
 
@@ -285,9 +285,7 @@ fn spend_prints_a_table_and_json() {
             .reserve_as(
                 now,
                 &Spender::agent("ci", Some(50)),
-                &bot,
-                "fortune",
-                10,
+                Payment::new(&bot, "fortune", 10),
                 100,
                 0,
             )

@@ -29,7 +29,7 @@ const HISTORY_DAYS: i64 = 9;
 /// A spend log with a payment to `bot` on each of the last [`HISTORY_DAYS`] days, by
 /// the default agent and by `research`, all paid.
 fn seed_history(bridge_dir: &std::path::Path, bot: &str) {
-    use brmcp::bridge::{DAY_SECS, SpendLog, Spender};
+    use brmcp::bridge::{DAY_SECS, Payment, SpendLog, Spender};
     use brmcp_adapters::wire::UnixTime;
     brmcp::secure_fs::create_dir(bridge_dir).expect("bridge dir");
     let now = std::time::SystemTime::now()
@@ -49,9 +49,7 @@ fn seed_history(bridge_dir: &std::path::Path, bot: &str) {
                 .reserve_as(
                     at,
                     &Spender::agent(agent, None),
-                    &bot,
-                    "fortune",
-                    atoms,
+                    Payment::new(&bot, "fortune", atoms),
                     u64::MAX,
                     0,
                 )

@@ -350,7 +350,7 @@ fn each_paid_call_records_the_spend_row_its_own_payment_wrote() {
 
     use super::{Calls, Journaled};
     use crate::bridge::quote::Paid;
-    use crate::bridge::spend::{SpendLog, Spender};
+    use crate::bridge::spend::{Payment, SpendLog, Spender};
 
     let dir = tempfile::tempdir().unwrap();
     let calls = Calls::open(dir.path(), Arc::new(SystemClock)).unwrap();
@@ -368,9 +368,7 @@ fn each_paid_call_records_the_spend_row_its_own_payment_wrote() {
             .reserve_as(
                 UnixTime(T0),
                 &Spender::agent("ci", None),
-                &bot,
-                "slow",
-                2_000,
+                Payment::new(&bot, "slow", 2_000),
                 100_000,
                 pos,
             )
@@ -409,7 +407,7 @@ fn a_payment_the_journal_was_about_to_make_and_never_reserved_is_recorded_unpaid
 
     use super::{Calls, Journaled, unpaid_unreserved};
     use crate::bridge::quote::Paid;
-    use crate::bridge::spend::{SpendLog, Spender};
+    use crate::bridge::spend::{Payment, SpendLog, Spender};
 
     let dir = tempfile::tempdir().unwrap();
     let calls = Calls::open(dir.path(), Arc::new(SystemClock)).unwrap();
@@ -422,7 +420,13 @@ fn a_payment_the_journal_was_about_to_make_and_never_reserved_is_recorded_unpaid
     let reserve = |key: &str| {
         let spender = Spender::agent("ci", None).for_call(key);
         spend
-            .reserve_as(UnixTime(T0), &spender, &bot, "slow", 100, 100_000, 0)
+            .reserve_as(
+                UnixTime(T0),
+                &spender,
+                Payment::new(&bot, "slow", 100),
+                100_000,
+                0,
+            )
             .unwrap()
             .unwrap()
     };

@@ -226,7 +226,13 @@ fn a_payment_pending_past_the_tip_wait_holds_no_one_back_until_confirmed() {
     let bot = brmcp_adapters::mem::uid(1);
     let payer = crate::bridge::spend::Spender::agent(DEFAULT_AGENT, None);
     let id = spend
-        .reserve_as(t0, &payer, &bot, "t", 100, 100_000, 0)
+        .reserve_as(
+            t0,
+            &payer,
+            crate::bridge::spend::Payment::new(&bot, "t", 100),
+            100_000,
+            0,
+        )
         .unwrap()
         .unwrap();
     spend.unconfirm(id).unwrap();

@@ -32,6 +32,7 @@ use crate::bridge::credit::{self, MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
 use crate::bridge::quote::{Decision, DynamicQuote, Listed, Paid, decide};
 use crate::bridge::settings::{Mode, Settings};
+use crate::bridge::spend::Payment;
 use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, ToolPrice};
 
 /// The state of one agent `tools/call` across its sends, reissues and (for an agent
@@ -506,7 +507,7 @@ impl ProxyServer {
         Ok(tokio::select! {
             biased;
             () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
-            s = self.bridge.policy.settle(settings, (&payer, Some(&call.journal.key)), bot, tool, atoms, quoted, asked) => s,
+            s = self.bridge.policy.settle(settings, (&payer, Some(&call.journal.key)), Payment::new(bot, tool, atoms), quoted, asked) => s,
             never = ask::progress_while_paying(ctx, &label, atoms) => match never {},
         })
     }
@@ -564,9 +565,7 @@ impl ProxyServer {
                 .settle(
                     &owned,
                     (&payer, Some(&key)),
-                    &bot,
-                    &tool,
-                    paid.atoms,
+                    Payment::new(&bot, &tool, paid.atoms),
                     quoted,
                     Some(question),
                 )

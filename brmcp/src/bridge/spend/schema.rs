@@ -100,7 +100,9 @@ pub(super) fn open(path: &Path) -> Result<Connection, SpendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bridge::spend::{Resolution, SPEND_FILE, SpendLog, Spender, TipOutcomeEvent};
+    use crate::bridge::spend::{
+        Payment, Resolution, SPEND_FILE, SpendLog, Spender, TipOutcomeEvent,
+    };
     use brmcp_adapters::PeerId;
     use brmcp_adapters::wire::UnixTime;
 
@@ -174,9 +176,7 @@ mod tests {
             .reserve_as(
                 UnixTime(200),
                 &Spender::agent("ci", None),
-                &bot,
-                "t",
-                5,
+                Payment::new(&bot, "t", 5),
                 100,
                 0,
             )

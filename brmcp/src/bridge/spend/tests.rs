@@ -8,7 +8,7 @@ fn bot(n: u8) -> PeerId {
 
 /// A payment of 100 atoms to bot 1 for tool `t`, reserved at `now` within a wide cap.
 fn reserved(log: &SpendLog, spender: &Spender<'_>, now: UnixTime) -> i64 {
-    log.reserve_as(now, spender, &bot(1), "t", 100, 100_000, 0)
+    log.reserve_as(now, spender, Payment::new(&bot(1), "t", 100), 100_000, 0)
         .unwrap()
         .unwrap()
 }
@@ -22,9 +22,7 @@ fn an_agent_is_held_to_its_own_cap_and_to_the_global_one() {
         log.reserve_as(
             t0,
             &Spender::agent(agent, cap),
-            &bot(1),
-            "t",
-            atoms,
+            Payment::new(&bot(1), "t", atoms),
             1000,
             0,
         )
@@ -285,9 +283,7 @@ fn a_call_collects_its_own_payment_first_then_its_agents_then_records_the_rest()
             .reserve_as(
                 t0,
                 &Spender::agent(agent, Some(10_000)),
-                &bot(1),
-                "t",
-                atoms,
+                Payment::new(&bot(1), "t", atoms),
                 100_000,
                 0,
             )
@@ -356,7 +352,13 @@ fn credit_survives_a_restart_and_a_late_outcome_settles_it() {
     let t0 = UnixTime(1_000_000);
     let log = SpendLog::open(dir.path(), t0).unwrap();
     let id = log
-        .reserve_as(t0, &Spender::agent("a", None), &bot(2), "t", 40, 1000, 5)
+        .reserve_as(
+            t0,
+            &Spender::agent("a", None),
+            Payment::new(&bot(2), "t", 40),
+            1000,
+            5,
+        )
         .unwrap()
         .unwrap();
     log.unconfirm(id).unwrap();
