@@ -74,9 +74,10 @@ class Checks:
         runs_path = soak.upstream_state / "runs.jsonl"
         if runs_path.exists():
             runs = [json.loads(l) for l in runs_path.read_text().splitlines() if l.strip()]
+        journal = read_db(soak.bridge_dir / "mcpcalls.sqlite", scratch)
         s = Summary()
         self.check_money(spend, ledger, s)
-        completed = self.check_outcomes(ledger, records, runs, s)
+        completed = self.check_outcomes(ledger, journal, records, runs, s)
         self.check_credit(spend, completed, s)
         self.check_agents(records, s)
         self.check_faults(records, s)
@@ -140,8 +141,15 @@ class Checks:
         if charged_pending_n:
             self.fail("money", f"{charged_pending_n} charged call(s) still pending at the bot")
 
-    def check_outcomes(self, ledger, records, runs, s):
-        """Checks 2 and 3; returns the completed charges as (tag, tool, price)."""
+    def check_outcomes(self, ledger, journal, records, runs, s):
+        """Checks 2 and 3; returns the completed charges as (tag, tool, price).
+
+        The bot keeps a caller's newest 1,024 outcomes (every agent of the bridge is one
+        caller), so a long run's older charges have none: the bridge's call journal
+        keeps what the bot answered under the same key, which traces them instead."""
+        answered = {r["call_key"]: r["outcome"] for r in journal.execute(
+            "SELECT call_key, outcome FROM calls WHERE bot = ? AND outcome IS NOT NULL",
+            (self.alice,))}
         delivered = {}  # tag -> set of run ids the agent got as a result
         seen = {}  # tag -> short history of its attempts
         for r in records:
@@ -159,11 +167,14 @@ class Checks:
         for row in ledger.execute("SELECT id, tool, price_atoms, call_key, outcome, finished_at "
                                   "FROM calls WHERE caller = ? AND state = 'completed' AND "
                                   "price_atoms > 0 ORDER BY id", (self.bob,)):
-            m = ANSWER.search(row["outcome"] or "")
+            outcome = row["outcome"]
+            if outcome is None:
+                outcome = answered.get(row["call_key"])
+            m = ANSWER.search(outcome or "")
             if m is None:
                 self.fail("outcomes", f"ledger call {row['id']} ({row['tool']}, "
                           f"{row['price_atoms']} atoms): no traceable outcome stored "
-                          f"({(row['outcome'] or 'none')[:120]})")
+                          f"({(outcome or 'none')[:120]})")
                 continue
             tool, tag, run_id = m.groups()
             completed.append((tag, tool, row["price_atoms"]))
