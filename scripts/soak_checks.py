@@ -144,12 +144,20 @@ class Checks:
     def check_outcomes(self, ledger, journal, records, runs, s):
         """Checks 2 and 3; returns the completed charges as (tag, tool, price).
 
-        The bot keeps a caller's newest 1,024 outcomes (every agent of the bridge is one
-        caller), so a long run's older charges have none: the bridge's call journal
-        keeps what the bot answered under the same key, which traces them instead."""
-        answered = {r["call_key"]: r["outcome"] for r in journal.execute(
-            "SELECT call_key, outcome FROM calls WHERE bot = ? AND outcome IS NOT NULL",
-            (self.alice,))}
+        The bot keeps a caller's newest outcomes only (`MAX_OUTCOMES_PER_CALLER`, 1,024,
+        and 16 MiB; every agent of the bridge is one caller) and drops the oldest
+        first, so a long run's older charges have none. Those alone, the ones older
+        than the oldest outcome still kept, are traced through the bridge's call
+        journal, which keeps the result the bot answered under the same key (for 30
+        minutes, up to 1,000 rows an agent): a charge newer than that with no outcome
+        is a loss."""
+        answered = {}
+        if "calls" in tables(journal):
+            answered = {r["call_key"]: r["outcome"] for r in journal.execute(
+                "SELECT call_key, outcome FROM calls WHERE bot = ? AND outcome_kind = 'result'",
+                (self.alice,))}
+        oldest_kept = ledger.execute("SELECT min(id) FROM calls WHERE caller = ? AND outcome "
+                                     "IS NOT NULL", (self.bob,)).fetchone()[0]
         delivered = {}  # tag -> set of run ids the agent got as a result
         seen = {}  # tag -> short history of its attempts
         for r in records:
@@ -164,11 +172,12 @@ class Checks:
                         delivered.setdefault(m.group(2), set()).add(m.group(3))
         completed = []
         charged = {}  # tag -> [(ledger id, run, finished_at)]
-        for row in ledger.execute("SELECT id, tool, price_atoms, call_key, outcome, finished_at "
-                                  "FROM calls WHERE caller = ? AND state = 'completed' AND "
-                                  "price_atoms > 0 ORDER BY id", (self.bob,)):
+        for row in ledger.execute("SELECT id, tool, price_atoms, call_key, key_held, outcome, "
+                                  "finished_at FROM calls WHERE caller = ? AND state = "
+                                  "'completed' AND price_atoms > 0 ORDER BY id", (self.bob,)):
             outcome = row["outcome"]
-            if outcome is None:
+            dropped = row["key_held"] == 1 and (oldest_kept is None or row["id"] < oldest_kept)
+            if outcome is None and dropped:
                 outcome = answered.get(row["call_key"])
             m = ANSWER.search(outcome or "")
             if m is None:

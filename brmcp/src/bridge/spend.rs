@@ -267,7 +267,7 @@ pub struct Payment<'a> {
 }
 
 impl<'a> Payment<'a> {
-    /// `atoms` to `bot` for a call of `tool`.
+    /// Its fields.
     #[must_use]
     pub const fn new(bot: &'a PeerId, tool: &'a str, atoms: u64) -> Self {
         Self { bot, tool, atoms }

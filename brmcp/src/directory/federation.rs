@@ -259,10 +259,10 @@ impl Core {
         let Ok(peer_id) = peer_uid.parse::<PeerId>() else {
             return refuse("not a curated peer; add_peer first");
         };
-        let budget = self.policy.snapshot_price_atoms * PEER_SNAPSHOT_BUDGET_FACTOR;
+        let max_atoms = self.policy.snapshot_price_atoms * PEER_SNAPSHOT_BUDGET_FACTOR;
         let key = money::new_key()?;
         let answer = self
-            .paid_call(peer_id, "get_snapshot", None, &key, Budget::own(budget))
+            .paid_call(peer_id, "get_snapshot", None, &key, Budget::own(max_atoms))
             .await
             .map_err(|e| DirError::Refused(format!("snapshot purchase: {e}")))?;
         let text = result_text(&answer.result);

@@ -467,8 +467,6 @@ impl ProxyServer {
         }
     }
 
-    /// Decides and makes the payment of `atoms` for `tool` while the agent waits,
-    /// asking it by elicitation where its client can be asked.
     /// For a dynamically priced tool, its quote and the bound it was checked within,
     /// for the user's approval.
     fn dynamic_quote(&self, tool: &str, price_atoms: u64) -> Option<DynamicQuote> {
@@ -482,6 +480,8 @@ impl ProxyServer {
         })
     }
 
+    /// Decides and makes the payment of `atoms` for the call's tool while the agent
+    /// waits, asking it by elicitation where its client can be asked.
     async fn settle(
         &self,
         settings: &Settings,
