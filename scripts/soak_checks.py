@@ -176,7 +176,7 @@ class Checks:
                                   "finished_at FROM calls WHERE caller = ? AND state = "
                                   "'completed' AND price_atoms > 0 ORDER BY id", (self.bob,)):
             outcome = row["outcome"]
-            dropped = row["key_held"] == 1 and (oldest_kept is None or row["id"] < oldest_kept)
+            dropped = row["key_held"] == 1 and oldest_kept is not None and row["id"] < oldest_kept
             if outcome is None and dropped:
                 outcome = answered.get(row["call_key"])
             m = ANSWER.search(outcome or "")
