@@ -63,7 +63,11 @@
 //!    never have reached the bot (lost as the host went down), and a call that
 //!    collected from it was charged from its agent's confirmed credit instead (rule 4),
 //!    so it would hold other agents back for credit the bot does not hold. If its
-//!    outcome confirms it later, it holds them back as any credit.
+//!    outcome confirms it later, it holds them back as any credit. A payment left
+//!    pending because the outcome its payer saw settled an older one of the same
+//!    amount (the spend log's rule) stands for that older payment's uncertainty, and
+//!    its tip wait counts from that payment: a lost tip holds agents back for one tip
+//!    wait, not for one more at each later payment its place passes to.
 //!    Credit the bridge never paid (a tip sent by hand) is the user's own doing; a
 //!    call answered from it is recorded the same way.
 //! 4. **Who collects what.** A priced call answered (not an error, which the bot
@@ -373,8 +377,9 @@ pub(crate) const fn least_price(price: Option<ToolPrice>) -> Option<u64> {
 /// `now`, less the payments in `live` (their calls are under way) and those still
 /// being made by an agent in `busy` (its paying call holds a slot). An agent removed
 /// from `settings` can collect nothing: its credit holds no one back. Nor does a
-/// payment still pending past `settings`' tip wait: the bridge stopped waiting for its
-/// tip, which may never have reached the bot (rule 3).
+/// payment still pending past `settings`' tip wait, counted from when its outcome
+/// became unknown (`Uncollected::since`): the bridge stopped waiting for its tip, which
+/// may never have reached the bot (rule 3).
 fn credit_at(
     spend: &SpendLog,
     settings: &Settings,
@@ -389,7 +394,7 @@ fn credit_at(
         let expired = row.ts <= now.saturating_sub(hold);
         let removed = row.agent != DEFAULT_AGENT && settings.agent(&row.agent).is_none();
         let paying = row.pending && busy.contains(&row.agent);
-        let lost_sight = row.pending && row.ts <= now.saturating_sub(tip_wait);
+        let lost_sight = row.pending && row.since <= now.saturating_sub(tip_wait);
         if expired || removed || paying || lost_sight || live.contains(&row.id) {
             continue;
         }

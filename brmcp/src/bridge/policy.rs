@@ -380,12 +380,21 @@ impl Policy {
             // The outcome stream recorded this outcome first: with this row (settled
             // already, as here), or with an older payment of the same bot and amount,
             // leaving this one pending for the next outcome (`SpendLog` module docs).
-            (Ok(false), _) => match self.spend.unconfirm(id) {
+            (Ok(false), outcome) => match self.spend.unconfirm(id) {
                 Ok(true) => {
                     tracing::info!(
                         id,
                         "tip outcome settled an older payment; this one stays pending"
                     );
+                    // Its uncertainty is that older payment's, and dates from it.
+                    let seen = match outcome {
+                        Ok(seen) | Err((_, seen, _)) => *seen,
+                    };
+                    if let Some(seen) = seen
+                        && let Err(e) = self.spend.stays_pending_for(id, seen)
+                    {
+                        tracing::warn!(error = %e, id, "spend log not updated");
+                    }
                 }
                 Ok(false) => tracing::debug!(id, "payment already settled from the outcome stream"),
                 Err(e) => tracing::warn!(error = %e, id, "spend log not updated"),

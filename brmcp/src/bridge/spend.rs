@@ -189,6 +189,10 @@ pub struct Uncollected {
     pub atoms: u64,
     /// Whether its tip is still unconfirmed (pending).
     pub pending: bool,
+    /// For a pending payment, since when its outcome is unknown, unix seconds: its
+    /// reservation, or an older payment's whose uncertainty it took over
+    /// ([`SpendLog::stays_pending_for`]).
+    pub since: i64,
 }
 
 /// A call answered from credit that was not its agent's (see the module docs).
@@ -532,6 +536,28 @@ impl SpendLog {
         let n = self.db().execute(
             "UPDATE spend SET unconfirmed = 1 WHERE id = ?1 AND status = 'pending'",
             params![id],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Row `id` stays pending because the outcome its payer saw, `outcome`, settled an
+    /// older pending payment of the same bot and amount (module docs): the payment
+    /// whose outcome is still unknown is, in truth, that older one (or one older still,
+    /// whose place it took in turn), so the uncertainty row `id` now stands for dates
+    /// from that older payment. Without this, a tip lost as the host went down would
+    /// pass its uncertainty to each later payment of its bot and amount, each one
+    /// renewing how long it holds other agents back (`bridge::credit`, rule 3).
+    /// `false` if `id` is not pending or no row holds `outcome`.
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn stays_pending_for(&self, id: i64, outcome: u64) -> Result<bool, SpendError> {
+        let n = self.db().execute(
+            "UPDATE spend SET pending_since = (SELECT coalesce(o.pending_since, o.ts) \
+             FROM spend AS o WHERE o.outcome = ?2) \
+             WHERE id = ?1 AND status = 'pending' AND (SELECT coalesce(o.pending_since, o.ts) \
+             FROM spend AS o WHERE o.outcome = ?2) < coalesce(pending_since, ts)",
+            params![id, i64_of(outcome)],
         )?;
         Ok(n == 1)
     }

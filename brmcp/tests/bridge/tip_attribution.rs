@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use brmcp::adapters::mem::{Fabric, uid};
-use brmcp::adapters::{BoxError, PeerId, RouterConfig};
+use brmcp::adapters::{BoxError, ManualClock, PeerId, RouterConfig};
 use brmcp::bridge::{Bridge, Payer, PaymentUnconfirmed, Resolution, SpendStatus, TipOutcomeEvent};
 use serde_json::json;
 
@@ -210,8 +210,9 @@ async fn an_outcome_recorded_in_flight_settles_its_payment_once_and_the_payer_ag
     let fabric = Fabric::new(3);
     let (bot, me) = (uid(1), uid(2));
     let (bot_router, _) = serve_test_bot(&fabric, bot);
+    let clock = ManualClock::at_unix(1_800_000_000);
     let bridge = Bridge::new(
-        base_config(dir.path()),
+        base_config(dir.path()).with_clock(clock.clone()),
         fabric.router(me, RouterConfig::client()),
         payer.clone(),
     )
@@ -253,6 +254,7 @@ async fn an_outcome_recorded_in_flight_settles_its_payment_once_and_the_payer_ag
     // pending (unconfirmed) until the next outcome, never counted twice.
     payer.position.store(20, Ordering::SeqCst);
     pay_once(&net).await;
+    clock.advance(std::time::Duration::from_secs(100));
     payer.position.store(30, Ordering::SeqCst);
     payer.outcomes.lock().unwrap().push_back(31);
     pay_once(&net).await;
@@ -266,6 +268,12 @@ async fn an_outcome_recorded_in_flight_settles_its_payment_once_and_the_payer_ag
     assert_eq!(entries[2].status, SpendStatus::Pending);
     assert!(entries[2].unconfirmed, "nobody waits for it any more");
     assert_eq!(counted, FORTUNE_PRICE);
+    // The outcome still unknown is the older payment's, in truth: its uncertainty,
+    // and how long it holds other agents back, date from the older one.
+    assert_eq!(entries[2].ts, entries[1].ts + 100);
+    let (uncollected, _) = net.bridge.credit_log().unwrap();
+    let pending = uncollected.iter().find(|u| u.id == newer).unwrap();
+    assert_eq!(pending.since, entries[1].ts);
     assert_eq!(
         net.bridge
             .resolve_spend(&outcome(32, net.bot, true))

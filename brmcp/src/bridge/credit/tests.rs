@@ -252,3 +252,53 @@ fn a_payment_pending_past_the_tip_wait_holds_no_one_back_until_confirmed() {
     assert!(spend.settle(id, Ok(())).unwrap());
     assert_eq!(credit(t0.0 + wait), vec![(DEFAULT_AGENT.to_owned(), 100)]);
 }
+
+#[test]
+fn a_lost_tips_uncertainty_holds_agents_back_for_one_tip_wait_whatever_takes_it_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = brmcp_adapters::wire::UnixTime(1_000_000);
+    let spend = SpendLog::open(dir.path(), t0).unwrap();
+    let settings = Settings::default();
+    let bot = brmcp_adapters::mem::uid(1);
+    let payer = crate::bridge::spend::Spender::agent(DEFAULT_AGENT, None);
+    let pay = |at: i64| {
+        let id = spend
+            .reserve_as(
+                brmcp_adapters::wire::UnixTime(at),
+                &payer,
+                crate::bridge::spend::Payment::new(&bot, "t", 100),
+                100_000,
+                0,
+            )
+            .unwrap()
+            .unwrap();
+        spend.unconfirm(id).unwrap();
+        id
+    };
+    // A tip lost at t0; a later payment's outcome settles it, and the later one
+    // stays pending in its place.
+    let lost = pay(t0.0);
+    let later = pay(t0.0 + 60);
+    let event = crate::bridge::spend::TipOutcomeEvent {
+        id: 5,
+        bot,
+        atoms: 100,
+        outcome: Ok(()),
+    };
+    spend.resolve_outcome(&event).unwrap();
+    spend
+        .collect(t0, &bot, DEFAULT_AGENT, "t", Some(lost), 100)
+        .unwrap();
+    assert!(spend.stays_pending_for(later, 5).unwrap());
+    let none = (&HashSet::new(), &[][..]);
+    let wait = i64::try_from(settings.tip_wait_secs).unwrap();
+    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap();
+    assert_eq!(
+        credit(t0.0 + wait - 1),
+        vec![(DEFAULT_AGENT.to_owned(), 100)]
+    );
+    assert!(
+        credit(t0.0 + wait).is_empty(),
+        "one tip wait from the lost tip, not from the payment that took its place"
+    );
+}

@@ -17,7 +17,8 @@ impl SpendLog {
     pub fn uncollected(&self, bot: Option<&PeerId>) -> Result<Vec<Uncollected>, SpendError> {
         let db = self.db();
         let mut stmt = db.prepare(
-            "SELECT id, ts, bot, agent, tool, left_atoms, status FROM spend \
+            "SELECT id, ts, bot, agent, tool, left_atoms, status, coalesce(pending_since, ts) \
+             FROM spend \
              WHERE left_atoms > 0 AND status != 'failed' AND (?1 IS NULL OR bot = ?1) \
              ORDER BY id",
         )?;
@@ -30,6 +31,7 @@ impl SpendLog {
                 tool: r.get(4)?,
                 atoms: u64_of(r.get(5)?),
                 pending: r.get::<_, String>(6)? == "pending",
+                since: r.get(7)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

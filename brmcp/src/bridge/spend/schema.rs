@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS spend (
     outcome INTEGER,
     agent  TEXT    NOT NULL DEFAULT 'default',
     left_atoms INTEGER NOT NULL DEFAULT 0,
-    call_key TEXT
+    call_key TEXT,
+    pending_since INTEGER
 );
 CREATE INDEX IF NOT EXISTS spend_ts ON spend (ts);
 CREATE TABLE IF NOT EXISTS credit_use (
@@ -47,21 +48,24 @@ CREATE TABLE IF NOT EXISTS tip_floor (
 /// Columns added after version 1, with their declarations: an older log gains them
 /// when opened. `agent` (version 4): the rows before it were the default agent's.
 /// `left_atoms` (version 5): the rows before it count as collected by their calls.
-/// `call_key` (version 6): the rows before it name no call.
-const ADDED_COLUMNS: [(&str, &str); 6] = [
+/// `call_key` (version 6): the rows before it name no call. `pending_since` (version
+/// 7): a row without it is uncertain since its own reservation.
+const ADDED_COLUMNS: [(&str, &str); 7] = [
     ("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),
     ("tip_pos", "INTEGER NOT NULL DEFAULT 0"),
     ("outcome", "INTEGER"),
     ("agent", "TEXT NOT NULL DEFAULT 'default'"),
     ("left_atoms", "INTEGER NOT NULL DEFAULT 0"),
     ("call_key", "TEXT"),
+    ("pending_since", "INTEGER"),
 ];
 
 /// The schema version written to `PRAGMA user_version`.
 /// Version 5 added `left_atoms` and the `credit_use` table (the credit module's
 /// records of calls answered from credit at a bot); version 6 `call_key`, the call
-/// journal's key of the call a payment was for.
-const USER_VERSION: i32 = 6;
+/// journal's key of the call a payment was for; version 7 `pending_since`, when the
+/// uncertainty a pending payment stands for began (see `SpendLog::stays_pending_for`).
+const USER_VERSION: i32 = 7;
 
 /// How long an open waits for another connection's lock.
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -528,3 +528,53 @@ fn a_call_whose_own_payment_is_pending_collects_its_agents_confirmed_credit_firs
         (100, 0)
     );
 }
+
+#[test]
+fn a_payment_left_pending_for_an_older_ones_outcome_is_uncertain_since_the_older_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UnixTime(1_000_000);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let spender = Spender::agent("a", None);
+    // A tip lost as the host went down, then one whose outcome (7) the stream gives
+    // the lost one, then another whose outcome (9) the stream gives the second.
+    let lost = reserved(&log, &spender, t0);
+    log.unconfirm(lost).unwrap();
+    let second = reserved(&log, &spender, UnixTime(t0.0 + 100));
+    assert_eq!(
+        log.resolve_outcome(&outcome(7, bot(1), 100, Ok(())))
+            .unwrap(),
+        Resolution::Settled(lost)
+    );
+    log.unconfirm(second).unwrap();
+    assert!(log.stays_pending_for(second, 7).unwrap());
+    let third = reserved(&log, &spender, UnixTime(t0.0 + 200));
+    assert_eq!(
+        log.resolve_outcome(&outcome(9, bot(1), 100, Ok(())))
+            .unwrap(),
+        Resolution::Settled(second)
+    );
+    log.unconfirm(third).unwrap();
+    assert!(log.stays_pending_for(third, 9).unwrap());
+    let since = |id: i64| {
+        log.uncollected(None)
+            .unwrap()
+            .into_iter()
+            .find(|u| u.id == id)
+            .map(|u| (u.ts, u.since))
+    };
+    assert_eq!(
+        since(third),
+        Some((t0.0 + 200, t0.0)),
+        "the lost tip's uncertainty, passed on twice, keeps its date"
+    );
+    // Never made younger, and only a pending row or a recorded outcome counts.
+    assert!(!log.stays_pending_for(third, 7).unwrap());
+    assert!(!log.stays_pending_for(third, 99).unwrap());
+    assert!(!log.stays_pending_for(lost, 9).unwrap());
+    assert_eq!(since(lost), Some((t0.0, t0.0)));
+    // Reopened: the date is kept.
+    drop(log);
+    let log = SpendLog::open(dir.path(), t0).unwrap();
+    let row = log.uncollected(None).unwrap();
+    assert_eq!(row.last().map(|u| (u.id, u.since)), Some((third, t0.0)));
+}
