@@ -266,6 +266,9 @@ pub(crate) enum Blocker {
         agent: String,
         /// Its uncollected atoms there.
         atoms: u64,
+        /// All of it paid by tips whose outcome is not known yet, which the bot may
+        /// not hold at all.
+        pending: bool,
     },
 }
 
@@ -275,10 +278,24 @@ impl std::fmt::Display for Blocker {
             Self::Calls { agent } => {
                 write!(f, "agent {agent:?} has paid calls under way at this bot")
             }
-            Self::Credit { agent, atoms } => write!(
+            Self::Credit {
+                agent,
+                atoms,
+                pending: false,
+            } => write!(
                 f,
                 "the bot holds {atoms} atoms agent {agent:?} paid and has not collected yet \
                  (its next call to this bot collects them)"
+            ),
+            Self::Credit {
+                agent,
+                atoms,
+                pending: true,
+            } => write!(
+                f,
+                "agent {agent:?} paid this bot {atoms} atoms by a tip whose outcome is not \
+                 known yet; until it is, or the tip wait has passed, that credit is the \
+                 agent's"
             ),
         }
     }
@@ -329,6 +346,7 @@ pub(crate) fn blocker(
         .map(|(a, n)| Blocker::Credit {
             agent: a.clone(),
             atoms: *n,
+            pending: false,
         })
 }
 
@@ -379,17 +397,19 @@ pub(crate) const fn least_price(price: Option<ToolPrice>) -> Option<u64> {
 /// from `settings` can collect nothing: its credit holds no one back. Nor does a
 /// payment still pending past `settings`' tip wait, counted from when its outcome
 /// became unknown (`Uncollected::since`): the bridge stopped waiting for its tip, which
-/// may never have reached the bot (rule 3).
+/// may never have reached the bot (rule 3). Beside it, the agents all of whose
+/// credit counted is of payments still pending.
 fn credit_at(
     spend: &SpendLog,
     settings: &Settings,
     bot: &PeerId,
     now: i64,
     (live, busy): (&HashSet<i64>, &[String]),
-) -> Result<Vec<(String, u64)>, SpendError> {
+) -> Result<(Vec<(String, u64)>, Vec<String>), SpendError> {
     let hold = hold_secs(settings.mode);
     let tip_wait = i64::try_from(settings.tip_wait_secs).unwrap_or(i64::MAX);
     let mut per_agent: Vec<(String, u64)> = Vec::new();
+    let mut confirmed: HashSet<String> = HashSet::new();
     for row in spend.uncollected(Some(bot))? {
         let expired = row.ts <= now.saturating_sub(hold);
         let removed = row.agent != DEFAULT_AGENT && settings.agent(&row.agent).is_none();
@@ -398,12 +418,20 @@ fn credit_at(
         if expired || removed || paying || lost_sight || live.contains(&row.id) {
             continue;
         }
+        if !row.pending {
+            confirmed.insert(row.agent.clone());
+        }
         match per_agent.iter_mut().find(|(a, _)| *a == row.agent) {
             Some((_, n)) => *n = n.saturating_add(row.atoms),
             None => per_agent.push((row.agent, row.atoms)),
         }
     }
-    Ok(per_agent)
+    let unconfirmed = per_agent
+        .iter()
+        .filter(|(a, _)| !confirmed.contains(a))
+        .map(|(a, _)| a.clone())
+        .collect();
+    Ok((per_agent, unconfirmed))
 }
 
 impl Policy {
@@ -454,9 +482,9 @@ impl Policy {
                 (HashSet::new(), Vec::new())
             };
             let now = self.clock.now().0;
-            let credit = credit_at(&self.spend, settings, bot, now, (&live, &busy))
+            let (credit, unconfirmed) = credit_at(&self.spend, settings, bot, now, (&live, &busy))
                 .map_err(|e| e.to_string())?;
-            let blocked = {
+            let mut blocked = {
                 let mut bots = self.credit.bots();
                 let at = bots.get(bot);
                 let held = reserves
@@ -482,6 +510,9 @@ impl Policy {
                     }
                 }
             };
+            if let Blocker::Credit { agent, pending, .. } = &mut blocked {
+                *pending = unconfirmed.contains(agent);
+            }
             let now = tokio::time::Instant::now();
             if now >= deadline {
                 tracing::info!(%bot, agent, %blocked, "priced call held back");

@@ -1,7 +1,7 @@
 //! A paid call cut by the bridge's stop is resumed by the next run under its key and
 //! never paid again: when the bot still asks payment for it (the credit never reached
-//! it), the agent's retry gets an error saying what was paid and that nothing was paid
-//! again, and the payer paid once; when the bot has the credit, the retry gets the
+//! it), the agent's retry gets a tool error saying what was paid and that nothing was
+//! paid again, and the payer paid once; when the bot has the credit, the retry gets the
 //! result, run once, and the resumed call collected its credit (none is left to hold
 //! other agents back). A call cut while it waits for its payment's late outcome (the
 //! payer lost sight of the tip) is settled by that outcome in the next run, and the
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::common::{
     FORTUNE_PRICE, PayMode, PayerState, Stage, TestPayer, autopay, base_config, call, connect,
-    eventually, serve_test_bot,
+    eventually, last_text, serve_test_bot,
 };
 use brmcp::adapters::RouterConfig;
 use brmcp::adapters::mem::{Fabric, uid};
@@ -72,14 +72,14 @@ async fn paid_then_stopped(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paid_call_the_bot_asks_payment_for_again_is_not_paid_again_after_a_restart() {
     let (retry, payer, bot, _bridge) = paid_then_stopped(false).await;
-    let Err(ServiceError::McpError(error)) = retry else {
-        panic!("an error saying what was paid: {retry:?}");
-    };
-    let message = error.message.to_string();
+    let result = retry.expect("a tool error saying what was paid");
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let message = last_text(&result);
     assert!(
         message.contains("not paid again")
             && message.contains(&format!("paid {FORTUNE_PRICE} atoms"))
-            && message.contains("spend log row"),
+            && message.contains("spend log row")
+            && message.contains("credit stays with the bot"),
         "{message}"
     );
     assert_eq!(payer.count(), 1, "paid once");
@@ -247,13 +247,13 @@ async fn a_cut_call_whose_tip_failed_late_is_paid_anew_only_once_the_failure_is_
     let agent = connect(&second, bot_id, ()).await;
     // While the tip may still land, the retry pays nothing more.
     let retry = agent.call_tool(call("fortune", json!({}))).await;
-    let Err(ServiceError::McpError(error)) = retry else {
-        panic!("an error saying what was paid: {retry:?}");
-    };
+    let result = retry.expect("a tool error saying what was paid");
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let message = last_text(&result);
     assert!(
-        error.message.contains("not paid again"),
-        "{}",
-        error.message
+        message.contains("not paid again")
+            && message.contains("its tip's outcome is not known yet"),
+        "{message}"
     );
     assert_eq!(
         payer.count(),

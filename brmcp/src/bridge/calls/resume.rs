@@ -4,7 +4,8 @@
 //! is kept for the agent's retry. An answer that is no outcome of the call (a refusal
 //! that says to ask again, go-sdk's empty success) is not kept: the call is asked
 //! again after a pause. Nothing is paid: a call the journal says was paid
-//! that the bot still asks payment for ends with an error saying what was paid.
+//! that the bot still asks payment for ends with a tool error saying what was paid,
+//! as on a live call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use brmcp_adapters::{PeerId, REQUEST_TIMEOUT, is_session_lost};
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ErrorData, RequestMetaObject, ServerResult,
+    ClientRequest, ContentBlock, RequestMetaObject, ResultType, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::Value;
@@ -155,14 +156,43 @@ fn may_have_paid(inner: &Inner, row: &Row) -> bool {
 }
 
 /// What the spend log says of the call's payment, for the agent.
-fn payment_note(inner: &Inner, row: &Row) -> String {
+fn payment_note(inner: &Inner, row: &Row) -> (String, bool) {
     let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
-    let status = match spend_entry(inner, row) {
-        Ok(Some(e)) => format!(" (spend log row {}: {})", e.id, e.status.as_str()),
-        Ok(None) => String::new(),
-        Err(e) => format!(" (spend log not read: {e})"),
+    let (status, pending) = match spend_entry(inner, row) {
+        Ok(Some(e)) => (
+            format!(" (spend log row {}: {})", e.id, e.status.as_str()),
+            e.status == SpendStatus::Pending,
+        ),
+        Ok(None) => (String::new(), false),
+        Err(e) => (format!(" (spend log not read: {e})"), false),
     };
-    format!("{atoms} atoms{status}")
+    (format!("{atoms} atoms{status}"), pending)
+}
+
+/// The answer to a resumed paid call the bot still asks payment for: what was paid,
+/// where its credit is, and what to do.
+fn not_paid_again(inner: &Inner, bot: &PeerId, row: &Row) -> String {
+    let label = inner.settings().bot_label(bot);
+    let (paid, pending) = payment_note(inner, row);
+    let whose = if pending {
+        format!(
+            "its tip's outcome is not known yet: if it reached the bot, the credit is agent \
+             {:?}'s there and its next call uses it; if not, its next call pays what the bot \
+             asks",
+            row.agent
+        )
+    } else {
+        format!(
+            "the credit stays with the bot as agent {:?}'s, and its next call to this bot \
+             uses it",
+            row.agent
+        )
+    };
+    format!(
+        "{}: paid {paid} to bot {label} for tool {:?} before it restarted, and the bot asks \
+         for payment again; it was not paid again, and {whose}: call the tool again",
+        inner.config.name, row.tool
+    )
 }
 
 /// What the bot charged a resumed call it answered: the price its payment was made
@@ -332,24 +362,22 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                 tokio::time::sleep(inner.config.poll_interval).await;
                 continue;
             }
-            let label = inner.settings().bot_label(&bot);
-            let error = ErrorData::internal_error(
-                format!(
-                    "bot {label} asks payment again for tool {:?}, for which the bridge paid {} \
-                     before it restarted; it was not paid again. The credit stays with the bot: \
-                     calling the tool again uses it",
-                    row.tool,
-                    payment_note(inner, &row)
-                ),
-                None,
-            );
-            let kept = serde_json::to_string(&error).unwrap_or_default();
-            logged(
-                "outcome",
-                calls
-                    .journal
-                    .answer(row.id, Outcome::Error(kept), Handing::Held, now),
-            );
+            // A tool error, as the same refusal on a live call is: the call ended, and
+            // the agent's retry (under a new key) is a call of its own.
+            let mut refused =
+                CallToolResult::error(vec![ContentBlock::text(not_paid_again(inner, &bot, &row))]);
+            refused.result_type.get_or_insert(ResultType::COMPLETE);
+            match serde_json::to_string(&refused) {
+                Ok(kept) => {
+                    logged(
+                        "outcome",
+                        calls
+                            .journal
+                            .answer(row.id, Outcome::Result(kept), Handing::Held, now),
+                    );
+                }
+                Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),
+            }
             return;
         }
         if result.is_error != Some(true)

@@ -18,7 +18,8 @@ fn another_agents_calls_or_credit_hold_a_call_back_and_its_own_do_not() {
         blocker("b", None, &[("b".into(), 3), ("a".into(), 7)], false, None),
         Some(Blocker::Credit {
             agent: "a".into(),
-            atoms: 7
+            atoms: 7,
+            pending: false
         })
     );
     in_flight.insert("a".to_owned(), 0);
@@ -40,14 +41,16 @@ fn at_a_reserving_bot_calls_under_way_hold_no_call_back_and_credit_left_over_doe
         blocker("b", Some(&in_flight), &credit, true, None),
         Some(Blocker::Credit {
             agent: "a".into(),
-            atoms: 7
+            atoms: 7,
+            pending: false
         })
     );
     assert_eq!(
         blocker("b", None, &credit, true, None),
         Some(Blocker::Credit {
             agent: "a".into(),
-            atoms: 7
+            atoms: 7,
+            pending: false
         })
     );
     assert_eq!(blocker("a", None, &credit, true, None), None);
@@ -67,7 +70,8 @@ fn an_agents_own_credit_covering_its_call_lets_it_past_anothers() {
                 blocker("a", None, &credit, reserves, most),
                 Some(Blocker::Credit {
                     agent: "b".into(),
-                    atoms: 1000
+                    atoms: 1000,
+                    pending: false
                 })
             );
         }
@@ -238,7 +242,7 @@ fn a_payment_pending_past_the_tip_wait_holds_no_one_back_until_confirmed() {
     spend.unconfirm(id).unwrap();
     let none = (&HashSet::new(), &[][..]);
     let wait = i64::try_from(settings.tip_wait_secs).unwrap();
-    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap();
+    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap().0;
     assert_eq!(
         credit(t0.0 + wait - 1),
         vec![(DEFAULT_AGENT.to_owned(), 100)],
@@ -292,7 +296,7 @@ fn a_lost_tips_uncertainty_holds_agents_back_for_one_tip_wait_whatever_takes_it_
     assert!(spend.stays_pending_for(later, 5).unwrap());
     let none = (&HashSet::new(), &[][..]);
     let wait = i64::try_from(settings.tip_wait_secs).unwrap();
-    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap();
+    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap().0;
     assert_eq!(
         credit(t0.0 + wait - 1),
         vec![(DEFAULT_AGENT.to_owned(), 100)]
@@ -300,5 +304,48 @@ fn a_lost_tips_uncertainty_holds_agents_back_for_one_tip_wait_whatever_takes_it_
     assert!(
         credit(t0.0 + wait).is_empty(),
         "one tip wait from the lost tip, not from the payment that took its place"
+    );
+}
+
+#[tokio::test]
+async fn a_call_held_back_by_a_pending_payment_is_told_its_outcome_is_not_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let (policy, settings) = policy(dir.path());
+    let bot = brmcp_adapters::mem::uid(1);
+    let one = (WAIT, Admission::OneAgent);
+    let pay = |agent: &str| {
+        policy
+            .spend
+            .reserve_as(
+                policy.clock.now(),
+                &crate::bridge::spend::Spender::agent(agent, None),
+                crate::bridge::spend::Payment::new(&bot, "t", 100),
+                100_000,
+                0,
+            )
+            .unwrap()
+            .unwrap()
+    };
+    let row = pay("a");
+    policy.spend.unconfirm(row).unwrap();
+    let refused = policy
+        .admit(&settings, &bot, "b", one, Some(5))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains(
+            "agent \"a\" paid this bot 100 atoms by a tip whose outcome is not known yet"
+        ),
+        "{refused}"
+    );
+    // Confirmed, it is credit the bot holds.
+    assert!(policy.spend.settle(row, Ok(())).unwrap());
+    let refused = policy
+        .admit(&settings, &bot, "b", one, Some(5))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("the bot holds 100 atoms agent \"a\" paid and has not collected yet"),
+        "{refused}"
     );
 }
