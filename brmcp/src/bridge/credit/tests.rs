@@ -326,7 +326,7 @@ async fn a_call_held_back_by_a_pending_payment_is_told_its_outcome_is_not_known(
             .unwrap()
             .unwrap()
     };
-    let row = pay("a");
+    let row = pay(DEFAULT_AGENT);
     policy.spend.unconfirm(row).unwrap();
     let refused = policy
         .admit(&settings, &bot, "b", one, Some(5))
@@ -334,7 +334,7 @@ async fn a_call_held_back_by_a_pending_payment_is_told_its_outcome_is_not_known(
         .unwrap_err();
     assert!(
         refused.contains(
-            "agent \"a\" paid this bot 100 atoms by a tip whose outcome is not known yet"
+            "agent \"default\" paid this bot 100 atoms by a tip whose outcome is not known yet"
         ),
         "{refused}"
     );
@@ -345,7 +345,8 @@ async fn a_call_held_back_by_a_pending_payment_is_told_its_outcome_is_not_known(
         .await
         .unwrap_err();
     assert!(
-        refused.contains("the bot holds 100 atoms agent \"a\" paid and has not collected yet"),
+        refused
+            .contains("the bot holds 100 atoms agent \"default\" paid and has not collected yet"),
         "{refused}"
     );
 }
