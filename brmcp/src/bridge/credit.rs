@@ -397,15 +397,14 @@ pub(crate) const fn least_price(price: Option<ToolPrice>) -> Option<u64> {
 /// from `settings` can collect nothing: its credit holds no one back. Nor does a
 /// payment still pending past `settings`' tip wait, counted from when its outcome
 /// became unknown (`Uncollected::since`): the bridge stopped waiting for its tip, which
-/// may never have reached the bot (rule 3). Beside it, the agents all of whose
-/// credit counted is of payments still pending.
+/// may never have reached the bot (rule 3).
 fn credit_at(
     spend: &SpendLog,
     settings: &Settings,
     bot: &PeerId,
     now: i64,
     (live, busy): (&HashSet<i64>, &[String]),
-) -> Result<(Vec<(String, u64)>, Vec<String>), SpendError> {
+) -> Result<CreditThere, SpendError> {
     let hold = hold_secs(settings.mode);
     let tip_wait = i64::try_from(settings.tip_wait_secs).unwrap_or(i64::MAX);
     let mut per_agent: Vec<(String, u64)> = Vec::new();
@@ -431,7 +430,19 @@ fn credit_at(
         .filter(|(a, _)| !confirmed.contains(a))
         .map(|(a, _)| a.clone())
         .collect();
-    Ok((per_agent, unconfirmed))
+    Ok(CreditThere {
+        per_agent,
+        unconfirmed,
+    })
+}
+
+/// The credit at a bot that holds other agents back ([`credit_at`]).
+#[derive(Debug)]
+struct CreditThere {
+    /// Uncollected atoms per agent.
+    per_agent: Vec<(String, u64)>,
+    /// The agents all of whose credit counted is of payments still pending.
+    unconfirmed: Vec<String>,
 }
 
 impl Policy {
@@ -482,7 +493,10 @@ impl Policy {
                 (HashSet::new(), Vec::new())
             };
             let now = self.clock.now().0;
-            let (credit, unconfirmed) = credit_at(&self.spend, settings, bot, now, (&live, &busy))
+            let CreditThere {
+                per_agent: credit,
+                unconfirmed,
+            } = credit_at(&self.spend, settings, bot, now, (&live, &busy))
                 .map_err(|e| e.to_string())?;
             let mut blocked = {
                 let mut bots = self.credit.bots();

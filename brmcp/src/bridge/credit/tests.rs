@@ -242,7 +242,11 @@ fn a_payment_pending_past_the_tip_wait_holds_no_one_back_until_confirmed() {
     spend.unconfirm(id).unwrap();
     let none = (&HashSet::new(), &[][..]);
     let wait = i64::try_from(settings.tip_wait_secs).unwrap();
-    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap().0;
+    let credit = |now: i64| {
+        credit_at(&spend, &settings, &bot, now, none)
+            .unwrap()
+            .per_agent
+    };
     assert_eq!(
         credit(t0.0 + wait - 1),
         vec![(DEFAULT_AGENT.to_owned(), 100)],
@@ -296,7 +300,11 @@ fn a_lost_tips_uncertainty_holds_agents_back_for_one_tip_wait_whatever_takes_it_
     assert!(spend.stays_pending_for(later, 5).unwrap());
     let none = (&HashSet::new(), &[][..]);
     let wait = i64::try_from(settings.tip_wait_secs).unwrap();
-    let credit = |now: i64| credit_at(&spend, &settings, &bot, now, none).unwrap().0;
+    let credit = |now: i64| {
+        credit_at(&spend, &settings, &bot, now, none)
+            .unwrap()
+            .per_agent
+    };
     assert_eq!(
         credit(t0.0 + wait - 1),
         vec![(DEFAULT_AGENT.to_owned(), 100)]
