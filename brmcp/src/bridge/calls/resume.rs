@@ -155,7 +155,8 @@ fn may_have_paid(inner: &Inner, row: &Row) -> bool {
     }
 }
 
-/// What the spend log says of the call's payment, for the agent.
+/// What the spend log says of the call's payment, for the agent, and whether its tip's
+/// outcome is still unknown (the row is pending).
 fn payment_note(inner: &Inner, row: &Row) -> (String, bool) {
     let atoms = row.paid_atoms.saturating_add(row.paying_atoms);
     let (status, pending) = match spend_entry(inner, row) {
