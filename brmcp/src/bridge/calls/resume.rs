@@ -368,17 +368,7 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
             let mut refused =
                 CallToolResult::error(vec![ContentBlock::text(not_paid_again(inner, &bot, &row))]);
             refused.result_type.get_or_insert(ResultType::COMPLETE);
-            match serde_json::to_string(&refused) {
-                Ok(kept) => {
-                    logged(
-                        "outcome",
-                        calls
-                            .journal
-                            .answer(row.id, Outcome::Result(kept), Handing::Held, now),
-                    );
-                }
-                Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),
-            }
+            hold(calls, row.id, &refused, now);
             return;
         }
         if result.is_error != Some(true)
@@ -395,20 +385,29 @@ async fn resume_one(inner: &Inner, row: Row, live: Live) {
                 .policy
                 .collect(&bot, &row.agent, &row.tool, own, price);
         }
-        match serde_json::to_string(&result) {
-            Ok(kept) => {
-                tracing::info!(%bot, key = %row.key, "resumed call answered; held for its agent");
-                logged(
-                    "outcome",
-                    calls
-                        .journal
-                        .answer(row.id, Outcome::Result(kept), Handing::Held, now),
-                );
-            }
-            Err(e) => tracing::warn!(error = %e, "call journal: outcome not kept"),
+        if hold(calls, row.id, &result, now) {
+            tracing::info!(%bot, key = %row.key, "resumed call answered; held for its agent");
         }
         drop((live, slot));
         return;
+    }
+}
+
+/// Keeps `result` as journal row `id`'s outcome, held for its agent's retry; whether
+/// it was kept.
+fn hold(calls: &Calls, id: i64, result: &CallToolResult, now: i64) -> bool {
+    match serde_json::to_string(result) {
+        Ok(kept) => logged(
+            "outcome",
+            calls
+                .journal
+                .answer(id, Outcome::Result(kept), Handing::Held, now),
+        )
+        .is_some(),
+        Err(e) => {
+            tracing::warn!(error = %e, "call journal: outcome not kept");
+            false
+        }
     }
 }
 

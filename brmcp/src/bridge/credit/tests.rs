@@ -221,6 +221,33 @@ fn only_sold_tools_are_checked_and_held() {
     assert_eq!(hold_secs(Mode::Autopay), CREDIT_HOLD_SECS);
 }
 
+/// A payment of the default agent's of 100 atoms to `bot`, reserved at `at` and left
+/// pending, the bridge no longer waiting for it.
+fn pending_payment(spend: &SpendLog, bot: &PeerId, at: i64) -> i64 {
+    let payer = crate::bridge::spend::Spender::agent(DEFAULT_AGENT, None);
+    let id = spend
+        .reserve_as(
+            brmcp_adapters::wire::UnixTime(at),
+            &payer,
+            crate::bridge::spend::Payment::new(bot, "t", 100),
+            100_000,
+            0,
+        )
+        .unwrap()
+        .unwrap();
+    spend.unconfirm(id).unwrap();
+    id
+}
+
+/// The credit at `bot` that holds other agents back at `now`, per agent (no calls
+/// under way).
+fn held_at(spend: &SpendLog, settings: &Settings, bot: &PeerId, now: i64) -> Vec<(String, u64)> {
+    let none = (&HashSet::new(), &[][..]);
+    credit_at(spend, settings, bot, now, none)
+        .unwrap()
+        .per_agent
+}
+
 #[test]
 fn a_payment_pending_past_the_tip_wait_holds_no_one_back_until_confirmed() {
     let dir = tempfile::tempdir().unwrap();
@@ -228,25 +255,9 @@ fn a_payment_pending_past_the_tip_wait_holds_no_one_back_until_confirmed() {
     let spend = SpendLog::open(dir.path(), t0).unwrap();
     let settings = Settings::default();
     let bot = brmcp_adapters::mem::uid(1);
-    let payer = crate::bridge::spend::Spender::agent(DEFAULT_AGENT, None);
-    let id = spend
-        .reserve_as(
-            t0,
-            &payer,
-            crate::bridge::spend::Payment::new(&bot, "t", 100),
-            100_000,
-            0,
-        )
-        .unwrap()
-        .unwrap();
-    spend.unconfirm(id).unwrap();
-    let none = (&HashSet::new(), &[][..]);
+    let id = pending_payment(&spend, &bot, t0.0);
     let wait = i64::try_from(settings.tip_wait_secs).unwrap();
-    let credit = |now: i64| {
-        credit_at(&spend, &settings, &bot, now, none)
-            .unwrap()
-            .per_agent
-    };
+    let credit = |now: i64| held_at(&spend, &settings, &bot, now);
     assert_eq!(
         credit(t0.0 + wait - 1),
         vec![(DEFAULT_AGENT.to_owned(), 100)],
@@ -268,25 +279,10 @@ fn a_lost_tips_uncertainty_holds_agents_back_for_one_tip_wait_whatever_takes_it_
     let spend = SpendLog::open(dir.path(), t0).unwrap();
     let settings = Settings::default();
     let bot = brmcp_adapters::mem::uid(1);
-    let payer = crate::bridge::spend::Spender::agent(DEFAULT_AGENT, None);
-    let pay = |at: i64| {
-        let id = spend
-            .reserve_as(
-                brmcp_adapters::wire::UnixTime(at),
-                &payer,
-                crate::bridge::spend::Payment::new(&bot, "t", 100),
-                100_000,
-                0,
-            )
-            .unwrap()
-            .unwrap();
-        spend.unconfirm(id).unwrap();
-        id
-    };
     // A tip lost at t0; a later payment's outcome settles it, and the later one
     // stays pending in its place.
-    let lost = pay(t0.0);
-    let later = pay(t0.0 + 60);
+    let lost = pending_payment(&spend, &bot, t0.0);
+    let later = pending_payment(&spend, &bot, t0.0 + 60);
     let event = crate::bridge::spend::TipOutcomeEvent {
         id: 5,
         bot,
@@ -298,13 +294,8 @@ fn a_lost_tips_uncertainty_holds_agents_back_for_one_tip_wait_whatever_takes_it_
         .collect(t0, &bot, DEFAULT_AGENT, "t", Some(lost), 100)
         .unwrap();
     assert!(spend.stays_pending_for(later, 5).unwrap());
-    let none = (&HashSet::new(), &[][..]);
     let wait = i64::try_from(settings.tip_wait_secs).unwrap();
-    let credit = |now: i64| {
-        credit_at(&spend, &settings, &bot, now, none)
-            .unwrap()
-            .per_agent
-    };
+    let credit = |now: i64| held_at(&spend, &settings, &bot, now);
     assert_eq!(
         credit(t0.0 + wait - 1),
         vec![(DEFAULT_AGENT.to_owned(), 100)]
@@ -321,21 +312,7 @@ async fn a_call_held_back_by_a_pending_payment_is_told_its_outcome_is_not_known(
     let (policy, settings) = policy(dir.path());
     let bot = brmcp_adapters::mem::uid(1);
     let one = (WAIT, Admission::OneAgent);
-    let pay = |agent: &str| {
-        policy
-            .spend
-            .reserve_as(
-                policy.clock.now(),
-                &crate::bridge::spend::Spender::agent(agent, None),
-                crate::bridge::spend::Payment::new(&bot, "t", 100),
-                100_000,
-                0,
-            )
-            .unwrap()
-            .unwrap()
-    };
-    let row = pay(DEFAULT_AGENT);
-    policy.spend.unconfirm(row).unwrap();
+    let row = pending_payment(&policy.spend, &bot, policy.clock.now().0);
     let refused = policy
         .admit(&settings, &bot, "b", one, Some(5))
         .await
