@@ -28,6 +28,7 @@ mod http_refusals;
 mod interop_conformance;
 mod interop_errors;
 mod interop_python;
+mod keyed_refusals;
 mod link_parking;
 mod link_parking_restart;
 mod link_reconnect;

@@ -50,6 +50,9 @@ pub(crate) struct Journaled {
     sent: bool,
     /// Left for its agent's retry ([`Calls::leave`]): its end records nothing.
     left: Arc<AtomicBool>,
+    /// Refused by the bridge, nothing paid ([`Calls::refuse`]): its end records it
+    /// cancelled.
+    refused: Arc<AtomicBool>,
     /// Held for its drop: the call stops being live when the last clone goes.
     _live: Arc<Live>,
 }
@@ -66,6 +69,7 @@ impl Journaled {
             sent_unpaid: false,
             sent: false,
             left: Arc::default(),
+            refused: Arc::default(),
             _live: Arc::new(live),
         }
     }
@@ -249,6 +253,7 @@ impl Calls {
             paid,
             sent: false,
             left: Arc::default(),
+            refused: Arc::default(),
             _live: Arc::new(live),
         }
     }
@@ -274,6 +279,7 @@ impl Calls {
                     sent_unpaid: false,
                     sent: false,
                     left: Arc::default(),
+                    refused: Arc::default(),
                     _live: Arc::new(live),
                 }))
             }
@@ -324,6 +330,15 @@ impl Calls {
         left
     }
 
+    /// The bridge refuses the call (its caps, its quote, the user), and nothing was paid
+    /// for it nor may have been: it did not run at its bot. Its end records it
+    /// cancelled instead of keeping the refusal as its outcome, so the agent's retry
+    /// under its own `brmcp/callKey` is tried afresh (after the user raised a cap, say):
+    /// a key stands for what ran, as it does at the bot.
+    pub(crate) fn refuse(&self, call: &Journaled) {
+        call.refused.store(true, Ordering::SeqCst);
+    }
+
     /// A guard of a call while it runs for its agent: a run dropped before it ended
     /// (its agent's request gone with its future) is recorded as cancelled, as an
     /// agent's cancellation is, unless the bridge is stopping.
@@ -353,6 +368,10 @@ impl Calls {
             return;
         }
         let now = self.now();
+        if call.refused.load(Ordering::SeqCst) {
+            logged("cancel", self.journal.cancel(call.id, now));
+            return;
+        }
         // A result the call paid for stays answered until its response was written
         // (when it goes out on an HTTP response); anything else is delivered at once.
         let mut handing = Handing::Now;

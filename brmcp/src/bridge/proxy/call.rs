@@ -32,7 +32,7 @@ use crate::bridge::credit::{self, MAX_REPAYS, Slot};
 use crate::bridge::policy::{Ask, Refusal};
 use crate::bridge::quote::{Decision, DynamicQuote, Listed, Paid, decide};
 use crate::bridge::settings::{Mode, Settings};
-use crate::bridge::spend::Payment;
+use crate::bridge::spend::{Payment, SpendStatus};
 use brmcp_adapters::protocol::{CALL_KEY_META, PaymentRequired, ToolPrice};
 
 /// The state of one agent `tools/call` across its sends, reissues and (for an agent
@@ -166,9 +166,14 @@ impl ProxyServer {
                 let note = format!("{}: {reason}", self.bridge.config.name);
                 let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
                 complete(&mut result.result_type);
-                // Refused before any send: the journal keeps the refusal as the answer.
+                // Refused before any send: nothing ran, so nothing is kept under its
+                // key (but for a paid call taken over, and a task's run, whose task
+                // reads its end).
                 let outcome = Ok(CallToolResponse::Complete(result));
                 let calls = &self.bridge.calls;
+                if journal.paid.is_none() && !is_task_run(ctx) {
+                    calls.refuse(&journal);
+                }
                 calls.finish(calls.running(&journal), &outcome, false, None);
                 return outcome;
             }
@@ -267,6 +272,10 @@ impl ProxyServer {
                     paid.atoms,
                     caller(ctx).name()
                 ));
+            }
+            // Nothing paid nor possibly paid: the call did not run at the bot.
+            if call.paid.is_none() && !is_task_run(ctx) && !self.may_have_paid(call) {
+                self.bridge.calls.refuse(&call.journal);
             }
             let mut result = CallToolResult::error(vec![ContentBlock::text(note)]);
             complete(&mut result.result_type);
@@ -446,7 +455,7 @@ impl ProxyServer {
                 // retry: it ends with the answer below).
                 // Not when another call of its agent took its credit: then it pays
                 // again, which a call taken over never does.
-                let task_run = ctx.extensions.get::<ApprovalMark>().is_some();
+                let task_run = is_task_run(ctx);
                 let taken = call
                     .row
                     .is_some_and(|row| self.bridge.policy.credit_taken(row));
@@ -463,6 +472,23 @@ impl ProxyServer {
                 biased;
                 () = ctx.ct.cancelled() => return Err(Failure::Cancelled.into()),
                 () = tokio::time::sleep(config.poll_interval) => {}
+            }
+        }
+    }
+
+    /// Whether a payment of the call reached the spend log and was not refused or
+    /// failed: a tip that may have gone out (its outcome not known) or went out.
+    fn may_have_paid(&self, call: &CallState) -> bool {
+        match self
+            .bridge
+            .policy
+            .spend
+            .payment_of_key(&self.link.bot, &call.journal.key)
+        {
+            Ok(payment) => payment.is_some_and(|p| p.status != SpendStatus::Failed),
+            Err(e) => {
+                tracing::warn!(error = %e, "spend log not read");
+                true
             }
         }
     }
@@ -683,4 +709,9 @@ impl ProxyServer {
         let asked = self.hold_for_bot(&subject, held, requests, ctx)?;
         Ok(CallToolResponse::InputRequired(asked))
     }
+}
+
+/// Whether `ctx` is a task's run, whose task reads the call's end from the journal.
+fn is_task_run(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.extensions.get::<ApprovalMark>().is_some()
 }

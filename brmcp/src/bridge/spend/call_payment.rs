@@ -60,6 +60,30 @@ impl SpendLog {
         Ok(found)
     }
 
+    /// The latest payment whose reservation names the call of `key` to `bot`; `None`
+    /// when none does (the call paid nothing, or was refused before its reservation).
+    ///
+    /// # Errors
+    /// SQLite's.
+    pub fn payment_of_key(
+        &self,
+        bot: &PeerId,
+        key: &str,
+    ) -> Result<Option<SpendEntry>, SpendError> {
+        let db = self.db();
+        let found = db
+            .query_row(
+                &format!(
+                    "SELECT {ENTRY_COLUMNS} FROM spend WHERE bot = ?1 AND call_key = ?2 \
+                     ORDER BY id DESC LIMIT 1"
+                ),
+                params![bot.to_string(), key],
+                entry,
+            )
+            .optional()?;
+        Ok(found)
+    }
+
     /// The payment of row `id`, as the call journal records a payment it settled;
     /// `None` when no such row is left (pruned, or never written).
     ///

@@ -1,0 +1,153 @@
+//! An agent's own `brmcp/callKey` stands for what ran: a call the bridge refused without
+//! running it or paying for it (a cap, a tip that failed) keeps no outcome under the
+//! key, so the agent's retry with the same key is tried afresh once the cause is gone,
+//! and pays and runs once. A refusal of a call whose tip may have gone out (its outcome
+//! not known) is kept: its retry gets it again and pays nothing more.
+
+use std::time::Duration;
+
+use crate::common::{
+    Env, FORTUNE_PRICE, PayMode, agent, autopay, call, env, env_with, eventually, last_text,
+};
+use brmcp::bridge::{SETTINGS_FILE, SpendStatus};
+use rmcp::model::CallToolRequestParams;
+use serde_json::json;
+
+/// A `fortune` call under the agent's own `key`.
+fn keyed(key: &str) -> CallToolRequestParams {
+    let mut params = call("fortune", json!({}));
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    meta.insert("brmcp/callKey".into(), key.into());
+    params.meta = Some(meta);
+    params
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_retry_of_a_call_a_cap_refused_runs_once_the_cap_is_raised() {
+    let env = env_with(
+        |bot| {
+            let mut s = autopay(bot);
+            s.per_call_cap_atoms = 0;
+            s
+        },
+        |mut c| {
+            c.settings_poll = Duration::from_millis(20);
+            c
+        },
+    )
+    .await;
+    env.bridge.watch_settings();
+    let agent = agent(&env).await;
+    let key = "raise-the-cap-0001";
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert!(
+        last_text(&r).contains("exceeds the per-call cap (0)"),
+        "{r:?}"
+    );
+    // The same key again, the cap unchanged: refused again, for the same reason.
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert!(
+        last_text(&r).contains("exceeds the per-call cap (0)"),
+        "{r:?}"
+    );
+    assert_eq!(env.payer.count(), 0);
+    assert!(env.bot.calls_of("fortune").is_empty(), "never sent");
+
+    // The user raises the cap, by the settings file.
+    let mut raised = env.bridge.settings();
+    raised.per_call_cap_atoms = FORTUNE_PRICE * 10;
+    std::fs::write(
+        env.dir.path().join(SETTINGS_FILE),
+        serde_json::to_vec_pretty(&raised).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || env
+            .bridge
+            .settings()
+            .per_call_cap_atoms
+            > 0)
+        .await,
+        "the raised cap was not picked up"
+    );
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{:?}", r.content);
+    let answer = last_text(&r);
+    assert_eq!(env.payer.count(), 1);
+    assert_eq!(env.bot.executions("fortune"), 1);
+
+    // What ran is kept under the key: the exact outcome again, nothing run or paid.
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(last_text(&r), answer);
+    assert_eq!(env.payer.count(), 1);
+    assert_eq!(env.bot.executions("fortune"), 1);
+    agent.cancel().await.unwrap();
+}
+
+/// Calls `fortune` under `key` with the payer in `mode`: refused, nothing run.
+async fn refused_by_the_payer(env: &Env, key: &str, mode: PayMode) -> String {
+    *env.payer.mode.lock().unwrap() = mode;
+    let agent = agent(env).await;
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(env.bot.executions("fortune"), 0);
+    agent.cancel().await.unwrap();
+    last_text(&r)
+}
+
+#[tokio::test]
+async fn a_keyed_retry_after_a_failed_tip_pays_and_runs_once() {
+    let env = env(autopay).await;
+    let key = "failed-tip-retry-0001";
+    let refusal = refused_by_the_payer(&env, key, PayMode::Fail).await;
+    assert!(refusal.contains("payment not made"), "{refusal}");
+    let (entries, _) = env.bridge.spend_log().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].status, SpendStatus::Failed);
+
+    // The wallet works again: the retry under the key pays and runs.
+    *env.payer.mode.lock().unwrap() = PayMode::Credit;
+    let agent = agent(&env).await;
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{:?}", r.content);
+    assert_eq!(
+        env.payer.count(),
+        2,
+        "the failed tip, then the one that paid"
+    );
+    assert_eq!(env.bot.executions("fortune"), 1);
+    let (entries, _) = env.bridge.spend_log().unwrap();
+    let paid: Vec<_> = entries
+        .iter()
+        .filter(|e| e.status == SpendStatus::Paid)
+        .collect();
+    assert_eq!(paid.len(), 1, "{entries:?}");
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_keyed_retry_after_a_tip_of_unknown_outcome_gets_the_refusal_and_pays_nothing() {
+    let env = env(|bot| {
+        let mut s = autopay(bot);
+        // The call waits this long for a late outcome; none comes.
+        s.tip_wait_secs = 1;
+        s
+    })
+    .await;
+    let key = "unknown-tip-retry-0001";
+    let refusal = refused_by_the_payer(&env, key, PayMode::Unconfirmed).await;
+    assert!(refusal.contains("it may still complete"), "{refusal}");
+    let (entries, _) = env.bridge.spend_log().unwrap();
+    assert_eq!(entries[0].status, SpendStatus::Pending);
+
+    // The tip may have reached the bot: the key keeps the refusal, nothing is paid
+    // again, even with a payer that would pay.
+    *env.payer.mode.lock().unwrap() = PayMode::Credit;
+    let agent = agent(&env).await;
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(last_text(&r), refusal);
+    assert_eq!(env.payer.count(), 1);
+    assert_eq!(env.bot.executions("fortune"), 0);
+    agent.cancel().await.unwrap();
+}
