@@ -151,3 +151,58 @@ async fn a_keyed_retry_after_a_tip_of_unknown_outcome_gets_the_refusal_and_pays_
     assert_eq!(env.bot.executions("fortune"), 0);
     agent.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_retry_of_a_priced_call_its_offline_bot_never_answered_runs_once_it_is_back() {
+    let env = env_with(autopay, |mut c| {
+        c.answer_bound = Duration::from_millis(800);
+        c
+    })
+    .await;
+    let agent = agent(&env).await;
+    let key = "offline-bot-retry-0001";
+    env.fabric.set_online(&env.bot_id, false);
+    let e = agent.call_tool(keyed(key)).await.unwrap_err();
+    assert!(format!("{e}").contains("never answered"), "{e}");
+    assert_eq!(env.payer.count(), 0);
+
+    // Back online: the stored call reaches the bot, which asks for payment (nobody
+    // waits for that answer); the retry under the key asks again, pays and runs once.
+    env.fabric.set_online(&env.bot_id, true);
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{:?}", r.content);
+    assert_eq!(env.payer.count(), 1);
+    assert_eq!(env.bot.executions("fortune"), 1);
+    let keys = env.bot.calls_of("fortune");
+    assert!(
+        keys.windows(2).all(|w| w[0] == w[1]),
+        "every send under the one key: {keys:?}"
+    );
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_tool_its_bot_never_answered_keeps_the_error_under_the_key() {
+    // A free tool's bot may be a plain MCP server, which would run a call sent again.
+    let env = env_with(autopay, |mut c| {
+        c.answer_bound = Duration::from_millis(800);
+        c
+    })
+    .await;
+    let agent = agent(&env).await;
+    let mut params = call("echo", json!({"text": "once"}));
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    meta.insert("brmcp/callKey".into(), "offline-echo-key-0001".into());
+    params.meta = Some(meta);
+    env.fabric.set_online(&env.bot_id, false);
+    let first = agent.call_tool(params.clone()).await.unwrap_err();
+    env.fabric.set_online(&env.bot_id, true);
+    assert!(
+        eventually(Duration::from_secs(5), || env.bot.executions("echo") == 1).await,
+        "the stored call reaches the bot"
+    );
+    let again = agent.call_tool(params).await.unwrap_err();
+    assert_eq!(format!("{again}"), format!("{first}"));
+    assert_eq!(env.bot.executions("echo"), 1, "not sent again");
+    agent.cancel().await.unwrap();
+}

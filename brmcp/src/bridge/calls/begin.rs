@@ -50,8 +50,8 @@ pub(crate) struct Journaled {
     sent: bool,
     /// Left for its agent's retry ([`Calls::leave`]): its end records nothing.
     left: Arc<AtomicBool>,
-    /// Refused by the bridge, nothing paid ([`Calls::refuse`]): its end records it
-    /// cancelled.
+    /// Ended without its bot's outcome, nothing paid ([`Calls::refuse`]): its end
+    /// records it cancelled.
     refused: Arc<AtomicBool>,
     /// Held for its drop: the call stops being live when the last clone goes.
     _live: Arc<Live>,
@@ -330,11 +330,12 @@ impl Calls {
         left
     }
 
-    /// The bridge refuses the call (its caps, its quote, the user), and nothing was paid
-    /// for it nor may have been: it did not run at its bot. Its end records it
-    /// cancelled instead of keeping the refusal as its outcome, so the agent's retry
-    /// under its own `brmcp/callKey` is tried afresh (after the user raised a cap, say):
-    /// a key stands for what ran, as it does at the bot.
+    /// The call ends without an outcome of its bot's, nothing paid for it nor possibly
+    /// paid: the bridge refused it (its caps, its quote, the user, a failed tip), or a
+    /// priced call's send failed on the bridge's side before the bot asked for payment.
+    /// Its end records it cancelled instead of keeping that answer as its outcome, so
+    /// the agent's retry under its own `brmcp/callKey` is tried afresh (after the user
+    /// raised a cap, or the bot came back): a key stands for what ran, as at the bot.
     pub(crate) fn refuse(&self, call: &Journaled) {
         call.refused.store(true, Ordering::SeqCst);
     }

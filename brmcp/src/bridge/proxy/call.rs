@@ -317,7 +317,7 @@ impl ProxyServer {
                         Err(Failure::Input(input)) => {
                             return self.hold_call_for_bot(call, *input, ctx);
                         }
-                        Err(e) => return Err(e.into()),
+                        Err(e) => return Err(self.failed(&call, e, ctx)),
                     };
                     let mut result = match result {
                         ServerResult::CallToolResult(r) => r,
@@ -474,6 +474,40 @@ impl ProxyServer {
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
+    }
+
+    /// The call's send failed on the bridge's side (the bot unreachable, or silent past
+    /// the answer bound), which is not the call's outcome, unlike the bot's own error
+    /// answer. A paid call is left for its agent's retry (and the next start's resume),
+    /// paying nothing more, and the error says so; an unpaid one to a bot that keeps
+    /// its keys' outcomes (a priced tool: a serving harness) ends cancelled, so the
+    /// retry under its key asks the bot again. A plain MCP server's free tool keeps
+    /// the error: sent again, it would run again. A task's run keeps it: its task reads it.
+    fn failed(
+        &self,
+        call: &CallState,
+        failure: Failure,
+        ctx: &RequestContext<RoleServer>,
+    ) -> ErrorData {
+        let ours = matches!(failure, Failure::Transport(_) | Failure::Unanswered(_));
+        let mut error = ErrorData::from(failure);
+        if !ours || is_task_run(ctx) {
+            return error;
+        }
+        if let Some(paid) = call.paid {
+            if self.bridge.calls.leave(&call.journal) {
+                error.message = format!(
+                    "{}; {}: the call paid {} atoms and is kept, paid: called again with the \
+                     same arguments (or the same brmcp/callKey), it goes on where it stands, \
+                     paying nothing more",
+                    error.message, self.bridge.config.name, paid.atoms
+                )
+                .into();
+            }
+        } else if call.attempts.reask && !self.may_have_paid(call) {
+            self.bridge.calls.refuse(&call.journal);
+        }
+        error
     }
 
     /// Whether a payment of the call reached the spend log and was not refused or
