@@ -1,16 +1,29 @@
 //! An agent's own `brmcp/callKey` stands for what ran: a call the bridge refused without
-//! running it or paying for it (a cap, a tip that failed) keeps no outcome under the
-//! key, so the agent's retry with the same key is tried afresh once the cause is gone,
-//! and pays and runs once. A refusal of a call whose tip may have gone out (its outcome
-//! not known) is kept: its retry gets it again and pays nothing more.
+//! running it or paying for it (a cap, a tip that failed), or a priced call its bot never
+//! answered, keeps no outcome under the key, so the agent's retry with the same key is
+//! tried afresh once the cause is gone, and pays and runs once. A refusal of a call whose
+//! tip may have gone out (its outcome not known) is kept: its retry gets it again and
+//! pays nothing more. A paid call its bot could not be reached for is kept, paid, for the
+//! retry under its key, which pays nothing more; a free tool's error is kept, as its bot
+//! may be a plain MCP server that would run the call again.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    Env, FORTUNE_PRICE, PayMode, agent, autopay, call, env, env_with, eventually, last_text,
+    Env, FORTUNE_PRICE, PayMode, PayerState, TestPayer, agent, autopay, base_config, call, connect,
+    env, env_with, eventually, last_text,
 };
-use brmcp::bridge::{SETTINGS_FILE, SpendStatus};
-use rmcp::model::CallToolRequestParams;
+use brmcp::adapters::mem::{Fabric, uid};
+use brmcp::adapters::protocol::REQUEST_TIMEOUT;
+use brmcp::adapters::{PeerId, RouterConfig};
+use brmcp::bridge::{Bridge, SETTINGS_FILE, SpendStatus};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
 use serde_json::json;
 
 /// A `fortune` call under the agent's own `key`.
@@ -205,4 +218,123 @@ async fn a_free_tool_its_bot_never_answered_keeps_the_error_under_the_key() {
     assert_eq!(format!("{again}"), format!("{first}"));
     assert_eq!(env.bot.executions("echo"), 1, "not sent again");
     agent.cancel().await.unwrap();
+}
+
+/// A bot that asks for payment, then answers the paid reissues with `REQUEST_TIMEOUT`
+/// (the session to it lost, as far as the bridge can tell) `timeouts` times, then runs
+/// the call; it keeps no key's outcome, so every run counts.
+#[derive(Clone)]
+struct UnreachableAfterPaying {
+    calls: Arc<Mutex<Vec<Option<String>>>>,
+    timeouts: Arc<Mutex<u32>>,
+    runs: Arc<Mutex<u32>>,
+}
+
+/// The price of [`UnreachableAfterPaying`]'s tool.
+const PRICE: u64 = 10;
+
+impl ServerHandler for UnreachableAfterPaying {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tool: Tool = serde_json::from_value(json!({
+            "name": "fortune",
+            "inputSchema": {"type": "object"},
+            "_meta": {"brmcp/priceAtoms": PRICE},
+        }))
+        .unwrap();
+        Ok(ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let key = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get("brmcp/callKey"))
+            .and_then(|k| k.as_str())
+            .map(str::to_owned);
+        let first = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(key);
+            calls.len() == 1
+        };
+        if first {
+            let quote = json!({"error": "payment_required", "tool": "fortune",
+                "priceAtoms": PRICE, "balanceAtoms": 0, "shortfallAtoms": PRICE,
+                "acceptedRails": ["tip"]});
+            return Ok(CallToolResult::error(vec![ContentBlock::text(quote.to_string())]).into());
+        }
+        {
+            let mut timeouts = self.timeouts.lock().unwrap();
+            if *timeouts > 0 {
+                *timeouts -= 1;
+                return Err(ErrorData::new(
+                    REQUEST_TIMEOUT,
+                    "session to the bot lost",
+                    None,
+                ));
+            }
+        }
+        *self.runs.lock().unwrap() += 1;
+        Ok(CallToolResult::success(vec![ContentBlock::text("ran")]).into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_call_its_bot_could_not_be_reached_for_is_kept_for_the_retry_under_its_key() {
+    let fabric = Fabric::new(29);
+    let (bot_id, bridge_id) = (uid(1), uid(2));
+    let bot = UnreachableAfterPaying {
+        calls: Arc::default(),
+        timeouts: Arc::new(Mutex::new(2)),
+        runs: Arc::default(),
+    };
+    let bot_router = fabric.router(bot_id, RouterConfig::server());
+    let handler = bot.clone();
+    bot_router.serve(move |_: &PeerId| handler.clone());
+    let payer = PayerState::new(Arc::default(), bridge_id, PayMode::NeverCredit);
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = Bridge::new(
+        base_config(dir.path()),
+        fabric.router(bridge_id, RouterConfig::client()),
+        TestPayer(payer.clone()),
+    )
+    .unwrap();
+    bridge.apply_settings(autopay(bot_id)).await.unwrap();
+    let agent = connect(&bridge, bot_id, ()).await;
+    let key = "paid-unreachable-0001";
+
+    let e = agent.call_tool(keyed(key)).await.unwrap_err();
+    let said = format!("{e}");
+    assert!(said.contains("bot unavailable"), "{said}");
+    assert!(
+        said.contains(&format!("the call paid {PRICE} atoms and is kept, paid")),
+        "{said}"
+    );
+    assert_eq!(payer.count(), 1);
+    assert_eq!(*bot.runs.lock().unwrap(), 0);
+
+    // The retry under the key goes on where the call stands: sent again, not paid again.
+    let r = agent.call_tool(keyed(key)).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{:?}", r.content);
+    assert_eq!(last_text(&r), "ran");
+    assert_eq!(payer.count(), 1, "paid once");
+    assert_eq!(*bot.runs.lock().unwrap(), 1);
+    let calls = bot.calls.lock().unwrap().clone();
+    assert!(
+        calls.windows(2).all(|w| w[0] == w[1]),
+        "every send under the one key: {calls:?}"
+    );
+    agent.cancel().await.unwrap();
+    drop(bot_router);
 }
