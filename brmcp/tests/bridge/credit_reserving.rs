@@ -17,7 +17,7 @@ use brmcp::bridge::{AgentEntry, Bridge, Payer, Settings};
 use brmcp::server::{CallContext, Harness, NoArgs, ToolError, ToolSpec};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -216,13 +216,7 @@ impl ServerHandler for Liar {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tool: Tool = serde_json::from_value(json!({
-            "name": "add",
-            "inputSchema": {"type": "object"},
-            "_meta": {"brmcp/priceAtoms": PRICE},
-        }))
-        .unwrap();
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        Ok(crate::common::priced_listing("add", PRICE))
     }
 
     async fn call_tool(

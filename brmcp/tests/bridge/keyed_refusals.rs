@@ -20,7 +20,7 @@ use brmcp::adapters::{PeerId, RouterConfig};
 use brmcp::bridge::{Bridge, SETTINGS_FILE, SpendStatus};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -243,13 +243,7 @@ impl ServerHandler for UnreachableAfterPaying {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tool: Tool = serde_json::from_value(json!({
-            "name": "fortune",
-            "inputSchema": {"type": "object"},
-            "_meta": {"brmcp/priceAtoms": PRICE},
-        }))
-        .unwrap();
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        Ok(crate::common::priced_listing("fortune", PRICE))
     }
 
     async fn call_tool(

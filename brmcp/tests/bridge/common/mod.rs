@@ -280,3 +280,14 @@ pub fn complete_from(candidates: &[&str], request: &CompleteRequestParams) -> Co
         .collect();
     CompleteResult::new(CompletionInfo::new(values).expect("completion"))
 }
+
+/// A bot's listing of one tool `name` at a fixed price of `atoms`.
+pub fn priced_listing(name: &str, atoms: u64) -> rmcp::model::ListToolsResult {
+    let tool: rmcp::model::Tool = serde_json::from_value(serde_json::json!({
+        "name": name,
+        "inputSchema": {"type": "object"},
+        "_meta": {"brmcp/priceAtoms": atoms},
+    }))
+    .unwrap();
+    rmcp::model::ListToolsResult::with_all_items(vec![tool])
+}
