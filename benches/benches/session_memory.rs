@@ -14,16 +14,18 @@
 //! rmcp service of each end.
 //!
 //! Measured three ways, with each role's default router configuration but for parking:
-//! - **running between calls**, parked as the serving harness parks its callers'
-//!   sessions (`server_park_after` = `brmcp::server::DEFAULT_PARK_AFTER`, 100 ms after
-//!   the session came to rest), the client end as `Router::connect` keeps it (running
-//!   for `DEFAULT_CLIENT_PARK_AFTER`, 30 s): the goal lines;
+//! - **running between calls**, each end as its role keeps it by default: the server
+//!   end as the serving harness parks its callers' sessions (`server_park_after` =
+//!   `brmcp::server::DEFAULT_PARK_AFTER`, 100 ms after the session came to rest), the
+//!   client end as `Router::connect` keeps it (parked after `DEFAULT_CLIENT_PARK_AFTER`,
+//!   1 s idle; over Bison Relay a session's next call comes a round trip later): the
+//!   goal lines;
 //! - **a service at each end**, parking off (`server_park_after` and
 //!   `client_park_after` unset): what a pair holds while a call is under way at both
 //!   ends, or with parking off;
-//! - **both ends parked**, as they are after 30 s idle by default (200 ms here, so the
-//!   run is short): a parked end keeps its router entry and handshake record, and no
-//!   rmcp service.
+//! - **both ends parked** after 200 ms, as a bridge's links to idle bots are after
+//!   30 s: a parked end keeps its router entry and handshake record, and no rmcp
+//!   service.
 //!
 //! Goals, printed as `goal` lines beside the figures: at most 24 KiB per running pair
 //! (both ends) and at most 16 KiB for a running server end, between calls; at most
@@ -31,11 +33,7 @@
 //! resident set, the measure of the Go implementation's 32.2 KiB per running pair; the
 //! resident set is measured in fresh child processes of the bench, three per state
 //! (their median), so no memory freed by an earlier measurement is reused. Last
-//! measured (N=10,000): running between calls, the server end 1,288 bytes (met), the
-//! pair 32,356 on the live heap (not met: the client end keeps its rmcp service, about
-//! 30 KB, for 30 s; most of it the first blocks of its two channels, whose pages are
-//! touched only as messages pass) and 22,537 VmRSS (met); with a service at each end
-//! 67,732 (the server end 36,664); parked 2,791.
+//! measured (N=10,000): see the performance page.
 //!
 //! Run: `cargo bench -p brmcp-benches --bench session_memory`.
 
@@ -43,7 +41,7 @@ use std::alloc::System;
 use std::time::Duration;
 
 use brmcp_adapters::mem::{Faults, Pair};
-use brmcp_adapters::{Client, PeerId, RouterConfig};
+use brmcp_adapters::{Client, DEFAULT_CLIENT_PARK_AFTER, PeerId, RouterConfig};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 mod common;
@@ -188,8 +186,10 @@ async fn open_all(pair: &Pair, parking: Parking, clients: &mut Vec<Client<()>>) 
         clients.push(open(pair).await);
     }
     settle().await;
-    if parking == Parking::Both {
-        tokio::time::sleep(PARK_AFTER * 2).await;
+    match parking {
+        Parking::Both => tokio::time::sleep(PARK_AFTER * 2).await,
+        Parking::Harness => tokio::time::sleep(DEFAULT_CLIENT_PARK_AFTER * 2).await,
+        Parking::Off => {}
     }
 }
 
@@ -252,7 +252,7 @@ async fn measure(parking: Parking) {
     let stats = pair.server.stats();
     assert_eq!(stats.sessions_open as usize, N + WARM_UP, "{stats:?}");
     let parked = clients.iter().filter(|c| c.is_parked()).count();
-    let expected = if park { N } else { 0 };
+    let expected = if parking == Parking::Off { 0 } else { N };
     assert_eq!(parked, expected, "client ends parked");
 
     for client in clients.drain(..) {
@@ -268,7 +268,7 @@ async fn measure(parking: Parking) {
     match parking {
         Parking::Harness => {
             println!(
-                "running between calls (the server end parked at rest as the harness parks it, the client end running):"
+                "running between calls (the server end parked at rest as the harness parks it, the client end after its default 1 s idle):"
             );
             goal(parking.goal_name(), both, PAIR_GOAL);
             goal("running session, server end", server_side, SERVER_END_GOAL);
@@ -286,7 +286,9 @@ async fn measure(parking: Parking) {
     println!("  client end: {} bytes/session", both - server_side);
     if parking == Parking::Harness {
         println!("  the server end keeps its router entry, session state and handshake record");
-        println!("  the client end runs its rmcp service until its park delay (30 s by default)");
+        println!(
+            "  the client end too, parked after DEFAULT_CLIENT_PARK_AFTER; with a call under way at both ends, see the service lines"
+        );
     } else if park {
         println!(
             "  nothing runs at either end: each keeps its router entry, session state and handshake record"

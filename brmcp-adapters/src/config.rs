@@ -26,12 +26,15 @@ pub const DEFAULT_MAX_SESSIONS_PER_PEER: usize = 8;
 pub const DEFAULT_SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Default idle time after which a session we hold through a [`Client`](crate::Client)
-/// is parked: 30 seconds, as the serving harness parks its callers' sessions. An
-/// agent's calls come in bursts seconds apart, which this keeps on one running
-/// service; past it the session costs its entry and handshake record instead of an
-/// rmcp service (whose two channels alone hold about 23 KB), and reviving it sends
-/// nothing on the wire.
-pub const DEFAULT_CLIENT_PARK_AFTER: Duration = Duration::from_secs(30);
+/// is parked: 1 second. Over Bison Relay a session's next call comes a round trip
+/// later at the soonest, so a client parks between its calls as the serving harness
+/// parks its callers' sessions: parked, the session costs its entry and handshake
+/// record instead of an rmcp service (whose two channels alone hold about 23 KB), and
+/// reviving it sends nothing on the wire and costs tens of microseconds. Back-to-back
+/// calls keep it running. Not shorter: the timer's scan, which runs over every
+/// session, finds the idle ones (a client's rest has no writer to report it), and
+/// runs at most about this often.
+pub const DEFAULT_CLIENT_PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Default lifetime stamped on outbound parts (`exp = now + ttl`): 10 minutes.
 ///

@@ -482,7 +482,7 @@ pub(crate) async fn start_bridge_hosts(
         )));
     }
     let host = super::serve::host_from(rpc_config)?;
-    let router = Router::new(host.clone(), RouterConfig::client());
+    let router = Router::new(host.clone(), crate::bridge::router_config());
     crate::secure_fs::create_dir(datadir)
         .map_err(|e| CliError(format!("{}: {e}", datadir.display())))?;
     let mut config = Config::new(datadir).with_listen(listen);

@@ -24,8 +24,9 @@ use super::{call, serve, text};
 
 pub const PARK_AFTER: Duration = DEFAULT_CLIENT_PARK_AFTER;
 
-/// Long enough for any exchange on the fabric to settle (paused time).
-pub const SETTLE: Duration = Duration::from_secs(2);
+/// Long enough for any exchange on the fabric to settle (paused time), and shorter
+/// than the park delay, so a session a message revived is still running after it.
+pub const SETTLE: Duration = Duration::from_millis(400);
 
 /// What the client's handler saw, over every service of its session.
 #[derive(Debug, Default)]

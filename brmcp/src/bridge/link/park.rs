@@ -1,5 +1,6 @@
 //! The link's session parked while idle, as the router parks a
-//! [`Client`](brmcp_adapters::Client)'s (`RouterConfig::client_park_after`): an rmcp
+//! [`Client`](brmcp_adapters::Client)'s (`RouterConfig::client_park_after`; the
+//! bridge's router sets [`LINK_PARK_AFTER`](crate::bridge::LINK_PARK_AFTER)): an rmcp
 //! service costs about 23 KB even when idle, so a bridge linked to many bots holds
 //! little for the idle ones.
 //!
