@@ -308,11 +308,12 @@ impl std::fmt::Display for Blocker {
 /// agent's own credit covers it, at `most` atoms (the most the call can cost), beside
 /// its agent's calls under way there: the bot charges it from that credit, which it
 /// collects first (rule 4); else two agents' credit could hold each other's calls back
-/// until both holds end.
+/// until both holds end. Credit of an agent in `unconfirmed` is of payments whose
+/// outcome is not known yet.
 pub(crate) fn blocker(
     agent: &str,
     in_flight: Option<&HashMap<String, usize>>,
-    credit: &[(String, u64)],
+    (credit, unconfirmed): (&[(String, u64)], &[String]),
     reserves: bool,
     most: Option<u64>,
 ) -> Option<Blocker> {
@@ -346,7 +347,7 @@ pub(crate) fn blocker(
         .map(|(a, n)| Blocker::Credit {
             agent: a.clone(),
             atoms: *n,
-            pending: false,
+            pending: unconfirmed.contains(a),
         })
 }
 
@@ -498,15 +499,16 @@ impl Policy {
                 unconfirmed,
             } = credit_at(&self.spend, settings, bot, now, (&live, &busy))
                 .map_err(|e| e.to_string())?;
-            let mut blocked = {
+            let blocked = {
                 let mut bots = self.credit.bots();
                 let at = bots.get(bot);
                 let held = reserves
                     .then(|| alone_there(agent, at.map(|at| &at.alone)))
                     .flatten();
-                match held
-                    .or_else(|| blocker(agent, at.map(|at| &at.calls), &credit, reserves, most))
-                {
+                match held.or_else(|| {
+                    let credit = (credit.as_slice(), unconfirmed.as_slice());
+                    blocker(agent, at.map(|at| &at.calls), credit, reserves, most)
+                }) {
                     Some(blocker) => blocker,
                     None => {
                         let at = bots.entry(*bot).or_default();
@@ -524,9 +526,6 @@ impl Policy {
                     }
                 }
             };
-            if let Blocker::Credit { agent, pending, .. } = &mut blocked {
-                *pending = unconfirmed.contains(agent);
-            }
             let now = tokio::time::Instant::now();
             if now >= deadline {
                 tracing::info!(%bot, agent, %blocked, "priced call held back");

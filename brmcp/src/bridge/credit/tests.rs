@@ -7,15 +7,27 @@ fn another_agents_calls_or_credit_hold_a_call_back_and_its_own_do_not() {
     let mut in_flight = HashMap::new();
     in_flight.insert("a".to_owned(), 2);
     assert_eq!(
-        blocker("a", Some(&in_flight), &[("a".into(), 5)], false, None),
+        blocker(
+            "a",
+            Some(&in_flight),
+            (&[("a".into(), 5)], &[]),
+            false,
+            None
+        ),
         None
     );
     assert_eq!(
-        blocker("b", Some(&in_flight), &[], false, None),
+        blocker("b", Some(&in_flight), (&[], &[]), false, None),
         Some(Blocker::Calls { agent: "a".into() })
     );
     assert_eq!(
-        blocker("b", None, &[("b".into(), 3), ("a".into(), 7)], false, None),
+        blocker(
+            "b",
+            None,
+            (&[("b".into(), 3), ("a".into(), 7)], &[]),
+            false,
+            None
+        ),
         Some(Blocker::Credit {
             agent: "a".into(),
             atoms: 7,
@@ -24,7 +36,13 @@ fn another_agents_calls_or_credit_hold_a_call_back_and_its_own_do_not() {
     );
     in_flight.insert("a".to_owned(), 0);
     assert_eq!(
-        blocker("b", Some(&in_flight), &[("a".into(), 0)], false, None),
+        blocker(
+            "b",
+            Some(&in_flight),
+            (&[("a".into(), 0)], &[]),
+            false,
+            None
+        ),
         None
     );
 }
@@ -34,11 +52,11 @@ fn at_a_reserving_bot_calls_under_way_hold_no_call_back_and_credit_left_over_doe
     let mut in_flight = HashMap::new();
     in_flight.insert("a".to_owned(), 1);
     let credit = [("a".to_owned(), 7)];
-    assert_eq!(blocker("b", Some(&in_flight), &[], true, None), None);
+    assert_eq!(blocker("b", Some(&in_flight), (&[], &[]), true, None), None);
     // The credit given here is of payments whose calls ended (`credit_at` drops
     // the others).
     assert_eq!(
-        blocker("b", Some(&in_flight), &credit, true, None),
+        blocker("b", Some(&in_flight), (&credit, &[]), true, None),
         Some(Blocker::Credit {
             agent: "a".into(),
             atoms: 7,
@@ -46,14 +64,38 @@ fn at_a_reserving_bot_calls_under_way_hold_no_call_back_and_credit_left_over_doe
         })
     );
     assert_eq!(
-        blocker("b", None, &credit, true, None),
+        blocker("b", None, (&credit, &[]), true, None),
         Some(Blocker::Credit {
             agent: "a".into(),
             atoms: 7,
             pending: false
         })
     );
-    assert_eq!(blocker("a", None, &credit, true, None), None);
+    assert_eq!(blocker("a", None, (&credit, &[]), true, None), None);
+}
+
+#[test]
+fn credit_of_a_tip_whose_outcome_is_not_known_says_so() {
+    let credit = [("a".to_owned(), 7), ("c".to_owned(), 2)];
+    let unconfirmed = ["a".to_owned()];
+    for reserves in [false, true] {
+        assert_eq!(
+            blocker("b", None, (&credit, &unconfirmed), reserves, None),
+            Some(Blocker::Credit {
+                agent: "a".into(),
+                atoms: 7,
+                pending: true
+            })
+        );
+        assert_eq!(
+            blocker("a", None, (&credit, &unconfirmed), reserves, None),
+            Some(Blocker::Credit {
+                agent: "c".into(),
+                atoms: 2,
+                pending: false
+            })
+        );
+    }
 }
 
 #[test]
@@ -61,13 +103,19 @@ fn an_agents_own_credit_covering_its_call_lets_it_past_anothers() {
     // Both agents hold credit a refunded call left: each call collects its own.
     let credit = [("a".to_owned(), 1000), ("b".to_owned(), 1000)];
     for reserves in [false, true] {
-        assert_eq!(blocker("a", None, &credit, reserves, Some(1000)), None);
-        assert_eq!(blocker("b", None, &credit, reserves, Some(1000)), None);
+        assert_eq!(
+            blocker("a", None, (&credit, &[]), reserves, Some(1000)),
+            None
+        );
+        assert_eq!(
+            blocker("b", None, (&credit, &[]), reserves, Some(1000)),
+            None
+        );
         // Not when the call may cost more than the agent's credit, or its cost is
         // not known.
         for most in [Some(1001), None] {
             assert_eq!(
-                blocker("a", None, &credit, reserves, most),
+                blocker("a", None, (&credit, &[]), reserves, most),
                 Some(Blocker::Credit {
                     agent: "b".into(),
                     atoms: 1000,
@@ -79,16 +127,16 @@ fn an_agents_own_credit_covering_its_call_lets_it_past_anothers() {
     // The agent's own calls under way may take its credit first.
     let mut in_flight = HashMap::new();
     in_flight.insert("a".to_owned(), 1);
-    assert!(blocker("a", Some(&in_flight), &credit, true, Some(1000)).is_some());
+    assert!(blocker("a", Some(&in_flight), (&credit, &[]), true, Some(1000)).is_some());
     assert_eq!(
-        blocker("a", Some(&in_flight), &credit, true, Some(500)),
+        blocker("a", Some(&in_flight), (&credit, &[]), true, Some(500)),
         None
     );
     // Another agent's calls under way still hold it back at a bot keeping one balance.
     let mut in_flight = HashMap::new();
     in_flight.insert("b".to_owned(), 1);
     assert_eq!(
-        blocker("a", Some(&in_flight), &credit, false, Some(1000)),
+        blocker("a", Some(&in_flight), (&credit, &[]), false, Some(1000)),
         Some(Blocker::Calls { agent: "b".into() })
     );
 }

@@ -38,26 +38,18 @@ impl SpendLog {
         &self,
         call: &CallPayment<'_>,
     ) -> Result<Option<SpendEntry>, SpendError> {
-        let db = self.db();
-        let found = db
-            .query_row(
-                &format!(
-                    "SELECT {ENTRY_COLUMNS} FROM spend WHERE bot = ?1 AND (call_key = ?2 \
-                     OR (call_key IS NULL AND agent = ?3 AND tool = ?4 AND atoms = ?5 \
-                     AND ts >= ?6)) ORDER BY call_key IS NULL, id DESC LIMIT 1"
-                ),
-                params![
-                    call.bot.to_string(),
-                    call.key,
-                    call.agent,
-                    call.tool,
-                    i64_of(call.atoms),
-                    call.since
-                ],
-                entry,
-            )
-            .optional()?;
-        Ok(found)
+        self.entry_where(
+            "bot = ?1 AND (call_key = ?2 OR (call_key IS NULL AND agent = ?3 AND tool = ?4 \
+             AND atoms = ?5 AND ts >= ?6)) ORDER BY call_key IS NULL, id DESC LIMIT 1",
+            params![
+                call.bot.to_string(),
+                call.key,
+                call.agent,
+                call.tool,
+                i64_of(call.atoms),
+                call.since
+            ],
+        )
     }
 
     /// The latest payment whose reservation names the call of `key` to `bot`; `None`
@@ -70,18 +62,10 @@ impl SpendLog {
         bot: &PeerId,
         key: &str,
     ) -> Result<Option<SpendEntry>, SpendError> {
-        let db = self.db();
-        let found = db
-            .query_row(
-                &format!(
-                    "SELECT {ENTRY_COLUMNS} FROM spend WHERE bot = ?1 AND call_key = ?2 \
-                     ORDER BY id DESC LIMIT 1"
-                ),
-                params![bot.to_string(), key],
-                entry,
-            )
-            .optional()?;
-        Ok(found)
+        self.entry_where(
+            "bot = ?1 AND call_key = ?2 ORDER BY id DESC LIMIT 1",
+            params![bot.to_string(), key],
+        )
     }
 
     /// The payment of row `id`, as the call journal records a payment it settled;
@@ -90,14 +74,17 @@ impl SpendLog {
     /// # Errors
     /// SQLite's.
     pub fn payment(&self, id: i64) -> Result<Option<SpendEntry>, SpendError> {
-        let db = self.db();
-        let found = db
-            .query_row(
-                &format!("SELECT {ENTRY_COLUMNS} FROM spend WHERE id = ?1"),
-                params![id],
-                entry,
-            )
-            .optional()?;
-        Ok(found)
+        self.entry_where("id = ?1", params![id])
+    }
+
+    /// The first row of the spend log matching `filter` (a `WHERE` clause, with its
+    /// order and limit), if any.
+    fn entry_where(
+        &self,
+        filter: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Option<SpendEntry>, SpendError> {
+        let sql = format!("SELECT {ENTRY_COLUMNS} FROM spend WHERE {filter}");
+        Ok(self.db().query_row(&sql, params, entry).optional()?)
     }
 }

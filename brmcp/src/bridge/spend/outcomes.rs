@@ -81,10 +81,11 @@ impl SpendLog {
     /// SQLite's.
     pub fn stays_pending_for(&self, id: i64, outcome: u64) -> Result<bool, SpendError> {
         let n = self.db().execute(
-            "UPDATE spend SET pending_since = (SELECT coalesce(o.pending_since, o.ts) \
-             FROM spend AS o WHERE o.outcome = ?2) \
-             WHERE id = ?1 AND status = 'pending' AND (SELECT coalesce(o.pending_since, o.ts) \
-             FROM spend AS o WHERE o.outcome = ?2) < coalesce(pending_since, ts)",
+            // `outcome` is unique, so `o` is one row or none.
+            "UPDATE spend SET pending_since = o.since \
+             FROM (SELECT coalesce(pending_since, ts) AS since FROM spend WHERE outcome = ?2) AS o \
+             WHERE spend.id = ?1 AND spend.status = 'pending' \
+             AND o.since < coalesce(spend.pending_since, spend.ts)",
             params![id, i64_of(outcome)],
         )?;
         Ok(n == 1)
