@@ -139,6 +139,11 @@ pub(crate) struct Setup {
 }
 
 pub(crate) async fn setup(seed: u64) -> Setup {
+    setup_with(seed, parking()).await
+}
+
+/// As [`setup`], the bridge's router made with `config`.
+async fn setup_with(seed: u64, config: RouterConfig) -> Setup {
     let fabric = Fabric::new(seed);
     let (bot_id, bridge_id) = (uid(1), uid(2));
     let bot = ParkBot::default();
@@ -146,7 +151,7 @@ pub(crate) async fn setup(seed: u64) -> Setup {
     let handler = bot.clone();
     bot_router.serve(move |_: &PeerId| handler.clone());
     let dir = tempfile::tempdir().expect("tempdir");
-    let router = fabric.router(bridge_id, parking());
+    let router = fabric.router(bridge_id, config);
     let bridge = autopay_bridge(router, dir.path(), bridge_id, bot_id, PayMode::Fail).await;
     Setup {
         fabric,
@@ -225,6 +230,31 @@ async fn an_idle_link_parks_and_the_next_call_goes_on_its_session_without_initia
     );
     assert_eq!(s.bot.0.initialized.load(SeqCst), 1, "one initialize");
     assert_eq!(s.bot_router.stats().sessions_accepted, 1);
+    let _ = agent.cancel().await;
+    s.bridge.close().await;
+}
+
+/// The bridge command's router (`bridge::router_config`) parks a link after
+/// `LINK_PARK_AFTER`, not after a `Client`'s shorter default: each revival saves the
+/// link's session.
+#[tokio::test(start_paused = true)]
+async fn the_bridge_commands_links_park_after_their_own_delay() {
+    use brmcp::adapters::DEFAULT_CLIENT_PARK_AFTER;
+    use brmcp::bridge::{LINK_PARK_AFTER, router_config};
+
+    assert!(LINK_PARK_AFTER > DEFAULT_CLIENT_PARK_AFTER * 5);
+    let s = setup_with(63, router_config()).await;
+    let agent = connect(&s.bridge, s.bot_id, ()).await;
+    assert_eq!(ask(&agent, "echo", json!({"text": "one"})).await, "one");
+    tokio::time::sleep(DEFAULT_CLIENT_PARK_AFTER * 5).await;
+    let stats = s.bridge.router().stats();
+    assert_eq!(stats.client_parked, 0, "parked early: {stats:?}");
+    tokio::time::sleep(LINK_PARK_AFTER).await;
+    let stats = s.bridge.router().stats();
+    assert_eq!(stats.client_parked, 1, "{stats:?}");
+    assert_eq!(ask(&agent, "echo", json!({"text": "two"})).await, "two");
+    assert_eq!(s.bridge.router().stats().client_revived, 1);
+    assert_eq!(s.bot.0.initialized.load(SeqCst), 1, "one initialize");
     let _ = agent.cancel().await;
     s.bridge.close().await;
 }
