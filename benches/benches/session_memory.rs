@@ -17,9 +17,9 @@
 //! - **running between calls**, each end as its role keeps it by default: the server
 //!   end as the serving harness parks its callers' sessions (`server_park_after` =
 //!   `brmcp::server::DEFAULT_PARK_AFTER`, 100 ms after the session came to rest), the
-//!   client end as `Router::connect` keeps it (parked after `DEFAULT_CLIENT_PARK_AFTER`,
-//!   1 s idle; over Bison Relay a session's next call comes a round trip later): the
-//!   goal lines;
+//!   client end as `Router::connect` keeps it (parked `DEFAULT_CLIENT_PARK_AFTER`, 100 ms,
+//!   after it came to rest; over Bison Relay a session's next call comes a round trip
+//!   later): the goal lines;
 //! - **a service at each end**, parking off (`server_park_after` and
 //!   `client_park_after` unset): what a pair holds while a call is under way at both
 //!   ends, or with parking off;
@@ -268,7 +268,7 @@ async fn measure(parking: Parking) {
     match parking {
         Parking::Harness => {
             println!(
-                "running between calls (the server end parked at rest as the harness parks it, the client end after its default 1 s idle):"
+                "running between calls (the server end parked at rest as the harness parks it, the client end 100 ms after it came to rest, as a Client parks it by default):"
             );
             goal(parking.goal_name(), both, PAIR_GOAL);
             goal("running session, server end", server_side, SERVER_END_GOAL);

@@ -345,9 +345,17 @@ impl<H: ClientHandler + Clone> Drop for Lease<H> {
     fn drop(&mut self) {
         let mut state = crate::lock(&self.slot.state);
         state.leases = state.leases.saturating_sub(1);
-        // The park delay counts from the end of the last use.
+        // The park delay counts from the end of the last use; the last lease's end is
+        // a rest, reported once until the router looked at it.
         if let Run::Live { shared, .. } = &state.run {
             shared.touch();
+            if state.leases == 0 && shared.claim_rest_report() {
+                let _ = self.slot.ctl.send(Ctl::AtRest {
+                    peer: self.slot.peer,
+                    sid: self.slot.sid,
+                    id: shared.id,
+                });
+            }
         }
     }
 }

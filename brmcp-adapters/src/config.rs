@@ -26,15 +26,13 @@ pub const DEFAULT_MAX_SESSIONS_PER_PEER: usize = 8;
 pub const DEFAULT_SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Default idle time after which a session we hold through a [`Client`](crate::Client)
-/// is parked: 1 second. Over Bison Relay a session's next call comes a round trip
-/// later at the soonest, so a client parks between its calls as the serving harness
-/// parks its callers' sessions: parked, the session costs its entry and handshake
-/// record instead of an rmcp service (whose two channels alone hold about 23 KB), and
-/// reviving it sends nothing on the wire and costs tens of microseconds. Back-to-back
-/// calls keep it running. Not shorter: the timer's scan, which runs over every
-/// session, finds the idle ones (a client's rest has no writer to report it), and
-/// runs at most about this often.
-pub const DEFAULT_CLIENT_PARK_AFTER: Duration = Duration::from_secs(1);
+/// is parked: 100 ms after it came to rest (connected, or its last lease dropped), as
+/// the serving harness parks its callers' sessions. Over Bison Relay a session's next
+/// call comes a round trip later at the soonest, so a client parks between its calls:
+/// parked, the session costs its entry and handshake record instead of an rmcp service
+/// (whose two channels alone hold about 23 KB), and reviving it sends nothing on the
+/// wire and costs tens of microseconds. Back-to-back calls keep it running.
+pub const DEFAULT_CLIENT_PARK_AFTER: Duration = Duration::from_millis(100);
 
 /// Default lifetime stamped on outbound parts (`exp = now + ttl`): 10 minutes.
 ///
@@ -73,11 +71,12 @@ pub const DEFAULT_ACCEPT_BACKLOG: usize = 128;
 /// Concurrent partial messages the reassembler tracks (its slot count).
 pub const ASSEMBLER_SLOTS: usize = 256;
 
-/// The shortest idle time after which the timer's scan parks a session a peer opened:
-/// 1 s. A session is parked `server_park_after` after it came to rest, as its writer
-/// reports (see `router::at_rest`); the scan, which runs over every session, catches
-/// one that came to rest unreported (its last request cancelled, say), and with a
-/// short park delay runs at most this often however many sessions revive.
+/// The shortest idle time after which the timer's scan parks a session: 1 s. A session
+/// is parked its park delay after it came to rest, as its writer (or its
+/// [`Client`](crate::Client)) reports (see `router::at_rest`); the scan, which runs over
+/// every session, catches one that came to rest unreported (its last request
+/// cancelled, say), and with a short park delay runs at most this often however many
+/// sessions revive.
 pub(crate) const PARK_SCAN_FLOOR: Duration = Duration::from_secs(1);
 
 /// Settings of one [`Router`](crate::Router).
@@ -187,6 +186,16 @@ impl RouterConfig {
     /// [`server_park_after`](Self::server_park_after), at least [`PARK_SCAN_FLOOR`].
     pub(crate) fn park_scan_after(&self) -> Option<Duration> {
         self.server_park_after
+            .map(|after| after.max(PARK_SCAN_FLOOR))
+    }
+
+    /// The idle time after which the timer's scan parks a session we dialed:
+    /// [`client_park_after`](Self::client_park_after), at least [`PARK_SCAN_FLOOR`].
+    /// A [`Client`](crate::Client)'s session reports its rests (connected, its last
+    /// lease dropped) and parks `client_park_after` after one; the scan catches one
+    /// that came to rest unreported, and another [`ServiceSlot`]'s.
+    pub(crate) fn client_park_scan_after(&self) -> Option<Duration> {
+        self.client_park_after
             .map(|after| after.max(PARK_SCAN_FLOOR))
     }
 

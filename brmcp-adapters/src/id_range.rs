@@ -20,9 +20,9 @@ use rmcp::service::{RoleClient, TxJsonRpcMessage};
 pub const ID_RANGE_SPAN: i64 = 1 << 32;
 
 /// The last range: `2^20 - 1`, so every id stays below `2^52`, exact as a JSON number
-/// in every reader (JavaScript's included). A `Client` parked after its default 1 s
-/// and revived at once, again and again, runs through them in twelve days, and then
-/// stays running; a bridge's link (parked after 30 s) in a year.
+/// in every reader (JavaScript's included). A `Client` that parks 100 ms after each
+/// use (its default) and is used again at once, again and again, runs through them in
+/// a day, and then stays running; a bridge's link (parked after 30 s) in a year.
 pub const MAX_ID_RANGE: u64 = (1 << 20) - 1;
 
 /// One range's move of a client's ids: `base = index · 2^32`.

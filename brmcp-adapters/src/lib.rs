@@ -144,9 +144,10 @@ pub(crate) enum Ctl {
     },
     /// From now on, hand new sessions to this callback instead of the accept queue.
     Acceptor(Acceptor),
-    /// A session's writer drained its queue with no request in progress: a session a
-    /// peer opened is parked [`RouterConfig::server_park_after`] later if it stays at
-    /// rest (see `router::at_rest`).
+    /// A session's writer drained its queue with no request in progress, or a
+    /// [`Client`]'s last lease ended: the session is parked its park delay
+    /// ([`RouterConfig::server_park_after`], [`RouterConfig::client_park_after`]) later
+    /// if it stays at rest (see `router::at_rest`).
     AtRest {
         peer: PeerId,
         sid: wire::SessionId,

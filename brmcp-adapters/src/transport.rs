@@ -288,6 +288,8 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                 if let Some(id) = answered_id(&item) {
                     self.session.serving_ended(id);
                 }
+                // Our answer or our cancellation may end the last request in progress.
+                self.report_rest();
                 let (mid, exp) = match &item {
                     // A request keeps its message id and deadline for a replay (see
                     // `ClientState`).
@@ -356,6 +358,7 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                                     && let Some(id) = &c.params.request_id
                                 {
                                     self.session.cancelled_by_server(id);
+                                    self.report_rest();
                                 }
                             }
                             JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
@@ -393,6 +396,20 @@ impl BrTransport<RoleClient> {
     fn answered(&self, message: &ServerJsonRpcMessage) {
         if let Some(id) = answered_id(message) {
             self.session.request_ended(id);
+            self.report_rest();
+        }
+    }
+
+    /// With no request of either side in progress, the session came to rest: told to
+    /// the router once until it looked (it parks a [`Client`](crate::Client)'s session
+    /// a park delay later, see `router::at_rest`).
+    fn report_rest(&self) {
+        if !self.session.is_busy() && self.session.claim_rest_report() {
+            let _ = self.ctl.send(Ctl::AtRest {
+                peer: self.session.peer,
+                sid: self.session.sid,
+                id: self.session.id,
+            });
         }
     }
 

@@ -1,19 +1,24 @@
 //! Parking sessions at rest: a session a peer opened parks
 //! [`server_park_after`](crate::RouterConfig::server_park_after) after it came to rest
-//! (its writer drained with no request in progress) if nothing happened since.
+//! (its writer drained with no request in progress), and a session we dialed for a
+//! [`Client`](crate::Client) parks
+//! [`client_park_after`](crate::RouterConfig::client_park_after) after it came to rest
+//! (connected, or its last lease dropped), if nothing happened since.
 //!
-//! The writer reports a rest once (`SessionShared::claim_rest_report`); the session
-//! then waits in a heap by due time, so each rest costs one push and one pop, never a
-//! scan of every session. A session active again by its due time is put back for
-//! its new due time, without a new report; one busy then reports its next rest.
+//! The writer or the client reports a rest once (`SessionShared::claim_rest_report`);
+//! the session then waits in a heap by due time, so each rest costs one push and one
+//! pop, never a scan of every session. A session active again by its due time is put
+//! back for its new due time, without a new report; one busy then reports its next
+//! rest. The timer's scan catches a session that came to rest unreported.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::time::Duration;
 
 use brmcp_wire::SessionId;
 use tokio::time::Instant;
 
-use super::{Driver, Inbox};
+use super::{Driver, Entry, Inbox};
 use crate::peer::PeerId;
 
 /// The sessions at rest, soonest due first.
@@ -58,17 +63,19 @@ impl Resting {
 }
 
 impl Driver {
-    /// The writer of session `key` (state `id`) reported it at rest.
+    /// Session `key` (state `id`) reported at rest: by its writer, or (one we dialed)
+    /// by its client.
     pub(super) fn at_rest(&mut self, key: (PeerId, SessionId), id: u64) {
-        let Some(after) = self.config.server_park_after else {
-            return;
-        };
         let Some(entry) = self.sessions.get(&key) else {
             return;
         };
-        // A dialed session's rest is not this one's to park (its holder parks it after
-        // `client_park_after`); one parked already has nothing to park.
-        if entry.shared.id != id || !entry.inbound || matches!(entry.inbox, Inbox::Parked) {
+        // A session not to be parked (a dialed one no client holds yet, say) keeps its
+        // report claimed, so it reports no more; a client that comes to hold it has it
+        // looked at then (`parkable`).
+        let Some(after) = self.park_after(entry) else {
+            return;
+        };
+        if entry.shared.id != id {
             return;
         }
         if let Some(at) = entry.shared.last_active().checked_add(after) {
@@ -76,12 +83,19 @@ impl Driver {
         }
     }
 
+    /// The park delay of `entry`'s session if it may be parked now: one a peer opened,
+    /// or one we dialed that a client holds, neither parked.
+    fn park_after(&self, entry: &Entry) -> Option<Duration> {
+        match entry.inbox {
+            Inbox::Server(_) if entry.inbound => self.config.server_park_after,
+            Inbox::Client(_) if entry.slot.is_some() => self.config.client_park_after,
+            _ => None,
+        }
+    }
+
     /// Parks every session at rest whose time has come and that stayed at rest; puts
     /// back one active since, for its new due time.
     pub(super) fn park_rested(&mut self, now: Instant) {
-        let Some(after) = self.config.server_park_after else {
-            return;
-        };
         while let Some(Reverse(due)) = self.resting.due.peek() {
             if due.at > now {
                 break;
@@ -92,21 +106,38 @@ impl Driver {
             let Some(entry) = self.sessions.get(&key) else {
                 continue;
             };
-            if entry.shared.id != id || matches!(entry.inbox, Inbox::Parked) {
+            if entry.shared.id != id {
                 continue;
             }
-            if entry.shared.is_busy() || entry.shared.has_outbound() {
-                // Its writer reports the next rest.
+            let Some(after) = self.park_after(entry) else {
+                continue;
+            };
+            if entry.shared.is_busy() || (entry.inbound && entry.shared.has_outbound()) {
+                // Its writer (or the end of its last request) reports the next rest.
                 entry.shared.rest_unreported();
+                continue;
+            }
+            // A dialed session's writer reports nothing: one still sending, or whose
+            // service has the server's messages still to take, is looked at again.
+            let untaken = matches!(&entry.inbox, Inbox::Client(inbox) if !inbox.is_empty());
+            if !entry.inbound
+                && (entry.shared.has_outbound() || untaken)
+                && let Some(at) = now.checked_add(after)
+            {
+                self.resting.due.push(Reverse(Due { at, id, key }));
                 continue;
             }
             match entry.shared.last_active().checked_add(after) {
                 Some(at) if at > now => self.resting.due.push(Reverse(Due { at, id, key })),
-                // A session left running (a notification not yet taken, say) reports
-                // its next rest; the scan catches it meanwhile.
+                // A session left running (a notification not yet taken, or a lease
+                // held) reports its next rest; the scan catches it meanwhile.
                 Some(_) => {
                     entry.shared.rest_unreported();
-                    self.park(key);
+                    if entry.inbound {
+                        self.park(key);
+                    } else {
+                        self.park_client(key);
+                    }
                 }
                 None => entry.shared.rest_unreported(),
             }

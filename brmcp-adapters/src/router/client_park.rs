@@ -30,7 +30,12 @@ impl Driver {
             return;
         }
         entry.slot = Some(slot);
-        self.schedule_idle(self.config.client_park_after);
+        // Held now, at rest until its first use: parked a park delay later, whatever
+        // its rests reported before.
+        let id = entry.shared.id;
+        let _ = entry.shared.claim_rest_report();
+        self.at_rest(key, id);
+        self.schedule_idle(self.config.client_park_scan_after());
     }
 
     /// A client closed: its session goes with it, if it is still that client's (a
@@ -142,7 +147,13 @@ impl Driver {
         shared.touch();
         Counters::bump(&self.counters.client_revived);
         tracing::debug!(peer = %key.0, sid = %key.1, "client session revived");
-        self.schedule_idle(self.config.client_park_after);
+        // Looked at a park delay from now: parked again then if the message that
+        // revived it left it at rest (a request it serves, or a lease, reports the
+        // next rest).
+        if shared.claim_rest_report() {
+            self.at_rest(key, shared.id);
+        }
+        self.schedule_idle(self.config.client_park_scan_after());
         true
     }
 }

@@ -45,7 +45,7 @@ impl Driver {
             let mut park = Vec::new();
             let mut park_clients = Vec::new();
             let park_after = self.config.park_scan_after();
-            let client_park_after = self.config.client_park_after;
+            let client_park_after = self.config.client_park_scan_after();
             for (key, entry) in &self.sessions {
                 // A session with a request in progress is busy, not idle. A timeout too
                 // large to add means never.

@@ -25,16 +25,16 @@ async fn a_lease_or_a_request_in_progress_keeps_it_running() {
     // A peer taken out of the lease: its call keeps the session busy on its own.
     let peer = (*lease).clone();
     drop(lease);
-    let slow = tokio::spawn(async move {
-        peer.call_tool(call("sleep", json!({"secs": PARK_AFTER.as_secs() * 4})))
-            .await
-    });
+    // The tool sleeps whole seconds: at least four park delays.
+    let secs = (PARK_AFTER * 4).as_secs().max(1);
+    let slow =
+        tokio::spawn(async move { peer.call_tool(call("sleep", json!({"secs": secs}))).await });
     for _ in 0..7 {
         tokio::time::sleep(PARK_AFTER / 2).await;
         assert!(!client.is_parked(), "parked with a call in progress");
     }
     let answer = slow.await.unwrap().expect("the slow call was answered");
-    assert_eq!(text(&answer), format!("slept {}", PARK_AFTER.as_secs() * 4));
+    assert_eq!(text(&answer), format!("slept {secs}"));
     assert_eq!(probe.calls.load(SeqCst), 1);
 
     // The lease ended long ago; the call's end counts as activity.

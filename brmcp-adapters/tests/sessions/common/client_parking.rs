@@ -26,7 +26,7 @@ pub const PARK_AFTER: Duration = DEFAULT_CLIENT_PARK_AFTER;
 
 /// Long enough for any exchange on the fabric to settle (paused time), and shorter
 /// than the park delay, so a session a message revived is still running after it.
-pub const SETTLE: Duration = Duration::from_millis(400);
+pub const SETTLE: Duration = Duration::from_millis(50);
 
 /// What the client's handler saw, over every service of its session.
 #[derive(Debug, Default)]
