@@ -191,9 +191,10 @@ impl RouterConfig {
 
     /// The idle time after which the timer's scan parks a session we dialed:
     /// [`client_park_after`](Self::client_park_after), at least [`PARK_SCAN_FLOOR`].
-    /// A [`Client`](crate::Client)'s session reports its rests (connected, its last
-    /// lease dropped) and parks `client_park_after` after one; the scan catches one
-    /// that came to rest unreported, and another [`ServiceSlot`]'s.
+    /// A dialed session reports its rests (its last request answered, and for a
+    /// [`Client`](crate::Client) connected or its last lease dropped) and parks
+    /// `client_park_after` after one; the scan catches one that came to rest
+    /// unreported.
     pub(crate) fn client_park_scan_after(&self) -> Option<Duration> {
         self.client_park_after
             .map(|after| after.max(PARK_SCAN_FLOOR))
