@@ -344,6 +344,29 @@ impl SessionShared {
         self.rest_reported.load(Ordering::Relaxed)
     }
 
+    /// Tells the router the session came to rest, if it parks sessions at rest and
+    /// the session did: no request of either side in progress, nothing queued or
+    /// being sent; once until the router looked. A report still outstanding skips the
+    /// upgrade and the busy lock; the claim stays after the checks, so a busy session
+    /// never holds the flag with nothing reported. Both the writer (its queue drained)
+    /// and the end of a request (answered after it was queued) call it, so whichever
+    /// comes last reports.
+    pub(crate) fn tell_rest(&self, outlet: &Outlet) {
+        if let Some(weak) = outlet.at_rest.as_ref()
+            && !self.rest_report_outstanding()
+            && let Some(at_rest) = weak.upgrade()
+            && !self.has_outbound()
+            && !self.is_busy()
+            && self.claim_rest_report()
+        {
+            let _ = at_rest.send(Ctl::AtRest {
+                peer: self.peer,
+                sid: self.sid,
+                id: self.id,
+            });
+        }
+    }
+
     /// The router looked at the session's rest: the writer reports the next one.
     pub(crate) fn rest_unreported(&self) {
         self.rest_reported.store(false, Ordering::Release);
@@ -431,19 +454,6 @@ async fn write(outlet: Arc<Outlet>, session: Arc<SessionShared>) {
             let _ = ack.send(result);
         }
     }
-    // At rest: the router may park the session until its next message. A report still
-    // outstanding skips the upgrade and the busy lock; the claim stays after the busy
-    // check, so a busy session never holds the flag with nothing reported.
-    if let Some(weak) = outlet.at_rest.as_ref()
-        && !session.rest_report_outstanding()
-        && let Some(at_rest) = weak.upgrade()
-        && !session.is_busy()
-        && session.claim_rest_report()
-    {
-        let _ = at_rest.send(Ctl::AtRest {
-            peer: session.peer,
-            sid: session.sid,
-            id: session.id,
-        });
-    }
+    // At rest: the router may park the session until its next message.
+    session.tell_rest(&outlet);
 }

@@ -245,21 +245,27 @@ impl Transport<RoleServer> for BrTransport<RoleServer> {
         {
             self.session.record_negotiated(&init.protocol_version);
         }
-        if let Some(id) = answered_id(&item) {
+        if let Some(id) = answered_id(&item)
+            && self.swallow.as_ref() == Some(id)
+        {
+            // The answer to the replayed `initialize` of a resumed session: the
+            // client has had its answer long ago.
             self.session.request_ended(id);
-            if self.swallow.as_ref() == Some(id) {
-                // The answer to the replayed `initialize` of a resumed session: the
-                // client has had its answer long ago.
-                self.swallow = None;
-                let (ack, done) = oneshot::channel();
-                let _ = ack.send(Ok(()));
-                return acked(Ok(done));
-            }
+            self.swallow = None;
+            let (ack, done) = oneshot::channel();
+            let _ = ack.send(Ok(()));
+            return acked(Ok(done));
         }
         let exp = self.outlet.exp();
         let queued = serde_json::to_vec(&item)
             .map_err(AdapterError::from)
             .and_then(|payload| self.enqueue(Arc::new(payload), None, exp));
+        // The request ends once its answer is queued: until then the session is busy,
+        // so it is never taken to be at rest (and parked) with its answer unsent.
+        if let Some(id) = answered_id(&item) {
+            self.session.request_ended(id);
+            self.session.tell_rest(&self.outlet);
+        }
         acked(queued)
     }
 
@@ -284,12 +290,13 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
             .map_err(AdapterError::from)
             .and_then(|payload| {
                 let payload = Arc::new(payload);
-                self.session.track_client_message(&item);
-                if let Some(id) = answered_id(&item) {
-                    self.session.serving_ended(id);
+                // A request is in progress before it is queued; an answer or a
+                // cancellation ends one once it is queued (below), so the session is
+                // never taken to be at rest with it unsent.
+                let request = matches!(item, JsonRpcMessage::Request(_));
+                if request {
+                    self.session.track_client_message(&item);
                 }
-                // Our answer or our cancellation may end the last request in progress.
-                self.report_rest();
                 let (mid, exp) = match &item {
                     // A request keeps its message id and deadline for a replay (see
                     // `ClientState`).
@@ -311,7 +318,15 @@ impl Transport<RoleClient> for BrTransport<RoleClient> {
                         (None, self.outlet.exp())
                     }
                 };
-                self.enqueue(payload, mid, exp)
+                let queued = self.enqueue(payload, mid, exp);
+                if !request {
+                    self.session.track_client_message(&item);
+                    if let Some(id) = answered_id(&item) {
+                        self.session.serving_ended(id);
+                    }
+                    self.report_rest();
+                }
+                queued
             });
         acked(queued)
     }
