@@ -43,6 +43,7 @@ use super::session_store::{MAX_EPOCH, Saved, SessionStore};
 use handler::LinkHandler;
 pub(crate) use hub::{AgentSession, Hub, Tracked};
 use park::{Current, Session};
+pub use park::{LINK_PARK_AFTER, router_config};
 use tap::Tap;
 
 /// Pages of `tools/list` read at most when the tool cache is filled: 100 pages bound

@@ -76,7 +76,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use brmcp_adapters::{Clock, PeerId, Router, RouterConfig, SystemClock};
+use brmcp_adapters::{Clock, PeerId, Router, SystemClock};
 
 pub use approval::{
     APPROVAL_SECRET_FILE, ApprovalSecretError, approval_secret, existing_approval_secret,
@@ -93,7 +93,7 @@ pub use http::{
     BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT, HttpLimits, MAX_CONNECTIONS, MAX_SESSIONS,
     MAX_SESSIONS_PER_TOKEN, MAX_UNPROVEN_CONNECTIONS, RefusedAddress, SESSION_IDLE, UNPROVEN_GRACE,
 };
-pub use link::{LinkError, Silence};
+pub use link::{LINK_PARK_AFTER, LinkError, Silence, router_config};
 pub use policy::{Payer, PaymentFailed, PaymentUnconfirmed, PendingPayment};
 pub use presence::{
     ENDPOINT_FILE, EndpointRecord, Ownership, PresenceError, RunningBridge, running_bridge,
@@ -120,23 +120,6 @@ use policy::Policy;
 /// Default listen address: loopback, port 8891 (the Go bridge's).
 pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8891);
-
-/// The idle time after which a bridge's link to a bot parks its session
-/// ([`RouterConfig::client_park_after`] of [`router_config`]): 30 s, longer than a
-/// [`Client`](brmcp_adapters::Client)'s default, since each revival saves the link's
-/// session with its next epoch (a synced write), and an agent's calls to one bot come
-/// in bursts seconds apart. A bridge linked to many bots still holds little for the
-/// idle ones.
-pub const LINK_PARK_AFTER: Duration = Duration::from_secs(30);
-
-/// The settings of the router a bridge dials its bots on: a client router's defaults,
-/// its links parked after [`LINK_PARK_AFTER`].
-#[must_use]
-pub fn router_config() -> RouterConfig {
-    let mut config = RouterConfig::client();
-    config.client_park_after = Some(LINK_PARK_AFTER);
-    config
-}
 
 /// Default bound on a bot that says nothing: 20 s. A request the bot has not answered
 /// in any way (no answer, no progress, no answer to the session's silence probe, which

@@ -1,6 +1,6 @@
 //! The link's session parked while idle, as the router parks a
 //! [`Client`](brmcp_adapters::Client)'s (`RouterConfig::client_park_after`; the
-//! bridge's router sets [`LINK_PARK_AFTER`](crate::bridge::LINK_PARK_AFTER)): an rmcp
+//! bridge's router sets [`LINK_PARK_AFTER`]): an rmcp
 //! service costs about 23 KB even when idle, so a bridge linked to many bots holds
 //! little for the idle ones.
 //!
@@ -19,12 +19,30 @@
 //! previous run's.
 
 use std::sync::{Arc, PoisonError, Weak};
+use std::time::Duration;
 
 use brmcp_adapters::wire::SessionId;
-use brmcp_adapters::{BrTransport, IdRange, ServiceSlot};
+use brmcp_adapters::{BrTransport, IdRange, RouterConfig, ServiceSlot};
 use rmcp::service::{RoleClient, serve_directly};
 
 use super::{About, BotLink, Conn, MAX_EPOCH, Saved, lock};
+
+/// The idle time after which a bridge's link to a bot parks its session
+/// ([`RouterConfig::client_park_after`] of [`router_config`]): 30 s, longer than a
+/// [`Client`](brmcp_adapters::Client)'s default, since each revival saves the link's
+/// session with its next epoch (a synced write), and an agent's calls to one bot come
+/// in bursts seconds apart. A bridge linked to many bots still holds little for the
+/// idle ones.
+pub const LINK_PARK_AFTER: Duration = Duration::from_secs(30);
+
+/// The settings of the router a bridge dials its bots on: a client router's defaults,
+/// its links parked after [`LINK_PARK_AFTER`].
+#[must_use]
+pub fn router_config() -> RouterConfig {
+    let mut config = RouterConfig::client();
+    config.client_park_after = Some(LINK_PARK_AFTER);
+    config
+}
 
 /// Revivals [`BotLink::running`] asks for before giving up: 4. One is enough unless
 /// the session parks again between the revival and the use, which takes a whole park
